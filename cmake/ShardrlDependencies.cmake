@@ -1,0 +1,62 @@
+# Every external dependency is found here, once. Configure stops with a message naming the
+# missing piece (and the Debian package that provides it) rather than failing later in a build.
+
+find_package(MPI 3.0 REQUIRED COMPONENTS C CXX)
+
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR
+    "shardrl needs a parallel (MPI-IO) HDF5, but the HDF5 found (${HDF5_C_INCLUDE_DIRS}) is serial. "
+    "On Debian install libhdf5-openmpi-dev, or point HDF5_C_COMPILER_EXECUTABLE at a parallel h5pcc.")
+endif()
+
+find_package(Kokkos REQUIRED)
+# Debian's Kokkos::kokkos names a non-existent /usr/lib/include: resolve the real directory.
+if(Kokkos_INCLUDE_DIRS)
+  get_filename_component(SHARDRL_KOKKOS_INC "${Kokkos_INCLUDE_DIRS}" REALPATH)
+  if(EXISTS "${SHARDRL_KOKKOS_INC}")
+    set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${SHARDRL_KOKKOS_INC}")
+  endif()
+endif()
+
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(CBLAS_INCLUDE_DIR cblas.h
+  PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread REQUIRED)
+
+find_package(CLI11 REQUIRED)
+find_package(tomlplusplus REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+
+# CUDA: required for the GPU build; on CPU builds it is looked for only so that the CUDA-only
+# host sources (NCCL communicator, cuBLAS handle) still compile and CI catches breakage in them.
+if(SHARDRL_ENABLE_CUDA)
+  find_package(CUDAToolkit)
+  if(NOT CUDAToolkit_FOUND OR NOT TARGET CUDA::cublas)
+    message(FATAL_ERROR "SHARDRL_ENABLE_CUDA=ON needs the CUDA Toolkit with cuBLAS (set CUDAToolkit_ROOT).")
+  endif()
+  if(NOT Kokkos_ENABLE_CUDA)
+    message(FATAL_ERROR
+      "SHARDRL_ENABLE_CUDA=ON needs a Kokkos built with its CUDA backend, but the Kokkos found at "
+      "${Kokkos_DIR} has none (Debian's libtrilinos-kokkos-dev is Serial only). Build Kokkos 4.x with "
+      "-DKokkos_ENABLE_CUDA=ON -DKokkos_ARCH_HOPPER90=ON and pass -DKokkos_ROOT=<its prefix>.")
+  endif()
+else()
+  find_package(CUDAToolkit QUIET)
+endif()
+
+if(CUDAToolkit_FOUND)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    add_library(shardrl_nccl UNKNOWN IMPORTED)
+    set_target_properties(shardrl_nccl PROPERTIES
+      IMPORTED_LOCATION "${NCCL_LIBRARY}" INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+    add_library(NCCL::nccl ALIAS shardrl_nccl)
+  elseif(SHARDRL_ENABLE_CUDA)
+    message(FATAL_ERROR "SHARDRL_ENABLE_CUDA=ON needs NCCL: nccl.h/libnccl not found (set NCCL_HOME).")
+  endif()
+endif()

@@ -1,0 +1,50 @@
+// Fatal-error reporting shared by every check macro in the project.
+#include "core/error.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+namespace shardrl {
+namespace {
+int g_rank = -1;
+std::string g_host;
+JobAbortFn g_abort = nullptr;
+
+std::string local_hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+}  // namespace
+
+void set_error_origin(int rank, std::string host) {
+  g_rank = rank;
+  g_host = std::move(host);
+}
+int error_origin_rank() { return g_rank; }
+const std::string& error_origin_host() {
+  if (g_host.empty()) g_host = local_hostname();
+  return g_host;
+}
+
+void set_job_abort(JobAbortFn abort_fn) { g_abort = abort_fn; }
+
+std::string origin_string() {
+  std::string rank = g_rank >= 0 ? std::to_string(g_rank) : std::string("?");
+  return "rank " + rank + " (host " + error_origin_host() + ")";
+}
+
+void fatal(std::string_view what, const char* file, int line) {
+  // One write per message so lines from different ranks do not interleave mid-line.
+  std::string msg = "shardrl: fatal error on " + origin_string() + ": " + std::string(what) +
+                    " [" + file + ":" + std::to_string(line) + "]\n";
+  std::fflush(stdout);
+  std::cerr << msg << std::flush;
+  if (g_abort) g_abort(kExitFatal);
+  std::_Exit(kExitFatal);
+}
+
+}  // namespace shardrl
