@@ -1,0 +1,67 @@
+#include "mpi/layout.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "mpi/host_exchange.hpp"
+#include "mpi/mpi_check.hpp"
+
+namespace shardrl {
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+MpiComm& MpiComm::operator=(MpiComm&& other) noexcept {
+  if (this != &other) {
+    MpiComm dying(comm_);
+    comm_ = other.comm_;
+    other.comm_ = MPI_COMM_NULL;
+  }
+  return *this;
+}
+
+ProcessLayout ProcessLayout::discover(MPI_Comm world) {
+  ProcessLayout l;
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(world, &l.world_rank));
+  SHARDRL_CHECK_MPI(MPI_Comm_size(world, &l.world_size));
+
+  MPI_Comm node = MPI_COMM_NULL;
+  SHARDRL_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, l.world_rank, MPI_INFO_NULL, &node));
+  l.node_comm = MpiComm(node);
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(node, &l.local_rank));
+  SHARDRL_CHECK_MPI(MPI_Comm_size(node, &l.local_size));
+
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  SHARDRL_CHECK_MPI(MPI_Get_processor_name(name, &len));
+  l.host.assign(name, len);
+  set_error_origin(l.world_rank, l.host);
+
+  // Every rank learns every host; a node is identified by the lowest world rank on it.
+  std::string hosts_text;
+  auto gathered = gather_strings(world, l.host, 0);
+  for (const auto& h : gathered) hosts_text += h + '\n';
+  broadcast_string(world, hosts_text, 0);
+  for (std::size_t pos = 0; pos < hosts_text.size();) {
+    auto nl = hosts_text.find('\n', pos);
+    l.hosts.push_back(hosts_text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  int node_leader = l.world_rank;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &node_leader, 1, MPI_INT, MPI_MIN, node));
+  std::vector<int> leaders(l.world_size);
+  SHARDRL_CHECK_MPI(MPI_Allgather(&node_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, world));
+  std::vector<int> unique = leaders;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  l.node_count = static_cast<int>(unique.size());
+  l.node_index = static_cast<int>(std::lower_bound(unique.begin(), unique.end(), node_leader) - unique.begin());
+  return l;
+}
+
+}  // namespace shardrl

@@ -1,0 +1,42 @@
+// Where each process of the job runs: world rank/size, node-local rank/size, node and host.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace shardrl {
+
+// Move-only owner of a communicator created by shardrl (never MPI_COMM_WORLD).
+class MpiComm {
+ public:
+  MpiComm() = default;
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {}
+  ~MpiComm();
+  MpiComm(MpiComm&& other) noexcept : comm_(other.comm_) { other.comm_ = MPI_COMM_NULL; }
+  MpiComm& operator=(MpiComm&& other) noexcept;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+struct ProcessLayout {
+  int world_rank = 0;
+  int world_size = 1;
+  int local_rank = 0;   // rank among the processes on this node
+  int local_size = 1;
+  int node_index = 0;   // nodes numbered in order of their lowest world rank
+  int node_count = 1;
+  std::string host;
+  std::vector<std::string> hosts;   // host of every world rank
+  MpiComm node_comm;                // the processes sharing this node's memory
+
+  // Collective over `world`.
+  static ProcessLayout discover(MPI_Comm world);
+};
+
+}  // namespace shardrl

@@ -1,0 +1,133 @@
+#include "mpi/nccl_communicator.hpp"
+
+#include <sched.h>
+
+#include <chrono>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "mpi/mpi_check.hpp"
+#include "mpi/nccl_check.hpp"
+
+namespace shardrl {
+namespace {
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::f32: return ncclFloat32;
+    case DataType::f64: return ncclFloat64;
+    case DataType::bf16: return ncclBfloat16;
+    case DataType::i32: return ncclInt32;
+    case DataType::i64: return ncclInt64;
+    case DataType::u8: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::average: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+void fail_nccl(ncclResult_t status, const char* call, const char* file, int line) {
+  fatal(std::string(call) + " failed: " + ncclGetErrorString(status) + " (" +
+            ncclGetLastError(nullptr) + ")",
+        file, line);
+}
+
+NcclComm::~NcclComm() {
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+NcclComm& NcclComm::operator=(NcclComm&& other) noexcept {
+  if (this != &other) {
+    if (comm_) ncclCommDestroy(comm_);
+    comm_ = other.comm_;
+    other.comm_ = nullptr;
+  }
+  return *this;
+}
+
+void NcclComm::abort() {
+  if (comm_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
+  SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size_));
+  ncclUniqueId id;
+  if (rank_ == 0) SHARDRL_CHECK_NCCL(ncclGetUniqueId(&id));
+  SHARDRL_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+  ncclComm_t raw = nullptr;
+  SHARDRL_CHECK_NCCL(ncclCommInitRank(&raw, size_, id, rank_));
+  comm_ = NcclComm(raw);
+  SHARDRL_CHECK_CUDA(cudaMalloc(&barrier_word_, sizeof(float)));
+}
+
+cudaStream_t NcclCommunicator::stream(StreamRef s) const {
+  return s.handle ? static_cast<cudaStream_t>(s.handle) : own_stream_.get();
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, DataType type,
+                                  StreamRef s) {
+  SHARDRL_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(type), comm_.get(), stream(s)));
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                      ReduceOp op, StreamRef s) {
+  SHARDRL_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), stream(s)));
+}
+
+void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DataType type,
+                                  ReduceOp op, StreamRef s) {
+  SHARDRL_CHECK_NCCL(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), stream(s)));
+}
+
+void NcclCommunicator::broadcast(void* buffer, std::size_t count, DataType type, int root, StreamRef s) {
+  SHARDRL_CHECK_NCCL(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, comm_.get(), stream(s)));
+}
+
+void NcclCommunicator::barrier() {
+  // A one-element all-reduce on our own stream, then a bounded wait: a device-side barrier.
+  SHARDRL_CHECK_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_.get(),
+                                   own_stream_.get()));
+  synchronize(StreamRef{});
+}
+
+void NcclCommunicator::synchronize(StreamRef s) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  cudaStream_t st = stream(s);
+  for (long polls = 0;; ++polls) {
+    cudaError_t q = cudaStreamQuery(st);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) SHARDRL_CHECK_CUDA(q);
+    ncclResult_t async = ncclSuccess;
+    SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(comm_.get(), &async));
+    if (async != ncclSuccess) {
+      comm_.abort();
+      SHARDRL_FATAL(fmt::format("NCCL reported an asynchronous error: {} (a peer rank failed or the "
+                                "network broke)", ncclGetErrorString(async)));
+    }
+    if (polls > 1000) sched_yield();
+    if ((polls & 1023) == 0 &&
+        std::chrono::duration<double>(clock::now() - start).count() > timeout_s_) {
+      comm_.abort();
+      SHARDRL_FATAL(fmt::format("NCCL collectives did not complete within comm.timeout_s = {} s: a "
+                                "peer rank failed or is not taking part",
+                                timeout_s_));
+    }
+  }
+}
+
+}  // namespace shardrl

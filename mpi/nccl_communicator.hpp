@@ -1,0 +1,59 @@
+// The NCCL backend: GPU buffers, collectives enqueued on CUDA streams without host
+// synchronisation. The unique id is made on rank 0 and sent with MPI_Bcast. synchronize()
+// polls the stream and NCCL's asynchronous error state, so a dead peer or a hung collective
+// aborts the job after the timeout.
+#pragma once
+
+#include <nccl.h>
+
+#include "core/cuda_stream.hpp"
+#include "mpi/communicator.hpp"
+
+namespace shardrl {
+
+// Move-only owner of an NCCL communicator.
+class NcclComm {
+ public:
+  NcclComm() = default;
+  explicit NcclComm(ncclComm_t comm) : comm_(comm) {}
+  ~NcclComm();
+  NcclComm(NcclComm&& other) noexcept : comm_(other.comm_) { other.comm_ = nullptr; }
+  NcclComm& operator=(NcclComm&& other) noexcept;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ncclComm_t get() const { return comm_; }
+  // Aborts outstanding work and frees the communicator (used before a fatal exit).
+  void abort();
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm comm, double timeout_s);   // collective over `comm`
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend_name() const override { return "nccl"; }
+
+  void all_gather(const void* send, void* recv, std::size_t count, DataType type, StreamRef s) override;
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                      StreamRef s) override;
+  void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  StreamRef s) override;
+  void broadcast(void* buffer, std::size_t count, DataType type, int root, StreamRef s) override;
+  void barrier() override;
+  void synchronize(StreamRef s) override;
+
+ private:
+  cudaStream_t stream(StreamRef s) const;
+
+  int rank_ = 0;
+  int size_ = 1;
+  double timeout_s_;
+  CudaStream own_stream_;
+  NcclComm comm_;
+  void* barrier_word_ = nullptr;   // one float on the device, all-reduced by barrier()
+};
+
+}  // namespace shardrl

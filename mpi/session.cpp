@@ -1,0 +1,38 @@
+#include "mpi/session.hpp"
+
+#include "core/error.hpp"
+#include "mpi/mpi_check.hpp"
+
+namespace shardrl {
+namespace {
+void abort_world(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }
+}  // namespace
+
+void install_mpi_error_handling() {
+  set_job_abort(&abort_world);
+  SHARDRL_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    int provided = 0;
+    // FUNNELED: only the main thread calls MPI (NCCL and HDF5 calls stay on it too).
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      SHARDRL_FATAL("MPI_Init_thread failed");
+    owns_init_ = true;
+  }
+  install_mpi_error_handling();
+  int rank = 0;
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  set_error_origin(rank, error_origin_host());
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_init_ && !finalized) MPI_Finalize();
+}
+
+}  // namespace shardrl
