@@ -1,0 +1,18 @@
+// Reading the job's Config once: rank 0 reads the file, every rank parses the same text, so
+// every rank reaches the same verdict and no rank branches alone (DESIGN.md invariants 1, 6).
+#pragma once
+
+#include <mpi.h>
+
+#include "app/cli.hpp"
+#include "config/load.hpp"
+
+namespace shardrl {
+
+// Collective. Returns the loaded config with every problem found (file, overrides, job shape).
+LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_size);
+
+// Rank 0 prints "shardrl: invalid configuration (N problems):" and one line per problem.
+void report_config_errors(const LoadedConfig& loaded, int rank);
+
+}  // namespace shardrl

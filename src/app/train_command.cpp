@@ -1,0 +1,118 @@
+// `shardrl train`, in the order of DESIGN.md's "What a job does". The RL phases arrive with
+// later issues; today the job brings up the runtime and runs rounds of checked collectives.
+#include "app/train_command.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "app/collective_smoke.hpp"
+#include "app/job_config.hpp"
+#include "config/print.hpp"
+#include "core/error.hpp"
+#include "core/kokkos.hpp"
+#include "core/log.hpp"
+#include "core/version.hpp"
+#include "io/text_file.hpp"
+#include "mpi/communicator.hpp"
+#include "mpi/device.hpp"
+#include "mpi/host_exchange.hpp"
+#include "mpi/layout.hpp"
+#include "mpi/session.hpp"
+
+namespace shardrl {
+namespace {
+
+constexpr std::size_t kSmokeElementsPerRank = std::size_t(1) << 20;
+
+// Rank 0 writes the resolved config into the run directory; every rank learns if that failed.
+std::string write_run_files(MPI_Comm world, int rank, const Config& cfg, const DerivedConfig& derived) {
+  std::string problem;
+  if (rank == 0) {
+    try {
+      write_text_atomically(derived.run_dir / "config.toml", to_toml(cfg));
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+  }
+  broadcast_string(world, problem, 0);
+  return problem;
+}
+
+// debug.fail_rank: this rank fails the way debug.fail_mode says, to prove the job stops.
+void inject_failure(const DebugConfig& debug, std::int64_t iteration) {
+  if (debug.fail_mode == FailMode::error)
+    SHARDRL_FATAL(fmt::format("injected failure (debug.fail_rank = {}) at iteration {}", debug.fail_rank,
+                              iteration));
+  spdlog::warn("injected hang (debug.fail_rank = {}): no longer taking part in collectives", debug.fail_rank);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void log_lines(const std::string& text) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    spdlog::info("{}", text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& args) {
+  // Runtime: MPI session -> process layout -> config -> one device per rank -> Kokkos -> comms.
+  MpiSession mpi(nullptr, nullptr);
+  ProcessLayout layout = ProcessLayout::discover(mpi.world());
+  const int rank = layout.world_rank;
+  init_logging(rank, args.log_all_ranks);
+
+  LoadedConfig loaded = read_job_config(mpi.world(), args, layout.world_size);
+  if (!loaded.ok()) {
+    report_config_errors(loaded, rank);
+    return kExitUsage;
+  }
+  const Config& cfg = loaded.config;
+  const DerivedConfig derived = derive(cfg, this_build());
+
+  DeviceBinding device;
+  try {
+    device = bind_device(layout);
+  } catch (const InputError& e) {   // raised on every rank alike
+    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  KokkosRuntime kokkos(device.device_id);
+
+  spdlog::info("shardrl {} | {} ranks on {} node(s) | Kokkos {} | comm {}", kVersion, layout.world_size,
+               layout.node_count, execution_space_name(),
+               derived.comm_backend == CommBackend::nccl ? "nccl" : "mpi");
+  log_lines(format_config_table(loaded));
+  if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty()) {
+    if (rank == 0) std::cerr << "shardrl: run directory: " << problem << "\n";
+    return kExitUsage;
+  }
+  spdlog::info("run directory: {}", derived.run_dir.string());
+  log_lines("devices:\n" + device_report(layout, device));
+
+  auto comm = make_communicator(
+      derived.comm_backend == CommBackend::nccl ? CommBackendKind::nccl : CommBackendKind::mpi,
+      mpi.world(), cfg.comm.timeout_s);
+
+  for (std::int64_t it = 0; it < cfg.run.iterations; ++it) {
+    if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
+    SmokeRound round = run_collective_round(*comm, cfg.model.precision, kSmokeElementsPerRank, it);
+    if (round.mismatches != 0)
+      SHARDRL_FATAL(fmt::format("collective check failed at iteration {}: {} wrong elements", it,
+                                round.mismatches));
+    spdlog::info("iteration {}/{}: collectives checked ({} elements/rank, all_reduce busBw {:.2f} GB/s)",
+                 it + 1, cfg.run.iterations, round.elements, round.all_reduce_bus_gbps);
+  }
+  comm->barrier();
+  spdlog::info("done");
+  return kExitOk;
+}
+
+}  // namespace shardrl
