@@ -1,0 +1,250 @@
+// End-to-end tests of the shardrl executable as users run it: malformed configurations give
+// their exact message and exit code 2 on every rank; a failing or hanging rank stops the whole
+// job quickly; the smoke job runs and writes its resolved config.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory per test, so ctest may run tests in parallel.
+fs::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path d = fs::temp_directory_path() /
+               ("shardrl_cli_" + std::to_string(getpid()) + "_" + info->name());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Runs `args` in `dir` under a hard 120 s limit, capturing stdout and stderr.
+RunResult run_in(const fs::path& dir, const std::string& args) {
+  std::string cmd = "cd '" + dir.string() + "' && timeout -s KILL 120 " + args + " >stdout.txt 2>stderr.txt";
+  auto t0 = std::chrono::steady_clock::now();
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir / "stdout.txt");
+  r.err = slurp(dir / "stderr.txt");
+  return r;
+}
+
+std::string shardrl() { return SHARDRL_BINARY; }
+// As CI runs it: as root, on a small machine, over shared memory.
+std::string mpirun(int np) {
+  return "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) + " -np " + std::to_string(np) +
+         " --oversubscribe --allow-run-as-root --mca btl self,vader"
+         " --mca btl_vader_single_copy_mechanism none " + shardrl();
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+struct BadConfig {
+  const char* name;
+  const char* toml;
+  const char* extra_args;
+  const char* expected_stderr;
+};
+
+// Each case: the file bad.toml, extra arguments, and the exact stderr of a 1-rank job.
+const BadConfig kBadConfigs[] = {
+    {"syntax_error", "[run]\nname = \"abc\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:12: TOML syntax error: Error while parsing string: unescaped control characters "
+     "other than TAB (U+0009) are explicitly prohibited\n"},
+    {"unknown_section", "[trian]\ngradient_accumulation_fusion = true\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:1:1: unknown section [trian] (did you mean [train]?)\n"},
+    {"unknown_key", "[run]\nnmae = \"x\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:8: unknown key 'run.nmae' (did you mean 'run.name'?)\n"},
+    {"key_in_wrong_section", "[train]\nseed = 1\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:8: unknown key 'train.seed' (did you mean 'run.seed'?)\n"},
+    {"string_for_integer", "[run]\nseed = \"42\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:8: run.seed: expected an integer, got a string\n"},
+    {"integer_for_boolean", "[train]\ngradient_accumulation_fusion = 1\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:32: train.gradient_accumulation_fusion: expected a boolean (true or false), got an "
+     "integer\n"},
+    {"float_for_integer", "[run]\niterations = 2.5\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:14: run.iterations: expected an integer, got a float\n"},
+    {"negative_iterations", "[run]\niterations = -1\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:14: run.iterations: must be >= 0, got -1\n"},
+    {"unknown_precision", "[model]\nprecision = \"fp16\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:13: model.precision: must be one of \"bf16\", \"fp32\", got \"fp16\"\n"},
+    {"run_name_with_slash", "[run]\nname = \"a/b\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:8: run.name: must contain only letters, digits, '-', '_' and '.', got \"a/b\"\n"},
+    {"section_not_a_table", "run = 3\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:1:7: 'run' must be a section [run], got an integer\n"},
+    {"nested_table", "[run.extra]\nx = 1\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:1:1: unknown key 'run.extra'\n"},
+    {"nccl_on_cpu_build", "[comm]\nbackend = \"nccl\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:11: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "
+     "(use \"auto\" or \"mpi\")\n"},
+    {"zero_timeout", "[comm]\ntimeout_s = 0\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:13: comm.timeout_s: must be > 0.0, got 0.0\n"},
+    {"empty_run_dir", "[run]\ndir = \"\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:7: run.dir: must not be empty\n"},
+    {"every_problem_at_once", "[run]\nnmae = \"x\"\nseed = -3\n[model]\npreset = \"gpt5\"\n", "",
+     "shardrl: invalid configuration (3 problems):\n"
+     "  bad.toml:2:8: unknown key 'run.nmae' (did you mean 'run.name'?)\n"
+     "  bad.toml:3:8: run.seed: must be >= 0, got -3\n"
+     "  bad.toml:5:10: model.preset: must be one of \"tiny\", \"qwen3-0.6b\", \"llama-1b\", got "
+     "\"gpt5\"\n"},
+    {"fail_rank_beyond_world", "[debug]\nfail_rank = 3\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:13: debug.fail_rank = 3 but the job has 1 rank (0..0)\n"},
+    {"set_without_value", "", "--set run.seed",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set run.seed: expected section.key=value\n"},
+    {"set_without_section", "", "--set seed=3",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set seed=3: expected section.key=value (did you mean 'run.seed'?)\n"},
+    {"set_unknown_key", "", "--set run.sed=3",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set run.sed=3: unknown key 'run.sed' (did you mean 'run.seed'?)\n"},
+    {"set_wrong_type", "", "--set run.seed=abc",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set run.seed=abc: run.seed: expected an integer, got 'abc'\n"},
+};
+
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, ExactMessageAndExitCode2) {
+  const BadConfig& c = GetParam();
+  fs::path dir = test_dir();
+  write(dir / "bad.toml", c.toml);
+  RunResult r = run_in(dir, shardrl() + " train --config bad.toml " + c.extra_args);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, c.expected_stderr);
+  EXPECT_FALSE(fs::exists(dir / "runs")) << "nothing may be written for an invalid config";
+}
+
+INSTANTIATE_TEST_SUITE_P(Malformed, BadConfigTest, ::testing::ValuesIn(kBadConfigs),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(Cli, MissingConfigFileNamesIt) {
+  fs::path dir = test_dir();
+  RunResult r = run_in(dir, shardrl() + " train --config nowhere.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "shardrl: invalid configuration (1 problem):\n"
+            "  cannot read config file 'nowhere.toml': No such file or directory\n");
+}
+
+TEST(Cli, UsageErrorsExit2) {
+  fs::path dir = test_dir();
+  RunResult r = run_in(dir, shardrl() + " train");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "shardrl: --config is required\nRun 'shardrl --help' for usage.\n");
+  r = run_in(dir, shardrl());
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(Cli, HelpAndVersion) {
+  fs::path dir = test_dir();
+  RunResult r = run_in(dir, shardrl() + " --version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("shardrl ", 0), 0u) << r.out;
+  r = run_in(dir, shardrl() + " train --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--set"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--log-all-ranks"), std::string::npos) << r.out;
+}
+
+// At np 2 every rank reaches the same verdict: one message, exit code 2, no hang.
+TEST(Cli, InvalidConfigStopsEveryRankWithOneMessage) {
+  fs::path dir = test_dir();
+  write(dir / "bad.toml", "[run]\nseed = \"x\"\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config bad.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  // mpirun appends its own note on the non-zero exit; ours comes first, once.
+  const std::string ours =
+      "shardrl: invalid configuration (1 problem):\n"
+      "  bad.toml:2:8: run.seed: expected an integer, got a string\n";
+  EXPECT_EQ(r.err.substr(0, ours.size()), ours) << r.err;
+  EXPECT_EQ(r.err.find("invalid configuration", ours.size()), std::string::npos) << r.err;
+}
+
+TEST(Cli, SmokeJobRunsAndWritesResolvedConfig) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nname = \"smoke\"\niterations = 2\n[model]\nprecision = \"fp32\"\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set run.seed=7 --log-all-ranks");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("iteration 2/2: collectives checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run.seed                            7"), std::string::npos) << r.out;
+  // The device report lists every rank, in rank order, once.
+  auto r0 = r.out.find("rank 0/2  host "), r1 = r.out.find("rank 1/2  host ");
+  ASSERT_NE(r0, std::string::npos);
+  ASSERT_NE(r1, std::string::npos);
+  EXPECT_LT(r0, r1);
+  EXPECT_NE(r.out.find("[rank 1] done"), std::string::npos) << "--log-all-ranks shows rank 1";
+  EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << "no colour codes when not a terminal";
+  std::string written = slurp(dir / "runs" / "smoke" / "config.toml");
+  EXPECT_NE(written.find("seed = 7\n"), std::string::npos) << written;
+  EXPECT_NE(written.find("precision = \"fp32\"\n"), std::string::npos) << written;
+  // The resolved config is itself a valid config and resolves to the same file.
+  RunResult again = run_in(dir, shardrl() + " train --config runs/smoke/config.toml --set run.name=again");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  std::string rewritten = slurp(dir / "runs" / "again" / "config.toml");
+  EXPECT_EQ(rewritten, std::string(written).replace(written.find("name = \"smoke\""), 14, "name = \"again\""));
+}
+
+// A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.
+TEST(Cli, FailingRankStopsWholeJobWithin30Seconds) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 100000000\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set debug.fail_rank=1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_NE(r.err.find("shardrl: fatal error on rank 1 (host "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("injected failure (debug.fail_rank = 1) at iteration 0"), std::string::npos) << r.err;
+}
+
+// A rank that stops taking part (alive, stuck) makes its peers abort after comm.timeout_s.
+TEST(Cli, HangingRankIsDetectedByTimeout) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 100000000\n[comm]\ntimeout_s = 3\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set debug.fail_rank=1 --set debug.fail_mode=hang");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_NE(r.err.find("shardrl: fatal error on rank 0 (host "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did not complete within comm.timeout_s = 3 s"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,113 @@
+// The config loader in-process: defaults, precedence of --set over the file, where each value
+// came from, quoting, and that the resolved TOML reads back to the same Config.
+#include <gtest/gtest.h>
+
+#include "config/load.hpp"
+#include "config/print.hpp"
+#include "config/schema.hpp"
+
+namespace shardrl {
+namespace {
+
+const BuildInfo kCpu{false};
+const BuildInfo kGpu{true};
+
+TEST(ConfigLoad, EmptyFileGivesDefaults) {
+  LoadedConfig l = load_config("", "empty.toml", {}, kCpu);
+  ASSERT_TRUE(l.ok());
+  Config d;
+  EXPECT_EQ(l.config.run.name, d.run.name);
+  EXPECT_EQ(l.config.run.seed, d.run.seed);
+  EXPECT_EQ(l.config.model.precision, Precision::bf16);
+  EXPECT_TRUE(l.config.train.gradient_accumulation_fusion);
+  EXPECT_EQ(l.origin.at("run.seed"), "default");
+}
+
+TEST(ConfigLoad, FileValuesAndOrigins) {
+  LoadedConfig l = load_config(
+      "[run]\nname = \"r1\"\nseed = 9\n[model]\nprecision = \"fp32\"\n[train]\n"
+      "gradient_accumulation_fusion = false\n[comm]\ntimeout_s = 2\n",
+      "f.toml", {}, kCpu);
+  ASSERT_TRUE(l.ok()) << l.errors.front();
+  EXPECT_EQ(l.config.run.name, "r1");
+  EXPECT_EQ(l.config.run.seed, 9);
+  EXPECT_EQ(l.config.model.precision, Precision::fp32);
+  EXPECT_FALSE(l.config.train.gradient_accumulation_fusion);
+  EXPECT_DOUBLE_EQ(l.config.comm.timeout_s, 2.0);   // an integer is a valid float
+  EXPECT_EQ(l.origin.at("run.seed"), "f.toml:3:8");
+}
+
+TEST(ConfigLoad, OverridesWinInOrder) {
+  LoadedConfig l = load_config("[run]\nseed = 9\n", "f.toml",
+                               {"run.seed=10", "run.seed=11", "run.name=\"quoted name\"",
+                                "train.gradient_accumulation_fusion=false", "model.preset=llama-1b"},
+                               kCpu);
+  ASSERT_FALSE(l.ok());   // "quoted name" contains a space: not a plain name
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0],
+            "--set run.name=\"quoted name\": run.name: must contain only letters, digits, '-', '_' "
+            "and '.', got \"quoted name\"");
+  l = load_config("[run]\nseed = 9\n", "f.toml",
+                  {"run.seed=10", "run.seed=11", "run.name='x.y'", "model.preset=llama-1b"}, kCpu);
+  ASSERT_TRUE(l.ok()) << l.errors.front();
+  EXPECT_EQ(l.config.run.seed, 11);
+  EXPECT_EQ(l.config.run.name, "x.y");
+  EXPECT_EQ(l.config.model.preset, "llama-1b");
+  EXPECT_EQ(l.origin.at("run.seed"), "--set run.seed=11");
+}
+
+TEST(ConfigLoad, BackendMustBeCompiledIn) {
+  EXPECT_TRUE(load_config("[comm]\nbackend = \"mpi\"\n", "f", {}, kCpu).ok());
+  EXPECT_FALSE(load_config("[comm]\nbackend = \"nccl\"\n", "f", {}, kCpu).ok());
+  EXPECT_TRUE(load_config("[comm]\nbackend = \"nccl\"\n", "f", {}, kGpu).ok());
+  LoadedConfig l = load_config("", "f", {"comm.backend=mpi"}, kGpu);
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0],
+            "--set comm.backend=mpi: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on "
+            "the GPU (use \"auto\" or \"nccl\")");
+}
+
+TEST(ConfigLoad, DerivedValuesNeverRewriteTheConfig) {
+  LoadedConfig l = load_config("[run]\nname = \"n\"\ndir = \"out\"\n", "f", {}, kCpu);
+  ASSERT_TRUE(l.ok());
+  DerivedConfig d = derive(l.config, kCpu);
+  EXPECT_EQ(d.run_dir, std::filesystem::path("out/n"));
+  EXPECT_EQ(d.comm_backend, CommBackend::mpi);
+  EXPECT_EQ(l.config.comm.backend, CommBackend::automatic);   // the user's "auto" stays
+  EXPECT_EQ(derive(l.config, kGpu).comm_backend, CommBackend::nccl);
+}
+
+TEST(ConfigLoad, JobShapeChecks) {
+  LoadedConfig l = load_config("[debug]\nfail_rank = 1\n", "f", {}, kCpu);
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(check_for_job(l, 2).empty());
+  auto errors = check_for_job(l, 1);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], "f:2:13: debug.fail_rank = 1 but the job has 1 rank (0..0)");
+}
+
+TEST(ConfigLoad, ResolvedTomlReadsBackIdentically) {
+  LoadedConfig l = load_config("[run]\nname = \"a-b\"\nseed = 3\n[comm]\ntimeout_s = 1.5\n", "f",
+                               {"model.precision=fp32"}, kCpu);
+  ASSERT_TRUE(l.ok());
+  std::string text = to_toml(l.config);
+  LoadedConfig back = load_config(text, "resolved.toml", {}, kCpu);
+  ASSERT_TRUE(back.ok()) << back.errors.front();
+  EXPECT_EQ(to_toml(back.config), text);
+  for (const auto& def : config_schema())
+    EXPECT_NE(back.origin.at(def.full_name()), "default") << def.full_name() << " missing from the TOML";
+}
+
+TEST(ConfigLoad, StringsAreEscapedInTomlOutput) {
+  EXPECT_EQ(to_toml_literal(ConfigValue(std::string("a\"b\\c\n"))), "\"a\\\"b\\\\c\\u000a\"");
+  EXPECT_EQ(to_toml_literal(ConfigValue(true)), "true");
+  EXPECT_EQ(to_toml_literal(ConfigValue(std::int64_t{-4})), "-4");
+}
+
+TEST(ConfigLoad, ClosestMatchOnlySuggestsLikelyTypos) {
+  EXPECT_EQ(closest_match("itrations", {"iterations", "seed"}), "iterations");
+  EXPECT_EQ(closest_match("completely_different", {"iterations", "seed"}), "");
+}
+
+}  // namespace
+}  // namespace shardrl

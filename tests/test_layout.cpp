@@ -1,0 +1,66 @@
+// Process layout, device binding and the host exchanges, at np 1, 2 and 4 on one node.
+#include <gtest/gtest.h>
+
+#include "mpi/device.hpp"
+#include "mpi/host_exchange.hpp"
+#include "mpi/layout.hpp"
+
+namespace shardrl {
+namespace {
+
+TEST(Layout, RanksAndNodeOnOneHost) {
+  ProcessLayout l = ProcessLayout::discover(MPI_COMM_WORLD);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(l.world_rank, rank);
+  EXPECT_EQ(l.world_size, size);
+  // All test ranks share this machine.
+  EXPECT_EQ(l.local_rank, rank);
+  EXPECT_EQ(l.local_size, size);
+  EXPECT_EQ(l.node_count, 1);
+  EXPECT_EQ(l.node_index, 0);
+  ASSERT_EQ(static_cast<int>(l.hosts.size()), size);
+  for (const auto& h : l.hosts) EXPECT_EQ(h, l.host);
+  EXPECT_NE(l.node_comm.get(), MPI_COMM_NULL);
+}
+
+TEST(Layout, DeviceReportListsEveryRankInOrder) {
+  ProcessLayout l = ProcessLayout::discover(MPI_COMM_WORLD);
+  DeviceBinding b = bind_device(l);
+  std::string report = device_report(l, b);
+  if (l.world_rank != 0) {
+    EXPECT_TRUE(report.empty());
+    return;
+  }
+  std::size_t last = 0;
+  for (int r = 0; r < l.world_size; ++r) {
+    auto pos = report.find("rank " + std::to_string(r) + "/" + std::to_string(l.world_size) + "  host ");
+    ASSERT_NE(pos, std::string::npos) << report;
+    EXPECT_GE(pos, last);
+    last = pos;
+  }
+}
+
+TEST(HostExchange, BroadcastGatherAndAgree) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string text = rank == size - 1 ? std::string(100000, 'x') + "end" : "";
+  broadcast_string(MPI_COMM_WORLD, text, size - 1);
+  EXPECT_EQ(text.size(), 100003u);
+  EXPECT_EQ(text.substr(100000), "end");
+
+  auto all = gather_strings(MPI_COMM_WORLD, std::string(rank, 'a' + rank), 0);
+  if (rank == 0) {
+    ASSERT_EQ(static_cast<int>(all.size()), size);
+    for (int r = 0; r < size; ++r) EXPECT_EQ(all[r], std::string(r, 'a' + r));
+  } else {
+    EXPECT_TRUE(all.empty());
+  }
+  EXPECT_FALSE(any_rank(MPI_COMM_WORLD, false));
+  EXPECT_TRUE(any_rank(MPI_COMM_WORLD, rank == size - 1));
+}
+
+}  // namespace
+}  // namespace shardrl
