@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what shardrl needs (Debian packages, only the missing ones), configures and builds.
+# Idempotent: a second run only rebuilds what changed.
+#   scripts/setup.sh [preset]        preset: cpu-release (default), cpu-debug, cuda-release
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-${SHARDRL_PRESET:-cpu-release}}"
+
+packages=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libopenblas-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libtrilinos-kokkos-dev libgtest-dev cmake g++ make)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$jobs"
+echo "setup: shardrl is at $(pwd)/build/$preset/src/app/shardrl"
