@@ -68,39 +68,72 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_
   ncclUniqueId id;
   if (rank_ == 0) SHARDRL_CHECK_NCCL(ncclGetUniqueId(&id));
   SHARDRL_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
+  // Non-blocking: no NCCL call may block the host unboundedly (the first collective connects
+  // lazily and would otherwise wait forever for a peer that never comes).
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclComm_t raw = nullptr;
-  SHARDRL_CHECK_NCCL(ncclCommInitRank(&raw, size_, id, rank_));
+  ncclResult_t init = ncclCommInitRankConfig(&raw, size_, id, rank_, &config);
   comm_ = NcclComm(raw);
+  settle(init, "ncclCommInitRankConfig");
   SHARDRL_CHECK_CUDA(cudaMalloc(&barrier_word_, sizeof(float)));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (barrier_word_) cudaFree(barrier_word_);
 }
 
 cudaStream_t NcclCommunicator::stream(StreamRef s) const {
   return s.handle ? static_cast<cudaStream_t>(s.handle) : own_stream_.get();
 }
 
+void NcclCommunicator::fail_and_abort(const std::string& what, const char* file, int line) {
+  comm_.abort();   // frees peers blocked on us and our own pending work
+  fatal(what, file, line);
+}
+
+void NcclCommunicator::settle(ncclResult_t result, const char* call) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  for (long polls = 0; result == ncclInProgress; ++polls) {
+    if (polls > 1000) sched_yield();
+    if ((polls & 1023) == 0 &&
+        std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
+      fail_and_abort(fmt::format("{} did not complete within comm.timeout_s = {} s: a peer rank failed "
+                                 "or is not taking part",
+                                 call, timeout_s_),
+                     __FILE__, __LINE__);
+    SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(comm_.get(), &result));
+  }
+  if (result != ncclSuccess)
+    fail_and_abort(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(result), ncclGetLastError(comm_.get())),
+                   __FILE__, __LINE__);
+}
+
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, DataType type,
                                   StreamRef s) {
-  SHARDRL_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(type), comm_.get(), stream(s)));
+  settle(ncclAllGather(send, recv, count, nccl_type(type), comm_.get(), stream(s)), "ncclAllGather");
 }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
                                       ReduceOp op, StreamRef s) {
-  SHARDRL_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), stream(s)));
+  settle(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), stream(s)),
+         "ncclReduceScatter");
 }
 
 void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DataType type,
                                   ReduceOp op, StreamRef s) {
-  SHARDRL_CHECK_NCCL(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), stream(s)));
+  settle(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_.get(), stream(s)), "ncclAllReduce");
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::size_t count, DataType type, int root, StreamRef s) {
-  SHARDRL_CHECK_NCCL(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, comm_.get(), stream(s)));
+  settle(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, comm_.get(), stream(s)), "ncclBroadcast");
 }
 
 void NcclCommunicator::barrier() {
   // A one-element all-reduce on our own stream, then a bounded wait: a device-side barrier.
-  SHARDRL_CHECK_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_.get(),
-                                   own_stream_.get()));
+  settle(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_.get(), own_stream_.get()),
+         "ncclAllReduce (barrier)");
   synchronize(StreamRef{});
 }
 
@@ -114,19 +147,17 @@ void NcclCommunicator::synchronize(StreamRef s) {
     if (q != cudaErrorNotReady) SHARDRL_CHECK_CUDA(q);
     ncclResult_t async = ncclSuccess;
     SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(comm_.get(), &async));
-    if (async != ncclSuccess) {
-      comm_.abort();
-      SHARDRL_FATAL(fmt::format("NCCL reported an asynchronous error: {} (a peer rank failed or the "
-                                "network broke)", ncclGetErrorString(async)));
-    }
+    if (async != ncclSuccess && async != ncclInProgress)
+      fail_and_abort(fmt::format("NCCL reported an asynchronous error: {} (a peer rank failed or the "
+                                 "network broke)", ncclGetErrorString(async)),
+                     __FILE__, __LINE__);
     if (polls > 1000) sched_yield();
     if ((polls & 1023) == 0 &&
-        std::chrono::duration<double>(clock::now() - start).count() > timeout_s_) {
-      comm_.abort();
-      SHARDRL_FATAL(fmt::format("NCCL collectives did not complete within comm.timeout_s = {} s: a "
-                                "peer rank failed or is not taking part",
-                                timeout_s_));
-    }
+        std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
+      fail_and_abort(fmt::format("NCCL collectives did not complete within comm.timeout_s = {} s: a "
+                                 "peer rank failed or is not taking part",
+                                 timeout_s_),
+                     __FILE__, __LINE__);
   }
 }
 

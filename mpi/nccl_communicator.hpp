@@ -1,10 +1,13 @@
 // The NCCL backend: GPU buffers, collectives enqueued on CUDA streams without host
-// synchronisation. The unique id is made on rank 0 and sent with MPI_Bcast. synchronize()
-// polls the stream and NCCL's asynchronous error state, so a dead peer or a hung collective
-// aborts the job after the timeout.
+// synchronisation. The unique id is made on rank 0 and sent with MPI_Bcast. The communicator
+// is non-blocking: a call that returns ncclInProgress (connection set-up) is polled to
+// completion against the timeout, and synchronize() polls the stream and NCCL's asynchronous
+// error state, so a dead peer or a hung collective aborts the job instead of hanging it.
 #pragma once
 
 #include <nccl.h>
+
+#include <string>
 
 #include "core/cuda_stream.hpp"
 #include "mpi/communicator.hpp"
@@ -32,6 +35,9 @@ class NcclComm {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm comm, double timeout_s);   // collective over `comm`
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend_name() const override { return "nccl"; }
@@ -47,6 +53,9 @@ class NcclCommunicator final : public Communicator {
 
  private:
   cudaStream_t stream(StreamRef s) const;
+  // Waits (bounded by the timeout) until a non-blocking NCCL call has finished enqueueing.
+  void settle(ncclResult_t result, const char* call);
+  [[noreturn]] void fail_and_abort(const std::string& what, const char* file, int line);
 
   int rank_ = 0;
   int size_ = 1;

@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
+
+#include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
+#include "mpi/device.hpp"
+#include "mpi/layout.hpp"
 #include "mpi/session.hpp"
 
 namespace {
@@ -40,7 +45,19 @@ int main(int argc, char** argv) {
   shardrl::init_logging(rank, false);
   int result = 0;
   {
-    shardrl::KokkosRuntime kokkos(0);
+    // One GPU per node-local rank, as in the job (on CPU builds: no device).
+    shardrl::DeviceBinding device;
+    {
+      shardrl::ProcessLayout layout = shardrl::ProcessLayout::discover(MPI_COMM_WORLD);
+      try {
+        device = shardrl::bind_device(layout);
+      } catch (const shardrl::InputError& e) {
+        if (rank == 0) std::fprintf(stderr, "cannot run this test here: %s\n", e.what());
+        MPI_Finalize();
+        return 1;
+      }
+    }
+    shardrl::KokkosRuntime kokkos(device.device_id);
     if (only_listing(argc, argv)) {
       if (rank == 0) result = RUN_ALL_TESTS();
     } else {

@@ -108,10 +108,17 @@ const BadConfig kBadConfigs[] = {
     {"nested_table", "[run.extra]\nx = 1\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:1:1: unknown key 'run.extra'\n"},
+#if defined(SHARDRL_ENABLE_CUDA)
+    {"mpi_on_gpu_build", "[comm]\nbackend = \"mpi\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:11: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on "
+     "the GPU (use \"auto\" or \"nccl\")\n"},
+#else
     {"nccl_on_cpu_build", "[comm]\nbackend = \"nccl\"\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:11: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "
      "(use \"auto\" or \"mpi\")\n"},
+#endif
     {"zero_timeout", "[comm]\ntimeout_s = 0\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:13: comm.timeout_s: must be > 0.0, got 0.0\n"},
