@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include "core/bf16.hpp"
+#include "core/kokkos.hpp"
 
 namespace shardrl {
 
@@ -34,6 +35,15 @@ template <> constexpr DataType data_type_of<std::uint8_t>() { return DataType::u
 struct StreamRef {
   void* handle = nullptr;
 };
+
+// The stream of a Kokkos execution space instance, so collectives order after its kernels.
+inline StreamRef stream_of([[maybe_unused]] const ExecSpace& space) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return StreamRef{space.cuda_stream()};
+#else
+  return StreamRef{};
+#endif
+}
 
 // Elements per rank when `total` elements are split into equal shards (the last padded).
 inline std::size_t padded_shard(std::size_t total, int world_size) {

@@ -12,14 +12,6 @@
 namespace shardrl {
 namespace {
 
-StreamRef compute_stream() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return StreamRef{ExecSpace().cuda_stream()};
-#else
-  return StreamRef{};
-#endif
-}
-
 Communicator& comm() {
   static std::unique_ptr<Communicator> c = make_communicator(
       has_backend(CommBackendKind::nccl) ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD, 120.0);
@@ -54,24 +46,26 @@ TYPED_TEST_SUITE(Collectives, ElementTypes);
 const std::vector<long> kSizes = {0, 1, 1001, 7 * 1024 + 3};
 constexpr long kBytes64Mi = 64l << 20;
 
+// The reduction over ranks of value(r, i), in fp64.
+double reduced(ReduceOp op, int ranks, long i) {
+  double sum = 0, mx = -1e30;
+  for (int r = 0; r < ranks; ++r) {
+    sum += value(r, i);
+    mx = std::max(mx, value(r, i));
+  }
+  return op == ReduceOp::sum ? sum : op == ReduceOp::average ? sum / ranks : mx;
+}
+
 template <class T>
 void check_all_reduce(long n, ReduceOp op, bool in_place) {
   Communicator& c = comm();
   const int ws = c.size();
   DeviceView<T> send = filled<T>(n, c.rank());
   DeviceView<T> recv = in_place ? send : DeviceView<T>("recv", n);
-  c.all_reduce(send.data(), recv.data(), n, op, compute_stream());
-  c.synchronize(compute_stream());
+  c.all_reduce(send.data(), recv.data(), n, op, stream_of(ExecSpace()));
+  c.synchronize(stream_of(ExecSpace()));
   auto got = to_host(recv);
-  for (long i = 0; i < n; ++i) {
-    double sum = 0, mx = -1e30;
-    for (int r = 0; r < ws; ++r) {
-      sum += value(r, i);
-      mx = std::max(mx, value(r, i));
-    }
-    double expected = op == ReduceOp::sum ? sum : op == ReduceOp::average ? sum / ws : mx;
-    ASSERT_EQ(got[i], expected) << "n=" << n << " i=" << i;
-  }
+  for (long i = 0; i < n; ++i) ASSERT_EQ(got[i], reduced(op, ws, i)) << "n=" << n << " i=" << i;
 }
 
 TYPED_TEST(Collectives, AllReduce) {
@@ -96,8 +90,8 @@ void check_all_gather(long n, bool in_place) {
   } else {
     send = filled<T>(n, me);
   }
-  c.all_gather(send.data(), recv.data(), n, compute_stream());
-  c.synchronize(compute_stream());
+  c.all_gather(send.data(), recv.data(), n, stream_of(ExecSpace()));
+  c.synchronize(stream_of(ExecSpace()));
   auto got = to_host(recv);
   for (int r = 0; r < ws; ++r)
     for (long i = 0; i < n; ++i) ASSERT_EQ(got[r * n + i], value(r, i)) << "n=" << n << " r=" << r;
@@ -121,18 +115,10 @@ void check_reduce_scatter(long n, ReduceOp op, bool in_place) {
   DeviceView<T> send = filled<T>(n * ws, me);
   DeviceView<T> recv = in_place ? DeviceView<T>(Kokkos::subview(send, std::make_pair(me * n, (me + 1) * n)))
                                 : DeviceView<T>("recv", n);
-  c.reduce_scatter(send.data(), recv.data(), n, op, compute_stream());
-  c.synchronize(compute_stream());
+  c.reduce_scatter(send.data(), recv.data(), n, op, stream_of(ExecSpace()));
+  c.synchronize(stream_of(ExecSpace()));
   auto got = to_host(recv);
-  for (long i = 0; i < n; ++i) {
-    double sum = 0, mx = -1e30;
-    for (int r = 0; r < ws; ++r) {
-      sum += value(r, me * n + i);
-      mx = std::max(mx, value(r, me * n + i));
-    }
-    double expected = op == ReduceOp::sum ? sum : op == ReduceOp::average ? sum / ws : mx;
-    ASSERT_EQ(got[i], expected) << "n=" << n << " i=" << i;
-  }
+  for (long i = 0; i < n; ++i) ASSERT_EQ(got[i], reduced(op, ws, me * n + i)) << "n=" << n << " i=" << i;
 }
 
 TYPED_TEST(Collectives, ReduceScatter) {
@@ -164,14 +150,14 @@ TYPED_TEST(Collectives, PaddedShardsOfIndivisibleLength) {
   }
   Kokkos::deep_copy(mine, h);
   DeviceView<TypeParam> full("full", shard * ws);
-  c.all_gather(mine.data(), full.data(), shard, compute_stream());
-  c.synchronize(compute_stream());
+  c.all_gather(mine.data(), full.data(), shard, stream_of(ExecSpace()));
+  c.synchronize(stream_of(ExecSpace()));
   auto got = to_host(full);
   for (long g = 0; g < total; ++g) ASSERT_EQ(got[g], value(0, g)) << g;
   // And back: every rank contributes the full tensor, each receives the sum of its slice.
   DeviceView<TypeParam> reduced("reduced", shard);
-  c.reduce_scatter(full.data(), reduced.data(), shard, ReduceOp::sum, compute_stream());
-  c.synchronize(compute_stream());
+  c.reduce_scatter(full.data(), reduced.data(), shard, ReduceOp::sum, stream_of(ExecSpace()));
+  c.synchronize(stream_of(ExecSpace()));
   auto back = to_host(reduced);
   for (long i = 0; i < shard; ++i) {
     long g = me * shard + i;
@@ -184,8 +170,8 @@ TYPED_TEST(Collectives, BroadcastFromEveryRoot) {
   for (long n : kSizes)
     for (int root = 0; root < c.size(); ++root) {
       DeviceView<TypeParam> buf = filled<TypeParam>(n, c.rank());
-      c.broadcast(buf.data(), n, root, compute_stream());
-      c.synchronize(compute_stream());
+      c.broadcast(buf.data(), n, root, stream_of(ExecSpace()));
+      c.synchronize(stream_of(ExecSpace()));
       auto got = to_host(buf);
       for (long i = 0; i < n; ++i) ASSERT_EQ(got[i], value(root, i)) << "root=" << root;
     }
@@ -197,8 +183,8 @@ TEST(CollectivesMisc, IntegerAllReduceAndBarrier) {
   auto h = Kokkos::create_mirror_view(v);
   for (int i = 0; i < 3; ++i) h(i) = (std::int64_t(1) << 40) + c.rank() * (i + 1);
   Kokkos::deep_copy(v, h);
-  c.all_reduce(v.data(), v.data(), 3, ReduceOp::sum, compute_stream());
-  c.synchronize(compute_stream());
+  c.all_reduce(v.data(), v.data(), 3, ReduceOp::sum, stream_of(ExecSpace()));
+  c.synchronize(stream_of(ExecSpace()));
   Kokkos::deep_copy(h, v);
   const std::int64_t ws = c.size(), rank_sum = ws * (ws - 1) / 2;
   for (int i = 0; i < 3; ++i) EXPECT_EQ(h(i), ws * (std::int64_t(1) << 40) + rank_sum * (i + 1));

@@ -8,14 +8,6 @@
 namespace shardrl {
 namespace {
 
-StreamRef compute_stream() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return StreamRef{ExecSpace().cuda_stream()};
-#else
-  return StreamRef{};
-#endif
-}
-
 // The value rank r holds at element i in round `it`: 0 or 1, so sums over any realistic
 // number of ranks are exact in bf16 and fp32.
 KOKKOS_INLINE_FUNCTION int pattern(long r, long i, long it) { return static_cast<int>((r + i + it) & 1); }
@@ -56,7 +48,7 @@ void fill(const DeviceView<T>& v, long rank, long it) {
 template <class T>
 SmokeRound round_of(Communicator& comm, std::size_t elements, long it) {
   const long n = static_cast<long>(elements), ranks = comm.size(), rank = comm.rank();
-  const StreamRef stream = compute_stream();
+  const StreamRef stream = stream_of(ExecSpace());
   SmokeRound out;
   out.elements = elements;
 
