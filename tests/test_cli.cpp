@@ -129,11 +129,24 @@ const BadConfig kBadConfigs[] = {
      "shardrl: invalid configuration (3 problems):\n"
      "  bad.toml:2:8: unknown key 'run.nmae' (did you mean 'run.name'?)\n"
      "  bad.toml:3:8: run.seed: must be >= 0, got -3\n"
-     "  bad.toml:5:10: model.preset: must be one of \"tiny\", \"qwen3-0.6b\", \"llama-1b\", got "
+     "  bad.toml:5:10: model.preset: must be one of \"tiny\", \"qwen3-0.6b\", \"llama-1b\", \"custom\", got "
      "\"gpt5\"\n"},
     {"fail_rank_beyond_world", "[debug]\nfail_rank = 3\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:13: debug.fail_rank = 3 but the job has 1 rank (0..0)\n"},
+    {"shape_key_beside_named_preset", "[model]\npreset = \"tiny\"\nd_model = 128\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:3:11: model.d_model cannot be set with model.preset = \"tiny\" (the preset fixes the "
+     "shape; use preset = \"custom\" to give the shape keys)\n"},
+    {"heads_not_divisible", "[model]\npreset = \"custom\"\nn_heads = 4\nn_kv_heads = 3\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:4:14: model.n_heads = 4 is not a multiple of model.n_kv_heads = 3\n"},
+    {"seq_len_beyond_model", "[train]\nseq_len = 1000\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:11: train.seq_len = 1000 exceeds the model's max_seq_len = 256\n"},
+    {"integer_too_large", "[model]\npreset = \"custom\"\nvocab_size = 99999999999\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:3:14: model.vocab_size: must be <= 2147483647, got 99999999999\n"},
     {"set_without_value", "", "--set run.seed",
      "shardrl: invalid configuration (1 problem):\n"
      "  --set run.seed: expected section.key=value\n"},

@@ -2,7 +2,10 @@
 // came from, quoting, and that the resolved TOML reads back to the same Config.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "config/load.hpp"
+#include "config/model_shape.hpp"
 #include "config/print.hpp"
 #include "config/schema.hpp"
 
@@ -94,8 +97,41 @@ TEST(ConfigLoad, ResolvedTomlReadsBackIdentically) {
   LoadedConfig back = load_config(text, "resolved.toml", {}, kCpu);
   ASSERT_TRUE(back.ok()) << back.errors.front();
   EXPECT_EQ(to_toml(back.config), text);
+  // Every key is written; a named preset's shape keys as comments (setting them would conflict).
+  for (const auto& def : config_schema()) {
+    bool shape_key = def.section == "model" && std::count(model_shape_keys().begin(), model_shape_keys().end(), def.key);
+    if (shape_key)
+      EXPECT_NE(text.find("# " + def.key + " = "), std::string::npos) << def.full_name();
+    else
+      EXPECT_NE(back.origin.at(def.full_name()), "default") << def.full_name() << " missing from the TOML";
+  }
+}
+
+TEST(ConfigLoad, CustomShapeRoundTripsWithEveryKey) {
+  LoadedConfig l = load_config("[model]\npreset = \"custom\"\nd_model = 96\nn_heads = 6\nn_kv_heads = 3\n", "f", {}, kCpu);
+  ASSERT_TRUE(l.ok()) << l.errors.front();
+  std::string text = to_toml(l.config);
+  LoadedConfig back = load_config(text, "resolved.toml", {}, kCpu);
+  ASSERT_TRUE(back.ok()) << back.errors.front();
+  EXPECT_EQ(to_toml(back.config), text);
   for (const auto& def : config_schema())
     EXPECT_NE(back.origin.at(def.full_name()), "default") << def.full_name() << " missing from the TOML";
+  EXPECT_EQ(resolve_model_shape(back.config.model).d_model, 96);
+}
+
+TEST(ConfigLoad, NamedPresetFixesTheShape) {
+  LoadedConfig l = load_config("[model]\npreset = \"qwen3-0.6b\"\n", "f", {}, kCpu);
+  ASSERT_TRUE(l.ok());
+  ModelShape s = resolve_model_shape(l.config.model);
+  EXPECT_EQ(s.d_model, 1024);
+  EXPECT_EQ(s.n_layers, 28);
+  EXPECT_TRUE(s.tie_embeddings);
+  // Qwen3-0.6B has 596M parameters without the tied head, as its model card says (0.44B non-embedding).
+  EXPECT_EQ(s.parameter_count(), 596049920);
+  std::string table = format_config_table(l);
+  EXPECT_NE(table.find("model.d_model"), std::string::npos);
+  EXPECT_NE(table.find("1024"), std::string::npos) << table;
+  EXPECT_NE(table.find("(preset \"qwen3-0.6b\")"), std::string::npos) << table;
 }
 
 TEST(ConfigLoad, StringsAreEscapedInTomlOutput) {

@@ -20,13 +20,31 @@ struct RunConfig {
   std::int64_t iterations = 10;
 };
 
+// The shape keys hold the `tiny` preset's values; with a named preset they must stay unset
+// (the preset decides), with preset = "custom" they are the shape.
 struct ModelConfig {
   std::string preset = "tiny";
   Precision precision = Precision::bf16;
+  std::int64_t vocab_size = 259;
+  std::int64_t d_model = 64;
+  std::int64_t n_layers = 2;
+  std::int64_t n_heads = 4;
+  std::int64_t n_kv_heads = 2;
+  std::int64_t head_dim = 16;
+  std::int64_t d_ff = 128;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  bool qk_norm = true;
+  bool tie_embeddings = false;
+  std::int64_t max_seq_len = 256;
+  double init_std = 0.02;
 };
 
 struct TrainConfig {
   bool gradient_accumulation_fusion = true;
+  std::int64_t micro_batch_size = 4;   // sequences per micro-batch
+  std::int64_t seq_len = 64;           // positions per sequence (activation buffers)
+  bool activation_recompute = false;
 };
 
 struct CommConfig {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "config/model_shape.hpp"
 #include "config/schema.hpp"
 
 namespace shardrl {
@@ -86,7 +87,11 @@ std::string value_problem(const KeyDef& def, const ConfigValue& v) {
                                              : ConfigValue(*def.min)),
                          to_toml_literal(v));
     if (def.max && x > *def.max)
-      return fmt::format("must be <= {}, got {}", *def.max, to_toml_literal(v));
+      return fmt::format("must be <= {}, got {}",
+                         to_toml_literal(def.kind == ValueKind::integer
+                                             ? ConfigValue(static_cast<std::int64_t>(*def.max))
+                                             : ConfigValue(*def.max)),
+                         to_toml_literal(v));
   }
   if (def.kind == ValueKind::choice) {
     const auto& s = std::get<std::string>(v);
@@ -253,6 +258,23 @@ void apply_override(const std::string& arg, LoadedConfig& out) {
 void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   const Config& c = out.config;
   auto where = [&](const std::string& key) { return out.origin.at(key); };
+  // A named preset decides the shape: a shape key given beside it would be silently ignored.
+  if (c.model.preset != "custom") {
+    for (const auto& key : model_shape_keys()) {
+      const std::string name = "model." + key;
+      if (out.origin.at(name) != "default")
+        out.errors.push_back(fmt::format(
+            "{}: {} cannot be set with model.preset = \"{}\" (the preset fixes the shape; use "
+            "preset = \"custom\" to give the shape keys)",
+            where(name), name, c.model.preset));
+    }
+  }
+  const ModelShape shape = resolve_model_shape(c.model);
+  for (const auto& [key, problem] : shape_problems(shape))
+    out.errors.push_back(fmt::format("{}: {}", where(key), problem));
+  if (c.train.seq_len > shape.max_seq_len)
+    out.errors.push_back(fmt::format("{}: train.seq_len = {} exceeds the model's max_seq_len = {}",
+                                     where("train.seq_len"), c.train.seq_len, shape.max_seq_len));
   if (c.comm.backend == CommBackend::nccl && !build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "

@@ -2,11 +2,13 @@
 // docs/config.md (the docs test fails until all three agree).
 #include "config/schema.hpp"
 
+#include "config/model_shape.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-#include <toml++/toml.h>
+#include <fmt/format.h>
 
 namespace shardrl {
 namespace {
@@ -50,6 +52,13 @@ KeyDef choice(std::string section, std::string key, std::string meaning,
   d.get = [sec, member, names](const Config& c) {
     return ConfigValue(names.at(static_cast<std::size_t>((c.*sec).*member)));
   };
+  return d;
+}
+
+constexpr double kMaxInt = 2147483647.0;   // shapes index with int
+
+KeyDef with_max(KeyDef d, double max) {
+  d.max = max;
   return d;
 }
 
@@ -103,7 +112,10 @@ std::vector<KeyDef> build_schema() {
                         "Model shape: `tiny` for tests, `qwen3-0.6b` and `llama-1b` for GPU "
                         "benchmarks.",
                         &Config::model, &ModelConfig::preset);
-  preset.choices = {"tiny", "qwen3-0.6b", "llama-1b"};
+  preset.choices = model_preset_names();
+  preset.choices.push_back("custom");
+  preset.meaning = "Model shape: `tiny` for tests, `qwen3-0.6b` and `llama-1b` (Hugging Face shapes) for "
+                   "GPU benchmarks, or `custom`: the shape keys below.";
   s.push_back(preset);
   s.push_back(choice("model", "precision",
                      "Compute precision: `bf16` (bf16 weights/activations, fp32 accumulation) or "
@@ -112,10 +124,55 @@ std::vector<KeyDef> build_schema() {
                      &Config::model, &ModelConfig::precision,
                      std::vector<std::string>{"bf16", "fp32"}));
 
+  // Shape keys: given only with preset = "custom" (defaults are the tiny preset's).
+  auto shape_int = [&](const char* key, std::int64_t ModelConfig::*member, double min, const char* meaning) {
+    s.push_back(with_max(with_min(field("model", key, VK::integer, meaning, &Config::model, member), min),
+                         kMaxInt));
+  };
+  auto shape_real = [&](const char* key, double ModelConfig::*member, const char* meaning) {
+    s.push_back(with_min(field("model", key, VK::real, meaning, &Config::model, member), 0.0, true));
+  };
+  shape_int("vocab_size", &ModelConfig::vocab_size, 2, "Vocabulary size (custom shapes).");
+  shape_int("d_model", &ModelConfig::d_model, 1, "Width of the residual stream (custom shapes).");
+  shape_int("n_layers", &ModelConfig::n_layers, 1, "Decoder layers (custom shapes).");
+  shape_int("n_heads", &ModelConfig::n_heads, 1, "Query heads (custom shapes).");
+  shape_int("n_kv_heads", &ModelConfig::n_kv_heads, 1,
+            "Key/value heads; divides n_heads (grouped-query attention; custom shapes).");
+  shape_int("head_dim", &ModelConfig::head_dim, 2, "Dimension of one head; even (custom shapes).");
+  shape_int("d_ff", &ModelConfig::d_ff, 1, "Hidden width of the SwiGLU MLP (custom shapes).");
+  shape_real("rope_theta", &ModelConfig::rope_theta, "RoPE base (custom shapes).");
+  shape_real("norm_eps", &ModelConfig::norm_eps, "RMSNorm epsilon (custom shapes).");
+  s.push_back(field("model", "qk_norm", VK::boolean, "Per-head RMSNorm on q and k, as in Qwen3 (custom shapes).",
+                    &Config::model, &ModelConfig::qk_norm));
+  s.push_back(field("model", "tie_embeddings", VK::boolean,
+                    "The LM head reuses the token embedding matrix (custom shapes).", &Config::model,
+                    &ModelConfig::tie_embeddings));
+  shape_int("max_seq_len", &ModelConfig::max_seq_len, 1, "Longest sequence the model accepts (custom shapes).");
+  s.push_back(with_min(field("model", "init_std", VK::real,
+                             "Standard deviation of the normal initialisation of fresh matrices "
+                             "(norm weights start at 1).",
+                             &Config::model, &ModelConfig::init_std),
+                       0.0, true));
+
   s.push_back(field("train", "gradient_accumulation_fusion", VK::boolean,
                     "Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer "
                     "(beta = 1) instead of writing a separate tensor that is then added.",
                     &Config::train, &TrainConfig::gradient_accumulation_fusion));
+  s.push_back(with_max(with_min(field("train", "micro_batch_size", VK::integer,
+                                      "Sequences per micro-batch (sizes the activation buffers).",
+                                      &Config::train, &TrainConfig::micro_batch_size),
+                                1),
+                       kMaxInt));
+  s.push_back(with_max(with_min(field("train", "seq_len", VK::integer,
+                                      "Positions per training sequence (sizes the activation buffers); "
+                                      "at most the model's max_seq_len.",
+                                      &Config::train, &TrainConfig::seq_len),
+                                1),
+                       kMaxInt));
+  s.push_back(field("train", "activation_recompute", VK::boolean,
+                    "Keep only each layer's input during forward and recompute the layer's "
+                    "activations in backward (less memory, one more forward).",
+                    &Config::train, &TrainConfig::activation_recompute));
 
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "
@@ -172,7 +229,10 @@ std::string to_toml_literal(const ConfigValue& value) {
   } else if (auto i = std::get_if<std::int64_t>(&value)) {
     os << *i;
   } else if (auto d = std::get_if<double>(&value)) {
-    os << toml::value<double>(*d);
+    // Shortest text that reads back to the same double, made a TOML float ("300" -> "300.0").
+    std::string text = fmt::format("{}", *d);
+    if (text.find_first_of(".en") == std::string::npos) text += ".0";
+    os << text;
   } else {
     // Basic (double-quoted) TOML string, escaped, so every reader and message looks alike.
     os << '"';

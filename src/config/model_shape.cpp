@@ -1,0 +1,116 @@
+#include "config/model_shape.hpp"
+
+#include <fmt/format.h>
+
+namespace shardrl {
+namespace {
+
+ModelShape from_keys(const ModelConfig& m) {
+  ModelShape s;
+  s.vocab_size = static_cast<int>(m.vocab_size);
+  s.d_model = static_cast<int>(m.d_model);
+  s.n_layers = static_cast<int>(m.n_layers);
+  s.n_heads = static_cast<int>(m.n_heads);
+  s.n_kv_heads = static_cast<int>(m.n_kv_heads);
+  s.head_dim = static_cast<int>(m.head_dim);
+  s.d_ff = static_cast<int>(m.d_ff);
+  s.rope_theta = static_cast<float>(m.rope_theta);
+  s.norm_eps = static_cast<float>(m.norm_eps);
+  s.qk_norm = m.qk_norm;
+  s.tie_embeddings = m.tie_embeddings;
+  s.max_seq_len = static_cast<int>(m.max_seq_len);
+  return s;
+}
+
+// Hugging Face shapes: Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B (whose "llama3" RoPE
+// frequency scaling shardrl does not implement: plain RoPE with the same theta).
+ModelShape qwen3_0_6b() {
+  ModelShape s;
+  s.vocab_size = 151936;
+  s.d_model = 1024;
+  s.n_layers = 28;
+  s.n_heads = 16;
+  s.n_kv_heads = 8;
+  s.head_dim = 128;
+  s.d_ff = 3072;
+  s.rope_theta = 1000000.0f;
+  s.norm_eps = 1e-6f;
+  s.qk_norm = true;
+  s.tie_embeddings = true;
+  s.max_seq_len = 40960;
+  return s;
+}
+
+ModelShape llama_1b() {
+  ModelShape s;
+  s.vocab_size = 128256;
+  s.d_model = 2048;
+  s.n_layers = 16;
+  s.n_heads = 32;
+  s.n_kv_heads = 8;
+  s.head_dim = 64;
+  s.d_ff = 8192;
+  s.rope_theta = 500000.0f;
+  s.norm_eps = 1e-5f;
+  s.qk_norm = false;
+  s.tie_embeddings = true;
+  s.max_seq_len = 131072;
+  return s;
+}
+
+}  // namespace
+
+std::int64_t ModelShape::parameter_count() const {
+  std::int64_t D = d_model, V = vocab_size, q = std::int64_t(n_heads) * head_dim,
+               kv = std::int64_t(n_kv_heads) * head_dim, F = d_ff;
+  std::int64_t layer = 2 * D + D * q + 2 * D * kv + q * D + 3 * D * F + (qk_norm ? 2 * head_dim : 0);
+  return V * D + n_layers * layer + D + (tie_embeddings ? 0 : V * D);
+}
+
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = {"tiny", "qwen3-0.6b", "llama-1b"};
+  return names;
+}
+
+const std::vector<std::string>& model_shape_keys() {
+  static const std::vector<std::string> keys = {
+      "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",  "d_ff",
+      "rope_theta", "norm_eps", "qk_norm", "tie_embeddings", "max_seq_len"};
+  return keys;
+}
+
+ModelShape resolve_model_shape(const ModelConfig& model) {
+  if (model.preset == "qwen3-0.6b") return qwen3_0_6b();
+  if (model.preset == "llama-1b") return llama_1b();
+  return from_keys(model);   // "tiny" (the keys' defaults) or "custom"
+}
+
+ModelConfig with_resolved_shape(const ModelConfig& model) {
+  const ModelShape s = resolve_model_shape(model);
+  ModelConfig m = model;
+  m.vocab_size = s.vocab_size;
+  m.d_model = s.d_model;
+  m.n_layers = s.n_layers;
+  m.n_heads = s.n_heads;
+  m.n_kv_heads = s.n_kv_heads;
+  m.head_dim = s.head_dim;
+  m.d_ff = s.d_ff;
+  m.rope_theta = s.rope_theta;
+  m.norm_eps = s.norm_eps;
+  m.qk_norm = s.qk_norm;
+  m.tie_embeddings = s.tie_embeddings;
+  m.max_seq_len = s.max_seq_len;
+  return m;
+}
+
+std::vector<std::pair<std::string, std::string>> shape_problems(const ModelShape& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads != 0)
+    out.emplace_back("model.n_kv_heads", fmt::format("model.n_heads = {} is not a multiple of model.n_kv_heads = {}", s.n_heads,
+                              s.n_kv_heads));
+  if (s.head_dim % 2 != 0)
+    out.emplace_back("model.head_dim", fmt::format("model.head_dim = {} must be even (RoPE rotates pairs)", s.head_dim));
+  return out;
+}
+
+}  // namespace shardrl
