@@ -1,0 +1,92 @@
+// Helpers for kernel tests: seeded random device buffers, poisoning (so an element a kernel
+// forgot to write fails the comparison), copies to host as double, and comparison against an
+// fp64 host reference with a stated tolerance.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "core/kokkos.hpp"
+
+namespace shardrl::test {
+
+// A device buffer of n elements of T with a host mirror.
+template <class T>
+struct Buffer {
+  DeviceView<T> device;
+  explicit Buffer(long n, const std::string& name = "buf") : device(name, static_cast<std::size_t>(n)) {}
+  T* data() const { return device.data(); }
+  long size() const { return static_cast<long>(device.extent(0)); }
+
+  // Values from `values`, rounded to T.
+  void set(const std::vector<double>& values) {
+    auto h = Kokkos::create_mirror_view(device);
+    for (long i = 0; i < size(); ++i) h(i) = T(static_cast<float>(values[i]));
+    Kokkos::deep_copy(device, h);
+  }
+  // Every element NaN: what a kernel does not write stays NaN and fails any comparison.
+  void poison() { set(std::vector<double>(size(), std::numeric_limits<double>::quiet_NaN())); }
+  std::vector<double> host() const {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), device);
+    std::vector<double> out(size());
+    for (long i = 0; i < size(); ++i) out[i] = static_cast<float>(h(i));
+    return out;
+  }
+};
+
+// Uniform values in [lo, hi), rounded to T so the reference sees exactly the kernel's inputs.
+template <class T>
+std::vector<double> random_values(long n, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = static_cast<float>(T(static_cast<float>(dist(gen))));
+  return v;
+}
+
+template <class T>
+Buffer<T> random_buffer(long n, std::uint64_t seed, std::vector<double>* values = nullptr, double lo = -1.0,
+                        double hi = 1.0) {
+  Buffer<T> b(n);
+  std::vector<double> v = random_values<T>(n, seed, lo, hi);
+  b.set(v);
+  if (values) *values = v;
+  return b;
+}
+
+// Unit roundoff of T: tolerances are stated as multiples of it.
+template <class T>
+constexpr double unit_roundoff() {
+  return std::is_same_v<T, bf16> ? 1.0 / 256 : 1.0 / (1 << 24);
+}
+
+// |got - want| <= atol + rtol * |want| for every element; reports the worst element.
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                         double atol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  long worst = -1;
+  double worst_excess = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double err = std::fabs(got[i] - want[i]);
+    double allowed = atol + rtol * std::fabs(want[i]);
+    if (!(err <= allowed)) {   // NaN fails too
+      double excess = std::isnan(err) ? std::numeric_limits<double>::infinity() : err - allowed;
+      if (worst < 0 || excess > worst_excess) {
+        worst = static_cast<long>(i);
+        worst_excess = excess;
+      }
+    }
+  }
+  if (worst >= 0)
+    ADD_FAILURE() << what << ": element " << worst << " is " << got[worst] << ", reference " << want[worst]
+                  << " (rtol " << rtol << ", atol " << atol << ")";
+}
+
+}  // namespace shardrl::test

@@ -1,0 +1,171 @@
+// Embedding gather and scatter-add kernels against an fp64 host reference, for float and bf16,
+// including repeated tokens (the backward must sum them) and accumulation into dW.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/embedding.hpp"
+
+namespace shardrl {
+namespace {
+
+using test::Buffer;
+using test::expect_close;
+using test::random_buffer;
+using test::random_values;
+using test::unit_roundoff;
+
+// Elements past the kernel's range stay poisoned, so an out-of-range write is caught too.
+constexpr long kGuard = 16;
+
+void expect_guard_untouched(const std::vector<double>& got, long n, const char* what) {
+  for (long i = n; i < static_cast<long>(got.size()); ++i)
+    EXPECT_TRUE(std::isnan(got[i])) << what << ": guard element " << i - n << " was written";
+}
+
+struct Shape {
+  int N, D, V;
+};
+const Shape kShapes[] = {{1, 1, 1}, {3, 7, 5}, {37, 64, 11}, {5, 129, 300}, {37, 129, 3}};
+
+std::vector<double> random_tokens(int N, int V, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int> dist(0, V - 1);
+  std::vector<double> t(N);
+  for (auto& v : t) v = dist(gen);
+  return t;
+}
+
+Buffer<std::int32_t> token_buffer(const std::vector<double>& tokens) {
+  Buffer<std::int32_t> b(static_cast<long>(tokens.size()), "tokens");
+  b.set(tokens);
+  return b;
+}
+
+// fp64 references.
+std::vector<double> ref_forward(const std::vector<double>& tokens, const std::vector<double>& W, int D) {
+  std::vector<double> out(tokens.size() * D);
+  for (std::size_t n = 0; n < tokens.size(); ++n)
+    for (int d = 0; d < D; ++d) out[n * D + d] = W[static_cast<long>(tokens[n]) * D + d];
+  return out;
+}
+// dW is accumulated into (its incoming values are kept).
+void ref_backward(const std::vector<double>& tokens, const std::vector<double>& dout, int D, std::vector<double>& dW) {
+  for (std::size_t n = 0; n < tokens.size(); ++n)
+    for (int d = 0; d < D; ++d) dW[static_cast<long>(tokens[n]) * D + d] += dout[n * D + d];
+}
+
+TEST(EmbeddingReference, BackwardMatchesFiniteDifferences) {
+  // L(W) = sum c(n,d) * out(n,d); tokens repeat so the reference's sum over repeats is checked.
+  const int N = 5, D = 3, V = 4;
+  const std::vector<double> tokens = {2, 0, 2, 3, 2};
+  std::vector<double> W = random_values<double>(V * D, 11);
+  const std::vector<double> c = random_values<double>(N * D, 12);
+  auto loss = [&](const std::vector<double>& w) {
+    std::vector<double> out = ref_forward(tokens, w, D);
+    double l = 0;
+    for (int i = 0; i < N * D; ++i) l += c[i] * out[i];
+    return l;
+  };
+  std::vector<double> dW(V * D, 0.0);
+  ref_backward(tokens, c, D, dW);
+  const double h = 1e-4;
+  for (int i = 0; i < V * D; ++i) {
+    std::vector<double> wp = W, wm = W;
+    wp[i] += h;
+    wm[i] -= h;
+    EXPECT_NEAR(dW[i], (loss(wp) - loss(wm)) / (2 * h), 1e-9) << "element " << i;
+  }
+}
+
+template <class T>
+class EmbeddingKernel : public ::testing::Test {};
+using KernelTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(EmbeddingKernel, KernelTypes);
+
+TYPED_TEST(EmbeddingKernel, ForwardGathersRows) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 100;
+  for (const Shape& s : kShapes) {
+    std::vector<double> tokens = random_tokens(s.N, s.V, ++seed);
+    std::vector<double> W;
+    Buffer<T> W_dev = random_buffer<T>(static_cast<long>(s.V) * s.D, ++seed, &W);
+    Buffer<std::int32_t> tok_dev = token_buffer(tokens);
+    const long n = static_cast<long>(s.N) * s.D;
+    Buffer<T> out(n + kGuard);
+    out.poison();
+    kernels::embedding_forward<T>(space, tok_dev.data(), W_dev.data(), out.data(), s.N, s.D);
+    std::vector<double> got = out.host();
+    expect_guard_untouched(got, n, "embedding_forward");
+    got.resize(n);
+    // A gather copies values bit for bit: tolerance 0.
+    expect_close(got, ref_forward(tokens, W, s.D), 0.0, 0.0, "embedding_forward");
+  }
+}
+
+TYPED_TEST(EmbeddingKernel, BackwardAccumulatesIntoGradient) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 200;
+  for (const Shape& s : kShapes) {
+    std::vector<double> tokens = random_tokens(s.N, s.V, ++seed);
+    std::vector<double> dout;
+    Buffer<T> dout_dev = random_buffer<T>(static_cast<long>(s.N) * s.D, ++seed, &dout);
+    Buffer<std::int32_t> tok_dev = token_buffer(tokens);
+    const long n = static_cast<long>(s.V) * s.D;
+    // Pre-filled gradient (known values): the kernel must add to it, not overwrite it.
+    std::vector<double> dW = random_values<float>(n, ++seed);
+    std::vector<double> dW_init = dW;
+    dW_init.resize(n + kGuard, std::nan(""));
+    Buffer<float> dW_dev(n + kGuard);
+    dW_dev.set(dW_init);
+    kernels::embedding_backward<T>(space, tok_dev.data(), dout_dev.data(), dW_dev.data(), s.N, s.D);
+
+    // Tolerance: bf16 -> fp32 of dout is exact, so only the fp32 sums round. A row that k
+    // tokens hit sums k+1 terms in some order: |error| <= k * u_f * (sum of |terms|).
+    std::vector<double> terms_abs(n), hits(n, 0.0);
+    for (long i = 0; i < n; ++i) terms_abs[i] = std::fabs(dW[i]);
+    for (int t = 0; t < s.N; ++t)
+      for (int d = 0; d < s.D; ++d) {
+        const long i = static_cast<long>(tokens[t]) * s.D + d;
+        terms_abs[i] += std::fabs(dout[static_cast<long>(t) * s.D + d]);
+        hits[i] += 1;
+      }
+    double atol = 0;
+    for (long i = 0; i < n; ++i) atol = std::max(atol, hits[i] * unit_roundoff<float>() * terms_abs[i]);
+    ref_backward(tokens, dout, s.D, dW);
+    std::vector<double> got = dW_dev.host();
+    expect_guard_untouched(got, n, "embedding_backward");
+    got.resize(n);
+    expect_close(got, dW, 0.0, atol, "embedding_backward");
+  }
+}
+
+TYPED_TEST(EmbeddingKernel, BackwardSumsRepeatedTokens) {
+  using T = TypeParam;
+  ExecSpace space;
+  // Every token is 1: row 1 of dW must receive all N rows of dout, the other rows nothing.
+  // Values are small integers and halves, so every partial sum is exact in fp32: tolerance 0.
+  const int N = 37, D = 7, V = 3;
+  Buffer<std::int32_t> tok_dev = token_buffer(std::vector<double>(N, 1.0));
+  std::vector<double> dout(N * D);
+  for (int i = 0; i < N * D; ++i) dout[i] = (i % 3) - 1.0;   // -1, 0, 1
+  Buffer<T> dout_dev(N * D);
+  dout_dev.set(dout);
+  std::vector<double> dW(V * D, 0.5);
+  Buffer<float> dW_dev(V * D);
+  dW_dev.set(dW);
+  kernels::embedding_backward<T>(space, tok_dev.data(), dout_dev.data(), dW_dev.data(), N, D);
+  for (int n = 0; n < N; ++n)
+    for (int d = 0; d < D; ++d) dW[1 * D + d] += dout[n * D + d];
+  expect_close(dW_dev.host(), dW, 0.0, 0.0, "embedding_backward repeated tokens");
+}
+
+}  // namespace
+}  // namespace shardrl
