@@ -1,0 +1,51 @@
+// Internal to the model: the activation and scratch buffers of a Transformer, allocated once
+// for (max_batch, max_seq_len), and the offsets of each parameter inside a unit buffer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/kokkos.hpp"
+#include "model/transformer.hpp"
+
+namespace shardrl {
+
+// Untyped device bytes; the element type (bf16 or fp32) is the model's compute type.
+struct DeviceBytes {
+  Kokkos::View<char*, MemSpace> view;
+  DeviceBytes() = default;
+  DeviceBytes(const char* label, std::size_t bytes) : view(std::string(label), bytes) {}
+  template <class T> T* as() const { return reinterpret_cast<T*>(view.data()); }
+  std::size_t bytes() const { return view.extent(0); }
+};
+
+// Offsets (elements) of a decoder layer's parameters in its unit buffer; -1 when absent.
+struct LayerOffsets {
+  std::int64_t input_norm, q, k, v, o, q_norm = -1, k_norm = -1, post_norm, gate, up, down;
+};
+
+// What one decoder layer keeps from forward for backward.
+struct LayerActivations {
+  DeviceBytes h1, q_raw, k_raw, q, k, v, attn, xmid, h2, g, u, a;   // compute type
+  DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;                      // fp32
+};
+
+struct Transformer::Activations {
+  std::vector<DeviceBytes> residual;          // n_layers + 1 of (N, D): input of layer l; last: of head
+  std::vector<LayerActivations> layers;       // n_layers of them, or 1 shared with recompute
+  DeviceBytes recompute_out;                  // (N, D): a recomputed layer's (unused) output
+  DeviceBytes hf, logits;                     // head: normed (N, D), logits (N, V)
+  DeviceBytes rstd_f, lse_tok, logp, dlogp;   // fp32 (N)
+  // Backward scratch, shared by all layers.
+  DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
+  DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
+  Kokkos::View<std::int32_t*, MemSpace> tokens, targets, positions;
+  Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h;
+  std::vector<LayerOffsets> offsets;          // per layer
+  std::int64_t head_norm = 0, head_lm = -1, embed = 0;
+
+  std::size_t bytes() const;
+};
+
+}  // namespace shardrl

@@ -1,0 +1,111 @@
+// Backward of each unit, by hand, in reverse order of forward.cpp. `dres` carries dL/d(residual
+// stream) from unit to unit. Weight gradients accumulate into the unit's fp32 gradient buffer,
+// through the fused (beta = 1) or unfused (separate tensor, then added) path.
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/activations.hpp"
+
+namespace shardrl {
+
+template <class T>
+void Transformer::weight_grad(const T* dY, const T* X, float* dW, int out, int in) {
+  const int N = B_ * S_;
+  if (options_.gradient_accumulation_fusion) {
+    gemm_->gemm(Op::T, Op::N, out, in, N, 1.0f, dY, out, X, in, 1.0f, dW, in);
+    ++wgrad_.fused;
+  } else {
+    float* tmp = act_->wgrad_tmp.as<float>();
+    gemm_->gemm(Op::T, Op::N, out, in, N, 1.0f, dY, out, X, in, 0.0f, tmp, in);
+    kernels::add_scaled(space_, tmp, dW, 1.0f, long(out) * in);
+    ++wgrad_.unfused;
+  }
+}
+
+template <class T>
+void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied_g) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model, V = s.vocab_size;
+  Activations& a = *act_;
+  const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
+  float* lm_g = s.tie_embeddings ? tied_g : g + a.head_lm;
+  kernels::token_logprob_backward(space_, a.logits.as<T>(), a.targets.data(), a.lse_tok.as<float>(),
+                                  a.dlogp.as<float>(), a.dlogits.as<T>(), N, V);
+  gemm_->gemm(Op::N, Op::N, N, D, V, 1.0f, a.dlogits.as<T>(), V, lm, D, 0.0f, a.dh.as<T>(), D);
+  weight_grad(a.dlogits.as<T>(), a.hf.as<T>(), lm_g, V, D);
+  kernels::rmsnorm_backward(space_, a.residual[s.n_layers].as<T>(), w + a.head_norm, a.rstd_f.as<float>(),
+                            a.dh.as<T>(), a.dres.as<T>(), g + a.head_norm, N, D, 0.0f);
+}
+
+template <class T>
+void Transformer::layer_backward(int layer, const T* w, float* g) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
+  const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
+  const LayerOffsets& o = act_->offsets[layer];
+  if (options_.activation_recompute) layer_forward(layer, w, /*recompute=*/true);
+  LayerActivations& a = act_->layers[options_.activation_recompute ? 0 : layer];
+  Activations& b = *act_;
+  T* dres = b.dres.as<T>();
+  Gemm& mm = *gemm_;
+
+  // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid).
+  mm.gemm(Op::N, Op::N, N, F, D, 1.0f, dres, D, w + o.down, F, 0.0f, b.da.as<T>(), F);
+  weight_grad(dres, a.a.as<T>(), g + o.down, D, F);
+  kernels::swiglu_backward(space_, a.g.as<T>(), a.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
+                           long(N) * F);
+  mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.dg.as<T>(), F, w + o.gate, D, 0.0f, b.dh.as<T>(), D);
+  mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.du.as<T>(), F, w + o.up, D, 1.0f, b.dh.as<T>(), D);
+  weight_grad(b.dg.as<T>(), a.h2.as<T>(), g + o.gate, F, D);
+  weight_grad(b.du.as<T>(), a.h2.as<T>(), g + o.up, F, D);
+  kernels::rmsnorm_backward(space_, a.xmid.as<T>(), w + o.post_norm, a.rstd2.as<float>(), b.dh.as<T>(), dres,
+                            g + o.post_norm, N, D, 1.0f);
+
+  // Attention: xmid = x + o_proj(attn(rope(norm(q)), rope(norm(k)), v)).
+  mm.gemm(Op::N, Op::N, N, Hq, D, 1.0f, dres, D, w + o.o, Hq, 0.0f, b.dattn.as<T>(), Hq);
+  weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
+  kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
+  kernels::attention_backward(space_, shape, a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
+                              a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(), b.dv.as<T>());
+  kernels::rope_backward(space_, b.dq.as<T>(), b.positions.data(), N, s.n_heads, hd, s.rope_theta);
+  kernels::rope_backward(space_, b.dk.as<T>(), b.positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
+  T* dq = b.dq.as<T>();
+  T* dk = b.dk.as<T>();
+  if (s.qk_norm) {
+    kernels::rmsnorm_backward(space_, a.q_raw.as<T>(), w + o.q_norm, a.rstd_q.as<float>(), dq, b.dq_raw.as<T>(),
+                              g + o.q_norm, N * s.n_heads, hd, 0.0f);
+    kernels::rmsnorm_backward(space_, a.k_raw.as<T>(), w + o.k_norm, a.rstd_k.as<float>(), dk, b.dk_raw.as<T>(),
+                              g + o.k_norm, N * s.n_kv_heads, hd, 0.0f);
+    dq = b.dq_raw.as<T>();
+    dk = b.dk_raw.as<T>();
+  }
+  mm.gemm(Op::N, Op::N, N, D, Hq, 1.0f, dq, Hq, w + o.q, D, 0.0f, b.dh.as<T>(), D);
+  mm.gemm(Op::N, Op::N, N, D, Hkv, 1.0f, dk, Hkv, w + o.k, D, 1.0f, b.dh.as<T>(), D);
+  mm.gemm(Op::N, Op::N, N, D, Hkv, 1.0f, b.dv.as<T>(), Hkv, w + o.v, D, 1.0f, b.dh.as<T>(), D);
+  weight_grad(dq, a.h1.as<T>(), g + o.q, Hq, D);
+  weight_grad(dk, a.h1.as<T>(), g + o.k, Hkv, D);
+  weight_grad(b.dv.as<T>(), a.h1.as<T>(), g + o.v, Hkv, D);
+  kernels::rmsnorm_backward(space_, b.residual[layer].as<T>(), w + o.input_norm, a.rstd1.as<float>(),
+                            b.dh.as<T>(), dres, g + o.input_norm, N, D, 1.0f);
+}
+
+template <class T>
+void Transformer::embed_backward(float* g) {
+  const int N = B_ * S_, D = options_.shape.d_model;
+  kernels::embedding_backward(space_, act_->tokens.data(), act_->dres.as<T>(), g + act_->embed, N, D);
+}
+
+template void Transformer::head_backward<float>(const float*, float*, const float*, float*);
+template void Transformer::head_backward<bf16>(const bf16*, float*, const bf16*, float*);
+template void Transformer::layer_backward<float>(int, const float*, float*);
+template void Transformer::layer_backward<bf16>(int, const bf16*, float*);
+template void Transformer::embed_backward<float>(float*);
+template void Transformer::embed_backward<bf16>(float*);
+template void Transformer::weight_grad<float>(const float*, const float*, float*, int, int);
+template void Transformer::weight_grad<bf16>(const bf16*, const bf16*, float*, int, int);
+
+}  // namespace shardrl

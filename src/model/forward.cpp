@@ -1,0 +1,83 @@
+// Forward of each unit: embedding; decoder layer (RMSNorm -> q/k/v -> [q/k norm] -> RoPE ->
+// causal GQA attention -> o_proj + residual -> RMSNorm -> SwiGLU MLP + residual); final norm,
+// LM head and token log-probabilities. Linear layers are y = x W^T with W stored (out, in).
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/activations.hpp"
+
+namespace shardrl {
+
+template <class T>
+void Transformer::embed_forward(const T* w) {
+  const int N = B_ * S_, D = options_.shape.d_model;
+  kernels::embedding_forward(space_, act_->tokens.data(), w, act_->residual[0].as<T>(), N, D);
+}
+
+template <class T>
+void Transformer::layer_forward(int layer, const T* w, bool recompute) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
+  const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
+  const LayerOffsets& o = act_->offsets[layer];
+  LayerActivations& a = act_->layers[options_.activation_recompute ? 0 : layer];
+  const T* x = act_->residual[layer].as<T>();
+  // In backward's recompute only the internals matter: the output goes to scratch.
+  T* out = recompute ? act_->recompute_out.as<T>() : act_->residual[layer + 1].as<T>();
+  Gemm& mm = *gemm_;
+
+  kernels::rmsnorm_forward(space_, x, w + o.input_norm, a.h1.as<T>(), a.rstd1.as<float>(), N, D, s.norm_eps);
+  T* q = s.qk_norm ? a.q_raw.as<T>() : a.q.as<T>();
+  T* k = s.qk_norm ? a.k_raw.as<T>() : a.k.as<T>();
+  mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, a.h1.as<T>(), D, w + o.q, D, 0.0f, q, Hq);
+  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, a.h1.as<T>(), D, w + o.k, D, 0.0f, k, Hkv);
+  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, a.h1.as<T>(), D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+  if (s.qk_norm) {
+    kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, a.q.as<T>(), a.rstd_q.as<float>(),
+                             N * s.n_heads, hd, s.norm_eps);
+    kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, a.k.as<T>(), a.rstd_k.as<float>(),
+                             N * s.n_kv_heads, hd, s.norm_eps);
+  }
+  kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, s.rope_theta);
+  kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
+  kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
+  kernels::attention_forward(space_, shape, a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
+                             a.lse.as<float>());
+  // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
+  kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);
+  mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
+
+  kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, a.h2.as<T>(), a.rstd2.as<float>(), N, D,
+                           s.norm_eps);
+  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
+  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.up, D, 0.0f, a.u.as<T>(), F);
+  kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), a.a.as<T>(), long(N) * F);
+  kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
+  mm.gemm(Op::N, Op::T, N, D, F, 1.0f, a.a.as<T>(), F, w + o.down, F, 1.0f, out, D);
+}
+
+template <class T>
+void Transformer::head_forward(const T* w, const T* tied) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model, V = s.vocab_size;
+  Activations& a = *act_;
+  const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
+  kernels::rmsnorm_forward(space_, a.residual[s.n_layers].as<T>(), w + a.head_norm, a.hf.as<T>(),
+                           a.rstd_f.as<float>(), N, D, s.norm_eps);
+  gemm_->gemm(Op::N, Op::T, N, V, D, 1.0f, a.hf.as<T>(), D, lm, D, 0.0f, a.logits.as<T>(), V);
+  kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data(), a.logp.as<float>(),
+                                 a.lse_tok.as<float>(), N, V);
+}
+
+template void Transformer::embed_forward<float>(const float*);
+template void Transformer::embed_forward<bf16>(const bf16*);
+template void Transformer::layer_forward<float>(int, const float*, bool);
+template void Transformer::layer_forward<bf16>(int, const bf16*, bool);
+template void Transformer::head_forward<float>(const float*, const float*);
+template void Transformer::head_forward<bf16>(const bf16*, const bf16*);
+
+}  // namespace shardrl

@@ -1,0 +1,80 @@
+#include "model/param_spec.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace shardrl {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void add(UnitSpec& unit, std::string name, std::vector<std::int64_t> shape, Init init, bool no_decay) {
+  ParamSpec p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.init = init;
+  p.no_decay = no_decay;
+  p.offset = (unit.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
+  unit.numel = p.offset + p.numel();
+  unit.params.push_back(std::move(p));
+}
+
+}  // namespace
+
+std::int64_t ParamSpec::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+const ParamSpec& UnitSpec::param(const std::string& suffix) const {
+  for (const auto& p : params)
+    if (ends_with(p.name, suffix)) return p;
+  SHARDRL_FATAL(fmt::format("unit {} has no parameter named *{}", name, suffix));
+}
+
+bool UnitSpec::has(const std::string& suffix) const {
+  for (const auto& p : params)
+    if (ends_with(p.name, suffix)) return true;
+  return false;
+}
+
+std::vector<UnitSpec> model_units(const ModelShape& s) {
+  const std::int64_t D = s.d_model, V = s.vocab_size, F = s.d_ff, hd = s.head_dim;
+  const std::int64_t q = s.n_heads * hd, kv = s.n_kv_heads * hd;
+  std::vector<UnitSpec> units;
+
+  UnitSpec embed{"embedding", {}, 0};
+  add(embed, "model.embed_tokens.weight", {V, D}, Init::normal, true);
+  units.push_back(embed);
+
+  for (int l = 0; l < s.n_layers; ++l) {
+    UnitSpec layer{fmt::format("layer.{}", l), {}, 0};
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add(layer, p + "input_layernorm.weight", {D}, Init::ones, true);
+    add(layer, p + "self_attn.q_proj.weight", {q, D}, Init::normal, false);
+    add(layer, p + "self_attn.k_proj.weight", {kv, D}, Init::normal, false);
+    add(layer, p + "self_attn.v_proj.weight", {kv, D}, Init::normal, false);
+    add(layer, p + "self_attn.o_proj.weight", {D, q}, Init::normal, false);
+    if (s.qk_norm) {
+      add(layer, p + "self_attn.q_norm.weight", {hd}, Init::ones, true);
+      add(layer, p + "self_attn.k_norm.weight", {hd}, Init::ones, true);
+    }
+    add(layer, p + "post_attention_layernorm.weight", {D}, Init::ones, true);
+    add(layer, p + "mlp.gate_proj.weight", {F, D}, Init::normal, false);
+    add(layer, p + "mlp.up_proj.weight", {F, D}, Init::normal, false);
+    add(layer, p + "mlp.down_proj.weight", {D, F}, Init::normal, false);
+    units.push_back(layer);
+  }
+
+  UnitSpec head{"head", {}, 0};
+  add(head, "model.norm.weight", {D}, Init::ones, true);
+  if (!s.tie_embeddings) add(head, "lm_head.weight", {V, D}, Init::normal, false);
+  units.push_back(head);
+  return units;
+}
+
+}  // namespace shardrl

@@ -1,0 +1,43 @@
+// The parameters of the model, declared per FSDP unit: the embedding, each decoder layer, and
+// the final norm with the LM head. Each parameter has its Hugging Face name, its shape and its
+// initialisation; inside a unit's flat buffer every parameter starts at an aligned offset.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/model_shape.hpp"
+
+namespace shardrl {
+
+enum class Init { normal, ones };
+
+struct ParamSpec {
+  std::string name;                  // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::vector<std::int64_t> shape;   // row-major, e.g. (n_heads*head_dim, d_model)
+  Init init = Init::normal;
+  bool no_decay = false;             // norms and embeddings: no weight decay by default
+  std::int64_t offset = 0;           // elements from the start of the unit's flat buffer
+
+  std::int64_t numel() const;
+};
+
+// Offsets are multiples of this many elements: 256 bytes in bf16, 512 in fp32, so GEMMs on
+// views of a flat buffer keep their aligned fast paths.
+inline constexpr std::int64_t kParamAlignElements = 128;
+
+struct UnitSpec {
+  std::string name;                  // "embedding", "layer.3", "head"
+  std::vector<ParamSpec> params;
+  std::int64_t numel = 0;            // flat size including alignment padding
+
+  const ParamSpec& param(const std::string& suffix) const;   // by the end of its name
+  bool has(const std::string& suffix) const;
+};
+
+// Unit 0 is the embedding, units 1..n_layers the decoder layers, the last the final norm and
+// (unless tied to the embedding) the LM head.
+std::vector<UnitSpec> model_units(const ModelShape& shape);
+
+}  // namespace shardrl

@@ -1,0 +1,206 @@
+// Construction (buffers allocated once), batch input, and dispatch of the per-unit steps to
+// the compute type (bf16 or fp32).
+#include "model/transformer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "model/activations.hpp"
+
+namespace shardrl {
+namespace {
+
+LayerOffsets layer_offsets(const UnitSpec& u) {
+  LayerOffsets o;
+  o.input_norm = u.param(".input_layernorm.weight").offset;
+  o.q = u.param(".q_proj.weight").offset;
+  o.k = u.param(".k_proj.weight").offset;
+  o.v = u.param(".v_proj.weight").offset;
+  o.o = u.param(".o_proj.weight").offset;
+  if (u.has(".q_norm.weight")) {
+    o.q_norm = u.param(".q_norm.weight").offset;
+    o.k_norm = u.param(".k_norm.weight").offset;
+  }
+  o.post_norm = u.param(".post_attention_layernorm.weight").offset;
+  o.gate = u.param(".gate_proj.weight").offset;
+  o.up = u.param(".up_proj.weight").offset;
+  o.down = u.param(".down_proj.weight").offset;
+  return o;
+}
+
+}  // namespace
+
+ModelOptions model_options(const Config& config) {
+  ModelOptions o;
+  o.shape = resolve_model_shape(config.model);
+  o.precision = config.model.precision;
+  o.gradient_accumulation_fusion = config.train.gradient_accumulation_fusion;
+  o.activation_recompute = config.train.activation_recompute;
+  o.max_batch = static_cast<int>(config.train.micro_batch_size);
+  o.max_seq_len = static_cast<int>(config.train.seq_len);
+  return o;
+}
+
+std::size_t Transformer::Activations::bytes() const {
+  std::size_t total = recompute_out.bytes() + hf.bytes() + logits.bytes() + rstd_f.bytes() + lse_tok.bytes() +
+                      logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +
+                      dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
+                      du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() +
+                      3 * tokens.extent(0) * sizeof(std::int32_t);
+  for (const auto& r : residual) total += r.bytes();
+  for (const auto& l : layers)
+    for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
+                                 &l.a, &l.rstd1, &l.rstd_q, &l.rstd_k, &l.lse, &l.rstd2})
+      total += b->bytes();
+  return total;
+}
+
+Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
+    : options_(options), space_(space), units_(model_units(options.shape)),
+      gemm_(std::make_unique<Gemm>(space)), act_(std::make_unique<Activations>()) {
+  const ModelShape& s = options_.shape;
+  SHARDRL_CHECK(options_.max_seq_len <= s.max_seq_len, "sequence length beyond the model's max_seq_len");
+  const std::size_t N = std::size_t(options_.max_batch) * options_.max_seq_len;
+  const std::size_t D = s.d_model, V = s.vocab_size, F = s.d_ff;
+  const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
+  const std::size_t es = compute_type_size(), f4 = sizeof(float);
+  Activations& a = *act_;
+
+  for (int l = 0; l <= s.n_layers; ++l) a.residual.emplace_back("residual", N * D * es);
+  const int stored = options_.activation_recompute ? 1 : s.n_layers;
+  for (int l = 0; l < stored; ++l) {
+    LayerActivations la;
+    la.h1 = DeviceBytes("h1", N * D * es);
+    if (s.qk_norm) {
+      la.q_raw = DeviceBytes("q_raw", N * Hq * es);
+      la.k_raw = DeviceBytes("k_raw", N * Hkv * es);
+      la.rstd_q = DeviceBytes("rstd_q", N * s.n_heads * f4);
+      la.rstd_k = DeviceBytes("rstd_k", N * s.n_kv_heads * f4);
+    }
+    la.q = DeviceBytes("q", N * Hq * es);
+    la.k = DeviceBytes("k", N * Hkv * es);
+    la.v = DeviceBytes("v", N * Hkv * es);
+    la.attn = DeviceBytes("attn", N * Hq * es);
+    la.lse = DeviceBytes("lse", N * s.n_heads * f4);
+    la.xmid = DeviceBytes("xmid", N * D * es);
+    la.h2 = DeviceBytes("h2", N * D * es);
+    la.g = DeviceBytes("g", N * F * es);
+    la.u = DeviceBytes("u", N * F * es);
+    la.a = DeviceBytes("a", N * F * es);
+    la.rstd1 = DeviceBytes("rstd1", N * f4);
+    la.rstd2 = DeviceBytes("rstd2", N * f4);
+    a.layers.push_back(std::move(la));
+  }
+  if (options_.activation_recompute) a.recompute_out = DeviceBytes("recompute_out", N * D * es);
+  a.hf = DeviceBytes("hf", N * D * es);
+  a.logits = DeviceBytes("logits", N * V * es);
+  a.rstd_f = DeviceBytes("rstd_f", N * f4);
+  a.lse_tok = DeviceBytes("lse_tok", N * f4);
+  a.logp = DeviceBytes("logp", N * f4);
+  a.dlogp = DeviceBytes("dlogp", N * f4);
+  a.dres = DeviceBytes("dres", N * D * es);
+  a.dh = DeviceBytes("dh", N * D * es);
+  a.dq = DeviceBytes("dq", N * Hq * es);
+  a.dk = DeviceBytes("dk", N * Hkv * es);
+  a.dv = DeviceBytes("dv", N * Hkv * es);
+  if (s.qk_norm) {
+    a.dq_raw = DeviceBytes("dq_raw", N * Hq * es);
+    a.dk_raw = DeviceBytes("dk_raw", N * Hkv * es);
+  }
+  a.dattn = DeviceBytes("dattn", N * Hq * es);
+  a.da = DeviceBytes("da", N * F * es);
+  a.dg = DeviceBytes("dg", N * F * es);
+  a.du = DeviceBytes("du", N * F * es);
+  a.dlogits = DeviceBytes("dlogits", N * V * es);
+  if (!options_.gradient_accumulation_fusion) {
+    std::size_t largest = 0;
+    for (const auto& u : units_)
+      for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
+    a.wgrad_tmp = DeviceBytes("wgrad_tmp", largest * f4);
+  }
+  a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);
+  a.targets = Kokkos::View<std::int32_t*, MemSpace>("targets", N);
+  a.positions = Kokkos::View<std::int32_t*, MemSpace>("positions", N);
+  a.tokens_h = Kokkos::create_mirror_view(a.tokens);
+  a.targets_h = Kokkos::create_mirror_view(a.targets);
+  a.positions_h = Kokkos::create_mirror_view(a.positions);
+
+  for (int l = 0; l < s.n_layers; ++l) a.offsets.push_back(layer_offsets(units_[1 + l]));
+  a.head_norm = units_.back().param("model.norm.weight").offset;
+  if (!s.tie_embeddings) a.head_lm = units_.back().param("lm_head.weight").offset;
+
+  // The host GEMM backend converts bf16 operands in a workspace: size it now, not in a step.
+  const long n_tok = static_cast<long>(N);
+  const long widest = static_cast<long>(std::max({D, V, F, Hq}));
+  gemm_->reserve(std::max(n_tok, widest), widest, std::max(n_tok, widest));
+}
+
+Transformer::~Transformer() = default;
+
+std::size_t Transformer::compute_type_size() const {
+  return options_.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float);
+}
+
+std::size_t Transformer::activation_bytes() const { return act_->bytes(); }
+
+void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S) {
+  SHARDRL_CHECK(B >= 1 && B <= options_.max_batch && S >= 1 && S <= options_.max_seq_len,
+                fmt::format("batch ({}, {}) outside the buffers' ({}, {})", B, S, options_.max_batch,
+                            options_.max_seq_len));
+  B_ = B;
+  S_ = S;
+  Activations& a = *act_;
+  const int V = options_.shape.vocab_size;
+  for (int i = 0; i < B * S; ++i) {
+    SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
+                  fmt::format("token id out of range [0, {}) at position {}", V, i));
+    a.tokens_h(i) = tokens[i];
+    a.targets_h(i) = targets[i];
+    a.positions_h(i) = i % S;
+  }
+  // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
+  Kokkos::deep_copy(space_, a.tokens, a.tokens_h);
+  Kokkos::deep_copy(space_, a.targets, a.targets_h);
+  Kokkos::deep_copy(space_, a.positions, a.positions_h);
+}
+
+const float* Transformer::logp() const { return act_->logp.as<float>(); }
+float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
+const void* Transformer::logits() const { return act_->logits.view.data(); }
+
+void Transformer::forward_unit(int u, const void* weights, const void* tied_embedding) {
+  SHARDRL_CHECK(B_ > 0, "forward before set_batch");
+  const bool half = options_.precision == Precision::bf16;
+  if (u == 0) {
+    half ? embed_forward(static_cast<const bf16*>(weights)) : embed_forward(static_cast<const float*>(weights));
+  } else if (u == head_unit()) {
+    SHARDRL_CHECK(!options_.shape.tie_embeddings || tied_embedding, "tied head needs the embedding weights");
+    half ? head_forward(static_cast<const bf16*>(weights), static_cast<const bf16*>(tied_embedding))
+         : head_forward(static_cast<const float*>(weights), static_cast<const float*>(tied_embedding));
+  } else {
+    half ? layer_forward(u - 1, static_cast<const bf16*>(weights), false)
+         : layer_forward(u - 1, static_cast<const float*>(weights), false);
+  }
+}
+
+void Transformer::backward_unit(int u, const void* weights, float* grads, const void* tied_embedding,
+                                float* tied_embedding_grads) {
+  const bool half = options_.precision == Precision::bf16;
+  if (u == 0) {
+    half ? embed_backward<bf16>(grads) : embed_backward<float>(grads);
+  } else if (u == head_unit()) {
+    SHARDRL_CHECK(!options_.shape.tie_embeddings || (tied_embedding && tied_embedding_grads),
+                  "tied head needs the embedding weights and gradient");
+    half ? head_backward(static_cast<const bf16*>(weights), grads, static_cast<const bf16*>(tied_embedding),
+                         tied_embedding_grads)
+         : head_backward(static_cast<const float*>(weights), grads, static_cast<const float*>(tied_embedding),
+                         tied_embedding_grads);
+  } else {
+    half ? layer_backward(u - 1, static_cast<const bf16*>(weights), grads)
+         : layer_backward(u - 1, static_cast<const float*>(weights), grads);
+  }
+}
+
+}  // namespace shardrl

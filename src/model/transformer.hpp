@@ -1,0 +1,97 @@
+// The decoder-only transformer (Llama / Qwen3 style), computed unit by unit so that a caller
+// (the unsharded trainer, the FSDP schedule, generation) decides where each unit's weights come
+// from: forward_unit / backward_unit take the unit's weights as a flat buffer in the compute
+// type and its fp32 gradient as a flat buffer. No autograd, no hooks: backward is written by
+// hand in backward_layer.cpp. Activations live in buffers allocated once, at construction.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "blas/gemm.hpp"
+#include "config/config.hpp"
+#include "config/model_shape.hpp"
+#include "core/kokkos.hpp"
+#include "model/param_spec.hpp"
+
+namespace shardrl {
+
+struct ModelOptions {
+  ModelShape shape;
+  Precision precision = Precision::bf16;
+  bool gradient_accumulation_fusion = true;
+  bool activation_recompute = false;
+  int max_batch = 1;     // sequences
+  int max_seq_len = 1;   // positions per sequence
+};
+
+// Options of the model from the one Config (every build path uses this).
+ModelOptions model_options(const Config& config);
+
+// Which weight-gradient path ran, counted per GEMM: proof that the option took effect.
+struct WgradCounters {
+  std::int64_t fused = 0;     // beta = 1 GEMM straight into the fp32 gradient
+  std::int64_t unfused = 0;   // GEMM into a separate tensor, then added
+};
+
+class Transformer {
+ public:
+  Transformer(const ModelOptions& options, const ExecSpace& space);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelOptions& options() const { return options_; }
+  const ExecSpace& space() const { return space_; }
+  const std::vector<UnitSpec>& units() const { return units_; }
+  int unit_count() const { return static_cast<int>(units_.size()); }
+  int head_unit() const { return unit_count() - 1; }
+  std::size_t compute_type_size() const;   // 2 (bf16) or 4 (fp32): the unit weight buffers' type
+
+  // The batch: B right-padded sequences of S positions, tokens and next-token targets as
+  // (B, S) host arrays. Copied into preallocated device buffers (nothing allocated).
+  void set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S);
+  int tokens_in_batch() const { return B_ * S_; }
+
+  // Forward of unit u with its weights (flat, compute type). The head also needs the
+  // embedding unit's weights when embeddings are tied (pass them as `tied_embedding`).
+  void forward_unit(int u, const void* weights, const void* tied_embedding = nullptr);
+  // After the head's forward: per-token log-probabilities of the targets, (B*S) fp32.
+  const float* logp() const;
+  // Where the caller writes dL/dlogp (B*S, fp32) before the head's backward.
+  float* dlogp();
+
+  // Backward of unit u, in reverse unit order after a full forward. Accumulates into the
+  // unit's fp32 gradient `grads` (and, for a tied head, into `tied_embedding_grads`).
+  void backward_unit(int u, const void* weights, float* grads, const void* tied_embedding = nullptr,
+                     float* tied_embedding_grads = nullptr);
+
+  // Logits of the last head forward, (B*S, vocab) in the compute type.
+  const void* logits() const;
+
+  const WgradCounters& wgrad_counters() const { return wgrad_; }
+  Gemm& gemm() { return *gemm_; }
+  std::size_t activation_bytes() const;
+
+ private:
+  struct Activations;
+  template <class T> void embed_forward(const T* w);
+  template <class T> void layer_forward(int layer, const T* w, bool recompute);
+  template <class T> void head_forward(const T* w, const T* tied);
+  template <class T> void head_backward(const T* w, float* g, const T* tied, float* tied_g);
+  template <class T> void layer_backward(int layer, const T* w, float* g);
+  template <class T> void embed_backward(float* g);
+  // dW (out, in) += dY^T X with dY (N, out), X (N, in): fused or unfused as configured.
+  template <class T> void weight_grad(const T* dY, const T* X, float* dW, int out, int in);
+
+  ModelOptions options_;
+  ExecSpace space_;
+  std::vector<UnitSpec> units_;
+  std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<Activations> act_;
+  WgradCounters wgrad_;
+  int B_ = 0, S_ = 0;
+};
+
+}  // namespace shardrl

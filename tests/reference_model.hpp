@@ -1,0 +1,133 @@
+// A plain fp64 host implementation of the transformer's forward (loops, no Kokkos), written
+// independently of src/model and src/kernels. It checks the model's forward, and its finite
+// differences are the reference for the model's hand-written backward: in fp64 they are exact
+// to ~1e-9, where fp32 finite differences drown in rounding (~1e-7 of the loss / h).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/model_shape.hpp"
+#include "model/param_spec.hpp"
+
+namespace shardrl::test {
+
+class ReferenceModel {
+ public:
+  // `weights[u]` is unit u's flat buffer (as in the model), in double.
+  ReferenceModel(const ModelShape& s, std::vector<UnitSpec> units, std::vector<std::vector<double>> weights)
+      : s_(s), units_(std::move(units)), w_(std::move(weights)) {}
+
+  std::vector<double>& unit(int u) { return w_[u]; }
+
+  // Per-token log-probabilities of `targets` for B sequences of S tokens.
+  std::vector<double> logp(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, int B,
+                           int S) const {
+    const int N = B * S, D = s_.d_model, hd = s_.head_dim, H = s_.n_heads, Hk = s_.n_kv_heads, F = s_.d_ff;
+    std::vector<double> x(std::size_t(N) * D);
+    const double* emb = p(0, "model.embed_tokens.weight");
+    for (int n = 0; n < N; ++n)
+      for (int d = 0; d < D; ++d) x[n * D + d] = emb[std::size_t(tokens[n]) * D + d];
+    for (int l = 0; l < s_.n_layers; ++l) {
+      const int u = 1 + l;
+      const std::string pre = "model.layers." + std::to_string(l) + ".";
+      auto h = rmsnorm(x, N, D, p(u, pre + "input_layernorm.weight"));
+      auto q = linear(h, N, D, p(u, pre + "self_attn.q_proj.weight"), H * hd);
+      auto k = linear(h, N, D, p(u, pre + "self_attn.k_proj.weight"), Hk * hd);
+      auto v = linear(h, N, D, p(u, pre + "self_attn.v_proj.weight"), Hk * hd);
+      if (s_.qk_norm) {
+        q = rmsnorm(q, N * H, hd, p(u, pre + "self_attn.q_norm.weight"));
+        k = rmsnorm(k, N * Hk, hd, p(u, pre + "self_attn.k_norm.weight"));
+      }
+      rope(q, N, S, H);
+      rope(k, N, S, Hk);
+      std::vector<double> att(std::size_t(N) * H * hd, 0.0);
+      for (int b = 0; b < B; ++b)
+        for (int i = 0; i < S; ++i)
+          for (int hh = 0; hh < H; ++hh) {
+            const int g = hh / (H / Hk), n = b * S + i;
+            std::vector<double> sc(i + 1);
+            double mx = -1e300;
+            for (int j = 0; j <= i; ++j) {
+              double dot = 0;
+              for (int d = 0; d < hd; ++d) dot += q[(std::size_t(n) * H + hh) * hd + d] * k[(std::size_t(b * S + j) * Hk + g) * hd + d];
+              sc[j] = dot / std::sqrt(double(hd));
+              mx = std::max(mx, sc[j]);
+            }
+            double z = 0;
+            for (auto& e : sc) z += (e = std::exp(e - mx));
+            for (int j = 0; j <= i; ++j)
+              for (int d = 0; d < hd; ++d)
+                att[(std::size_t(n) * H + hh) * hd + d] += sc[j] / z * v[(std::size_t(b * S + j) * Hk + g) * hd + d];
+          }
+      auto o = linear(att, N, H * hd, p(u, pre + "self_attn.o_proj.weight"), D);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+      auto h2 = rmsnorm(x, N, D, p(u, pre + "post_attention_layernorm.weight"));
+      auto gt = linear(h2, N, D, p(u, pre + "mlp.gate_proj.weight"), F);
+      auto up = linear(h2, N, D, p(u, pre + "mlp.up_proj.weight"), F);
+      for (std::size_t i = 0; i < gt.size(); ++i) gt[i] = gt[i] / (1.0 + std::exp(-gt[i])) * up[i];
+      auto m = linear(gt, N, F, p(u, pre + "mlp.down_proj.weight"), D);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] += m[i];
+    }
+    const int head = static_cast<int>(units_.size()) - 1, V = s_.vocab_size;
+    auto hf = rmsnorm(x, N, D, p(head, "model.norm.weight"));
+    auto logits = linear(hf, N, D, s_.tie_embeddings ? emb : p(head, "lm_head.weight"), V);
+    std::vector<double> out(N);
+    for (int n = 0; n < N; ++n) {
+      double mx = -1e300, z = 0;
+      for (int v = 0; v < V; ++v) mx = std::max(mx, logits[std::size_t(n) * V + v]);
+      for (int v = 0; v < V; ++v) z += std::exp(logits[std::size_t(n) * V + v] - mx);
+      out[n] = logits[std::size_t(n) * V + targets[n]] - mx - std::log(z);
+    }
+    return out;
+  }
+
+ private:
+  const double* p(int u, const std::string& name) const {
+    for (const auto& ps : units_[u].params)
+      if (ps.name == name) return w_[u].data() + ps.offset;
+    throw std::runtime_error("reference model: no parameter " + name);
+  }
+  std::vector<double> rmsnorm(const std::vector<double>& x, int R, int C, const double* w) const {
+    std::vector<double> y(x.size());
+    for (int r = 0; r < R; ++r) {
+      double ss = 0;
+      for (int c = 0; c < C; ++c) ss += x[std::size_t(r) * C + c] * x[std::size_t(r) * C + c];
+      double rs = 1.0 / std::sqrt(ss / C + s_.norm_eps);
+      for (int c = 0; c < C; ++c) y[std::size_t(r) * C + c] = x[std::size_t(r) * C + c] * rs * w[c];
+    }
+    return y;
+  }
+  // y (N, out) = x (N, in) W^T, W (out, in)
+  static std::vector<double> linear(const std::vector<double>& x, int N, int in, const double* W, int out) {
+    std::vector<double> y(std::size_t(N) * out, 0.0);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < out; ++o) {
+        double acc = 0;
+        for (int i = 0; i < in; ++i) acc += x[std::size_t(n) * in + i] * W[std::size_t(o) * in + i];
+        y[std::size_t(n) * out + o] = acc;
+      }
+    return y;
+  }
+  void rope(std::vector<double>& x, int N, int S, int heads) const {
+    const int hd = s_.head_dim, half = hd / 2;
+    for (int n = 0; n < N; ++n)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < half; ++i) {
+          double ang = (n % S) * std::pow(double(s_.rope_theta), -2.0 * i / hd);
+          double* v = &x[(std::size_t(n) * heads + h) * hd];
+          double a = v[i], b = v[i + half];
+          v[i] = a * std::cos(ang) - b * std::sin(ang);
+          v[i + half] = b * std::cos(ang) + a * std::sin(ang);
+        }
+  }
+
+  ModelShape s_;
+  std::vector<UnitSpec> units_;
+  std::vector<std::vector<double>> w_;
+};
+
+}  // namespace shardrl::test

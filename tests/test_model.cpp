@@ -1,0 +1,312 @@
+// The whole model on one rank: parameter layout, fresh loss, gradients against central finite
+// differences, bf16 against fp32, the two weight-gradient paths, activation recompute, and a
+// tiny model overfitting one batch with AdamW.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "config/load.hpp"
+#include "model/dense_parameters.hpp"
+#include "model/transformer.hpp"
+#include "optim/adamw.hpp"
+#include "reference_model.hpp"
+
+namespace shardrl {
+namespace {
+
+ModelShape tiny_shape(bool tied = false, bool qk_norm = true) {
+  LoadedConfig l = load_config("", "tiny", {}, this_build());
+  ModelShape s = resolve_model_shape(l.config.model);
+  s.tie_embeddings = tied;
+  s.qk_norm = qk_norm;
+  return s;
+}
+
+ModelOptions options(const ModelShape& shape, Precision p, int B, int S, bool fusion = true,
+                     bool recompute = false) {
+  ModelOptions o;
+  o.shape = shape;
+  o.precision = p;
+  o.gradient_accumulation_fusion = fusion;
+  o.activation_recompute = recompute;
+  o.max_batch = B;
+  o.max_seq_len = S;
+  return o;
+}
+
+// A batch of B sequences of S random tokens; the last sequence right-padded after `S - 2`
+// positions (mask 0 there), so padding and the loss mask are exercised.
+struct Batch {
+  int B, S;
+  std::vector<std::int32_t> tokens, targets;
+  std::vector<float> mask;
+  Batch(int B_, int S_, int V, std::uint64_t seed) : B(B_), S(S_), tokens(B_ * S_), targets(B_ * S_), mask(B_ * S_, 1.0f) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> tok(0, V - 1);
+    for (auto& t : tokens) t = tok(gen);
+    for (int i = 0; i < B * S; ++i) targets[i] = (i + 1) % S == 0 ? tokens[i] : tokens[i + 1];
+    for (int s = S - 2; s < S; ++s) mask[(B - 1) * S + s] = 0.0f;
+  }
+  float count() const { return std::accumulate(mask.begin(), mask.end(), 0.0f); }
+};
+
+// Model, parameters and device-side loss/mask for one configuration.
+struct Rig {
+  Transformer model;
+  DenseParameters params;
+  DeviceView<float> mask{"mask", 1}, loss{"loss", 1};
+  Rig(const ModelOptions& o, std::uint64_t seed) : model(o, ExecSpace()), params(model, ExecSpace()) {
+    params.initialize(seed, 0.02f);
+  }
+  void set(const Batch& b) {
+    model.set_batch(b.tokens.data(), b.targets.data(), b.B, b.S);
+    mask = DeviceView<float>("mask", b.mask.size());
+    auto h = Kokkos::create_mirror_view(mask);
+    for (std::size_t i = 0; i < b.mask.size(); ++i) h(i) = b.mask[i];
+    Kokkos::deep_copy(mask, h);
+  }
+  // Mean masked NLL and its gradients (grads zeroed first).
+  double step(float scale) {
+    params.zero_grads();
+    Kokkos::deep_copy(loss, 0.0f);
+    forward_backward(model, params, mask.data(), scale, loss.data());
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
+    return h(0);
+  }
+  // Sum over masked tokens of -logp, accumulated in double on the host (forward only).
+  double nll_sum(const Batch& b) {
+    const void* embed = params.compute_weights(0);
+    for (int u = 0; u < model.unit_count(); ++u)
+      model.forward_unit(u, params.compute_weights(u), u == model.head_unit() ? embed : nullptr);
+    auto h = Kokkos::create_mirror_view_and_copy(
+        Kokkos::HostSpace(), Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                 model.logp(), b.B * b.S));
+    double sum = 0;
+    for (int i = 0; i < b.B * b.S; ++i) sum -= b.mask[i] * double(h(i));
+    return sum;
+  }
+  std::vector<float> host(const float* p, std::int64_t n) {
+    std::vector<float> out(n);
+    Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> dst(out.data(), n);
+    Kokkos::deep_copy(dst, Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(p, n));
+    return out;
+  }
+  void set_entry(int unit, std::int64_t i, float value) {
+    Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> w(params.main_weights(unit) + i, 1);
+    Kokkos::deep_copy(w, value);
+    params.refresh_compute_weights();
+  }
+};
+
+TEST(Model, ParametersFollowHuggingFaceNamesAndAlignment) {
+  ModelShape s = tiny_shape();
+  auto units = model_units(s);
+  ASSERT_EQ(static_cast<int>(units.size()), s.n_layers + 2);
+  EXPECT_EQ(units[0].params[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(units[1].param(".q_proj.weight").name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(units[2].param(".q_norm.weight").name, "model.layers.1.self_attn.q_norm.weight");
+  EXPECT_EQ(units.back().params.back().name, "lm_head.weight");
+  std::int64_t total = 0;
+  for (const auto& u : units)
+    for (const auto& p : u.params) {
+      EXPECT_EQ(p.offset % kParamAlignElements, 0) << p.name;
+      total += p.numel();
+    }
+  EXPECT_EQ(total, s.parameter_count());
+  EXPECT_FALSE(model_units(tiny_shape(true)).back().has("lm_head.weight"));
+}
+
+TEST(Model, FreshLossIsNearLnVocab) {
+  ModelShape s = tiny_shape();
+  Batch b(2, 9, s.vocab_size, 1);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Rig rig(options(s, p, 2, 9), 7);
+    rig.set(b);
+    double loss = rig.step(1.0f / b.count());
+    EXPECT_NEAR(loss, std::log(double(s.vocab_size)), 0.05) << (p == Precision::bf16 ? "bf16" : "fp32");
+  }
+}
+
+// The fp64 reference with the rig's weights.
+test::ReferenceModel reference_of(Rig& rig) {
+  std::vector<std::vector<double>> w;
+  for (int u = 0; u < rig.model.unit_count(); ++u) {
+    auto f = rig.host(rig.params.main_weights(u), rig.params.numel(u));
+    w.emplace_back(f.begin(), f.end());
+  }
+  return test::ReferenceModel(rig.model.options().shape, rig.model.units(), std::move(w));
+}
+
+double nll(const test::ReferenceModel& ref, const Batch& b) {
+  auto lp = ref.logp(b.tokens, b.targets, b.B, b.S);
+  double sum = 0;
+  for (std::size_t i = 0; i < lp.size(); ++i) sum -= b.mask[i] * lp[i];
+  return sum;
+}
+
+TEST(Model, ForwardMatchesFp64Reference) {
+  for (bool tied : {false, true}) {
+    ModelShape s = tiny_shape(tied, !tied);
+    Batch b(2, 7, s.vocab_size, 3);
+    Rig rig(options(s, Precision::fp32, 2, 7), 11);
+    rig.set(b);
+    double got = rig.nll_sum(b), want = nll(reference_of(rig), b);
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << (tied ? "tied" : "untied");
+  }
+}
+
+// The fp32 model's hand-written gradients against central finite differences of the loss,
+// computed in fp64 by the reference (fp32 differences are noise-bound: the loss's rounding,
+// ~1e-7 relative, divided by h, rivals many gradients). >= 200 entries over every tensor.
+void gradient_check(const ModelShape& s, int entries_per_tensor) {
+  Batch b(2, 7, s.vocab_size, 3);
+  Rig rig(options(s, Precision::fp32, 2, 7), 11);
+  rig.set(b);
+  rig.step(1.0f);   // loss = sum of NLL over masked tokens
+  test::ReferenceModel ref = reference_of(rig);
+  std::mt19937 gen(5);
+  int checked = 0;
+  double worst = 0;
+  for (int u = 0; u < rig.model.unit_count(); ++u) {
+    std::vector<float> g = rig.host(rig.params.grads(u), rig.params.numel(u));
+    for (const auto& p : rig.model.units()[u].params) {
+      // Entries whose gradient is at least 1e-3 of the tensor's largest: smaller ones are sums
+      // that cancel, where fp32 rounding of the analytic value itself exceeds 1e-3 relative.
+      double gmax = 0;
+      for (std::int64_t i = 0; i < p.numel(); ++i) gmax = std::max(gmax, double(std::fabs(g[p.offset + i])));
+      std::vector<std::int64_t> candidates;
+      for (std::int64_t i = 0; i < p.numel(); ++i)
+        if (std::fabs(g[p.offset + i]) >= 1e-3 * gmax) candidates.push_back(p.offset + i);
+      ASSERT_FALSE(candidates.empty()) << p.name << " has an all-zero gradient";
+      std::shuffle(candidates.begin(), candidates.end(), gen);
+      for (int e = 0; e < entries_per_tensor && e < static_cast<int>(candidates.size()); ++e) {
+        const std::int64_t i = candidates[e];
+        double& w = ref.unit(u)[i];
+        const double w0 = w, h = 1e-5;
+        w = w0 + h;
+        double up = nll(ref, b);
+        w = w0 - h;
+        double down = nll(ref, b);
+        w = w0;
+        double fd = (up - down) / (2.0 * h);
+        double rel = std::fabs(fd - g[i]) / std::max(std::fabs(fd), std::fabs(double(g[i])));
+        worst = std::max(worst, rel);
+        EXPECT_LT(rel, 1e-3) << p.name << "[" << i - p.offset << "]: analytic " << g[i] << ", finite difference " << fd;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 200);
+  std::printf("gradient check: %d entries, worst relative error %.2e\n", checked, worst);
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesTinyPreset) { gradient_check(tiny_shape(), 8); }
+TEST(Model, GradientsMatchFiniteDifferencesTiedNoQkNorm) { gradient_check(tiny_shape(true, false), 10); }
+
+TEST(Model, Bf16AgreesWithFp32) {
+  ModelShape s = tiny_shape();
+  Batch b(2, 9, s.vocab_size, 2);
+  Rig f32(options(s, Precision::fp32, 2, 9), 3), b16(options(s, Precision::bf16, 2, 9), 3);
+  f32.set(b);
+  b16.set(b);
+  double l32 = f32.step(1.0f / b.count()), l16 = b16.step(1.0f / b.count());
+  EXPECT_NEAR(l16, l32, 2e-2 * l32);   // bf16 activations: ~2^-8 relative per rounding
+  for (int u = 0; u < f32.model.unit_count(); ++u) {
+    auto g32 = f32.host(f32.params.grads(u), f32.params.numel(u));
+    auto g16 = b16.host(b16.params.grads(u), b16.params.numel(u));
+    double dot = 0, n32 = 0, n16 = 0, diff = 0;
+    for (std::size_t i = 0; i < g32.size(); ++i) {
+      dot += double(g32[i]) * g16[i];
+      n32 += double(g32[i]) * g32[i];
+      n16 += double(g16[i]) * g16[i];
+      diff += (double(g32[i]) - g16[i]) * (double(g32[i]) - g16[i]);
+    }
+    EXPECT_GT(dot / std::sqrt(n32 * n16), 0.995) << "unit " << u;
+    EXPECT_LT(std::sqrt(diff / n32), 0.1) << "unit " << u;   // relative gradient error, bf16 tolerance
+  }
+}
+
+TEST(Model, FusedAndUnfusedWeightGradientsAgreeAndCountersShowThePath) {
+  ModelShape s = tiny_shape();
+  Batch b(2, 9, s.vocab_size, 4);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Rig fused(options(s, p, 2, 9, true), 5), unfused(options(s, p, 2, 9, false), 5);
+    fused.set(b);
+    unfused.set(b);
+    fused.step(1.0f / b.count());
+    unfused.step(1.0f / b.count());
+    const std::int64_t per_step = 7 * s.n_layers + 1;   // q k v o gate up down per layer + LM head
+    EXPECT_EQ(fused.model.wgrad_counters().fused, per_step);
+    EXPECT_EQ(fused.model.wgrad_counters().unfused, 0);
+    EXPECT_EQ(unfused.model.wgrad_counters().unfused, per_step);
+    EXPECT_EQ(unfused.model.wgrad_counters().fused, 0);
+    for (int u = 0; u < fused.model.unit_count(); ++u) {
+      auto a = fused.host(fused.params.grads(u), fused.params.numel(u));
+      auto c = unfused.host(unfused.params.grads(u), unfused.params.numel(u));
+      for (std::size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], c[i], 1e-6 + 1e-5 * std::fabs(a[i])) << "unit " << u << " element " << i;
+    }
+  }
+}
+
+TEST(Model, RecomputeGivesIdenticalGradients) {
+  ModelShape s = tiny_shape();
+  Batch b(2, 9, s.vocab_size, 6);
+  Rig plain(options(s, Precision::fp32, 2, 9, true, false), 8), recompute(options(s, Precision::fp32, 2, 9, true, true), 8);
+  plain.set(b);
+  recompute.set(b);
+  EXPECT_EQ(plain.step(1.0f / b.count()), recompute.step(1.0f / b.count()));
+  EXPECT_LT(recompute.model.activation_bytes(), plain.model.activation_bytes());
+  for (int u = 0; u < plain.model.unit_count(); ++u)
+    EXPECT_EQ(plain.host(plain.params.grads(u), plain.params.numel(u)),
+              recompute.host(recompute.params.grads(u), recompute.params.numel(u)))
+        << "unit " << u;
+}
+
+TEST(Model, EveryOptionComesFromTheOneConfig) {
+  LoadedConfig l = load_config(
+      "[model]\nprecision = \"fp32\"\n[train]\ngradient_accumulation_fusion = false\n"
+      "activation_recompute = true\nmicro_batch_size = 3\nseq_len = 11\n",
+      "f", {}, this_build());
+  ASSERT_TRUE(l.ok());
+  ModelOptions o = model_options(l.config);
+  EXPECT_EQ(o.precision, Precision::fp32);
+  EXPECT_FALSE(o.gradient_accumulation_fusion);
+  EXPECT_TRUE(o.activation_recompute);
+  EXPECT_EQ(o.max_batch, 3);
+  EXPECT_EQ(o.max_seq_len, 11);
+  Transformer m(o, ExecSpace());
+  EXPECT_EQ(m.compute_type_size(), sizeof(float));
+}
+
+TEST(Model, TinyModelOverfitsOneBatchWithAdamW) {
+  ModelShape s = tiny_shape();
+  Batch b(4, 16, s.vocab_size, 9);
+  Rig rig(options(s, Precision::fp32, 4, 16), 10);
+  rig.set(b);
+  std::vector<DeviceView<float>> m, v;
+  for (int u = 0; u < rig.model.unit_count(); ++u) {
+    m.emplace_back("m", rig.params.numel(u));
+    v.emplace_back("v", rig.params.numel(u));
+  }
+  AdamWHyper hyper;
+  hyper.lr = 1e-2f;
+  double loss = 0;
+  int step = 0;
+  for (step = 1; step <= 300; ++step) {
+    loss = rig.step(1.0f / b.count());
+    if (loss < 0.05) break;
+    for (int u = 0; u < rig.model.unit_count(); ++u)
+      adamw_update(ExecSpace(), rig.params.main_weights(u), rig.params.grads(u), m[u].data(), v[u].data(),
+                   rig.params.numel(u), hyper, step);
+    rig.params.refresh_compute_weights();
+  }
+  std::printf("overfit: loss %.4f after %d steps\n", loss, step);
+  EXPECT_LT(loss, 0.05);
+}
+
+}  // namespace
+}  // namespace shardrl
