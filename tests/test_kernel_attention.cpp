@@ -1,12 +1,16 @@
 // Fused causal GQA attention (forward and backward) against a naive fp64 host reference that
-// builds the explicit S x S causal softmax per sequence; the reference's own backward is checked
-// against finite differences, so the kernel is not merely compared with its own formula.
+// builds the explicit len x len causal softmax per sequence; the reference's own backward is
+// checked against finite differences, so the kernel is not merely compared with its own formula.
+// Sequences are either right-padded (one per row, positions n % S) or packed (several per row);
+// the reference finds them by scanning the positions for the zeros that start a sequence.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -29,7 +33,66 @@ std::string describe(const AttentionShape& s) {
 
 struct Inputs {
   std::vector<double> q, k, v, dout;
+  std::vector<std::int32_t> pos;  // (B*S): position of each token inside its sequence
 };
+
+// One sequence per row: positions n % S.
+std::vector<std::int32_t> right_padded_positions(const AttentionShape& s) {
+  std::vector<std::int32_t> pos(tokens_of(s));
+  for (long n = 0; n < tokens_of(s); ++n) pos[n] = static_cast<std::int32_t>(n % s.S);
+  return pos;
+}
+
+// Sequence lengths of each row (each row's lengths sum to S).
+using RowLengths = std::vector<std::vector<int>>;
+
+std::vector<std::int32_t> packed_positions(const AttentionShape& s, const RowLengths& rows) {
+  EXPECT_EQ(static_cast<int>(rows.size()), s.B);
+  std::vector<std::int32_t> pos;
+  for (const std::vector<int>& row : rows) {
+    int total = 0;
+    for (int len : row) {
+      for (int p = 0; p < len; ++p) pos.push_back(p);
+      total += len;
+    }
+    EXPECT_EQ(total, s.S) << "row lengths must fill the row";
+  }
+  return pos;
+}
+
+// Row b % 3 == 0: one sequence filling the row; 1: two length-1 sequences, then random lengths
+// in [1, S/3 + 1]; 2: random lengths in [1, S]. The last sequence of a row is cut to fit.
+RowLengths random_row_lengths(const AttentionShape& s, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  RowLengths rows(s.B);
+  for (int b = 0; b < s.B; ++b) {
+    std::vector<int>& row = rows[b];
+    int left = s.S;
+    auto add = [&](int len) {
+      len = std::min(len, left);
+      row.push_back(len);
+      left -= len;
+    };
+    if (b % 3 == 0) add(s.S);
+    if (b % 3 == 1) {
+      add(1);
+      if (left > 0) add(1);
+    }
+    const int max_len = b % 3 == 1 ? s.S / 3 + 1 : s.S;
+    while (left > 0) add(std::uniform_int_distribution<int>(1, max_len)(gen));
+  }
+  return rows;
+}
+
+std::string describe(const RowLengths& rows) {
+  std::string out;
+  for (const std::vector<int>& row : rows) {
+    out += out.empty() ? "[" : " [";
+    for (std::size_t i = 0; i < row.size(); ++i) out += (i ? "," : "") + std::to_string(row[i]);
+    out += "]";
+  }
+  return out;
+}
 
 struct Forward {
   std::vector<double> out, lse;
@@ -39,17 +102,41 @@ struct Grads {
   std::vector<double> dq, dk, dv;
 };
 
-// Explicit causal softmax P (S x S) of sequence b, head h: P[i * S + j], zero for j > i.
-std::vector<double> reference_probs(const AttentionShape& s, const Inputs& x, int b, int h,
+// A sequence: tokens [first, first + len).
+struct Segment {
+  long first;
+  int len;
+};
+
+// The sequences of a layout, found from the positions alone: a sequence starts at every token
+// whose position is 0 (and must at every row start); any other token continues the previous
+// token's sequence, with position one higher, in the same row.
+std::vector<Segment> reference_segments(const AttentionShape& s, const std::vector<std::int32_t>& pos) {
+  EXPECT_EQ(static_cast<long>(pos.size()), tokens_of(s)) << "positions size";
+  std::vector<Segment> segs;
+  for (long n = 0; n < tokens_of(s); ++n) {
+    if (pos[n] == 0) {
+      segs.push_back(Segment{n, 1});
+      continue;
+    }
+    EXPECT_TRUE(n % s.S != 0 && pos[n] == pos[n - 1] + 1) << "bad positions layout at token " << n;
+    ++segs.back().len;
+  }
+  return segs;
+}
+
+// Explicit causal softmax P (len x len) of sequence seg, head h: P[i * len + j], zero for j > i.
+std::vector<double> reference_probs(const AttentionShape& s, const Inputs& x, const Segment& seg, int h,
                                     std::vector<double>* lse_rows) {
   const int g = h / (s.n_heads / s.n_kv_heads);
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.hd));
-  std::vector<double> P(static_cast<std::size_t>(s.S) * s.S, 0.0);
-  for (int i = 0; i < s.S; ++i) {
-    const long qi = ((static_cast<long>(b) * s.S + i) * s.n_heads + h) * s.hd;
+  const int L = seg.len;
+  std::vector<double> P(static_cast<std::size_t>(L) * L, 0.0);
+  for (int i = 0; i < L; ++i) {
+    const long qi = ((seg.first + i) * s.n_heads + h) * s.hd;
     std::vector<double> score(i + 1);
     for (int j = 0; j <= i; ++j) {
-      const long kj = ((static_cast<long>(b) * s.S + j) * s.n_kv_heads + g) * s.hd;
+      const long kj = ((seg.first + j) * s.n_kv_heads + g) * s.hd;
       double dot = 0;
       for (int d = 0; d < s.hd; ++d) dot += x.q[qi + d] * x.k[kj + d];
       score[j] = scale * dot;
@@ -57,7 +144,7 @@ std::vector<double> reference_probs(const AttentionShape& s, const Inputs& x, in
     const double m = *std::max_element(score.begin(), score.end());
     double sum = 0;
     for (int j = 0; j <= i; ++j) sum += std::exp(score[j] - m);
-    for (int j = 0; j <= i; ++j) P[i * s.S + j] = std::exp(score[j] - m) / sum;
+    for (int j = 0; j <= i; ++j) P[i * L + j] = std::exp(score[j] - m) / sum;
     if (lse_rows) (*lse_rows)[i] = m + std::log(sum);
   }
   return P;
@@ -66,17 +153,17 @@ std::vector<double> reference_probs(const AttentionShape& s, const Inputs& x, in
 Forward reference_forward(const AttentionShape& s, const Inputs& x) {
   Forward f{std::vector<double>(q_size(s)), std::vector<double>(lse_size(s))};
   const int group = s.n_heads / s.n_kv_heads;
-  std::vector<double> lse_rows(s.S);
-  for (int b = 0; b < s.B; ++b)
+  for (const Segment& seg : reference_segments(s, x.pos))
     for (int h = 0; h < s.n_heads; ++h) {
-      const std::vector<double> P = reference_probs(s, x, b, h, &lse_rows);
-      for (int i = 0; i < s.S; ++i) {
-        const long n = static_cast<long>(b) * s.S + i;
+      std::vector<double> lse_rows(seg.len);
+      const std::vector<double> P = reference_probs(s, x, seg, h, &lse_rows);
+      for (int i = 0; i < seg.len; ++i) {
+        const long n = seg.first + i;
         f.lse[n * s.n_heads + h] = lse_rows[i];
         for (int d = 0; d < s.hd; ++d) {
           double acc = 0;
           for (int j = 0; j <= i; ++j)
-            acc += P[i * s.S + j] * x.v[((static_cast<long>(b) * s.S + j) * s.n_kv_heads + h / group) * s.hd + d];
+            acc += P[i * seg.len + j] * x.v[((seg.first + j) * s.n_kv_heads + h / group) * s.hd + d];
           f.out[(n * s.n_heads + h) * s.hd + d] = acc;
         }
       }
@@ -91,23 +178,24 @@ Grads reference_backward(const AttentionShape& s, const Inputs& x) {
            std::vector<double>(kv_size(s), 0.0)};
   const int group = s.n_heads / s.n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.hd));
-  for (int b = 0; b < s.B; ++b)
+  for (const Segment& seg : reference_segments(s, x.pos))
     for (int h = 0; h < s.n_heads; ++h) {
       const int g = h / group;
-      const std::vector<double> P = reference_probs(s, x, b, h, nullptr);
-      auto qrow = [&](int i) { return ((static_cast<long>(b) * s.S + i) * s.n_heads + h) * s.hd; };
-      auto kvrow = [&](int j) { return ((static_cast<long>(b) * s.S + j) * s.n_kv_heads + g) * s.hd; };
-      for (int i = 0; i < s.S; ++i) {
+      const int L = seg.len;
+      const std::vector<double> P = reference_probs(s, x, seg, h, nullptr);
+      auto qrow = [&](int i) { return ((seg.first + i) * s.n_heads + h) * s.hd; };
+      auto kvrow = [&](int j) { return ((seg.first + j) * s.n_kv_heads + g) * s.hd; };
+      for (int i = 0; i < L; ++i) {
         std::vector<double> dP(i + 1);
         double sum_p_dp = 0;
         for (int j = 0; j <= i; ++j) {
           double dot = 0;
           for (int d = 0; d < s.hd; ++d) dot += x.dout[qrow(i) + d] * x.v[kvrow(j) + d];
           dP[j] = dot;
-          sum_p_dp += P[i * s.S + j] * dot;
+          sum_p_dp += P[i * L + j] * dot;
         }
         for (int j = 0; j <= i; ++j) {
-          const double p = P[i * s.S + j];
+          const double p = P[i * L + j];
           const double dS = p * (dP[j] - sum_p_dp);
           for (int d = 0; d < s.hd; ++d) {
             gr.dq[qrow(i) + d] += scale * dS * x.k[kvrow(j) + d];
@@ -128,10 +216,9 @@ double linear_loss(const AttentionShape& s, const Inputs& x) {
 }
 
 // The fp64 reference backward is the gradient of the fp64 reference forward.
-TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
-  const AttentionShape s{2, 3, 4, 2, 3};
+void check_reference_against_finite_differences(const AttentionShape& s, const std::vector<std::int32_t>& pos) {
   Inputs x{random_values<double>(q_size(s), 11, -1.5, 1.5), random_values<double>(kv_size(s), 12, -1.5, 1.5),
-           random_values<double>(kv_size(s), 13), random_values<double>(q_size(s), 14)};
+           random_values<double>(kv_size(s), 13), random_values<double>(q_size(s), 14), pos};
   const Grads g = reference_backward(s, x);
   const double eps = 1e-5;
   auto fd = [&](std::vector<double>& param, long e) {
@@ -152,6 +239,19 @@ TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
   }
 }
 
+TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
+  const AttentionShape s{2, 3, 4, 2, 3};
+  check_reference_against_finite_differences(s, right_padded_positions(s));
+}
+
+// Packed rows: lengths 1, 3, 2 (a length-1 sequence first) and one sequence filling the row.
+TEST(AttentionReference, BackwardMatchesFiniteDifferencesPacked) {
+  const AttentionShape s{2, 6, 4, 2, 3};
+  const RowLengths rows{{1, 3, 2}, {6}};
+  ASSERT_EQ(reference_segments(s, packed_positions(s, rows)).size(), 4u);
+  check_reference_against_finite_differences(s, packed_positions(s, rows));
+}
+
 // Device buffers for one problem, outputs poisoned.
 template <class T>
 struct Problem {
@@ -159,8 +259,10 @@ struct Problem {
   Inputs x;
   Buffer<T> q, k, v, dout, out, dq, dk, dv;
   Buffer<float> lse;
+  DeviceView<std::int32_t> pos;
 
-  Problem(const AttentionShape& shape, std::uint64_t seed)
+  // Positions default to right padding (n % S).
+  Problem(const AttentionShape& shape, std::uint64_t seed, std::vector<std::int32_t> positions = {})
       : s(shape),
         q(random_buffer<T>(q_size(s), seed + 1, &x.q, -2.0, 2.0)),
         k(random_buffer<T>(kv_size(s), seed + 2, &x.k, -2.0, 2.0)),
@@ -170,19 +272,24 @@ struct Problem {
         dq(q_size(s)),
         dk(kv_size(s)),
         dv(kv_size(s)),
-        lse(lse_size(s)) {}
+        lse(lse_size(s)),
+        pos("positions", static_cast<std::size_t>(tokens_of(s))) {
+    x.pos = positions.empty() ? right_padded_positions(s) : std::move(positions);
+    upload_positions();
+  }
 
   void forward() {
     out.poison();
     lse.poison();
-    kernels::attention_forward<T>(ExecSpace(), s, q.data(), k.data(), v.data(), out.data(), lse.data());
+    kernels::attention_forward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                  lse.data());
   }
   void backward() {
     dq.poison();
     dk.poison();
     dv.poison();
-    kernels::attention_backward<T>(ExecSpace(), s, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                   dout.data(), dq.data(), dk.data(), dv.data());
+    kernels::attention_backward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                   lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
   }
   // Replaces the inputs with x (already representable in T).
   void upload() {
@@ -190,6 +297,13 @@ struct Problem {
     k.set(x.k);
     v.set(x.v);
     dout.set(x.dout);
+    upload_positions();
+  }
+  void upload_positions() {
+    ASSERT_EQ(static_cast<long>(x.pos.size()), tokens_of(s));
+    auto h = Kokkos::create_mirror_view(pos);
+    for (long n = 0; n < tokens_of(s); ++n) h(n) = x.pos[n];
+    Kokkos::deep_copy(pos, h);
   }
 };
 
@@ -276,30 +390,122 @@ TYPED_TEST(AttentionKernel, BackwardMatchesReference) {
   }
 }
 
-// Keys that are all zero give uniform weights: out_i is the mean of v_0..v_i and lse_i is
-// log(i + 1), a result that does not depend on any reference implementation.
+// Shapes for packed layouts (B >= 3 so every kind of row in random_row_lengths appears),
+// including GQA (groups of 2 and 4), plain multi-head, S = 1 and a 64-wide head.
+std::vector<AttentionShape> packed_shapes() {
+  return {AttentionShape{3, 1, 4, 2, 8},   AttentionShape{3, 5, 1, 1, 8},  AttentionShape{3, 17, 4, 2, 16},
+          AttentionShape{4, 33, 6, 3, 64}, AttentionShape{3, 33, 4, 4, 8}, AttentionShape{5, 24, 8, 2, 32}};
+}
+
+// Several sequences of random lengths per row (length-1 sequences and a sequence filling a
+// whole row included), forward and backward against the reference.
+TYPED_TEST(AttentionKernel, PackedMatchesReference) {
+  using T = TypeParam;
+  std::uint64_t seed = 9000;
+  for (const AttentionShape& s : packed_shapes()) {
+    const RowLengths rows = random_row_lengths(s, seed += 10);
+    SCOPED_TRACE(describe(s) + " lengths " + describe(rows));
+    Problem<T> p(s, seed, packed_positions(s, rows));
+    p.forward();
+    p.backward();
+    const Forward ref = reference_forward(s, p.x);
+    expect_close(p.out.host(), ref.out, out_rtol<T>(), out_rtol<T>() * max_abs(ref.out), "out");
+    expect_close(p.lse.host(), ref.lse, lse_tol(), lse_tol(), "lse");
+    const Grads gref = reference_backward(s, p.x);
+    expect_close(p.dq.host(), gref.dq, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(gref.dq), "dq");
+    expect_close(p.dk.host(), gref.dk, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(gref.dk), "dk");
+    expect_close(p.dv.host(), gref.dv, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(gref.dv), "dv");
+  }
+}
+
+// Elements [begin, begin + count) of `packed` equal all of `alone`, bit for bit.
+void expect_identical_slice(const std::vector<double>& packed, long begin, const std::vector<double>& alone,
+                            const std::string& what) {
+  ASSERT_LE(begin + static_cast<long>(alone.size()), static_cast<long>(packed.size())) << what;
+  const std::vector<double> slice(packed.begin() + begin, packed.begin() + begin + static_cast<long>(alone.size()));
+  expect_identical(alone, slice, 0, static_cast<long>(alone.size()), what);
+}
+
+// Each sequence of a packed row gives, token by token, bit-identical out/lse/dq/dk/dv to the
+// same sequence run alone (B = 1, S = len, right-padded): a token's keys, their order and the
+// arithmetic on them do not depend on where the sequence sits, so this is exact, not approximate.
+// It also shows that no sequence sees (or sends gradient to) its neighbours in the row.
+TYPED_TEST(AttentionKernel, PackedSequencesMatchAlone) {
+  using T = TypeParam;
+  std::uint64_t seed = 12000;
+  for (const AttentionShape& s : {AttentionShape{3, 17, 4, 2, 16}, AttentionShape{4, 33, 6, 3, 64},
+                                  AttentionShape{3, 12, 2, 2, 8}}) {
+    const RowLengths rows = random_row_lengths(s, seed += 10);
+    SCOPED_TRACE(describe(s) + " lengths " + describe(rows));
+    Problem<T> packed(s, seed, packed_positions(s, rows));
+    packed.forward();
+    packed.backward();
+    const std::vector<double> got[5] = {packed.out.host(), packed.lse.host(), packed.dq.host(), packed.dk.host(),
+                                        packed.dv.host()};
+    const char* names[5] = {"out", "lse", "dq", "dk", "dv"};
+    const long q_tok = static_cast<long>(s.n_heads) * s.hd, kv_tok = static_cast<long>(s.n_kv_heads) * s.hd;
+    const long per_token[5] = {q_tok, s.n_heads, q_tok, kv_tok, kv_tok};
+    long first = 0;
+    for (int b = 0; b < s.B; ++b)
+      for (int len : rows[b]) {
+        SCOPED_TRACE("sequence at token " + std::to_string(first) + ", length " + std::to_string(len));
+        const AttentionShape one{1, len, s.n_heads, s.n_kv_heads, s.hd};
+        Problem<T> alone(one, seed + 1);
+        auto cut = [&](const std::vector<double>& all, long width) {
+          return std::vector<double>(all.begin() + first * width, all.begin() + (first + len) * width);
+        };
+        alone.x.q = cut(packed.x.q, q_tok);
+        alone.x.k = cut(packed.x.k, kv_tok);
+        alone.x.v = cut(packed.x.v, kv_tok);
+        alone.x.dout = cut(packed.x.dout, q_tok);
+        alone.upload();
+        alone.forward();
+        alone.backward();
+        const std::vector<double> want[5] = {alone.out.host(), alone.lse.host(), alone.dq.host(), alone.dk.host(),
+                                             alone.dv.host()};
+        for (int t = 0; t < 5; ++t) expect_identical_slice(got[t], first * per_token[t], want[t], names[t]);
+        first += len;
+      }
+    EXPECT_EQ(first, tokens_of(s));
+  }
+}
+
+// Keys that are all zero give uniform weights: out_i is the mean of v_first..v_i and lse_i is
+// log(i - first + 1), a result that does not depend on any reference implementation. Right
+// padded (first = start of the row) and packed (first = start of the sequence, from the lengths).
 TYPED_TEST(AttentionKernel, ZeroKeysAverageValues) {
   using T = TypeParam;
   const AttentionShape s{2, 17, 4, 2, 16};
-  Problem<T> p(s, 7);
-  p.x.k.assign(kv_size(s), 0.0);
-  p.upload();
-  p.forward();
-  const std::vector<double> out = p.out.host(), lse = p.lse.host();
-  std::vector<double> want_out(out.size()), want_lse(lse.size());
-  for (long n = 0; n < tokens_of(s); ++n) {
-    const long first = n - n % s.S;
-    for (int h = 0; h < s.n_heads; ++h) {
-      want_lse[n * s.n_heads + h] = std::log(static_cast<double>(n - first + 1));
-      for (int d = 0; d < s.hd; ++d) {
-        double sum = 0;
-        for (long j = first; j <= n; ++j) sum += p.x.v[(j * s.n_kv_heads + h / 2) * s.hd + d];
-        want_out[(n * s.n_heads + h) * s.hd + d] = sum / static_cast<double>(n - first + 1);
+  for (const RowLengths& rows : {RowLengths{{17}, {17}}, RowLengths{{1, 1, 5, 10}, {16, 1}}}) {
+    SCOPED_TRACE(describe(rows));
+    std::vector<long> first_of;  // first token of each token's sequence
+    for (long b = 0; b < s.B; ++b) {
+      long start = b * s.S;
+      for (int len : rows[b]) {
+        first_of.insert(first_of.end(), len, start);
+        start += len;
       }
     }
+    Problem<T> p(s, 7, packed_positions(s, rows));
+    p.x.k.assign(kv_size(s), 0.0);
+    p.upload();
+    p.forward();
+    const std::vector<double> out = p.out.host(), lse = p.lse.host();
+    std::vector<double> want_out(out.size()), want_lse(lse.size());
+    for (long n = 0; n < tokens_of(s); ++n) {
+      const long first = first_of[n];
+      for (int h = 0; h < s.n_heads; ++h) {
+        want_lse[n * s.n_heads + h] = std::log(static_cast<double>(n - first + 1));
+        for (int d = 0; d < s.hd; ++d) {
+          double sum = 0;
+          for (long j = first; j <= n; ++j) sum += p.x.v[(j * s.n_kv_heads + h / 2) * s.hd + d];
+          want_out[(n * s.n_heads + h) * s.hd + d] = sum / static_cast<double>(n - first + 1);
+        }
+      }
+    }
+    expect_close(out, want_out, out_rtol<T>(), out_rtol<T>(), "out");
+    expect_close(lse, want_lse, lse_tol(), lse_tol(), "lse");
   }
-  expect_close(out, want_out, out_rtol<T>(), out_rtol<T>(), "out");
-  expect_close(lse, want_lse, lse_tol(), lse_tol(), "lse");
 }
 
 // Changing key/value at position t of every sequence leaves every earlier position of the
@@ -390,22 +596,25 @@ TYPED_TEST(AttentionKernel, SequencesIndependent) {
   }
 }
 
-// Two runs on the same inputs give bit-identical results (no atomics, fixed summation order).
+// Two runs on the same inputs give bit-identical results (no atomics, fixed summation order),
+// right-padded and packed.
 TYPED_TEST(AttentionKernel, Deterministic) {
   using T = TypeParam;
-  const AttentionShape s{2, 33, 6, 3, 64};
-  Problem<T> p(s, 41);
-  p.forward();
-  p.backward();
-  const std::vector<double> out0 = p.out.host(), lse0 = p.lse.host();
-  const std::vector<double> dq0 = p.dq.host(), dk0 = p.dk.host(), dv0 = p.dv.host();
-  p.forward();
-  p.backward();
-  expect_identical(out0, p.out.host(), 0, q_size(s), "out");
-  expect_identical(lse0, p.lse.host(), 0, lse_size(s), "lse");
-  expect_identical(dq0, p.dq.host(), 0, q_size(s), "dq");
-  expect_identical(dk0, p.dk.host(), 0, kv_size(s), "dk");
-  expect_identical(dv0, p.dv.host(), 0, kv_size(s), "dv");
+  const AttentionShape s{3, 33, 6, 3, 64};
+  for (std::vector<std::int32_t> pos : {right_padded_positions(s), packed_positions(s, random_row_lengths(s, 42))}) {
+    Problem<T> p(s, 41, std::move(pos));
+    p.forward();
+    p.backward();
+    const std::vector<double> out0 = p.out.host(), lse0 = p.lse.host();
+    const std::vector<double> dq0 = p.dq.host(), dk0 = p.dk.host(), dv0 = p.dv.host();
+    p.forward();
+    p.backward();
+    expect_identical(out0, p.out.host(), 0, q_size(s), "out");
+    expect_identical(lse0, p.lse.host(), 0, lse_size(s), "lse");
+    expect_identical(dq0, p.dq.host(), 0, q_size(s), "dq");
+    expect_identical(dk0, p.dk.host(), 0, kv_size(s), "dk");
+    expect_identical(dv0, p.dv.host(), 0, kv_size(s), "dv");
+  }
 }
 
 }  // namespace

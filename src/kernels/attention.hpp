@@ -1,11 +1,25 @@
-// Causal grouped-query self-attention, fused (no S x S matrix in memory): for each sequence,
-// query position i attends to key positions j <= i of the same sequence. Head h uses key/value
+// Causal grouped-query self-attention, fused (no S x S matrix in memory): each query token
+// attends to the keys of its own sequence up to and including itself. Head h uses key/value
 // head h / (n_heads / n_kv_heads). Scores are scaled by 1/sqrt(hd); softmax in fp32.
-// Tokens are laid out (B, S): token n = b * S + s. Sequences are right-padded, so causality
-// alone keeps real tokens from seeing padding; no mask is needed.
+//
+// Tokens are laid out (B, S): B rows of S slots, token n = b * S + s. Which tokens form a
+// sequence is given by `positions` (B*S int32, device memory): positions[n] is the position of
+// token n inside its own sequence, so n's sequence starts at token n - positions[n] and n
+// attends to keys j in [n - positions[n], n]. The caller guarantees that a sequence never
+// crosses a row (0 <= positions[n] <= n % S) and that positions rise by exactly 1 per token
+// within a sequence (positions[n] == positions[n-1] + 1 unless positions[n] == 0, which starts
+// a new sequence). These are not checked on the device.
+//  - Right padding, one sequence per row: positions[n] = n % S. Pads are just later positions
+//    of the row's sequence; causality keeps real tokens from seeing them, no mask is needed.
+//  - Packing, several sequences concatenated in one row: positions restart at 0 at each
+//    sequence start, e.g. lengths 3, 1, 4 in a row of 8 give 0 1 2 0 0 1 2 3. Each sequence
+//    sees only itself, and its results are those of running it alone (bit-identical: the
+//    per-token arithmetic and its order do not depend on where in the row a sequence sits).
+//    Slack at the end of a row may be one more sequence or extend the last one.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "core/bf16.hpp"
@@ -15,17 +29,18 @@
 namespace shardrl::kernels {
 
 struct AttentionShape {
-  int B = 1;         // sequences
-  int S = 1;         // positions per sequence
+  int B = 1;         // rows
+  int S = 1;         // token slots per row (one right-padded sequence, or several packed)
   int n_heads = 1;
   int n_kv_heads = 1;
   int hd = 1;        // head dim
 };
 
-// out(n, h, :) = sum_j softmax_j(q(n,h,:) . k(j,g,:) / sqrt(hd)) v(j,g,:)
-// lse(n, h) = logsumexp_j of the scaled scores (saved for backward)
+// out(n, h, :) = sum_j softmax_j(q(n,h,:) . k(j,g,:) / sqrt(hd)) v(j,g,:), j in n's sequence
+// up to n; lse(n, h) = logsumexp_j of the scaled scores (saved for backward)
 template <class T>
 void attention_forward(const ExecSpace& space, const AttentionShape& s,
+                       const std::int32_t* positions,  // (B*S): position of each token in its sequence
                        const T* q,    // (B*S, n_heads, hd)
                        const T* k,    // (B*S, n_kv_heads, hd)
                        const T* v,    // (B*S, n_kv_heads, hd)
@@ -36,6 +51,7 @@ void attention_forward(const ExecSpace& space, const AttentionShape& s,
 // no atomics (dk, dv of a kv head sum over its query heads and positions in one thread/team).
 template <class T>
 void attention_backward(const ExecSpace& space, const AttentionShape& s,
+                        const std::int32_t* positions,        // as in forward
                         const T* q, const T* k, const T* v,   // as in forward
                         const T* out, const float* lse,       // from forward
                         const T* dout,                        // (B*S, n_heads, hd)
@@ -58,8 +74,9 @@ KOKKOS_INLINE_FUNCTION float attention_dot(const T* a, const T* b, int n) {
   return acc;
 }
 
-inline void attention_check_shape(const AttentionShape& s) {
+inline void attention_check_shape(const AttentionShape& s, const std::int32_t* positions) {
   SHARDRL_CHECK(s.B >= 1 && s.S >= 1, "attention needs B >= 1 and S >= 1");
+  SHARDRL_CHECK(positions != nullptr, "attention needs the per-token positions array");
   SHARDRL_CHECK(s.n_kv_heads >= 1 && s.n_heads % s.n_kv_heads == 0,
                 "n_heads " + std::to_string(s.n_heads) + " is not a multiple of n_kv_heads " +
                     std::to_string(s.n_kv_heads));
@@ -71,18 +88,19 @@ inline void attention_check_shape(const AttentionShape& s) {
 }  // namespace detail
 
 template <class T>
-void attention_forward(const ExecSpace& space, const AttentionShape& s, const T* q, const T* k,
-                       const T* v, T* out, float* lse) {
-  detail::attention_check_shape(s);
-  const int S = s.S, H = s.n_heads, G = s.n_kv_heads, hd = s.hd;
+void attention_forward(const ExecSpace& space, const AttentionShape& s,
+                       const std::int32_t* positions, const T* q, const T* k, const T* v, T* out,
+                       float* lse) {
+  detail::attention_check_shape(s, positions);
+  const int H = s.n_heads, G = s.n_kv_heads, hd = s.hd;
   const int group = H / G;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const long rows = static_cast<long>(s.B) * S * H;
+  const long rows = static_cast<long>(s.B) * s.S * H;
   Kokkos::parallel_for(
       "attention_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), KOKKOS_LAMBDA(const long r) {
         const long n = r / H;
         const int g = static_cast<int>(r % H) / group;
-        const long first = n - n % S;  // first token of n's sequence
+        const long first = n - positions[n];  // first token of n's sequence
         const T* qr = q + r * hd;
         float acc[detail::kAttentionMaxHeadDim];
         for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
@@ -110,10 +128,10 @@ void attention_forward(const ExecSpace& space, const AttentionShape& s, const T*
 }
 
 template <class T>
-void attention_backward(const ExecSpace& space, const AttentionShape& s, const T* q, const T* k,
-                        const T* v, const T* out, const float* lse, const T* dout, T* dq, T* dk,
-                        T* dv) {
-  detail::attention_check_shape(s);
+void attention_backward(const ExecSpace& space, const AttentionShape& s,
+                        const std::int32_t* positions, const T* q, const T* k, const T* v,
+                        const T* out, const float* lse, const T* dout, T* dq, T* dk, T* dv) {
+  detail::attention_check_shape(s, positions);
   const int S = s.S, H = s.n_heads, G = s.n_kv_heads, hd = s.hd;
   const int group = H / G;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -126,7 +144,7 @@ void attention_backward(const ExecSpace& space, const AttentionShape& s, const T
       KOKKOS_LAMBDA(const long r) {
         const long i = r / H;
         const int g = static_cast<int>(r % H) / group;
-        const long first = i - i % S;
+        const long first = i - positions[i];  // first token of i's sequence
         const T* qr = q + r * hd;
         const T* dor = dout + r * hd;
         const float D = detail::attention_dot(dor, out + r * hd, hd);
@@ -146,12 +164,16 @@ void attention_backward(const ExecSpace& space, const AttentionShape& s, const T
   // dk, dv: one thread per (token j, kv head g) sums over the query heads of group g and the
   // query positions i >= j of the same sequence, in a fixed order: deterministic, no atomics.
   // D_i is recomputed per (i, h) rather than stored, since the kernel may not allocate.
+  // j's sequence runs on while i stays in j's row and positions[i] == positions[j] + (i - j).
   Kokkos::parallel_for(
       "attention_backward_dkdv", Kokkos::RangePolicy<ExecSpace>(space, 0, tokens * G),
       KOKKOS_LAMBDA(const long c) {
         const long j = c / G;
         const int g = static_cast<int>(c % G);
-        const long last = j - j % S + S - 1;  // last token of j's sequence
+        const long row_last = j - j % S + S - 1;  // last token of j's row
+        const long pj = positions[j];
+        long last = j;  // last token of j's sequence
+        while (last < row_last && positions[last + 1] == pj + (last + 1 - j)) ++last;
         const T* kr = k + c * hd;
         const T* vr = v + c * hd;
         float dk_acc[detail::kAttentionMaxHeadDim];

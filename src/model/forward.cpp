@@ -45,7 +45,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute) {
   kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, s.rope_theta);
   kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  kernels::attention_forward(space_, shape, a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
+  kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
                              a.lse.as<float>());
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);

@@ -145,7 +145,8 @@ std::size_t Transformer::compute_type_size() const {
 
 std::size_t Transformer::activation_bytes() const { return act_->bytes(); }
 
-void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S) {
+void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
+                            const std::int32_t* positions) {
   SHARDRL_CHECK(B >= 1 && B <= options_.max_batch && S >= 1 && S <= options_.max_seq_len,
                 fmt::format("batch ({}, {}) outside the buffers' ({}, {})", B, S, options_.max_batch,
                             options_.max_seq_len));
@@ -158,7 +159,11 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
                   fmt::format("token id out of range [0, {}) at position {}", V, i));
     a.tokens_h(i) = tokens[i];
     a.targets_h(i) = targets[i];
-    a.positions_h(i) = i % S;
+    const std::int32_t pos = positions ? positions[i] : i % S;
+    // A sequence starts at position 0, counts up by one and stays inside its row.
+    SHARDRL_CHECK(pos >= 0 && pos <= i % S && (pos == 0 || pos == a.positions_h(i - 1) + 1),
+                  fmt::format("position {} of token {} does not continue a sequence in its row", pos, i));
+    a.positions_h(i) = pos;
   }
   // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
   Kokkos::deep_copy(space_, a.tokens, a.tokens_h);

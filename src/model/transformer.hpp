@@ -49,9 +49,13 @@ class Transformer {
   int head_unit() const { return unit_count() - 1; }
   std::size_t compute_type_size() const;   // 2 (bf16) or 4 (fp32): the unit weight buffers' type
 
-  // The batch: B right-padded sequences of S positions, tokens and next-token targets as
-  // (B, S) host arrays. Copied into preallocated device buffers (nothing allocated).
-  void set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S);
+  // The batch: B rows of S positions; tokens and next-token targets as (B, S) host arrays.
+  // Without `positions` each row is one right-padded sequence. With them a row may pack
+  // several sequences: positions[n] is token n's index in its own sequence (0 starts a new
+  // one), so attention and RoPE never cross from one sequence into the next. Copied into
+  // preallocated device buffers (nothing allocated).
+  void set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
+                 const std::int32_t* positions = nullptr);
   int tokens_in_batch() const { return B_ * S_; }
 
   // Forward of unit u with its weights (flat, compute type). The head also needs the
