@@ -89,4 +89,12 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
                   << " (rtol " << rtol << ", atol " << atol << ")";
 }
 
+// Guard elements past a kernel's range stay poisoned, so an out-of-range write is caught too.
+constexpr long kGuard = 16;
+
+inline void expect_guard_untouched(const std::vector<double>& got, long n, const char* what) {
+  for (long i = n; i < static_cast<long>(got.size()); ++i)
+    EXPECT_TRUE(std::isnan(got[i])) << what << ": guard element " << i - n << " was written";
+}
+
 }  // namespace shardrl::test

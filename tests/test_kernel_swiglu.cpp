@@ -17,15 +17,9 @@ using test::Buffer;
 using test::expect_close;
 using test::random_buffer;
 using test::random_values;
+using test::expect_guard_untouched;
+using test::kGuard;
 using test::unit_roundoff;
-
-// Elements past the kernel's range stay poisoned, so an out-of-range write is caught too.
-constexpr long kGuard = 16;
-
-void expect_guard_untouched(const std::vector<double>& got, long n, const char* what) {
-  for (long i = n; i < static_cast<long>(got.size()); ++i)
-    EXPECT_TRUE(std::isnan(got[i])) << what << ": guard element " << i - n << " was written";
-}
 
 // Counts N * F, odd ones included. g spans [-8, 8) so both tails of the sigmoid are exercised.
 const long kCounts[] = {1, 7, 64, 129, 37 * 129};
