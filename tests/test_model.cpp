@@ -307,6 +307,20 @@ TEST(Model, PackedSequencesEqualSeparateOnes) {
   }
 }
 
+// Buffers are sized at construction: a step (bf16, so the host GEMMs widen operands) grows
+// neither the GEMM workspace nor the activations.
+TEST(Model, StepsAllocateNothing) {
+  ModelShape s = tiny_shape();
+  Batch b(3, 11, s.vocab_size, 8);
+  Rig rig(options(s, Precision::bf16, 3, 11, false, true), 4);
+  const std::size_t workspace = rig.model.gemm().workspace_bytes(), activations = rig.model.activation_bytes();
+  rig.set(b);
+  rig.step(1.0f);
+  rig.step(1.0f);
+  EXPECT_EQ(rig.model.gemm().workspace_bytes(), workspace);
+  EXPECT_EQ(rig.model.activation_bytes(), activations);
+}
+
 TEST(Model, EveryOptionComesFromTheOneConfig) {
   LoadedConfig l = load_config(
       "[model]\nprecision = \"fp32\"\n[train]\ngradient_accumulation_fusion = false\n"

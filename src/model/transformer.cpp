@@ -131,10 +131,13 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.head_norm = units_.back().param("model.norm.weight").offset;
   if (!s.tie_embeddings) a.head_lm = units_.back().param("lm_head.weight").offset;
 
-  // The host GEMM backend converts bf16 operands in a workspace: size it now, not in a step.
-  const long n_tok = static_cast<long>(N);
-  const long widest = static_cast<long>(std::max({D, V, F, Hq}));
-  gemm_->reserve(std::max(n_tok, widest), widest, std::max(n_tok, widest));
+  // The host GEMM backend widens bf16 operands in a workspace: size it now, not in a step.
+  // Every product involves one weight (out, in) and N tokens: forward (N, out, in), input
+  // gradient (N, in, out) and weight gradient (out, in, N) need the same N*in + in*out + N*out.
+  if (options_.precision == Precision::bf16)
+    for (const auto& u : units_)
+      for (const auto& p : u.params)
+        if (p.shape.size() == 2) gemm_->reserve(static_cast<long>(N), p.shape[0], p.shape[1]);
 }
 
 Transformer::~Transformer() = default;
