@@ -10,9 +10,14 @@
 #include <type_traits>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
 #include "blas/cublas_check.hpp"
 #include "blas/cublas_handle.hpp"
+
+// shardrl::bf16 buffers are handed to cuBLAS as CUDA_R_16BF: same size, alignment and bits.
+static_assert(sizeof(shardrl::bf16) == sizeof(__nv_bfloat16) && alignof(shardrl::bf16) == alignof(__nv_bfloat16),
+              "shardrl::bf16 must be layout-compatible with __nv_bfloat16");
 
 namespace shardrl {
 
