@@ -7,6 +7,8 @@
 // calls reserve() with its largest shapes at setup.
 #include "blas/gemm.hpp"
 
+#include "core/memory_ledger.hpp"
+
 #include <cblas.h>
 
 #include <type_traits>
@@ -24,7 +26,11 @@ struct Gemm::Backend {
 namespace {
 
 float* grow(std::vector<float>& workspace, std::size_t floats) {
-  if (workspace.size() < floats) workspace.resize(floats);
+  if (workspace.size() < floats) {
+    MemoryLedger::instance().add(MemoryCategory::workspace,
+                                 static_cast<std::int64_t>((floats - workspace.size()) * sizeof(float)));
+    workspace.resize(floats);
+  }
   return workspace.data();
 }
 
@@ -87,7 +93,9 @@ void host_gemm(std::vector<float>& workspace, Op opA, Op opB, int m, int n, int 
 
 Gemm::Gemm(const ExecSpace& space) : space_(space), backend_(std::make_unique<Backend>()) {}
 
-Gemm::~Gemm() = default;
+Gemm::~Gemm() {
+  MemoryLedger::instance().add(MemoryCategory::workspace, -static_cast<std::int64_t>(workspace_bytes()));
+}
 
 template <class TA, class TB, class TC>
 void Gemm::gemm(Op opA, Op opB, int m, int n, int k, float alpha, const TA* A, int lda, const TB* B, int ldb,

@@ -7,17 +7,20 @@
 #include <vector>
 
 #include "core/kokkos.hpp"
+#include "core/memory_ledger.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {
 
-// Untyped device bytes; the element type (bf16 or fp32) is the model's compute type.
+// Untyped device bytes, counted in the memory ledger; the element type (bf16 or fp32) is the
+// model's compute type.
 struct DeviceBytes {
-  Kokkos::View<char*, MemSpace> view;
+  LedgerView<char> buffer;
   DeviceBytes() = default;
-  DeviceBytes(const char* label, std::size_t bytes) : view(std::string(label), bytes) {}
-  template <class T> T* as() const { return reinterpret_cast<T*>(view.data()); }
-  std::size_t bytes() const { return view.extent(0); }
+  DeviceBytes(const char* label, std::size_t bytes, MemoryCategory category = MemoryCategory::activations)
+      : buffer(category, label, bytes) {}
+  template <class T> T* as() const { return reinterpret_cast<T*>(buffer.data()); }
+  std::size_t bytes() const { return buffer.size(); }
 };
 
 // Offsets (elements) of a decoder layer's parameters in its unit buffer; -1 when absent.

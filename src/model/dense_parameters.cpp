@@ -9,9 +9,9 @@ namespace shardrl {
 DenseParameters::DenseParameters(const Transformer& model, const ExecSpace& space) : model_(model), space_(space) {
   const bool half = model.options().precision == Precision::bf16;
   for (const auto& u : model.units()) {
-    main_.emplace_back("main_weights", u.numel);
-    grads_.emplace_back("main_grads", u.numel);
-    if (half) compute_.emplace_back("compute_weights", u.numel);
+    main_.emplace_back(MemoryCategory::weights, "main_weights", u.numel);
+    grads_.emplace_back(MemoryCategory::grads, "main_grads", u.numel);
+    if (half) compute_.emplace_back(MemoryCategory::weights, "compute_weights", u.numel);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/kokkos.hpp"
+#include "core/memory_ledger.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {
@@ -25,14 +26,14 @@ class DenseParameters {
   const void* compute_weights(int unit) const;
   float* main_weights(int unit) const { return main_[unit].data(); }
   float* grads(int unit) const { return grads_[unit].data(); }
-  std::int64_t numel(int unit) const { return static_cast<std::int64_t>(main_[unit].extent(0)); }
+  std::int64_t numel(int unit) const { return static_cast<std::int64_t>(main_[unit].size()); }
   int unit_count() const { return static_cast<int>(main_.size()); }
 
  private:
   const Transformer& model_;
   ExecSpace space_;
-  std::vector<DeviceView<float>> main_, grads_;
-  std::vector<DeviceView<bf16>> compute_;   // bf16 mode only
+  std::vector<LedgerView<float>> main_, grads_;
+  std::vector<LedgerView<bf16>> compute_;   // bf16 mode only
 };
 
 // One forward and backward over all units of `params` for the batch set on `model`:

@@ -118,7 +118,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     std::size_t largest = 0;
     for (const auto& u : units_)
       for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
-    a.wgrad_tmp = DeviceBytes("wgrad_tmp", largest * f4);
+    a.wgrad_tmp = DeviceBytes("wgrad_tmp", largest * f4, MemoryCategory::workspace);
   }
   a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);
   a.targets = Kokkos::View<std::int32_t*, MemSpace>("targets", N);
@@ -176,7 +176,7 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
 
 const float* Transformer::logp() const { return act_->logp.as<float>(); }
 float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
-const void* Transformer::logits() const { return act_->logits.view.data(); }
+const void* Transformer::logits() const { return act_->logits.buffer.data(); }
 
 void Transformer::forward_unit(int u, const void* weights, const void* tied_embedding) {
   SHARDRL_CHECK(B_ > 0, "forward before set_batch");
