@@ -45,6 +45,31 @@ struct TrainConfig {
   std::int64_t micro_batch_size = 4;   // sequences per micro-batch
   std::int64_t seq_len = 64;           // positions per sequence (activation buffers)
   bool activation_recompute = false;
+  std::int64_t micro_batches = 1;      // gradient accumulation steps per optimizer step
+};
+
+enum class GradDtype { fp32, bf16 };
+enum class LrScheduleKind { constant, cosine };
+
+struct FsdpConfig {
+  bool reshard_after_forward = true;     // free each unit's gathered weights after its forward
+  GradDtype reduce_dtype = GradDtype::fp32;      // element type of the reduce-scatter
+  GradDtype main_grad_dtype = GradDtype::fp32;   // element type of the persistent grad slices
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  bool decay_norms_and_embeddings = false;
+  LrScheduleKind schedule = LrScheduleKind::constant;
+  std::int64_t warmup_steps = 0;
+  std::int64_t decay_steps = 0;
+  double min_lr_ratio = 0.1;
+  double clip_grad_norm = 1.0;
+  GradDtype state_dtype = GradDtype::fp32;   // Adam moments
 };
 
 struct CommConfig {
@@ -57,12 +82,15 @@ enum class FailMode { error, hang };
 struct DebugConfig {
   std::int64_t fail_rank = -1;          // fault injection: this rank fails after start-up
   FailMode fail_mode = FailMode::error;  // how it fails: a fatal error, or stop taking part
+  bool check_released = false;           // poison released gather slots, check generations
 };
 
 struct Config {
   RunConfig run;
   ModelConfig model;
   TrainConfig train;
+  FsdpConfig fsdp;
+  OptimConfig optim;
   CommConfig comm;
   DebugConfig debug;
 };

@@ -275,6 +275,9 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.train.seq_len > shape.max_seq_len)
     out.errors.push_back(fmt::format("{}: train.seq_len = {} exceeds the model's max_seq_len = {}",
                                      where("train.seq_len"), c.train.seq_len, shape.max_seq_len));
+  if (c.optim.schedule == LrScheduleKind::cosine && c.optim.decay_steps == 0)
+    out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
+                                     where("optim.schedule")));
   if (c.comm.backend == CommBackend::nccl && !build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "

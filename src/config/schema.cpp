@@ -174,6 +174,63 @@ std::vector<KeyDef> build_schema() {
                     "activations in backward (less memory, one more forward).",
                     &Config::train, &TrainConfig::activation_recompute));
 
+  s.push_back(with_max(with_min(field("train", "micro_batches", VK::integer,
+                                      "Micro-batches accumulated into one optimizer step.", &Config::train,
+                                      &TrainConfig::micro_batches),
+                                1),
+                       kMaxInt));
+
+  const std::vector<std::string> dtypes = {"fp32", "bf16"};
+  s.push_back(field("fsdp", "reshard_after_forward", VK::boolean,
+                    "Free a unit's gathered weights after its forward and gather again for backward "
+                    "(`false` keeps every unit gathered from forward to backward: more memory, fewer "
+                    "all-gathers).",
+                    &Config::fsdp, &FsdpConfig::reshard_after_forward));
+  s.push_back(choice("fsdp", "reduce_dtype",
+                     "Element type of the gradient reduce-scatter: `fp32` or `bf16` (half the bytes).",
+                     &Config::fsdp, &FsdpConfig::reduce_dtype, dtypes));
+  s.push_back(choice("fsdp", "main_grad_dtype",
+                     "Element type of the persistent gradient slices: `fp32` or `bf16`.", &Config::fsdp,
+                     &FsdpConfig::main_grad_dtype, dtypes));
+
+  auto positive = [&](const char* key, double OptimConfig::*member, const char* meaning) {
+    s.push_back(with_min(field("optim", key, VK::real, meaning, &Config::optim, member), 0.0, true));
+  };
+  auto unit_interval = [&](const char* key, double OptimConfig::*member, const char* meaning) {
+    s.push_back(with_max(with_min(field("optim", key, VK::real, meaning, &Config::optim, member), 0.0), 1.0));
+  };
+  positive("lr", &OptimConfig::lr, "Peak learning rate of AdamW.");
+  unit_interval("beta1", &OptimConfig::beta1, "AdamW first-moment decay.");
+  unit_interval("beta2", &OptimConfig::beta2, "AdamW second-moment decay.");
+  positive("eps", &OptimConfig::eps, "AdamW epsilon.");
+  s.push_back(with_min(field("optim", "weight_decay", VK::real, "Decoupled weight decay.", &Config::optim,
+                             &OptimConfig::weight_decay),
+                       0.0));
+  s.push_back(field("optim", "decay_norms_and_embeddings", VK::boolean,
+                    "Also apply weight decay to norm weights and the embedding (off by default).",
+                    &Config::optim, &OptimConfig::decay_norms_and_embeddings));
+  s.push_back(choice("optim", "schedule",
+                     "Learning-rate schedule after the warm-up: `constant`, or `cosine` down to "
+                     "lr * min_lr_ratio over decay_steps.",
+                     &Config::optim, &OptimConfig::schedule, std::vector<std::string>{"constant", "cosine"}));
+  s.push_back(with_max(with_min(field("optim", "warmup_steps", VK::integer,
+                                      "Optimizer steps of linear warm-up from lr/warmup_steps to lr.",
+                                      &Config::optim, &OptimConfig::warmup_steps),
+                                0),
+                       kMaxInt));
+  s.push_back(with_max(with_min(field("optim", "decay_steps", VK::integer,
+                                      "Optimizer steps of the cosine decay after the warm-up (cosine only).",
+                                      &Config::optim, &OptimConfig::decay_steps),
+                                0),
+                       kMaxInt));
+  unit_interval("min_lr_ratio", &OptimConfig::min_lr_ratio, "Final learning rate of the cosine, as a fraction of lr.");
+  s.push_back(with_min(field("optim", "clip_grad_norm", VK::real,
+                             "Clip the global gradient norm to this value; 0 disables clipping.", &Config::optim,
+                             &OptimConfig::clip_grad_norm),
+                       0.0));
+  s.push_back(choice("optim", "state_dtype", "Element type of the Adam moments: `fp32` or `bf16`.", &Config::optim,
+                     &OptimConfig::state_dtype, dtypes));
+
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "
                      "buffers) or `auto` (the one this build supports).",
@@ -195,6 +252,10 @@ std::vector<KeyDef> build_schema() {
                      "part in collectives; its peers must abort after `comm.timeout_s`).",
                      &Config::debug, &DebugConfig::fail_mode,
                      std::vector<std::string>{"error", "hang"}));
+  s.push_back(field("debug", "check_released", VK::boolean,
+                    "Poison released gather slots with NaN and check each unit's generation counter "
+                    "on use, so a schedule that computes on released weights stops with an error.",
+                    &Config::debug, &DebugConfig::check_released));
   return s;
 }
 
