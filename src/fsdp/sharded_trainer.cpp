@@ -1,0 +1,322 @@
+#include "fsdp/sharded_trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/error.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "model/init.hpp"
+
+namespace shardrl {
+namespace {
+
+template <class T>
+std::vector<LedgerView<T>> per_unit(const ShardLayout& layout, MemoryCategory category, const char* label) {
+  std::vector<LedgerView<T>> out;
+  for (int u = 0; u < layout.unit_count(); ++u)
+    out.emplace_back(category, label, static_cast<std::size_t>(layout.unit(u).shard));
+  return out;
+}
+
+}  // namespace
+
+FsdpOptions fsdp_options(const Config& c) {
+  FsdpOptions o;
+  o.reshard_after_forward = c.fsdp.reshard_after_forward;
+  o.reduce_dtype = c.fsdp.reduce_dtype;
+  o.main_grad_dtype = c.fsdp.main_grad_dtype;
+  o.state_dtype = c.optim.state_dtype;
+  o.decay_norms_and_embeddings = c.optim.decay_norms_and_embeddings;
+  o.check_released = c.debug.check_released;
+  return o;
+}
+
+OptimizerOptions optimizer_options(const Config& c) {
+  OptimizerOptions o;
+  o.lr = static_cast<float>(c.optim.lr);
+  o.beta1 = static_cast<float>(c.optim.beta1);
+  o.beta2 = static_cast<float>(c.optim.beta2);
+  o.eps = static_cast<float>(c.optim.eps);
+  o.weight_decay = static_cast<float>(c.optim.weight_decay);
+  o.schedule = c.optim.schedule == LrScheduleKind::cosine ? LrSchedule::cosine : LrSchedule::constant;
+  o.warmup_steps = c.optim.warmup_steps;
+  o.decay_steps = c.optim.decay_steps;
+  o.min_lr_ratio = static_cast<float>(c.optim.min_lr_ratio);
+  o.clip_grad_norm = static_cast<float>(c.optim.clip_grad_norm);
+  return o;
+}
+
+ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const FsdpOptions& options,
+                               const OptimizerOptions& optimizer)
+    : model_(model), comm_(comm), options_(options), space_(model.space()),
+      layout_(model.units(), comm.size(), comm.rank()), optimizer_(optimizer, model.space()) {
+  const bool half = model_.options().precision == Precision::bf16;
+  main_ = per_unit<float>(layout_, MemoryCategory::weights, "main_weights");
+  if (half) compute_ = per_unit<bf16>(layout_, MemoryCategory::weights, "compute_slice");
+  if (options_.main_grad_dtype == GradDtype::fp32)
+    grad_f32_ = per_unit<float>(layout_, MemoryCategory::grads, "main_grads");
+  else
+    grad_bf16_ = per_unit<bf16>(layout_, MemoryCategory::grads, "main_grads");
+  if (options_.state_dtype == GradDtype::fp32) {
+    m_f32_ = per_unit<float>(layout_, MemoryCategory::optimizer, "adam_m");
+    v_f32_ = per_unit<float>(layout_, MemoryCategory::optimizer, "adam_v");
+  } else {
+    m_bf16_ = per_unit<bf16>(layout_, MemoryCategory::optimizer, "adam_m");
+    v_bf16_ = per_unit<bf16>(layout_, MemoryCategory::optimizer, "adam_v");
+  }
+
+  // Two slots let the next unit's all-gather overlap this unit's compute; keeping every unit
+  // gathered from forward to backward needs one per unit.
+  const int units = model_.unit_count();
+  const int slot_count = options_.reshard_after_forward ? 2 : units;
+  slots_ = std::make_unique<GatherSlots>(slot_count, layout_.max_padded(), model_.compute_type_size(),
+                                         options_.check_released, space_);
+  gathered_ = std::vector<DeviceEvent>(slot_count);
+  last_handle_.resize(units);
+  const auto padded = static_cast<std::size_t>(layout_.max_padded());
+  const auto shard = static_cast<std::size_t>(layout_.max_shard());
+  for (int b = 0; b < 2; ++b) {
+    grad_full_[b] = LedgerView<float>(MemoryCategory::workspace, "grad_full", padded);
+    if (options_.reduce_dtype == GradDtype::bf16) {
+      send_bf16_[b] = LedgerView<bf16>(MemoryCategory::workspace, "grad_send_bf16", padded);
+      recv_bf16_[b] = LedgerView<bf16>(MemoryCategory::workspace, "grad_recv_bf16", shard);
+    } else {
+      recv_f32_[b] = LedgerView<float>(MemoryCategory::workspace, "grad_recv", shard);
+    }
+  }
+}
+
+ShardedTrainer::~ShardedTrainer() = default;
+
+bool ShardedTrainer::tied() const { return model_.options().shape.tie_embeddings; }
+
+StreamHandle ShardedTrainer::compute_stream() const { return stream_of(space_).handle; }
+
+double ShardedTrainer::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void ShardedTrainer::initialize(std::uint64_t seed, float std) {
+  for (int u = 0; u < layout_.unit_count(); ++u) {
+    const UnitShard& s = layout_.unit(u);
+    const std::int64_t end = std::min(s.begin + s.shard, s.numel);
+    if (s.begin < end) init_unit_slice(space_, model_.units()[u], seed, std, s.begin, end, main_[u].data());
+    const std::int64_t written = std::max<std::int64_t>(0, end - s.begin);
+    kernels::fill(space_, main_[u].data() + written, 0.0f, s.shard - written);   // padding beyond the unit
+    if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), s.shard);
+    if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, s.shard);
+    if (!grad_bf16_.empty()) kernels::fill(space_, grad_bf16_[u].data(), 0.0f, s.shard);
+    for (auto* st : {&m_f32_, &v_f32_})
+      if (!st->empty()) kernels::fill(space_, (*st)[u].data(), 0.0f, s.shard);
+    for (auto* st : {&m_bf16_, &v_bf16_})
+      if (!st->empty()) kernels::fill(space_, (*st)[u].data(), 0.0f, s.shard);
+  }
+  optimizer_.set_counters(0, 0);
+}
+
+// ---- The schedule --------------------------------------------------------------------------
+
+GatheredUnit ShardedTrainer::gather(int u) {
+  if (slots_->holding(u) >= 0) return last_handle_[u] = slots_->current(u);
+  const double t = now();
+  GatheredUnit g = slots_->claim(u);
+  const UnitShard& s = layout_.unit(u);
+  const void* source = compute_.empty() ? static_cast<const void*>(main_[u].data()) : compute_[u].data();
+  const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
+  // The communication stream starts after everything computed so far: the own slice is up to
+  // date and the slot's previous unit is no longer read.
+  compute_point_.record(compute_stream());
+  compute_point_.wait(comm_stream_.get());
+  comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(s.shard), type,
+                   StreamRef{comm_stream_.get()});
+  gathered_[g.slot].record(comm_stream_.get());
+  profile_.all_gathers += 1;
+  profile_.all_gather_bytes += s.padded * static_cast<std::int64_t>(model_.compute_type_size());
+  if (options_.profile) {
+    comm_.synchronize(StreamRef{comm_stream_.get()});
+    profile_.gather_s += now() - t;
+  }
+  return last_handle_[u] = g;
+}
+
+void ShardedTrainer::prefetch(int u) {
+  if (u >= 0 && u < model_.unit_count() && slots_->holding(u) < 0 && slots_->has_free()) gather(u);
+}
+
+void ShardedTrainer::release(int u) {
+  // A slot is refilled only after the compute stream passes this point (see gather()).
+  slots_->release(u);
+}
+
+void ShardedTrainer::compute_forward(const GatheredUnit& w, const GatheredUnit& embedding) {
+  slots_->verify(w, "forward");
+  gathered_[w.slot].wait(compute_stream());
+  if (embedding.unit >= 0) {
+    slots_->verify(embedding, "forward (tied head)");
+    gathered_[embedding.slot].wait(compute_stream());
+  }
+  const double t = now();
+  model_.forward_unit(w.unit, w.weights, embedding.weights);
+  if (options_.profile) {
+    space_.fence();
+    profile_.compute_s += now() - t;
+  }
+}
+
+void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, int grad_buffer,
+                                      int embed_buffer) {
+  slots_->verify(w, "backward");
+  gathered_[w.slot].wait(compute_stream());
+  if (embedding.unit >= 0) {
+    slots_->verify(embedding, "backward (tied head)");
+    gathered_[embedding.slot].wait(compute_stream());
+  }
+  const double t = now();
+  model_.backward_unit(w.unit, w.weights, grad_full_[grad_buffer].data(), embedding.weights,
+                       embed_buffer >= 0 ? grad_full_[embed_buffer].data() : nullptr);
+  if (options_.profile) {
+    space_.fence();
+    profile_.compute_s += now() - t;
+  }
+}
+
+int ShardedTrainer::take_grad_buffer() {
+  const int b = next_buffer_;
+  next_buffer_ ^= 1;
+  if (pending_[b] >= 0) finish_reduce(b);
+  kernels::fill(space_, grad_full_[b].data(), 0.0f, layout_.max_padded());
+  return b;
+}
+
+void ShardedTrainer::reduce(int unit, int b) {
+  const double t = now();
+  const UnitShard& s = layout_.unit(unit);
+  const StreamRef comm{comm_stream_.get()};
+  if (options_.reduce_dtype == GradDtype::bf16) {
+    kernels::cast(space_, grad_full_[b].data(), send_bf16_[b].data(), s.padded);
+    grad_ready_[b].record(compute_stream());
+    grad_ready_[b].wait(comm_stream_.get());
+    comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(s.shard), ReduceOp::sum,
+                         comm);
+  } else {
+    grad_ready_[b].record(compute_stream());
+    grad_ready_[b].wait(comm_stream_.get());
+    comm_.reduce_scatter(grad_full_[b].data(), recv_f32_[b].data(), static_cast<std::size_t>(s.shard), ReduceOp::sum,
+                         comm);
+  }
+  reduced_[b].record(comm_stream_.get());
+  pending_[b] = unit;
+  profile_.reduce_scatters += 1;
+  profile_.reduce_scatter_bytes += s.padded * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
+  if (options_.profile) {
+    comm_.synchronize(comm);
+    profile_.reduce_s += now() - t;
+  }
+}
+
+// The reduced slice of `b` is added into its unit's persistent gradient, on the compute stream.
+void ShardedTrainer::finish_reduce(int b) {
+  const int u = pending_[b];
+  const long n = static_cast<long>(layout_.unit(u).shard);
+  reduced_[b].wait(compute_stream());
+  if (options_.reduce_dtype == GradDtype::bf16) {
+    if (!grad_f32_.empty()) kernels::add_scaled(space_, recv_bf16_[b].data(), grad_f32_[u].data(), 1.0f, n);
+    else kernels::add_scaled(space_, recv_bf16_[b].data(), grad_bf16_[u].data(), 1.0f, n);
+  } else {
+    if (!grad_f32_.empty()) kernels::add_scaled(space_, recv_f32_[b].data(), grad_f32_[u].data(), 1.0f, n);
+    else kernels::add_scaled(space_, recv_f32_[b].data(), grad_bf16_[u].data(), 1.0f, n);
+  }
+  pending_[b] = -1;
+}
+
+void ShardedTrainer::forward_backward(const float* mask, float scale, float* loss) {
+  const int units = model_.unit_count(), head = model_.head_unit();
+  const bool reshard = options_.reshard_after_forward;
+
+  // Forward: gather u (prefetched), start gathering u+1, compute u, release u.
+  for (int u = 0; u < units; ++u) {
+    GatheredUnit w = gather(u);
+    GatheredUnit embedding = (u == head && tied()) ? gather(0) : GatheredUnit{};
+    prefetch(u + 1);
+    compute_forward(w, embedding);
+    if (reshard && u != head) release(u);   // the head (and a tied embedding) go straight on to backward
+  }
+  kernels::masked_nll(space_, model_.logp(), mask, scale, loss, model_.dlogp(), model_.tokens_in_batch());
+
+  // Backward in reverse: gather u (prefetched), start gathering u-1, compute into a full-unit
+  // gradient buffer, reduce-scatter it on the communication stream, release u.
+  for (int u = head; u >= 0; --u) {
+    GatheredUnit w = gather(u);
+    const bool tied_head = u == head && tied();
+    GatheredUnit embedding = tied_head ? gather(0) : GatheredUnit{};
+    prefetch(u - 1);
+    const int b = take_grad_buffer();
+    const int eb = tied_head ? take_grad_buffer() : -1;
+    compute_backward(w, embedding, b, eb);
+    reduce(u, b);
+    if (tied_head) reduce(0, eb);
+    if (reshard) {
+      release(u);
+      if (tied_head) release(0);
+    }
+  }
+  for (int b = 0; b < 2; ++b)
+    if (pending_[b] >= 0) finish_reduce(b);
+  if (!reshard)
+    for (int u = 0; u < units; ++u)
+      if (slots_->holding(u) >= 0) release(u);   // weights change in the optimizer step
+}
+
+void ShardedTrainer::optimizer_step() {
+  const double t = now();
+  optimizer_.begin_norm();
+  for (int u = 0; u < layout_.unit_count(); ++u) {
+    const long n = static_cast<long>(layout_.unit(u).shard);
+    if (!grad_f32_.empty()) optimizer_.accumulate_sumsq(grad_f32_[u].data(), n);
+    else optimizer_.accumulate_sumsq(grad_bf16_[u].data(), n);
+  }
+  comm_.all_reduce(optimizer_.sumsq(), optimizer_.sumsq(), 1, ReduceOp::sum, stream_of(space_));
+  profile_.all_reduce_bytes += sizeof(*optimizer_.sumsq());
+  optimizer_.prepare_step();
+  const float wd = optimizer_.options().weight_decay;
+  for (int u = 0; u < layout_.unit_count(); ++u) {
+    for (const SliceRange& r : layout_.ranges(u)) {
+      const long n = static_cast<long>(r.end - r.begin);
+      const float decay = (r.no_decay && !options_.decay_norms_and_embeddings) ? 0.0f : wd;
+      float* w = main_[u].data() + r.begin;
+      if (!grad_f32_.empty()) {
+        const float* g = grad_f32_[u].data() + r.begin;
+        if (!m_f32_.empty()) optimizer_.update(w, g, m_f32_[u].data() + r.begin, v_f32_[u].data() + r.begin, n, decay);
+        else optimizer_.update(w, g, m_bf16_[u].data() + r.begin, v_bf16_[u].data() + r.begin, n, decay);
+      } else {
+        const bf16* g = grad_bf16_[u].data() + r.begin;
+        if (!m_f32_.empty()) optimizer_.update(w, g, m_f32_[u].data() + r.begin, v_f32_[u].data() + r.begin, n, decay);
+        else optimizer_.update(w, g, m_bf16_[u].data() + r.begin, v_bf16_[u].data() + r.begin, n, decay);
+      }
+    }
+    const long n = static_cast<long>(layout_.unit(u).shard);
+    if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), n);
+    if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, n);
+    else kernels::fill(space_, grad_bf16_[u].data(), 0.0f, n);
+  }
+  if (options_.profile) {
+    space_.fence();
+    profile_.optimizer_s += now() - t;
+  }
+}
+
+std::vector<float> ShardedTrainer::gather_main_weights(int u) {
+  const UnitShard& s = layout_.unit(u);
+  DeviceView<float> full("gathered_main", static_cast<std::size_t>(s.padded));
+  space_.fence();
+  comm_.all_gather(main_[u].data(), full.data(), static_cast<std::size_t>(s.shard), stream_of(space_));
+  comm_.synchronize(stream_of(space_));
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
+  return std::vector<float>(host.data(), host.data() + s.numel);
+}
+
+void ShardedTrainer::forward_with_stale_handle_for_test(int u) { compute_forward(last_handle_[u], GatheredUnit{}); }
+
+}  // namespace shardrl

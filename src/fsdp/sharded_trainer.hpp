@@ -1,0 +1,123 @@
+// Fully-sharded data parallelism (ZeRO-3 / FSDP) with an explicit schedule and no hooks
+// (DESIGN.md invariants 2, 3, 5). Each rank keeps only its slice of every unit: fp32 main
+// weights, a compute-type copy of that slice in bf16 mode (the all-gather source), the main
+// gradient slice and the Adam moments. forward_backward() is the visible loop over units:
+// gather (the next one prefetched on the communication stream) -> compute -> release, then
+// backward in reverse with reduce-scatter into the gradient slices. Every buffer is allocated
+// in the constructor and never re-pointed; the optimizer runs on the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/config.hpp"
+#include "core/device_stream.hpp"
+#include "core/memory_ledger.hpp"
+#include "fsdp/gather_slots.hpp"
+#include "fsdp/shard_layout.hpp"
+#include "model/transformer.hpp"
+#include "mpi/communicator.hpp"
+#include "optim/optimizer.hpp"
+
+namespace shardrl {
+
+struct FsdpOptions {
+  bool reshard_after_forward = true;
+  GradDtype reduce_dtype = GradDtype::fp32;
+  GradDtype main_grad_dtype = GradDtype::fp32;
+  GradDtype state_dtype = GradDtype::fp32;
+  bool decay_norms_and_embeddings = false;
+  bool check_released = false;
+  bool profile = false;   // fence between phases and time them (slower; for --profile)
+};
+
+FsdpOptions fsdp_options(const Config& config);
+OptimizerOptions optimizer_options(const Config& config);
+
+// Per-step breakdown (seconds only with FsdpOptions::profile) and bytes moved per collective.
+struct StepProfile {
+  double gather_s = 0, compute_s = 0, reduce_s = 0, optimizer_s = 0;
+  std::int64_t all_gathers = 0, all_gather_bytes = 0;
+  std::int64_t reduce_scatters = 0, reduce_scatter_bytes = 0;
+  std::int64_t all_reduce_bytes = 0;
+};
+
+class ShardedTrainer {
+ public:
+  ShardedTrainer(Transformer& model, Communicator& comm, const FsdpOptions& options,
+                 const OptimizerOptions& optimizer);
+  ~ShardedTrainer();
+  ShardedTrainer(const ShardedTrainer&) = delete;
+  ShardedTrainer& operator=(const ShardedTrainer&) = delete;
+
+  // Fresh weights: every rank initialises only its own slices (model/init.hpp), so the model
+  // is the same at any world size. Gradients, moments and counters start at zero.
+  void initialize(std::uint64_t seed, float std);
+
+  // One micro-batch (set on the model): forward over all units, loss += -scale * sum(mask *
+  // logp) on the device, backward, gradients reduce-scattered and added into the slices.
+  void forward_backward(const float* mask, float scale, float* loss);
+
+  // Global gradient norm (one all-reduce), clipping, non-finite skip, AdamW on every slice,
+  // refresh of the compute-type slices, gradients zeroed for the next step.
+  void optimizer_step();
+
+  StepMetrics metrics() const { return optimizer_.read_metrics(); }
+  const StepProfile& profile() const { return profile_; }
+  void reset_profile() { profile_ = StepProfile{}; }
+  const ShardLayout& layout() const { return layout_; }
+
+  // The full fp32 main weights of unit u on the host (collective; for tests and inspection).
+  std::vector<float> gather_main_weights(int u);
+
+  // Test hook for a deliberately wrong schedule: the forward of unit u with whatever handle the
+  // schedule last gave it, even if released since. Must stop with an error.
+  void forward_with_stale_handle_for_test(int u);
+
+ private:
+  GatheredUnit gather(int u);      // the unit's handle; all-gathers it if not held
+  void prefetch(int u);            // starts the all-gather of u if a slot is free
+  void release(int u);
+  StreamHandle compute_stream() const;
+  void compute_forward(const GatheredUnit& w, const GatheredUnit& embedding);
+  void compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, int grad_buffer, int embed_buffer);
+  int take_grad_buffer();
+  void reduce(int unit, int buffer);
+  void finish_reduce(int buffer);
+  bool tied() const;
+  double now() const;
+
+  Transformer& model_;
+  Communicator& comm_;
+  FsdpOptions options_;
+  ExecSpace space_;
+  ShardLayout layout_;
+  Optimizer optimizer_;
+
+  // Persistent, sharded: one entry per unit, `shard` elements each.
+  std::vector<LedgerView<float>> main_;        // fp32 main weights
+  std::vector<LedgerView<bf16>> compute_;      // bf16 copy of the own slice (bf16 mode only)
+  std::vector<LedgerView<float>> grad_f32_;    // main gradients, if fp32
+  std::vector<LedgerView<bf16>> grad_bf16_;    // main gradients, if bf16
+  std::vector<LedgerView<float>> m_f32_, v_f32_;
+  std::vector<LedgerView<bf16>> m_bf16_, v_bf16_;
+
+  // Transient, allocated once.
+  std::unique_ptr<GatherSlots> slots_;
+  std::vector<GatheredUnit> last_handle_;      // per unit, for the stale-handle test hook
+  LedgerView<float> grad_full_[2];             // full-unit fp32 gradients (padded)
+  LedgerView<bf16> send_bf16_[2];              // full-unit gradients in bf16, if reduce_dtype bf16
+  LedgerView<float> recv_f32_[2];              // reduce-scattered slices
+  LedgerView<bf16> recv_bf16_[2];
+  int pending_[2] = {-1, -1};                  // unit whose reduce-scatter is in flight per buffer
+  int next_buffer_ = 0;
+
+  SideStream comm_stream_;
+  std::vector<DeviceEvent> gathered_;          // per slot: its all-gather finished
+  DeviceEvent compute_point_, grad_ready_[2], reduced_[2];
+
+  StepProfile profile_;
+};
+
+}  // namespace shardrl

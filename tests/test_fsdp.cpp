@@ -1,0 +1,289 @@
+// The sharded trainer at np 1, 2, 3 and 4 against a single-rank unsharded reference, plus
+// micro-batches, the memory formula, use-after-release detection, reshard on/off, clipping
+// and the non-finite skip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "config/load.hpp"
+#include "core/error.hpp"
+#include "fsdp/sharded_trainer.hpp"
+#include "model/dense_parameters.hpp"
+
+namespace shardrl {
+namespace {
+
+constexpr int kGlobalSequences = 12;   // divisible by 1, 2, 3 and 4 ranks
+constexpr int kS = 9;
+
+Communicator& comm() {
+  static std::unique_ptr<Communicator> c = make_communicator(
+      has_backend(CommBackendKind::nccl) ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD, 120.0);
+  return *c;
+}
+
+ModelShape shape(bool tied = false) {
+  ModelShape s = resolve_model_shape(ModelConfig{});
+  s.tie_embeddings = tied;
+  return s;
+}
+
+ModelOptions model_opts(const ModelShape& s, int rows, Precision p = Precision::fp32) {
+  ModelOptions o;
+  o.shape = s;
+  o.precision = p;
+  o.max_batch = rows;
+  o.max_seq_len = kS;
+  return o;
+}
+
+// The global batch, fixed by the seed: sequence i has tokens, next-token targets and a mask
+// (the last two positions of every third sequence are padding).
+struct GlobalBatch {
+  std::vector<std::int32_t> tokens, targets;
+  std::vector<float> mask;
+  explicit GlobalBatch(int vocab, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> tok(0, vocab - 1);
+    for (int i = 0; i < kGlobalSequences; ++i)
+      for (int s = 0; s < kS; ++s) {
+        tokens.push_back(tok(gen));
+        mask.push_back(i % 3 == 0 && s >= kS - 2 ? 0.0f : 1.0f);
+      }
+    for (std::size_t n = 0; n < tokens.size(); ++n) targets.push_back((n + 1) % kS == 0 ? tokens[n] : tokens[n + 1]);
+  }
+  float scale() const { return 1.0f / std::accumulate(mask.begin(), mask.end(), 0.0f); }
+};
+
+// Puts sequences [first, first + count) of `b` on the model and returns their mask on the device.
+DeviceView<float> load(Transformer& model, const GlobalBatch& b, int first, int count) {
+  model.set_batch(b.tokens.data() + first * kS, b.targets.data() + first * kS, count, kS);
+  DeviceView<float> mask("mask", count * kS);
+  auto h = Kokkos::create_mirror_view(mask);
+  for (int i = 0; i < count * kS; ++i) h(i) = b.mask[first * kS + i];
+  Kokkos::deep_copy(mask, h);
+  return mask;
+}
+
+// The unsharded reference: all sequences on one rank, whole units, the same optimizer.
+std::vector<std::vector<float>> reference_weights(const ModelShape& s, const OptimizerOptions& oo, int steps,
+                                                  const std::vector<GlobalBatch>& batches) {
+  Transformer model(model_opts(s, kGlobalSequences), ExecSpace());
+  DenseParameters p(model, ExecSpace());
+  p.initialize(42, 0.02f);
+  Optimizer opt(oo, ExecSpace());
+  std::vector<DeviceView<float>> m, v;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    m.emplace_back("m", p.numel(u));
+    v.emplace_back("v", p.numel(u));
+  }
+  DeviceView<float> loss("loss", 1);
+  for (int step = 0; step < steps; ++step) {
+    const GlobalBatch& b = batches[step % batches.size()];
+    auto mask = load(model, b, 0, kGlobalSequences);
+    p.zero_grads();
+    forward_backward(model, p, mask.data(), b.scale(), loss.data());
+    opt.begin_norm();
+    for (int u = 0; u < model.unit_count(); ++u) opt.accumulate_sumsq(p.grads(u), p.numel(u));
+    opt.prepare_step();
+    for (int u = 0; u < model.unit_count(); ++u)
+      for (const auto& ps : model.units()[u].params)
+        opt.update(p.main_weights(u) + ps.offset, p.grads(u) + ps.offset, m[u].data() + ps.offset,
+                   v[u].data() + ps.offset, ps.numel(), ps.no_decay ? 0.0f : oo.weight_decay);
+    p.refresh_compute_weights();
+  }
+  std::vector<std::vector<float>> out;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    Kokkos::View<float*, Kokkos::HostSpace> h("h", p.numel(u));
+    Kokkos::deep_copy(h, Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(p.main_weights(u), p.numel(u)));
+    out.emplace_back(h.data(), h.data() + p.numel(u));
+  }
+  return out;
+}
+
+// `steps` sharded steps; each rank trains its share of the global batch in `micro` micro-batches.
+std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpOptions& fo, const OptimizerOptions& oo,
+                                                int steps, const std::vector<GlobalBatch>& batches, int micro = 1,
+                                                StepMetrics* metrics = nullptr) {
+  const int per_rank = kGlobalSequences / comm().size(), rows = per_rank / micro;
+  Transformer model(model_opts(s, rows), ExecSpace());
+  ShardedTrainer trainer(model, comm(), fo, oo);
+  trainer.initialize(42, 0.02f);
+  DeviceView<float> loss("loss", 1);
+  for (int step = 0; step < steps; ++step) {
+    const GlobalBatch& b = batches[step % batches.size()];
+    for (int k = 0; k < micro; ++k) {
+      auto mask = load(model, b, comm().rank() * per_rank + k * rows, rows);
+      trainer.forward_backward(mask.data(), b.scale(), loss.data());
+    }
+    trainer.optimizer_step();
+  }
+  if (metrics) *metrics = trainer.metrics();
+  std::vector<std::vector<float>> out;
+  for (int u = 0; u < model.unit_count(); ++u) out.push_back(trainer.gather_main_weights(u));
+  return out;
+}
+
+// Per unit, the relative error of the whole tensor: ||got - want|| / ||want||. (Element-wise,
+// weights that AdamW moved by a gradient near zero differ by rounding relative to themselves.)
+void expect_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                  double rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (std::size_t u = 0; u < got.size(); ++u) {
+    ASSERT_EQ(got[u].size(), want[u].size()) << what << " unit " << u;
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < got[u].size(); ++i) {
+      diff += (double(got[u][i]) - want[u][i]) * (double(got[u][i]) - want[u][i]);
+      norm += double(want[u][i]) * want[u][i];
+    }
+    EXPECT_LE(std::sqrt(diff), rel * std::sqrt(norm)) << what << ": unit " << u << " relative error "
+                                                      << std::sqrt(diff / norm);
+    worst = std::max(worst, norm > 0 ? std::sqrt(diff / norm) : 0.0);
+  }
+  if (comm().rank() == 0) std::printf("%s at np %d: worst relative error %.2e\n", what, comm().size(), worst);
+}
+
+FsdpOptions checked() {
+  FsdpOptions o;
+  o.check_released = true;
+  return o;
+}
+
+// eps = 1e-4 keeps the comparison well-conditioned. AdamW moves a weight by about
+// lr * g / (|g| + eps): where |g| is near eps, d(update)/dg ~ lr / eps, so the rounding
+// differences of a different summation order (~1e-10 absolute in a gradient of 1e-3) grow to
+// 1e-6 in the weight with eps = 1e-6, and with eps = 1e-8 a gradient that cancels to ~1e-9
+// flips its update's sign (both seen at np 2-4). With eps = 1e-4 the worst case is lr * 1e-6.
+OptimizerOptions adamw() {
+  OptimizerOptions o;
+  o.lr = 1e-2f;
+  o.eps = 1e-4f;
+  o.weight_decay = 0.1f;
+  o.clip_grad_norm = 1.0f;
+  return o;
+}
+
+TEST(Fsdp, FiveStepsEqualTheUnshardedReference) {
+  for (bool tied : {false, true}) {
+    ModelShape s = shape(tied);
+    std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 1), GlobalBatch(s.vocab_size, 2)};
+    auto want = reference_weights(s, adamw(), 5, batches);
+    auto got = sharded_weights(s, checked(), adamw(), 5, batches);
+    expect_close(got, want, 1e-5, tied ? "tied" : "untied");
+  }
+}
+
+// Each rank's share (12, 6, 4 or 3 sequences at np 1-4; 4 micro-batches of 1 at np 3) as
+// micro-batches of one sequence equals it as one batch.
+TEST(Fsdp, MicroBatchesOfOneEqualOneBatch) {
+  ModelShape s = shape();
+  std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 3)};
+  const int per_rank = kGlobalSequences / comm().size();
+  auto one = sharded_weights(s, checked(), adamw(), 2, batches, 1);
+  auto many = sharded_weights(s, checked(), adamw(), 2, batches, per_rank);
+  expect_close(many, one, 1e-5, "micro-batches");
+}
+
+TEST(Fsdp, ReshardAfterForwardOnAndOffAgree) {
+  ModelShape s = shape(true);
+  std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 4)};
+  FsdpOptions keep = checked();
+  keep.reshard_after_forward = false;
+  expect_close(sharded_weights(s, keep, adamw(), 3, batches), sharded_weights(s, checked(), adamw(), 3, batches), 0,
+               "reshard_after_forward");
+}
+
+TEST(Fsdp, ClippingMatchesTheReferenceAndReportsTheNorm) {
+  ModelShape s = shape();
+  std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 5)};
+  OptimizerOptions tight = adamw();
+  tight.clip_grad_norm = 1e-3f;   // far below the gradient norm: every step is clipped
+  StepMetrics m;
+  auto got = sharded_weights(s, checked(), tight, 2, batches, 1, &m);
+  expect_close(got, reference_weights(s, tight, 2, batches), 1e-5, "clipped");
+  EXPECT_GT(m.grad_norm, 1e-2f);
+  EXPECT_EQ(m.step, 2);
+}
+
+TEST(Fsdp, NonFiniteGradientsSkipTheStep) {
+  ModelShape s = shape();
+  GlobalBatch b(s.vocab_size, 6);
+  const int per_rank = kGlobalSequences / comm().size();
+  Transformer model(model_opts(s, per_rank), ExecSpace());
+  ShardedTrainer trainer(model, comm(), checked(), adamw());
+  trainer.initialize(42, 0.02f);
+  std::vector<float> before = trainer.gather_main_weights(1);
+  DeviceView<float> loss("loss", 1);
+  auto mask = load(model, b, comm().rank() * per_rank, per_rank);
+  trainer.forward_backward(mask.data(), std::numeric_limits<float>::quiet_NaN(), loss.data());
+  trainer.optimizer_step();
+  StepMetrics m = trainer.metrics();
+  EXPECT_TRUE(m.last_skipped);
+  EXPECT_EQ(m.skipped, 1);
+  EXPECT_EQ(m.step, 0);
+  EXPECT_EQ(trainer.gather_main_weights(1), before);
+  // The next, finite step proceeds (gradients were cleared).
+  trainer.forward_backward(mask.data(), b.scale(), loss.data());
+  trainer.optimizer_step();
+  m = trainer.metrics();
+  EXPECT_FALSE(m.last_skipped);
+  EXPECT_EQ(m.step, 1);
+  EXPECT_NE(trainer.gather_main_weights(1), before);
+}
+
+// Persistent bytes per rank are exactly the sharded state: per parameter 4 (fp32 main) + 2
+// (bf16 own copy) + 4 (grad) + 4 + 4 (Adam) = 18 bytes, or 4 + 2 + 2 + 2 + 2 = 12 with bf16
+// gradients and moments; over the slices, which cover every parameter plus padding.
+TEST(Fsdp, PersistentMemoryIsTheShardedStateAndNothingElse) {
+  ModelShape s = resolve_model_shape(ModelConfig{});
+  for (GradDtype dt : {GradDtype::fp32, GradDtype::bf16}) {
+    const std::int64_t before = MemoryLedger::instance().persistent();
+    const std::int64_t weights_before = MemoryLedger::instance().bytes(MemoryCategory::weights);
+    Transformer model(model_opts(s, 2, Precision::bf16), ExecSpace());
+    FsdpOptions fo = checked();
+    fo.main_grad_dtype = dt;
+    fo.state_dtype = dt;
+    ShardedTrainer trainer(model, comm(), fo, adamw());
+    const ShardLayout& l = trainer.layout();
+    const std::int64_t per_param = dt == GradDtype::fp32 ? 18 : 12;
+    EXPECT_EQ(MemoryLedger::instance().persistent() - before, per_param * l.total_shard());
+    EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::weights) - weights_before, 6 * l.total_shard())
+        << "weights: fp32 main + bf16 own copy of the slice, no other master copy";
+    // The slices cover the parameters; the padding is bounded by the alignment rules.
+    std::int64_t padded = 0, numel = 0;
+    for (int u = 0; u < l.unit_count(); ++u) {
+      padded += l.unit(u).padded;
+      numel += l.unit(u).numel;
+      EXPECT_EQ(l.unit(u).padded % (comm().size() * kParamAlignElements), 0);
+      EXPECT_LT(l.unit(u).padded - l.unit(u).numel, comm().size() * kParamAlignElements);
+    }
+    EXPECT_EQ(l.total_shard() * comm().size(), padded);
+    EXPECT_GE(numel, s.parameter_count());
+  }
+}
+
+// A schedule that computes on a unit after releasing it stops with an error (the slot's
+// generation moved on; its contents are NaN).
+TEST(Fsdp, UseAfterReleaseIsCaught) {
+  if (comm().size() != 1) GTEST_SKIP() << "death tests fork; run at np 1";
+  ModelShape s = shape();
+  GlobalBatch b(s.vocab_size, 7);
+  Transformer model(model_opts(s, kGlobalSequences), ExecSpace());
+  ShardedTrainer trainer(model, comm(), checked(), adamw());
+  trainer.initialize(42, 0.02f);
+  DeviceView<float> loss("loss", 1);
+  auto mask = load(model, b, 0, kGlobalSequences);
+  trainer.forward_backward(mask.data(), b.scale(), loss.data());
+  EXPECT_DEATH(
+      {
+        set_job_abort(nullptr);   // the forked child must not take the MPI job down
+        trainer.forward_with_stale_handle_for_test(2);
+      },
+      "forward of unit 2 uses weights that were released");
+}
+
+}  // namespace
+}  // namespace shardrl
