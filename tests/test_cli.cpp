@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <vector>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -221,13 +223,30 @@ TEST(Cli, InvalidConfigStopsEveryRankWithOneMessage) {
   EXPECT_EQ(r.err.find("invalid configuration", ours.size()), std::string::npos) << r.err;
 }
 
-TEST(Cli, SmokeJobRunsAndWritesResolvedConfig) {
+// The first and last "loss X" of a job's progress lines.
+std::pair<double, double> first_and_last_loss(const std::string& out) {
+  std::vector<double> losses;
+  for (std::size_t pos = 0; (pos = out.find(": loss ", pos)) != std::string::npos; pos += 7)
+    losses.push_back(std::stod(out.substr(pos + 7)));
+  return losses.empty() ? std::make_pair(0.0, 0.0) : std::make_pair(losses.front(), losses.back());
+}
+
+TEST(Cli, JobTrainsAndWritesResolvedConfig) {
   fs::path dir = test_dir();
-  write(dir / "job.toml", "[run]\nname = \"smoke\"\niterations = 2\n[model]\nprecision = \"fp32\"\n");
+  write(dir / "job.toml",
+        "[run]\nname = \"smoke\"\niterations = 60\n[model]\nprecision = \"fp32\"\n"
+        "[train]\nseq_len = 32\n[optim]\nlr = 3e-3\n[debug]\ncheck_released = true\n");
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set run.seed=7 --log-all-ranks");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("iteration 2/2: collectives checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("collectives checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("iteration 60/60: loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done: 60 steps, 0 skipped"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("run.seed                            7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memory per rank (MiB)"), std::string::npos) << r.out;
+  // A fresh model starts near ln(vocab) = 5.56; the pattern workload is learnable.
+  auto [first, last] = first_and_last_loss(r.out);
+  EXPECT_NEAR(first, std::log(259.0), 0.15);
+  EXPECT_LT(last, 3.5) << r.out;
   // The device report lists every rank, in rank order, once.
   auto r0 = r.out.find("rank 0/2  host "), r1 = r.out.find("rank 1/2  host ");
   ASSERT_NE(r0, std::string::npos);
@@ -239,10 +258,28 @@ TEST(Cli, SmokeJobRunsAndWritesResolvedConfig) {
   EXPECT_NE(written.find("seed = 7\n"), std::string::npos) << written;
   EXPECT_NE(written.find("precision = \"fp32\"\n"), std::string::npos) << written;
   // The resolved config is itself a valid config and resolves to the same file.
-  RunResult again = run_in(dir, shardrl() + " train --config runs/smoke/config.toml --set run.name=again");
+  RunResult again = run_in(dir, shardrl() + " train --config runs/smoke/config.toml --set run.name=again "
+                                             "--set run.iterations=1");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   std::string rewritten = slurp(dir / "runs" / "again" / "config.toml");
-  EXPECT_EQ(rewritten, std::string(written).replace(written.find("name = \"smoke\""), 14, "name = \"again\""));
+  std::string expected = written;
+  expected.replace(expected.find("name = \"smoke\""), 14, "name = \"again\"");
+  expected.replace(expected.find("iterations = 60"), 15, "iterations = 1");
+  EXPECT_EQ(rewritten, expected);
+}
+
+TEST(Cli, ProfilePrintsThePerStepBreakdown) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 2\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // tiny (untied, 4 units): 4 all-gathers in forward, 3 in backward (the head stays gathered),
+  // 4 reduce-scatters, one 8-byte all-reduce for the gradient norm.
+  EXPECT_NE(r.out.find("profile: all-gather"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(7 x,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reduce-scatter"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(4 x,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all-reduce 8 B"), std::string::npos) << r.out;
 }
 
 // A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.

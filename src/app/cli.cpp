@@ -35,6 +35,9 @@ int run_cli(int argc, char** argv) {
       ->type_name("SECTION.KEY=VALUE");
   train->add_flag("--log-all-ranks", train_args.log_all_ranks,
                   "Log info messages from every rank (default: rank 0 only)");
+  train->add_flag("--profile", train_args.profile,
+                  "Print a per-step breakdown: all-gather, compute, reduce-scatter, optimizer, bytes moved "
+                  "(fences between phases, so steps run slower)");
 
   try {
     app.parse(argc, argv);

@@ -11,6 +11,7 @@ struct TrainArgs {
   std::string config_path;
   std::vector<std::string> overrides;   // "section.key=value"
   bool log_all_ranks = false;
+  bool profile = false;   // per-step breakdown (fences between phases)
 };
 
 // Runs the command line; returns the process exit code (see core/error.hpp).

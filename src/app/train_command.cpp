@@ -1,5 +1,5 @@
 // `shardrl train`, in the order of DESIGN.md's "What a job does". The RL phases arrive with
-// later issues; today the job brings up the runtime and runs rounds of checked collectives.
+// later issues; today each iteration is one sharded train step on the pattern workload.
 #include "app/train_command.hpp"
 
 #include <fmt/format.h>
@@ -10,6 +10,7 @@
 
 #include "app/collective_smoke.hpp"
 #include "app/job_config.hpp"
+#include "app/train_loop.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
@@ -20,12 +21,22 @@
 #include "mpi/device.hpp"
 #include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
+#include "mpi/memory_report.hpp"
 #include "mpi/session.hpp"
 
 namespace shardrl {
 namespace {
 
 constexpr std::size_t kSmokeElementsPerRank = std::size_t(1) << 20;
+
+// Before any work: one round of collectives whose results every rank checks.
+void check_collectives(Communicator& comm, Precision precision) {
+  SmokeRound round = run_collective_round(comm, precision, kSmokeElementsPerRank, 0);
+  if (round.mismatches != 0)
+    SHARDRL_FATAL(fmt::format("collective check failed: {} wrong elements", round.mismatches));
+  spdlog::info("collectives checked ({} elements/rank, all_reduce busBw {:.2f} GB/s)", round.elements,
+               round.all_reduce_bus_gbps);
+}
 
 // Rank 0 writes the resolved config into the run directory; every rank learns if that failed.
 std::string write_run_files(MPI_Comm world, int rank, const Config& cfg, const DerivedConfig& derived) {
@@ -100,18 +111,25 @@ int run_train(const TrainArgs& args) {
   auto comm = make_communicator(
       derived.comm_backend == CommBackend::nccl ? CommBackendKind::nccl : CommBackendKind::mpi,
       mpi.world(), cfg.comm.timeout_s);
+  check_collectives(*comm, cfg.model.precision);
 
+  // Policy: the model, sharded across the ranks; fresh weights from the seed.
+  Transformer model(model_options(cfg), ExecSpace());
+  FsdpOptions fsdp = fsdp_options(cfg);
+  fsdp.profile = args.profile;
+  ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));
+  trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+  spdlog::info("model {}: {} parameters in {} units, {} per rank", cfg.model.preset,
+               model.options().shape.parameter_count(), model.unit_count(), trainer.layout().total_shard());
+  log_lines(memory_report(mpi.world()));
+
+  TrainLoop loop(model, trainer, *comm, cfg);
   for (std::int64_t it = 0; it < cfg.run.iterations; ++it) {
     if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
-    SmokeRound round = run_collective_round(*comm, cfg.model.precision, kSmokeElementsPerRank, it);
-    if (round.mismatches != 0)
-      SHARDRL_FATAL(fmt::format("collective check failed at iteration {}: {} wrong elements", it,
-                                round.mismatches));
-    spdlog::info("iteration {}/{}: collectives checked ({} elements/rank, all_reduce busBw {:.2f} GB/s)",
-                 it + 1, cfg.run.iterations, round.elements, round.all_reduce_bus_gbps);
+    loop.step(it);
   }
   comm->barrier();
-  spdlog::info("done");
+  spdlog::info("done: {} steps, {} skipped", trainer.metrics().step, trainer.metrics().skipped);
   return kExitOk;
 }
 
