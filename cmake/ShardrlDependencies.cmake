@@ -2,6 +2,7 @@
 # missing piece (and the Debian package that provides it) rather than failing later in a build.
 
 find_package(MPI 3.0 REQUIRED COMPONENTS C CXX)
+find_package(Threads REQUIRED)
 
 set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)

@@ -57,11 +57,6 @@ NcclComm& NcclComm::operator=(NcclComm&& other) noexcept {
   return *this;
 }
 
-void NcclComm::abort() {
-  if (comm_) ncclCommAbort(comm_);
-  comm_ = nullptr;
-}
-
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
   SHARDRL_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size_));
@@ -88,7 +83,9 @@ cudaStream_t NcclCommunicator::stream(StreamRef s) const {
 }
 
 void NcclCommunicator::fail_and_abort(const std::string& what, const char* file, int line) {
-  comm_.abort();   // frees peers blocked on us and our own pending work
+  // No ncclCommAbort first: with kernels still waiting on a dead peer it can block, and then
+  // the message below would never be printed. fatal() ends every process of the job through
+  // MPI_Abort, which also ends their kernels.
   fatal(what, file, line);
 }
 

@@ -25,8 +25,6 @@ class NcclComm {
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
   ncclComm_t get() const { return comm_; }
-  // Aborts outstanding work and frees the communicator (used before a fatal exit).
-  void abort();
 
  private:
   ncclComm_t comm_ = nullptr;
@@ -55,7 +53,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream(StreamRef s) const;
   // Waits (bounded by the timeout) until a non-blocking NCCL call has finished enqueueing.
   void settle(ncclResult_t result, const char* call);
-  [[noreturn]] void fail_and_abort(const std::string& what, const char* file, int line);
+  [[noreturn]] void fail_and_abort(const std::string& what, const char* file, int line);   // job-wide
 
   int rank_ = 0;
   int size_ = 1;

@@ -192,8 +192,9 @@ TEST(Fsdp, ReshardAfterForwardOnAndOffAgree) {
   std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 4)};
   FsdpOptions keep = checked();
   keep.reshard_after_forward = false;
-  expect_close(sharded_weights(s, keep, adamw(), 3, batches), sharded_weights(s, checked(), adamw(), 3, batches), 0,
-               "reshard_after_forward");
+  // Identical on the CPU; on the GPU the embedding's scatter-add uses atomics, whose order varies.
+  expect_close(sharded_weights(s, keep, adamw(), 3, batches), sharded_weights(s, checked(), adamw(), 3, batches),
+               kDeviceIsGpu ? 1e-6 : 0.0, "reshard_after_forward");
 }
 
 TEST(Fsdp, ClippingMatchesTheReferenceAndReportsTheNorm) {

@@ -18,6 +18,7 @@ void TrainLoop::step(std::int64_t it) {
   const int micro = static_cast<int>(config_.train.micro_batches), world = comm_.size();
   const float tokens = float(world) * micro * B * (S - 1);   // masked tokens in the global batch
   const auto t0 = std::chrono::steady_clock::now();
+  watchdog_.arm(config_.comm.timeout_s, fmt::format("iteration {}", it + 1));
   trainer_.reset_profile();
   Kokkos::deep_copy(loss_, 0.0f);
   for (int k = 0; k < micro; ++k) {
@@ -34,6 +35,7 @@ void TrainLoop::step(std::int64_t it) {
   comm_.synchronize(stream_of(model_.space()));
   Kokkos::deep_copy(loss_host_, loss_);
   const StepMetrics m = trainer_.metrics();
+  watchdog_.disarm();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("iteration {}/{}: loss {:.4f}  grad_norm {:.3f}{}  lr {:.2e}  {:.0f} tokens/s  {:.1f} ms", it + 1,
                config_.run.iterations, loss_host_(0), m.grad_norm, m.last_skipped ? " (skipped)" : "", m.lr,

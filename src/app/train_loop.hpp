@@ -7,6 +7,7 @@
 #include "app/pattern_batch.hpp"
 #include "config/config.hpp"
 #include "core/kokkos.hpp"
+#include "core/watchdog.hpp"
 #include "fsdp/sharded_trainer.hpp"
 
 namespace shardrl {
@@ -23,6 +24,7 @@ class TrainLoop {
   const Config& config_;
   DeviceView<float> mask_, loss_;
   DeviceView<float>::HostMirror mask_host_, loss_host_;
+  Watchdog watchdog_;   // an iteration blocked anywhere (not only in a collective) ends the job
 };
 
 }  // namespace shardrl

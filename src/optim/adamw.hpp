@@ -50,18 +50,9 @@ struct AdamWHyper {
 // For i < n: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //   w -= lr * (m / (1 - b1^step) / (sqrt(v / (1 - b2^step)) + eps) + weight_decay * w)
 // `step` counts from 1.
-inline void adamw_update(const ExecSpace& space, float* w, const float* g, float* m, float* v, long n,
-                         const AdamWHyper& h, long step) {
-  const AdamWStepConstants k{h.lr,
-                             h.beta1,
-                             h.beta2,
-                             h.eps,
-                             h.weight_decay,
-                             adamw_bias_correction(h.beta1, static_cast<double>(step)),
-                             adamw_bias_correction(h.beta2, static_cast<double>(step))};
-  Kokkos::parallel_for(
-      "adamw_update", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(const long i) { adamw_element(w[i], g[i], m[i], v[i], k); });
-}
+// Defined in optimizer.cpp: a device lambda in an inline function compiled into several
+// translation units is an ODR hazard under nvcc.
+void adamw_update(const ExecSpace& space, float* w, const float* g, float* m, float* v, long n,
+                  const AdamWHyper& h, long step);
 
 }  // namespace shardrl

@@ -131,6 +131,20 @@ void Optimizer::set_counters(std::int64_t step, std::int64_t skipped) {
   space_.fence();
 }
 
+void adamw_update(const ExecSpace& space, float* w, const float* g, float* m, float* v, long n,
+                  const AdamWHyper& h, long step) {
+  const AdamWStepConstants k{h.lr,
+                             h.beta1,
+                             h.beta2,
+                             h.eps,
+                             h.weight_decay,
+                             adamw_bias_correction(h.beta1, static_cast<double>(step)),
+                             adamw_bias_correction(h.beta2, static_cast<double>(step))};
+  Kokkos::parallel_for(
+      "adamw_update", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(const long i) { adamw_element(w[i], g[i], m[i], v[i], k); });
+}
+
 template void Optimizer::accumulate_sumsq<float>(const float*, long);
 template void Optimizer::accumulate_sumsq<bf16>(const bf16*, long);
 template void Optimizer::update<float, float>(float*, const float*, float*, float*, long, float);

@@ -1,0 +1,63 @@
+#include "core/watchdog.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace shardrl {
+
+Watchdog::Watchdog() : thread_([this] { watch(); }) {}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::arm(double seconds, std::string what) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_ = true;
+    seconds_ = seconds;
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(seconds));
+    what_ = std::move(what);
+  }
+  wake_.notify_all();
+}
+
+void Watchdog::disarm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
+}
+
+void Watchdog::watch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    if (!armed_) {
+      wake_.wait(lock);
+      continue;
+    }
+    if (wake_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ && !stop_ &&
+        std::chrono::steady_clock::now() >= deadline_) {
+      // No MPI from this thread (the session is MPI_THREAD_FUNNELED): print and leave; the
+      // launcher ends the other ranks when this one exits without finalising.
+      std::string msg = fmt::format(
+          "shardrl: fatal error on {}: {} did not complete within comm.timeout_s = {} s: a peer rank failed or is "
+          "stuck\n",
+          origin_string(), what_, seconds_);
+      std::fflush(stdout);
+      std::fputs(msg.c_str(), stderr);
+      std::fflush(stderr);
+      std::_Exit(kExitFatal);
+    }
+  }
+}
+
+}  // namespace shardrl

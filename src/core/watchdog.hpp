@@ -1,0 +1,39 @@
+// A deadline for a phase of the job, watched by a thread of its own. Collectives poll their own
+// timeouts, but on a GPU a host call may also block inside a library (an implicit device
+// synchronisation waiting for a collective kernel whose peer died) where no poll runs; the
+// watchdog still ends the job then, naming rank, host and the phase, and the launcher (mpirun,
+// srun) takes the other ranks down.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace shardrl {
+
+class Watchdog {
+ public:
+  Watchdog();
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // From now on, `what` must finish within `seconds`, or this process exits with kExitFatal.
+  void arm(double seconds, std::string what);
+  void disarm();
+
+ private:
+  void watch();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool armed_ = false, stop_ = false;
+  double seconds_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  std::string what_;
+  std::thread thread_;
+};
+
+}  // namespace shardrl

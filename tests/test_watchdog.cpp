@@ -1,0 +1,35 @@
+// The watchdog ends a process whose phase outlives its deadline, and leaves one alone that
+// finished in time.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/watchdog.hpp"
+
+namespace shardrl {
+namespace {
+
+TEST(Watchdog, ExpiredPhaseEndsTheProcessNamingIt) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        Watchdog w;
+        w.arm(0.2, "iteration 7");
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+      },
+      ::testing::ExitedWithCode(1), "iteration 7 did not complete within comm.timeout_s = 0.2 s");
+}
+
+TEST(Watchdog, DisarmedPhaseLivesOn) {
+  Watchdog w;
+  for (int i = 0; i < 3; ++i) {
+    w.arm(0.2, "iteration");
+    w.disarm();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  SUCCEED() << "still running after the deadline of every disarmed phase";
+}
+
+}  // namespace
+}  // namespace shardrl
