@@ -1,0 +1,52 @@
+// Drawing the next token of each row from its logits, on the device: greedy, temperature,
+// top-k and top-p (nucleus), applied in that order as in Hugging Face's generate. The random
+// number of a draw is a function of its key alone (seed, iteration, global prompt index, sample
+// index, position): never of the rank, so any world size and a resumed run draw the same tokens.
+// The log-probability recorded for the drawn token is under the model's own distribution
+// (temperature 1, nothing excluded): what the train phase computes for the same token.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.hpp"
+#include "core/kokkos.hpp"
+
+namespace shardrl {
+
+struct SamplingOptions {
+  float temperature = 1.0f;   // 0: greedy
+  int top_k = 0;              // 0: off; else keep tokens whose logit is >= the k-th largest
+  float top_p = 1.0f;         // 1: off; else keep the most likely tokens whose mass reaches top_p
+};
+
+KOKKOS_INLINE_FUNCTION std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The key of one draw.
+KOKKOS_INLINE_FUNCTION std::uint64_t draw_key(std::uint64_t seed, std::int64_t iteration, std::int64_t prompt,
+                                              std::int64_t sample, std::int64_t position) {
+  std::uint64_t k = mix64(seed);
+  k = mix64(k ^ static_cast<std::uint64_t>(iteration));
+  k = mix64(k ^ static_cast<std::uint64_t>(prompt));
+  k = mix64(k ^ static_cast<std::uint64_t>(sample));
+  return mix64(k ^ static_cast<std::uint64_t>(position));
+}
+
+// A uniform number in [0, 1) from a key (24 random bits: exact in fp32).
+KOKKOS_INLINE_FUNCTION float uniform01(std::uint64_t key) {
+  return static_cast<float>(mix64(key) >> 40) * (1.0f / 16777216.0f);
+}
+
+// For each row r < R: token[r] drawn from logits(r, :) (V entries, T = float or bf16) with the
+// uniform number of keys[r]; logp[r] = log softmax(logits(r, :))[token[r]].
+template <class T>
+void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t* keys, const SamplingOptions& opt,
+                   std::int32_t* token, float* logp, int R, int V);
+
+}  // namespace shardrl
+
+#include "rollout/sampling_impl.hpp"
