@@ -1,0 +1,74 @@
+// `sort`: sort `difficulty` digits ascending. Prompt "sort: 3 1 2\n", answer "1 2 3".
+#include <algorithm>
+
+#include "rl/task_common.hpp"
+
+namespace shardrl::task_detail {
+namespace {
+
+std::string join_digits(const std::vector<int>& digits) {
+  std::string s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0) s.push_back(' ');
+    s.push_back(static_cast<char>('0' + digits[i]));
+  }
+  return s;
+}
+
+// Split on single spaces: "1  2" has an empty middle field, which never matches a digit.
+std::vector<std::string> split_on_spaces(const std::string& text) {
+  std::vector<std::string> fields(1);
+  for (char c : text) {
+    if (c == ' ')
+      fields.emplace_back();
+    else
+      fields.back().push_back(c);
+  }
+  return fields;
+}
+
+class SortTask final : public Task {
+ public:
+  SortTask(int n, bool partial) : n_(n), partial_(partial) {}
+
+  std::string name() const override { return "sort"; }
+
+  TaskExample example(std::uint64_t seed, std::int64_t iteration,
+                      std::int64_t index) const override {
+    std::mt19937_64 engine = example_engine(kSortSalt, seed, iteration, index);
+    std::vector<int> digits(static_cast<std::size_t>(n_));
+    for (int& d : digits) d = static_cast<int>(uniform_below(engine, 10));
+    TaskExample ex;
+    ex.prompt = "sort: " + join_digits(digits) + "\n";
+    std::sort(digits.begin(), digits.end());
+    ex.answer = join_digits(digits);
+    ex.demonstration = ex.answer;
+    return ex;
+  }
+
+  double score(const TaskExample& ex, const std::string& completion) const override {
+    const std::string got = strip_trailing_whitespace(completion);
+    const std::string want = strip_trailing_whitespace(ex.answer);
+    if (got == want) return 1.0;
+    if (!partial_) return 0.0;
+    const std::vector<std::string> g = split_on_spaces(got);
+    const std::vector<std::string> w = split_on_spaces(want);
+    if (g.size() != w.size()) return 0.0;
+    std::size_t right = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) right += (g[i] == w[i]) ? 1 : 0;
+    // All fields equal would mean got == want, handled above; so this stays below 1.
+    return static_cast<double>(right) / static_cast<double>(w.size());
+  }
+
+ private:
+  int n_;
+  bool partial_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_sort_task(int difficulty, bool partial_credit) {
+  return std::make_unique<SortTask>(difficulty, partial_credit);
+}
+
+}  // namespace shardrl::task_detail
