@@ -2,6 +2,7 @@
 // causal GQA attention -> o_proj + residual -> RMSNorm -> SwiGLU MLP + residual); final norm,
 // LM head and token log-probabilities. Linear layers are y = x W^T with W stored (out, in).
 #include "kernels/attention.hpp"
+#include "kernels/attention_decode.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -19,7 +20,7 @@ void Transformer::embed_forward(const T* w) {
 }
 
 template <class T>
-void Transformer::layer_forward(int layer, const T* w, bool recompute) {
+void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* cache) {
   const ModelShape& s = options_.shape;
   const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
   const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
@@ -44,9 +45,18 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute) {
   }
   kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, s.rope_theta);
   kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
-  kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
-                             a.lse.as<float>());
+  if (cache) {
+    // Generation: one token per row; its key and value join the row's cache, which it attends.
+    kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
+    T* kc = static_cast<T*>(cache->keys(layer));
+    T* vc = static_cast<T*>(cache->values(layer));
+    kernels::kv_cache_write(space_, cs, act_->positions.data(), a.k.as<T>(), a.v.as<T>(), kc, vc);
+    kernels::attention_decode(space_, cs, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
+  } else {
+    kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
+    kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+                               a.attn.as<T>(), a.lse.as<float>());
+  }
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);
   mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
@@ -75,8 +85,8 @@ void Transformer::head_forward(const T* w, const T* tied) {
 
 template void Transformer::embed_forward<float>(const float*);
 template void Transformer::embed_forward<bf16>(const bf16*);
-template void Transformer::layer_forward<float>(int, const float*, bool);
-template void Transformer::layer_forward<bf16>(int, const bf16*, bool);
+template void Transformer::layer_forward<float>(int, const float*, bool, KvCache*);
+template void Transformer::layer_forward<bf16>(int, const bf16*, bool, KvCache*);
 template void Transformer::head_forward<float>(const float*, const float*);
 template void Transformer::head_forward<bf16>(const bf16*, const bf16*);
 

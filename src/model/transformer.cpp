@@ -174,6 +174,35 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   Kokkos::deep_copy(space_, a.positions, a.positions_h);
 }
 
+void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows) {
+  SHARDRL_CHECK(options_.max_seq_len == 1 && rows >= 1 && rows <= options_.max_batch,
+                fmt::format("decode step of {} rows on a model built for ({}, {})", rows, options_.max_batch,
+                            options_.max_seq_len));
+  B_ = rows;
+  S_ = 1;
+  Activations& a = *act_;
+  const int V = options_.shape.vocab_size;
+  for (int r = 0; r < rows; ++r) {
+    SHARDRL_CHECK(tokens[r] >= 0 && tokens[r] < V, fmt::format("token id {} out of range [0, {})", tokens[r], V));
+    SHARDRL_CHECK(positions[r] >= 0, "negative position");
+    a.tokens_h(r) = tokens[r];
+    a.targets_h(r) = 0;   // unused by generation; a valid id keeps the head's log-prob finite
+    a.positions_h(r) = positions[r];
+  }
+  Kokkos::deep_copy(space_, a.tokens, a.tokens_h);
+  Kokkos::deep_copy(space_, a.targets, a.targets_h);
+  Kokkos::deep_copy(space_, a.positions, a.positions_h);
+}
+
+void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding) {
+  SHARDRL_CHECK(B_ > 0 && S_ == 1, "decode_unit before set_decode_step");
+  SHARDRL_CHECK(cache.rows() >= B_, "KV cache has fewer rows than the decode step");
+  if (u == 0 || u == head_unit()) return forward_unit(u, weights, tied_embedding);
+  const bool half = options_.precision == Precision::bf16;
+  half ? layer_forward(u - 1, static_cast<const bf16*>(weights), false, &cache)
+       : layer_forward(u - 1, static_cast<const float*>(weights), false, &cache);
+}
+
 const float* Transformer::logp() const { return act_->logp.as<float>(); }
 float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
 const void* Transformer::logits() const { return act_->logits.buffer.data(); }

@@ -13,6 +13,7 @@
 #include "config/config.hpp"
 #include "config/model_shape.hpp"
 #include "core/kokkos.hpp"
+#include "model/kv_cache.hpp"
 #include "model/param_spec.hpp"
 
 namespace shardrl {
@@ -71,6 +72,13 @@ class Transformer {
   void backward_unit(int u, const void* weights, float* grads, const void* tied_embedding = nullptr,
                      float* tied_embedding_grads = nullptr);
 
+  // Generation, one new token per row: tokens[r] at position positions[r] of row r (host
+  // arrays). The model must have been built with max_seq_len = 1 and max_batch >= rows.
+  void set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows);
+  // Forward of unit u for the decode step: layers write the new keys and values into `cache`
+  // and attend over the row's cached positions 0..positions[r].
+  void decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding = nullptr);
+
   // Logits of the last head forward, (B*S, vocab) in the compute type.
   const void* logits() const;
 
@@ -81,7 +89,7 @@ class Transformer {
  private:
   struct Activations;
   template <class T> void embed_forward(const T* w);
-  template <class T> void layer_forward(int layer, const T* w, bool recompute);
+  template <class T> void layer_forward(int layer, const T* w, bool recompute, KvCache* cache = nullptr);
   template <class T> void head_forward(const T* w, const T* tied);
   template <class T> void head_backward(const T* w, float* g, const T* tied, float* tied_g);
   template <class T> void layer_backward(int layer, const T* w, float* g);

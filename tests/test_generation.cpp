@@ -1,0 +1,169 @@
+// Generation against recomputation: a KV-cache decode step gives the logits that a full forward
+// of the whole sequence gives at that position.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "config/load.hpp"
+#include "model/dense_parameters.hpp"
+#include "model/kv_cache.hpp"
+#include "model/transformer.hpp"
+#include "rollout/generator.hpp"
+
+namespace shardrl {
+namespace {
+
+ModelOptions opts(const ModelShape& s, Precision p, int rows, int len) {
+  ModelOptions o;
+  o.shape = s;
+  o.precision = p;
+  o.max_batch = rows;
+  o.max_seq_len = len;
+  return o;
+}
+
+template <class T>
+std::vector<float> host_logits(const Transformer& m, int rows) {
+  const int V = m.options().shape.vocab_size;
+  Kokkos::View<const T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> d(static_cast<const T*>(m.logits()),
+                                                                              std::size_t(rows) * V);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
+  std::vector<float> out(std::size_t(rows) * V);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(h(i));
+  return out;
+}
+
+template <class T>
+void check_decode(Precision p, bool tied, double tolerance) {
+  ModelShape s = resolve_model_shape(ModelConfig{});
+  s.tie_embeddings = tied;
+  s.qk_norm = !tied;
+  const int B = 3, L = 11, V = s.vocab_size;
+  std::mt19937 gen(4);
+  std::uniform_int_distribution<int> tok(0, V - 1);
+  std::vector<std::int32_t> tokens(B * L), targets(B * L, 0);
+  for (auto& t : tokens) t = tok(gen);
+
+  Transformer full(opts(s, p, B, L), ExecSpace());
+  DenseParameters params(full, ExecSpace());
+  params.initialize(9, 0.02f);
+  full.set_batch(tokens.data(), targets.data(), B, L);
+  for (int u = 0; u < full.unit_count(); ++u)
+    full.forward_unit(u, params.compute_weights(u), u == full.head_unit() ? params.compute_weights(0) : nullptr);
+  std::vector<float> want = host_logits<T>(full, B * L);
+
+  Transformer step(opts(s, p, B, 1), ExecSpace());
+  KvCache cache(s, B, L, step.compute_type_size());
+  double worst = 0;
+  for (int t = 0; t < L; ++t) {
+    std::vector<std::int32_t> now(B), pos(B, t);
+    for (int b = 0; b < B; ++b) now[b] = tokens[b * L + t];
+    step.set_decode_step(now.data(), pos.data(), B);
+    for (int u = 0; u < step.unit_count(); ++u)
+      step.decode_unit(u, params.compute_weights(u), cache, u == step.head_unit() ? params.compute_weights(0) : nullptr);
+    std::vector<float> got = host_logits<T>(step, B);
+    for (int b = 0; b < B; ++b)
+      for (int v = 0; v < V; ++v) {
+        const double w = want[(std::size_t(b) * L + t) * V + v], g = got[std::size_t(b) * V + v];
+        worst = std::max(worst, std::fabs(g - w));
+        ASSERT_NEAR(g, w, tolerance) << "row " << b << " position " << t << " token " << v;
+      }
+  }
+  std::printf("decode vs recompute (%s%s): worst logit difference %.2e\n", p == Precision::bf16 ? "bf16" : "fp32",
+              tied ? ", tied" : "", worst);
+}
+
+// fp32: the same arithmetic up to GEMM blocking. bf16: activations are rounded to bf16 along a
+// differently batched path; a fresh model's logits are O(0.1), so 2e-3 is a few bf16 roundings.
+TEST(Decode, KvCacheLogitsEqualFullRecomputeFp32) {
+  check_decode<float>(Precision::fp32, false, 1e-5);
+  check_decode<float>(Precision::fp32, true, 1e-5);
+}
+TEST(Decode, KvCacheLogitsEqualFullRecomputeBf16) { check_decode<bf16>(Precision::bf16, false, 2e-3); }
+
+// Rows of prompts with different lengths; the completions are checked against a full forward of
+// prompt + completion: each drawn token's recorded log-probability is the model's, and greedy
+// tokens are the argmax at the previous position.
+struct GenerationRig {
+  ModelShape s = resolve_model_shape(ModelConfig{});
+  Transformer full{opts(s, Precision::fp32, 1, 40), ExecSpace()};
+  DenseParameters params{full, ExecSpace()};
+  std::vector<const void*> weights;
+  GenerationRig() {
+    params.initialize(21, 0.3f);   // a larger init than usual, so distributions are far from uniform
+    for (int u = 0; u < full.unit_count(); ++u) weights.push_back(params.compute_weights(u));
+  }
+  std::vector<GenerationRow> rows() const {
+    std::vector<GenerationRow> r(3);
+    r[0].prompt = {10, 20, 30, 40, 50};
+    r[1].prompt = {7};
+    r[2].prompt = {1, 2, 3};
+    for (int i = 0; i < 3; ++i) {
+      r[i].prompt_index = 100 + i;
+      r[i].sample_index = i % 2;
+    }
+    return r;
+  }
+  // log softmax of the full model at each position of `seq`, (len, V).
+  std::vector<double> log_probs(const std::vector<std::int32_t>& seq) {
+    const int L = static_cast<int>(seq.size()), V = s.vocab_size;
+    std::vector<std::int32_t> targets(L, 0);
+    full.set_batch(seq.data(), targets.data(), 1, L);
+    for (int u = 0; u < full.unit_count(); ++u) full.forward_unit(u, weights[u], nullptr);
+    std::vector<float> logits = host_logits<float>(full, L);
+    std::vector<double> out(logits.size());
+    for (int t = 0; t < L; ++t) {
+      double mx = -1e30, z = 0;
+      for (int v = 0; v < V; ++v) mx = std::max(mx, double(logits[t * V + v]));
+      for (int v = 0; v < V; ++v) z += std::exp(logits[t * V + v] - mx);
+      for (int v = 0; v < V; ++v) out[t * V + v] = logits[t * V + v] - mx - std::log(z);
+    }
+    return out;
+  }
+};
+
+TEST(Generate, CompletionsMatchTheFullModel) {
+  GenerationRig rig;
+  const int V = rig.s.vocab_size;
+  for (SamplingOptions o : {SamplingOptions{0.0f, 0, 1.0f}, SamplingOptions{1.0f, 0, 1.0f}}) {
+    Generator gen(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
+    auto rows = rig.rows();
+    auto out = gen.generate(rig.weights, rows, o, 12, 5, 2, /*eos=*/258);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      ASSERT_FALSE(out[r].tokens.empty());
+      std::vector<std::int32_t> seq = rows[r].prompt;
+      seq.insert(seq.end(), out[r].tokens.begin(), out[r].tokens.end());
+      std::vector<double> lp = rig.log_probs(seq);
+      for (std::size_t i = 0; i < out[r].tokens.size(); ++i) {
+        const int t = static_cast<int>(rows[r].prompt.size() + i) - 1;   // position predicting token i
+        EXPECT_NEAR(out[r].logp[i], lp[t * V + out[r].tokens[i]], 1e-4) << "row " << r << " token " << i;
+        if (o.temperature == 0.0f) {
+          const auto* row = &lp[t * V];
+          EXPECT_EQ(out[r].tokens[i], std::max_element(row, row + V) - row) << "row " << r << " token " << i;
+        }
+      }
+      EXPECT_EQ(out[r].finished, out[r].tokens.back() == 258);
+      if (!out[r].finished) {
+        EXPECT_EQ(out[r].tokens.size(), 12u);
+      }
+    }
+  }
+}
+
+// A row's completion depends on its prompt and key, not on which other rows share the batch.
+TEST(Generate, SameKeysSameCompletionsInAnyBatch) {
+  GenerationRig rig;
+  auto rows = rig.rows();
+  Generator gen(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
+  auto together = gen.generate(rig.weights, rows, SamplingOptions{}, 10, 7, 3, 258);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    auto alone = gen.generate(rig.weights, {rows[r]}, SamplingOptions{}, 10, 7, 3, 258);
+    EXPECT_EQ(alone[0].tokens, together[r].tokens) << "row " << r;
+  }
+  auto other_seed = gen.generate(rig.weights, rows, SamplingOptions{}, 10, 8, 3, 258);
+  EXPECT_NE(other_seed[0].tokens, together[0].tokens);
+}
+
+}  // namespace
+}  // namespace shardrl
