@@ -307,6 +307,18 @@ void ShardedTrainer::optimizer_step() {
   }
 }
 
+void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
+  SHARDRL_CHECK(static_cast<int>(out.size()) == layout_.unit_count(), "one output buffer per unit");
+  const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
+  for (int u = 0; u < layout_.unit_count(); ++u) {
+    const void* source = compute_.empty() ? static_cast<const void*>(main_[u].data()) : compute_[u].data();
+    comm_.all_gather(source, out[u], static_cast<std::size_t>(layout_.unit(u).shard), type, stream_of(space_));
+    profile_.all_gathers += 1;
+    profile_.all_gather_bytes += layout_.unit(u).padded * static_cast<std::int64_t>(model_.compute_type_size());
+  }
+  comm_.synchronize(stream_of(space_));
+}
+
 std::vector<float> ShardedTrainer::gather_main_weights(int u) {
   const UnitShard& s = layout_.unit(u);
   DeviceView<float> full("gathered_main", static_cast<std::size_t>(s.padded));

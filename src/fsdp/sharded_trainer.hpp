@@ -68,6 +68,10 @@ class ShardedTrainer {
   void reset_profile() { profile_ = StepProfile{}; }
   const ShardLayout& layout() const { return layout_; }
 
+  // Every unit's full weights in the compute type into out[u] (padded_u elements each): the
+  // rollout's materialised weight set. Collective; waits for the gathers.
+  void gather_all_units(const std::vector<void*>& out);
+
   // The full fp32 main weights of unit u on the host (collective; for tests and inspection).
   std::vector<float> gather_main_weights(int u);
 

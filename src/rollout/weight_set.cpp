@@ -1,0 +1,18 @@
+#include "rollout/weight_set.hpp"
+
+namespace shardrl {
+
+WeightSet::WeightSet(const ShardLayout& layout, std::size_t element_size) {
+  for (int u = 0; u < layout.unit_count(); ++u) {
+    buffers_.emplace_back(MemoryCategory::gather, "rollout_weights", static_cast<std::size_t>(layout.unit(u).padded) * element_size);
+    units_.push_back(buffers_.back().data());
+  }
+}
+
+void WeightSet::materialize(ShardedTrainer& trainer) {
+  std::vector<void*> out;
+  for (auto& b : buffers_) out.push_back(b.data());
+  trainer.gather_all_units(out);
+}
+
+}  // namespace shardrl
