@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -280,6 +281,30 @@ TEST(Cli, ProfilePrintsThePerStepBreakdown) {
   EXPECT_NE(r.out.find("reduce-scatter"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(4 x,"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("all-reduce 8 B"), std::string::npos) << r.out;
+}
+
+TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nseed = 3\n");
+  const std::string cmd = shardrl() + " generate --config job.toml --prompt \"add: 1+2=\" --n 4 --max-new-tokens 12";
+  RunResult a = run_in(dir, cmd), b = run_in(dir, cmd);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 4) << a.out;
+  EXPECT_EQ(a.out, b.out) << "the same seed draws the same completions";
+  RunResult other = run_in(dir, cmd + " --seed 4");
+  EXPECT_NE(other.out, a.out);
+  // Greedy: every sample is the same most likely completion.
+  RunResult greedy = run_in(dir, cmd + " --temperature 0");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  std::istringstream lines(greedy.out);
+  std::string first, line;
+  std::getline(lines, first);
+  while (std::getline(lines, line)) EXPECT_EQ(line, first);
+  RunResult bad = run_in(dir, cmd + " --top-p 1.5");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "shardrl: invalid configuration (1 problem):\n"
+            "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
 }
 
 // A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.

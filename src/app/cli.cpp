@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "app/generate_command.hpp"
 #include "app/train_command.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -39,6 +40,20 @@ int run_cli(int argc, char** argv) {
                   "Print a per-step breakdown: all-gather, compute, reduce-scatter, optimizer, bytes moved "
                   "(fences between phases, so steps run slower)");
 
+  GenerateArgs gen_args;
+  std::string seed_flag, temperature_flag, top_k_flag, top_p_flag, max_new_flag;
+  CLI::App* gen = app.add_subcommand("generate", "Print completions of a prompt, one per line");
+  gen->add_option("--config", gen_args.config_path, "TOML configuration file")->required();
+  gen->add_option("--set", gen_args.overrides, "Override one key (repeatable; later ones win)")
+      ->type_name("SECTION.KEY=VALUE");
+  gen->add_option("--prompt", gen_args.prompt, "The prompt text")->required();
+  gen->add_option("--n", gen_args.samples, "Completions to draw")->check(CLI::Range(1, 4096));
+  gen->add_option("--seed", seed_flag, "Same as --set run.seed=S");
+  gen->add_option("--temperature", temperature_flag, "Same as --set rollout.temperature=T");
+  gen->add_option("--top-k", top_k_flag, "Same as --set rollout.top_k=K");
+  gen->add_option("--top-p", top_p_flag, "Same as --set rollout.top_p=P");
+  gen->add_option("--max-new-tokens", max_new_flag, "Same as --set rollout.max_new_tokens=M");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -51,6 +66,14 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
   if (train->parsed()) return run_train(train_args);
+  if (gen->parsed()) {
+    // The sampling flags are overrides like any other: one validation, one set of messages.
+    for (auto [flag, key] : {std::pair{&seed_flag, "run.seed"}, std::pair{&temperature_flag, "rollout.temperature"},
+                             std::pair{&top_k_flag, "rollout.top_k"}, std::pair{&top_p_flag, "rollout.top_p"},
+                             std::pair{&max_new_flag, "rollout.max_new_tokens"}})
+      if (!flag->empty()) gen_args.overrides.push_back(std::string(key) + "=" + *flag);
+    return run_generate(gen_args);
+  }
   return kExitUsage;
 }
 

@@ -72,6 +72,13 @@ struct OptimConfig {
   GradDtype state_dtype = GradDtype::fp32;   // Adam moments
 };
 
+struct RolloutConfig {
+  double temperature = 1.0;        // 0: greedy
+  std::int64_t top_k = 0;          // 0: off
+  double top_p = 1.0;              // 1: off
+  std::int64_t max_new_tokens = 64;
+};
+
 struct CommConfig {
   CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;   // a collective unfinished after this long aborts the job
@@ -91,6 +98,7 @@ struct Config {
   TrainConfig train;
   FsdpConfig fsdp;
   OptimConfig optim;
+  RolloutConfig rollout;
   CommConfig comm;
   DebugConfig debug;
 };

@@ -231,6 +231,26 @@ std::vector<KeyDef> build_schema() {
   s.push_back(choice("optim", "state_dtype", "Element type of the Adam moments: `fp32` or `bf16`.", &Config::optim,
                      &OptimConfig::state_dtype, dtypes));
 
+  s.push_back(with_min(field("rollout", "temperature", VK::real,
+                             "Sampling temperature; 0 draws greedily (the most likely token).", &Config::rollout,
+                             &RolloutConfig::temperature),
+                       0.0));
+  s.push_back(with_max(with_min(field("rollout", "top_k", VK::integer,
+                                      "Keep only the k most likely tokens (ties at the k-th kept); 0: off.",
+                                      &Config::rollout, &RolloutConfig::top_k),
+                                0),
+                       kMaxInt));
+  s.push_back(with_max(with_min(field("rollout", "top_p", VK::real,
+                                      "Keep the most likely tokens whose probability mass reaches top_p; 1: off.",
+                                      &Config::rollout, &RolloutConfig::top_p),
+                                0.0, true),
+                       1.0));
+  s.push_back(with_max(with_min(field("rollout", "max_new_tokens", VK::integer,
+                                      "Longest completion; generation also stops at EOS.", &Config::rollout,
+                                      &RolloutConfig::max_new_tokens),
+                                1),
+                       kMaxInt));
+
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "
                      "buffers) or `auto` (the one this build supports).",

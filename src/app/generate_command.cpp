@@ -1,0 +1,91 @@
+#include "app/generate_command.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "app/cli.hpp"
+#include "app/job_config.hpp"
+#include "core/error.hpp"
+#include "core/kokkos.hpp"
+#include "core/log.hpp"
+#include "model/dense_parameters.hpp"
+#include "mpi/device.hpp"
+#include "mpi/layout.hpp"
+#include "mpi/session.hpp"
+#include "rl/tokenizer.hpp"
+#include "rollout/generator.hpp"
+
+namespace shardrl {
+namespace {
+
+// One line per completion: newlines, backslashes and other control bytes escaped.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\\') out += "\\\\";
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_generate(const GenerateArgs& args) {
+  MpiSession mpi(nullptr, nullptr);
+  ProcessLayout layout = ProcessLayout::discover(mpi.world());
+  init_logging(layout.world_rank, false);
+  spdlog::set_level(spdlog::level::warn);   // stdout carries the completions only
+
+  TrainArgs job{args.config_path, args.overrides, false, false};
+  LoadedConfig loaded = read_job_config(mpi.world(), job, layout.world_size);
+  if (!loaded.ok()) {
+    report_config_errors(loaded, layout.world_rank);
+    return kExitUsage;
+  }
+  const Config& cfg = loaded.config;
+  DeviceBinding device;
+  try {
+    device = bind_device(layout);
+  } catch (const InputError& e) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  KokkosRuntime kokkos(device.device_id);
+
+  std::vector<std::int32_t> prompt = {tokenizer::kBos};
+  for (std::int32_t t : tokenizer::encode(args.prompt)) prompt.push_back(t);
+  const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
+  ModelOptions model = model_options(cfg);
+  const int max_len = static_cast<int>(prompt.size()) + max_new;
+  if (max_len > model.shape.max_seq_len) {
+    if (layout.world_rank == 0)
+      std::cerr << "shardrl: the prompt (" << prompt.size() << " tokens) and rollout.max_new_tokens (" << max_new
+                << ") exceed the model's max_seq_len (" << model.shape.max_seq_len << ")\n";
+    return kExitUsage;
+  }
+  Generator generator(model, args.samples, max_len, ExecSpace());
+  DenseParameters params(generator.model(), ExecSpace());
+  params.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+  std::vector<const void*> weights;
+  for (int u = 0; u < generator.model().unit_count(); ++u) weights.push_back(params.compute_weights(u));
+
+  std::vector<GenerationRow> rows(args.samples);
+  for (int i = 0; i < args.samples; ++i) {
+    rows[i].prompt = prompt;
+    rows[i].sample_index = i;
+  }
+  SamplingOptions sampling{static_cast<float>(cfg.rollout.temperature), static_cast<int>(cfg.rollout.top_k),
+                           static_cast<float>(cfg.rollout.top_p)};
+  std::vector<Completion> out = generator.generate(weights, rows, sampling, max_new,
+                                                   static_cast<std::uint64_t>(cfg.run.seed), 0, tokenizer::kEos);
+  if (layout.world_rank == 0)
+    for (const auto& c : out) std::cout << one_line(tokenizer::decode(c.tokens)) << "\n";
+  std::cout.flush();
+  return kExitOk;
+}
+
+}  // namespace shardrl
