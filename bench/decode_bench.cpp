@@ -5,11 +5,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
-#include "config/load.hpp"
+#include "bench_config.hpp"
 #include "core/kokkos.hpp"
 #include "model/dense_parameters.hpp"
 #include "rollout/generator.hpp"
@@ -27,20 +25,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "Batch sizes (rows generating together)");
   app.add_option("--new-tokens", new_tokens, "Tokens generated per row")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  std::string text;
-  if (!config_path.empty()) {
-    std::ifstream in(config_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
-  LoadedConfig loaded = load_config(text, config_path.empty() ? "(defaults)" : config_path, overrides, this_build());
-  if (!loaded.ok()) {
-    for (const auto& e : loaded.errors) std::cerr << "bench_decode: " << e << "\n";
-    return 2;
-  }
+  Config cfg;
+  if (!load_bench_config("bench_decode", config_path, overrides, cfg)) return 2;
   KokkosRuntime kokkos(0);
-  const Config& cfg = loaded.config;
   ModelOptions model = model_options(cfg);
   const int prompt = 4;
   for (int batch : batches) {

@@ -6,12 +6,10 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <sstream>
 
-#include "config/load.hpp"
+#include "bench_config.hpp"
 #include "core/kokkos.hpp"
 #include "model/dense_parameters.hpp"
 #include "model/transformer.hpp"
@@ -95,22 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
-  std::string text;
-  if (!config_path.empty()) {
-    std::ifstream in(config_path);
-    if (!in) {
-      std::cerr << "bench_model: cannot read config file '" << config_path << "'\n";
-      return 2;
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
-  LoadedConfig loaded = load_config(text, config_path.empty() ? "(defaults)" : config_path, overrides, this_build());
-  if (!loaded.ok()) {
-    for (const auto& e : loaded.errors) std::cerr << "bench_model: " << e << "\n";
-    return 2;
-  }
+  Config cfg;
+  if (!load_bench_config("bench_model", config_path, overrides, cfg)) return 2;
   KokkosRuntime kokkos(0);
-  return run(loaded.config, steps, warmup);
+  return run(cfg, steps, warmup);
 }

@@ -7,13 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <random>
-#include <sstream>
 
-#include "config/load.hpp"
+#include "bench_config.hpp"
 #include "core/kokkos.hpp"
 #include "model/dense_parameters.hpp"
 #include "model/transformer.hpp"
@@ -89,20 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  std::string text;
-  if (!config_path.empty()) {
-    std::ifstream in(config_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
-  }
-  LoadedConfig loaded = load_config(text, config_path.empty() ? "(defaults)" : config_path, overrides, this_build());
-  if (!loaded.ok()) {
-    for (const auto& e : loaded.errors) std::cerr << "bench_packing: " << e << "\n";
-    return 2;
-  }
+  Config cfg;
+  if (!load_bench_config("bench_packing", config_path, overrides, cfg)) return 2;
   KokkosRuntime kokkos(0);
-  const Config& cfg = loaded.config;
   const ModelOptions base = model_options(cfg);
   const int S = base.max_seq_len;
   if (min_length <= 0) min_length = std::max(1, S / 8);
