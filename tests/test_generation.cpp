@@ -2,6 +2,7 @@
 // of the whole sequence gives at that position.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -149,6 +150,24 @@ TEST(Generate, CompletionsMatchTheFullModel) {
       }
     }
   }
+}
+
+// A row that draws EOS leaves the batch; the others go on exactly as if it had not.
+TEST(Generate, FinishedRowsLeaveWithoutDisturbingTheOthers) {
+  GenerationRig rig;
+  auto rows = rig.rows();
+  Generator gen(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
+  const SamplingOptions greedy{0.0f, 0, 1.0f};
+  auto open = gen.generate(rig.weights, rows, greedy, 10, 1, 0, /*eos=*/-1);
+  const std::int32_t eos = open[1].tokens[0];   // row 1 ends at once
+  auto ended = gen.generate(rig.weights, rows, greedy, 10, 1, 0, eos);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    auto stop = std::find(open[r].tokens.begin(), open[r].tokens.end(), eos);
+    std::vector<std::int32_t> want(open[r].tokens.begin(), stop == open[r].tokens.end() ? stop : stop + 1);
+    EXPECT_EQ(ended[r].tokens, want) << "row " << r;
+    EXPECT_EQ(ended[r].finished, stop != open[r].tokens.end()) << "row " << r;
+  }
+  EXPECT_EQ(ended[1].tokens.size(), 1u);
 }
 
 // A row's completion depends on its prompt and key, not on which other rows share the batch.

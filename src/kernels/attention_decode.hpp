@@ -14,32 +14,39 @@
 namespace shardrl::kernels {
 
 struct CacheShape {
-  int rows = 1;        // sequences being generated
+  int rows = 1;        // rows of this step (each the new token of one sequence)
   int max_len = 1;     // positions the cache holds per row
   int n_heads = 1;
   int n_kv_heads = 1;
   int hd = 1;
 };
 
-// cache(r, positions[r], g, :) = new(r, g, :) for the keys and the values.
+// Row r of a step is sequence slots[r] of the cache (so finished sequences can leave the
+// batch while the others keep their cache); with slots == nullptr, row r is slot r.
+//
+// cache(slot(r), positions[r], g, :) = new(r, g, :) for the keys and the values.
 template <class T>
-void kv_cache_write(const ExecSpace& space, const CacheShape& s, const std::int32_t* positions,
+void kv_cache_write(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
+                    const std::int32_t* positions,
                     const T* k, const T* v,   // (rows, n_kv_heads, hd)
-                    T* k_cache, T* v_cache) {  // (rows, max_len, n_kv_heads, hd)
+                    T* k_cache, T* v_cache) {  // (slots, max_len, n_kv_heads, hd)
   const int G = s.n_kv_heads, hd = s.hd, L = s.max_len;
   Kokkos::parallel_for(
       "kv_cache_write", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(s.rows) * G * hd),
       KOKKOS_LAMBDA(const long i) {
         const long r = i / (G * hd), rest = i % (G * hd);
-        const long dst = (r * L + positions[r]) * G * hd + rest;
+        const long slot = slots ? slots[r] : r;
+        const long dst = (slot * L + positions[r]) * G * hd + rest;
         k_cache[dst] = k[i];
         v_cache[dst] = v[i];
       });
 }
 
-// out(r, h, :) = softmax_j(q(r,h,:) . k_cache(r,j,g,:) / sqrt(hd)) v_cache(r,j,g,:), j <= positions[r].
+// out(r, h, :) = softmax_j(q(r,h,:) . k_cache(slot(r),j,g,:) / sqrt(hd)) v_cache(slot(r),j,g,:),
+// j <= positions[r].
 template <class T>
-void attention_decode(const ExecSpace& space, const CacheShape& s, const std::int32_t* positions,
+void attention_decode(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
+                      const std::int32_t* positions,
                       const T* q,                              // (rows, n_heads, hd)
                       const T* k_cache, const T* v_cache,      // (rows, max_len, n_kv_heads, hd)
                       T* out) {                                // (rows, n_heads, hd)
@@ -50,14 +57,14 @@ void attention_decode(const ExecSpace& space, const CacheShape& s, const std::in
   Kokkos::parallel_for(
       "attention_decode", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(s.rows) * H),
       KOKKOS_LAMBDA(const long rh) {
-        const long r = rh / H;
+        const long r = rh / H, slot = slots ? slots[r] : r;
         const int g = static_cast<int>(rh % H) / group;
         const T* qr = q + rh * hd;
         float acc[detail::kAttentionMaxHeadDim];
         for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
         float m = -INFINITY, l = 0.0f;
         for (long j = 0; j <= positions[r]; ++j) {
-          const long base = ((r * L + j) * G + g) * hd;
+          const long base = ((slot * L + j) * G + g) * hd;
           const float sc = scale * detail::attention_dot(qr, k_cache + base, hd);
           if (sc > m) {
             const float c = expf(m - sc);

@@ -43,8 +43,10 @@ struct Transformer::Activations {
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
   DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
-  Kokkos::View<std::int32_t*, MemSpace> tokens, targets, positions;
-  Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h;
+  Kokkos::View<std::int32_t*, MemSpace> tokens, targets, positions, slots;
+  Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h, slots_h;
+  bool decode_slots = false;                  // decode step rows address cache slots
+
   std::vector<LayerOffsets> offsets;          // per layer
   std::int64_t head_norm = 0, head_lm = -1, embed = 0;
 

@@ -50,8 +50,9 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
     T* kc = static_cast<T*>(cache->keys(layer));
     T* vc = static_cast<T*>(cache->values(layer));
-    kernels::kv_cache_write(space_, cs, act_->positions.data(), a.k.as<T>(), a.v.as<T>(), kc, vc);
-    kernels::attention_decode(space_, cs, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
+    const std::int32_t* slots = act_->decode_slots ? act_->slots.data() : nullptr;
+    kernels::kv_cache_write(space_, cs, slots, act_->positions.data(), a.k.as<T>(), a.v.as<T>(), kc, vc);
+    kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
     kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),

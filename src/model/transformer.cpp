@@ -48,7 +48,7 @@ std::size_t Transformer::Activations::bytes() const {
                       logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() +
-                      3 * tokens.extent(0) * sizeof(std::int32_t);
+                      4 * tokens.extent(0) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
     for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
@@ -123,6 +123,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);
   a.targets = Kokkos::View<std::int32_t*, MemSpace>("targets", N);
   a.positions = Kokkos::View<std::int32_t*, MemSpace>("positions", N);
+  a.slots = Kokkos::View<std::int32_t*, MemSpace>("cache_slots", N);
+  a.slots_h = Kokkos::create_mirror_view(a.slots);
   a.tokens_h = Kokkos::create_mirror_view(a.tokens);
   a.targets_h = Kokkos::create_mirror_view(a.targets);
   a.positions_h = Kokkos::create_mirror_view(a.positions);
@@ -174,7 +176,8 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   Kokkos::deep_copy(space_, a.positions, a.positions_h);
 }
 
-void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows) {
+void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows,
+                                  const std::int32_t* slots) {
   SHARDRL_CHECK(options_.max_seq_len == 1 && rows >= 1 && rows <= options_.max_batch,
                 fmt::format("decode step of {} rows on a model built for ({}, {})", rows, options_.max_batch,
                             options_.max_seq_len));
@@ -188,15 +191,21 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
     a.tokens_h(r) = tokens[r];
     a.targets_h(r) = 0;   // unused by generation; a valid id keeps the head's log-prob finite
     a.positions_h(r) = positions[r];
+    a.slots_h(r) = slots ? slots[r] : r;
   }
+  a.decode_slots = slots != nullptr;
   Kokkos::deep_copy(space_, a.tokens, a.tokens_h);
   Kokkos::deep_copy(space_, a.targets, a.targets_h);
   Kokkos::deep_copy(space_, a.positions, a.positions_h);
+  Kokkos::deep_copy(space_, a.slots, a.slots_h);
 }
 
 void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding) {
   SHARDRL_CHECK(B_ > 0 && S_ == 1, "decode_unit before set_decode_step");
   SHARDRL_CHECK(cache.rows() >= B_, "KV cache has fewer rows than the decode step");
+  if (act_->decode_slots)
+    for (int r = 0; r < B_; ++r)
+      SHARDRL_CHECK(act_->slots_h(r) >= 0 && act_->slots_h(r) < cache.rows(), "cache slot out of range");
   if (u == 0 || u == head_unit()) return forward_unit(u, weights, tied_embedding);
   const bool half = options_.precision == Precision::bf16;
   half ? layer_forward(u - 1, static_cast<const bf16*>(weights), false, &cache)

@@ -72,9 +72,11 @@ class Transformer {
   void backward_unit(int u, const void* weights, float* grads, const void* tied_embedding = nullptr,
                      float* tied_embedding_grads = nullptr);
 
-  // Generation, one new token per row: tokens[r] at position positions[r] of row r (host
-  // arrays). The model must have been built with max_seq_len = 1 and max_batch >= rows.
-  void set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows);
+  // Generation, one new token per row: tokens[r] at position positions[r] of the sequence in
+  // cache slot slots[r] (host arrays; no slots: row r is slot r). The model must have been
+  // built with max_seq_len = 1 and max_batch >= rows.
+  void set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows,
+                       const std::int32_t* slots = nullptr);
   // Forward of unit u for the decode step: layers write the new keys and values into `cache`
   // and attend over the row's cached positions 0..positions[r].
   void decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding = nullptr);

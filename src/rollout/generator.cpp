@@ -45,48 +45,55 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   const void* tied = model_.options().shape.tie_embeddings ? weights[0] : nullptr;
 
   std::vector<Completion> out(R);
-  std::vector<std::int32_t> input(R), position(R, 0), drawn(R);
-  std::vector<float> drawn_logp(R);
+  // The rows still stepping (each keeps cache slot r); a row leaves once its prompt is read and
+  // its completion has ended, so finished sequences stop costing work.
+  std::vector<int> active(R);
+  for (int r = 0; r < R; ++r) active[r] = r;
+  std::vector<std::int32_t> input(R);
   auto keys_h = Kokkos::create_mirror_view(keys_);
   auto drawn_h = Kokkos::create_mirror_view(drawn_);
   auto logp_h = Kokkos::create_mirror_view(drawn_logp_);
   for (int r = 0; r < R; ++r) input[r] = rows[r].prompt[0];
 
-  // Every row advances one position per step: through its prompt, then through its completion.
-  // A finished row keeps stepping on its last token (its results are not used) until all end.
-  for (int t = 0;; ++t) {
-    bool any_active = false;
-    for (int r = 0; r < R; ++r) {
-      position[r] = t;
-      keys_h(r) = draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
+  for (int t = 0; !active.empty(); ++t) {
+    const int n = static_cast<int>(active.size());
+    std::vector<std::int32_t> step_input(n), step_position(n, t), step_slot(n);
+    for (int i = 0; i < n; ++i) {
+      const int r = active[i];
+      step_input[i] = input[r];
+      step_slot[i] = r;
+      keys_h(i) = draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
                            static_cast<std::int64_t>(out[r].tokens.size()));
     }
-    model_.set_decode_step(input.data(), position.data(), R);
+    model_.set_decode_step(step_input.data(), step_position.data(), n, step_slot.data());
     for (int u = 0; u < model_.unit_count(); ++u) model_.decode_unit(u, weights[u], cache_, u == head ? tied : nullptr);
     Kokkos::deep_copy(keys_, keys_h);
     if (half)
       sample_tokens(model_.space(), static_cast<const bf16*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                    drawn_logp_.data(), R, V);
+                    drawn_logp_.data(), n, V);
     else
       sample_tokens(model_.space(), static_cast<const float*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                    drawn_logp_.data(), R, V);
+                    drawn_logp_.data(), n, V);
     Kokkos::deep_copy(drawn_h, drawn_);
     Kokkos::deep_copy(logp_h, drawn_logp_);
-    for (int r = 0; r < R; ++r) {
+    std::vector<int> still;
+    for (int i = 0; i < n; ++i) {
+      const int r = active[i];
       const int len = static_cast<int>(rows[r].prompt.size());
       Completion& c = out[r];
       if (t + 1 < len) {
         input[r] = rows[r].prompt[t + 1];   // still reading the prompt
-        any_active = true;
-      } else if (!c.finished && static_cast<int>(c.tokens.size()) < max_new_tokens) {
-        c.tokens.push_back(drawn_h(r));
-        c.logp.push_back(logp_h(r));
-        c.finished = drawn_h(r) == eos;
-        input[r] = drawn_h(r);
-        any_active = any_active || (!c.finished && static_cast<int>(c.tokens.size()) < max_new_tokens);
+        still.push_back(r);
+        continue;
       }
+      if (max_new_tokens == 0) continue;
+      c.tokens.push_back(drawn_h(i));
+      c.logp.push_back(logp_h(i));
+      c.finished = drawn_h(i) == eos;
+      input[r] = drawn_h(i);
+      if (!c.finished && static_cast<int>(c.tokens.size()) < max_new_tokens) still.push_back(r);
     }
-    if (!any_active) break;
+    active.swap(still);
   }
   return out;
 }
