@@ -1,6 +1,7 @@
-// Decode throughput on one device: rows generating together through the KV cache, after a
-// prompt of a few tokens. Prints generated tokens/s for each batch size.
-//   bench_decode [--config F] [--set k=v ...] [--batch 1 --batch 8 ...] [--new-tokens N]
+// Decode throughput on one device: rows generating together through the KV cache after a
+// batched prefill of their prompts. Prints generated tokens/s for each batch size (the
+// prefill's time included) and the prefill's own prompt tokens/s.
+//   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -19,17 +20,17 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   std::vector<int> batches = {1, 8, 64};
-  int new_tokens = 32;
+  int new_tokens = 32, prompt = 4;
   app.add_option("--config", config_path, "TOML configuration (default: all defaults)");
   app.add_option("--set", overrides, "Override one key (repeatable)");
   app.add_option("--batch", batches, "Batch sizes (rows generating together)");
   app.add_option("--new-tokens", new_tokens, "Tokens generated per row")->check(CLI::PositiveNumber);
+  app.add_option("--prompt-tokens", prompt, "Prompt length per row")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   Config cfg;
   if (!load_bench_config("bench_decode", config_path, overrides, cfg)) return 2;
   KokkosRuntime kokkos(0);
   ModelOptions model = model_options(cfg);
-  const int prompt = 4;
   for (int batch : batches) {
     Generator gen(model, batch, prompt + new_tokens, ExecSpace());
     DenseParameters params(gen.model(), ExecSpace());
@@ -38,22 +39,29 @@ int main(int argc, char** argv) {
     for (int u = 0; u < gen.model().unit_count(); ++u) weights.push_back(params.compute_weights(u));
     std::vector<GenerationRow> rows(batch);
     for (int r = 0; r < batch; ++r) {
-      rows[r].prompt = {256, 97, 98, 99};
+      rows[r].prompt.assign(prompt, 97);
+      rows[r].prompt[0] = 256;
       rows[r].sample_index = r;
     }
     // No EOS (-1): every row generates new_tokens, so the count of tokens is exact.
     gen.generate(weights, rows, SamplingOptions{}, 2, 1, 0, -1);   // warm-up
     Kokkos::fence();
+    // Prefill alone: generating one token is the prefill plus one decode step.
+    auto p0 = std::chrono::steady_clock::now();
+    gen.generate(weights, rows, SamplingOptions{}, 1, 1, 0, -1);
+    Kokkos::fence();
+    const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
     auto t0 = std::chrono::steady_clock::now();
     auto out = gen.generate(weights, rows, SamplingOptions{}, new_tokens, 1, 1, -1);
     Kokkos::fence();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     long tokens = 0;
     for (const auto& c : out) tokens += static_cast<long>(c.tokens.size());
-    std::cout << fmt::format("{} {} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step)\n",
-                             cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32",
-                             execution_space_name(), batch, tokens, s, tokens / s,
-                             s / (prompt - 1 + new_tokens) * 1e3);
+    std::cout << fmt::format(
+        "{} {} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
+        "token {:.1f} ms, {:.0f} prompt tokens/s)\n",
+        cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32", execution_space_name(), batch, tokens, s,
+        tokens / s, s / new_tokens * 1e3, prefill_s * 1e3, batch * prompt / prefill_s);
   }
   return 0;
 }

@@ -37,7 +37,7 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
                                   a.dlogp.as<float>(), a.dlogits.as<T>(), N, V);
   gemm_->gemm(Op::N, Op::N, N, D, V, 1.0f, a.dlogits.as<T>(), V, lm, D, 0.0f, a.dh.as<T>(), D);
   weight_grad(a.dlogits.as<T>(), a.hf.as<T>(), lm_g, V, D);
-  kernels::rmsnorm_backward(space_, a.residual[s.n_layers].as<T>(), w + a.head_norm, a.rstd_f.as<float>(),
+  kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(),
                             a.dh.as<T>(), a.dres.as<T>(), g + a.head_norm, N, D, 0.0f);
 }
 
@@ -48,7 +48,7 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
   const LayerOffsets& o = act_->offsets[layer];
   if (options_.activation_recompute) layer_forward(layer, w, /*recompute=*/true);
-  LayerActivations& a = act_->layers[options_.activation_recompute ? 0 : layer];
+  LayerActivations& a = act_->layers[act_->layers.size() == 1 ? 0 : layer];   // one shared set: recompute, inference
   Activations& b = *act_;
   T* dres = b.dres.as<T>();
   Gemm& mm = *gemm_;
@@ -89,7 +89,7 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   weight_grad(dq, a.h1.as<T>(), g + o.q, Hq, D);
   weight_grad(dk, a.h1.as<T>(), g + o.k, Hkv, D);
   weight_grad(b.dv.as<T>(), a.h1.as<T>(), g + o.v, Hkv, D);
-  kernels::rmsnorm_backward(space_, b.residual[layer].as<T>(), w + o.input_norm, a.rstd1.as<float>(),
+  kernels::rmsnorm_backward(space_, residual<T>(layer), w + o.input_norm, a.rstd1.as<float>(),
                             b.dh.as<T>(), dres, g + o.input_norm, N, D, 1.0f);
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
+#include "core/error.hpp"
 #include "model/activations.hpp"
 
 namespace shardrl {
@@ -16,19 +17,19 @@ namespace shardrl {
 template <class T>
 void Transformer::embed_forward(const T* w) {
   const int N = B_ * S_, D = options_.shape.d_model;
-  kernels::embedding_forward(space_, act_->tokens.data(), w, act_->residual[0].as<T>(), N, D);
+  kernels::embedding_forward(space_, act_->tokens.data(), w, residual<T>(0), N, D);
 }
 
 template <class T>
-void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* cache) {
+void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* cache, bool prefill) {
   const ModelShape& s = options_.shape;
   const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
   const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
   const LayerOffsets& o = act_->offsets[layer];
-  LayerActivations& a = act_->layers[options_.activation_recompute ? 0 : layer];
-  const T* x = act_->residual[layer].as<T>();
+  LayerActivations& a = act_->layers[act_->layers.size() == 1 ? 0 : layer];   // one shared set: recompute, inference
+  const T* x = residual<T>(layer);
   // In backward's recompute only the internals matter: the output goes to scratch.
-  T* out = recompute ? act_->recompute_out.as<T>() : act_->residual[layer + 1].as<T>();
+  T* out = recompute ? act_->recompute_out.as<T>() : residual<T>(layer + 1);
   Gemm& mm = *gemm_;
 
   kernels::rmsnorm_forward(space_, x, w + o.input_norm, a.h1.as<T>(), a.rstd1.as<float>(), N, D, s.norm_eps);
@@ -45,7 +46,16 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   }
   kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, s.rope_theta);
   kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
-  if (cache) {
+  if (cache && prefill) {
+    // Prefill: every token's key and value go to the cache (slot = its row); the attention is
+    // the ordinary causal one within the batch.
+    kernels::CacheShape cs{N, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
+    kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), a.k.as<T>(), a.v.as<T>(),
+                            static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
+    kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
+    kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+                               a.attn.as<T>(), a.lse.as<float>());
+  } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
     kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
     T* kc = static_cast<T*>(cache->keys(layer));
@@ -77,7 +87,8 @@ void Transformer::head_forward(const T* w, const T* tied) {
   const int N = B_ * S_, D = s.d_model, V = s.vocab_size;
   Activations& a = *act_;
   const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
-  kernels::rmsnorm_forward(space_, a.residual[s.n_layers].as<T>(), w + a.head_norm, a.hf.as<T>(),
+  SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.head_tokens, "the head's buffers hold fewer tokens than the batch");
+  kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, a.hf.as<T>(),
                            a.rstd_f.as<float>(), N, D, s.norm_eps);
   gemm_->gemm(Op::N, Op::T, N, V, D, 1.0f, a.hf.as<T>(), D, lm, D, 0.0f, a.logits.as<T>(), V);
   kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data(), a.logp.as<float>(),
@@ -86,8 +97,8 @@ void Transformer::head_forward(const T* w, const T* tied) {
 
 template void Transformer::embed_forward<float>(const float*);
 template void Transformer::embed_forward<bf16>(const bf16*);
-template void Transformer::layer_forward<float>(int, const float*, bool, KvCache*);
-template void Transformer::layer_forward<bf16>(int, const bf16*, bool, KvCache*);
+template void Transformer::layer_forward<float>(int, const float*, bool, KvCache*, bool);
+template void Transformer::layer_forward<bf16>(int, const bf16*, bool, KvCache*, bool);
 template void Transformer::head_forward<float>(const float*, const float*);
 template void Transformer::head_forward<bf16>(const bf16*, const bf16*);
 

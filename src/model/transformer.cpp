@@ -68,8 +68,10 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
 
-  for (int l = 0; l <= s.n_layers; ++l) a.residual.emplace_back("residual", N * D * es);
-  const int stored = options_.activation_recompute ? 1 : s.n_layers;
+  const bool inference = options_.inference_only;
+  SHARDRL_CHECK(!(inference && options_.activation_recompute), "inference_only models keep no activations to recompute");
+  for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.emplace_back("residual", N * D * es);
+  const int stored = (options_.activation_recompute || inference) ? 1 : s.n_layers;
   for (int l = 0; l < stored; ++l) {
     LayerActivations la;
     la.h1 = DeviceBytes("h1", N * D * es);
@@ -94,31 +96,36 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.layers.push_back(std::move(la));
   }
   if (options_.activation_recompute) a.recompute_out = DeviceBytes("recompute_out", N * D * es);
-  a.hf = DeviceBytes("hf", N * D * es);
-  a.logits = DeviceBytes("logits", N * V * es);
-  a.rstd_f = DeviceBytes("rstd_f", N * f4);
-  a.lse_tok = DeviceBytes("lse_tok", N * f4);
-  a.logp = DeviceBytes("logp", N * f4);
-  a.dlogp = DeviceBytes("dlogp", N * f4);
-  a.dres = DeviceBytes("dres", N * D * es);
-  a.dh = DeviceBytes("dh", N * D * es);
-  a.dq = DeviceBytes("dq", N * Hq * es);
-  a.dk = DeviceBytes("dk", N * Hkv * es);
-  a.dv = DeviceBytes("dv", N * Hkv * es);
-  if (s.qk_norm) {
-    a.dq_raw = DeviceBytes("dq_raw", N * Hq * es);
-    a.dk_raw = DeviceBytes("dk_raw", N * Hkv * es);
-  }
-  a.dattn = DeviceBytes("dattn", N * Hq * es);
-  a.da = DeviceBytes("da", N * F * es);
-  a.dg = DeviceBytes("dg", N * F * es);
-  a.du = DeviceBytes("du", N * F * es);
-  a.dlogits = DeviceBytes("dlogits", N * V * es);
-  if (!options_.gradient_accumulation_fusion) {
-    std::size_t largest = 0;
-    for (const auto& u : units_)
-      for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
-    a.wgrad_tmp = DeviceBytes("wgrad_tmp", largest * f4, MemoryCategory::workspace);
+  // The head runs on every token in training, on one token per row in generation.
+  const std::size_t H = inference ? std::size_t(options_.max_batch) : N;
+  a.hf = DeviceBytes("hf", H * D * es);
+  a.logits = DeviceBytes("logits", H * V * es);
+  a.rstd_f = DeviceBytes("rstd_f", H * f4);
+  a.lse_tok = DeviceBytes("lse_tok", H * f4);
+  a.logp = DeviceBytes("logp", H * f4);
+  a.dlogp = DeviceBytes("dlogp", H * f4);
+  a.head_tokens = H;
+  if (!inference) {   // backward scratch
+    a.dres = DeviceBytes("dres", N * D * es);
+    a.dh = DeviceBytes("dh", N * D * es);
+    a.dq = DeviceBytes("dq", N * Hq * es);
+    a.dk = DeviceBytes("dk", N * Hkv * es);
+    a.dv = DeviceBytes("dv", N * Hkv * es);
+    if (s.qk_norm) {
+      a.dq_raw = DeviceBytes("dq_raw", N * Hq * es);
+      a.dk_raw = DeviceBytes("dk_raw", N * Hkv * es);
+    }
+    a.dattn = DeviceBytes("dattn", N * Hq * es);
+    a.da = DeviceBytes("da", N * F * es);
+    a.dg = DeviceBytes("dg", N * F * es);
+    a.du = DeviceBytes("du", N * F * es);
+    a.dlogits = DeviceBytes("dlogits", N * V * es);
+    if (!options_.gradient_accumulation_fusion) {
+      std::size_t largest = 0;
+      for (const auto& u : units_)
+        for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
+      a.wgrad_tmp = DeviceBytes("wgrad_tmp", largest * f4, MemoryCategory::workspace);
+    }
   }
   a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);
   a.targets = Kokkos::View<std::int32_t*, MemSpace>("targets", N);
@@ -169,18 +176,20 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
     SHARDRL_CHECK(pos >= 0 && pos <= i % S && (pos == 0 || pos == a.positions_h(i - 1) + 1),
                   fmt::format("position {} of token {} does not continue a sequence in its row", pos, i));
     a.positions_h(i) = pos;
+    a.slots_h(i) = i / S;   // prefill: row b of the batch is cache slot b
   }
+  a.decode_slots = false;
   // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
   Kokkos::deep_copy(space_, a.tokens, a.tokens_h);
   Kokkos::deep_copy(space_, a.targets, a.targets_h);
   Kokkos::deep_copy(space_, a.positions, a.positions_h);
+  Kokkos::deep_copy(space_, a.slots, a.slots_h);
 }
 
 void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows,
                                   const std::int32_t* slots) {
-  SHARDRL_CHECK(options_.max_seq_len == 1 && rows >= 1 && rows <= options_.max_batch,
-                fmt::format("decode step of {} rows on a model built for ({}, {})", rows, options_.max_batch,
-                            options_.max_seq_len));
+  SHARDRL_CHECK(rows >= 1 && rows <= options_.max_batch,
+                fmt::format("decode step of {} rows on a model built for {} rows", rows, options_.max_batch));
   B_ = rows;
   S_ = 1;
   Activations& a = *act_;
@@ -212,6 +221,23 @@ void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const 
        : layer_forward(u - 1, static_cast<const float*>(weights), false, &cache);
 }
 
+void Transformer::prefill_unit(int u, const void* weights, KvCache& cache) {
+  SHARDRL_CHECK(B_ > 0, "prefill_unit before set_batch");
+  SHARDRL_CHECK(u != head_unit(), "prefill runs the embedding and the layers, not the head");
+  SHARDRL_CHECK(cache.rows() >= B_ && cache.max_len() >= S_, "KV cache smaller than the prefill batch");
+  if (u == 0) return forward_unit(0, weights);
+  const bool half = options_.precision == Precision::bf16;
+  half ? layer_forward(u - 1, static_cast<const bf16*>(weights), false, &cache, true)
+       : layer_forward(u - 1, static_cast<const float*>(weights), false, &cache, true);
+}
+
+template <class T>
+T* Transformer::residual(int i) const {
+  return act_->residual[options_.inference_only ? i % 2 : i].as<T>();
+}
+template float* Transformer::residual<float>(int) const;
+template bf16* Transformer::residual<bf16>(int) const;
+
 const float* Transformer::logp() const { return act_->logp.as<float>(); }
 float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
 const void* Transformer::logits() const { return act_->logits.buffer.data(); }
@@ -233,6 +259,7 @@ void Transformer::forward_unit(int u, const void* weights, const void* tied_embe
 
 void Transformer::backward_unit(int u, const void* weights, float* grads, const void* tied_embedding,
                                 float* tied_embedding_grads) {
+  SHARDRL_CHECK(!options_.inference_only, "backward on a model built for generation only");
   const bool half = options_.precision == Precision::bf16;
   if (u == 0) {
     half ? embed_backward<bf16>(grads) : embed_backward<float>(grads);

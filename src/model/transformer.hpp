@@ -25,6 +25,9 @@ struct ModelOptions {
   bool activation_recompute = false;
   int max_batch = 1;     // sequences
   int max_seq_len = 1;   // positions per sequence
+  // Generation only: no backward buffers, one layer's activations shared by all layers, two
+  // residual buffers in turn, and head buffers for one token per row (the decode step's).
+  bool inference_only = false;
 };
 
 // Options of the model from the one Config (every build path uses this).
@@ -80,6 +83,10 @@ class Transformer {
   // Forward of unit u for the decode step: layers write the new keys and values into `cache`
   // and attend over the row's cached positions 0..positions[r].
   void decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding = nullptr);
+  // Prefill, after set_batch (row b of the batch is cache slot b): the embedding and the layers
+  // (not the head) over every position at once, writing each token's key and value into
+  // `cache` at its position.
+  void prefill_unit(int u, const void* weights, KvCache& cache);
 
   // Logits of the last head forward, (B*S, vocab) in the compute type.
   const void* logits() const;
@@ -91,7 +98,10 @@ class Transformer {
  private:
   struct Activations;
   template <class T> void embed_forward(const T* w);
-  template <class T> void layer_forward(int layer, const T* w, bool recompute, KvCache* cache = nullptr);
+  template <class T> void layer_forward(int layer, const T* w, bool recompute, KvCache* cache = nullptr,
+                                        bool prefill = false);
+  // The residual stream entering layer i (i = n_layers: entering the head).
+  template <class T> T* residual(int i) const;
   template <class T> void head_forward(const T* w, const T* tied);
   template <class T> void head_backward(const T* w, float* g, const T* tied, float* tied_g);
   template <class T> void layer_backward(int layer, const T* w, float* g);

@@ -9,17 +9,19 @@
 namespace shardrl {
 namespace {
 
-ModelOptions decode_options(ModelOptions o, int rows) {
+// Buffers for a prefill of (rows, max_len) tokens; decode steps use one token per row.
+ModelOptions generation_options(ModelOptions o, int rows, int max_len) {
   o.max_batch = rows;
-  o.max_seq_len = 1;   // one new token per row and step
+  o.max_seq_len = max_len;
   o.activation_recompute = false;
+  o.inference_only = true;
   return o;
 }
 
 }  // namespace
 
 Generator::Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space)
-    : model_(decode_options(model, rows), space),
+    : model_(generation_options(model, rows, max_len), space),
       cache_(model.shape, rows, max_len, model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float)),
       max_rows_(rows), max_len_(max_len), keys_("draw_keys", rows), drawn_("drawn", rows),
       drawn_logp_("drawn_logp", rows) {
@@ -45,22 +47,38 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   const void* tied = model_.options().shape.tie_embeddings ? weights[0] : nullptr;
 
   std::vector<Completion> out(R);
-  // The rows still stepping (each keeps cache slot r); a row leaves once its prompt is read and
-  // its completion has ended, so finished sequences stop costing work.
+  if (max_new_tokens == 0) return out;
+
+  // Prefill: every row's prompt but its last token, all positions at once, into the cache
+  // (row r is slot r). Shorter prompts are padded; their padding positions are overwritten by
+  // the row's own decode steps before anything attends to them.
+  int prefix = 0;
+  for (const auto& r : rows) prefix = std::max(prefix, static_cast<int>(r.prompt.size()) - 1);
+  if (prefix > 0) {
+    std::vector<std::int32_t> tokens(std::size_t(R) * prefix, 0), targets(tokens.size(), 0);
+    for (int r = 0; r < R; ++r)
+      for (std::size_t t = 0; t + 1 < rows[r].prompt.size(); ++t) tokens[std::size_t(r) * prefix + t] = rows[r].prompt[t];
+    model_.set_batch(tokens.data(), targets.data(), R, prefix);
+    for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
+  }
+
+  // Decode: each step feeds every active row one token at its own position (the last prompt
+  // token first) and draws the next. A finished row leaves the step (its cache slot stays; the
+  // others do not move), so finished sequences stop costing work.
   std::vector<int> active(R);
   for (int r = 0; r < R; ++r) active[r] = r;
   std::vector<std::int32_t> input(R);
+  for (int r = 0; r < R; ++r) input[r] = rows[r].prompt.back();
   auto keys_h = Kokkos::create_mirror_view(keys_);
   auto drawn_h = Kokkos::create_mirror_view(drawn_);
   auto logp_h = Kokkos::create_mirror_view(drawn_logp_);
-  for (int r = 0; r < R; ++r) input[r] = rows[r].prompt[0];
-
-  for (int t = 0; !active.empty(); ++t) {
+  while (!active.empty()) {
     const int n = static_cast<int>(active.size());
-    std::vector<std::int32_t> step_input(n), step_position(n, t), step_slot(n);
+    std::vector<std::int32_t> step_input(n), step_position(n), step_slot(n);
     for (int i = 0; i < n; ++i) {
       const int r = active[i];
       step_input[i] = input[r];
+      step_position[i] = static_cast<std::int32_t>(rows[r].prompt.size() - 1 + out[r].tokens.size());
       step_slot[i] = r;
       keys_h(i) = draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
                            static_cast<std::int64_t>(out[r].tokens.size()));
@@ -79,14 +97,7 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
     std::vector<int> still;
     for (int i = 0; i < n; ++i) {
       const int r = active[i];
-      const int len = static_cast<int>(rows[r].prompt.size());
       Completion& c = out[r];
-      if (t + 1 < len) {
-        input[r] = rows[r].prompt[t + 1];   // still reading the prompt
-        still.push_back(r);
-        continue;
-      }
-      if (max_new_tokens == 0) continue;
       c.tokens.push_back(drawn_h(i));
       c.logp.push_back(logp_h(i));
       c.finished = drawn_h(i) == eos;

@@ -1,7 +1,7 @@
-// Generation for a batch of rows (a prompt's group of samples is several rows): the prompt is
-// fed through the KV cache one position per step, then each row draws its next token until EOS
-// or max_new_tokens. Rows advance independently, so prompts of different lengths need no
-// padding, and a finished row leaves the step (its cache slot stays; the others' do not move). A draw's key is (seed, iteration, prompt index, sample index, token index), never the
+// Generation for a batch of rows (a prompt's group of samples is several rows): one prefill of
+// all prompts writes the KV cache, then each row draws its next token per step until EOS or
+// max_new_tokens, at its own position (prompts of different lengths need no alignment); a
+// finished row leaves the step. A draw's key is (seed, iteration, prompt index, sample index, token index), never the
 // row or the rank: the same request draws the same completions in any batch and at any world
 // size (up to GEMM rounding that differs between batch shapes).
 #pragma once
