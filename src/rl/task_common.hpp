@@ -26,6 +26,16 @@ std::uint64_t uniform_below(std::mt19937_64& engine, std::uint64_t n);
 // `text` without trailing whitespace (space, \t, \r, \n, \v, \f).
 std::string strip_trailing_whitespace(const std::string& text);
 
+// Partial credit of a position-wise answer: the fraction of positions where `got` equals
+// `want`, or 0 when the lengths differ or `want` is empty.
+template <class Seq>
+double matching_fraction(const Seq& got, const Seq& want) {
+  if (got.size() != want.size() || want.empty()) return 0.0;
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) right += (got[i] == want[i]) ? 1 : 0;
+  return static_cast<double>(right) / static_cast<double>(want.size());
+}
+
 std::unique_ptr<Task> make_sort_task(int difficulty, bool partial_credit);
 std::unique_ptr<Task> make_add_task(int difficulty, bool partial_credit);
 std::unique_ptr<Task> make_reverse_task(int difficulty, bool partial_credit);

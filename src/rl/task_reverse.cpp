@@ -29,10 +29,7 @@ class ReverseTask final : public Task {
     const std::string got = strip_trailing_whitespace(completion);
     const std::string want = strip_trailing_whitespace(ex.answer);
     if (got == want) return 1.0;
-    if (!partial_ || got.size() != want.size() || want.empty()) return 0.0;
-    std::size_t right = 0;
-    for (std::size_t i = 0; i < want.size(); ++i) right += (got[i] == want[i]) ? 1 : 0;
-    return static_cast<double>(right) / static_cast<double>(want.size());
+    return partial_ ? matching_fraction(got, want) : 0.0;
   }
 
  private:

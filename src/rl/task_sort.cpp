@@ -50,14 +50,8 @@ class SortTask final : public Task {
     const std::string got = strip_trailing_whitespace(completion);
     const std::string want = strip_trailing_whitespace(ex.answer);
     if (got == want) return 1.0;
-    if (!partial_) return 0.0;
-    const std::vector<std::string> g = split_on_spaces(got);
-    const std::vector<std::string> w = split_on_spaces(want);
-    if (g.size() != w.size()) return 0.0;
-    std::size_t right = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) right += (g[i] == w[i]) ? 1 : 0;
     // All fields equal would mean got == want, handled above; so this stays below 1.
-    return static_cast<double>(right) / static_cast<double>(w.size());
+    return partial_ ? matching_fraction(split_on_spaces(got), split_on_spaces(want)) : 0.0;
   }
 
  private:
