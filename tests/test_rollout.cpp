@@ -3,6 +3,8 @@
 // batch from an unsharded model with the same seed (np 1, 2 and 4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "config/load.hpp"
@@ -81,6 +83,98 @@ TEST(Rollout, SameSamplesAtAnyWorldSize) {
   Generator gen(opts(1, 1), static_cast<int>(everything.size()), 16, ExecSpace());
   std::string want = render(everything, gen.generate(ref_weights, everything, SamplingOptions{}, kNew, 11, 2, 258));
   EXPECT_EQ(all, want);
+}
+
+// An RL-shaped job on this rank: a sharded trainer, the rollout's weight set and a generator,
+// with the transient buffers of both phases in one PhaseArena or each in its own allocation.
+struct AlternatingJob {
+  std::unique_ptr<PhaseArena> arena;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<ShardedTrainer> trainer;
+  std::unique_ptr<WeightSet> weights;
+  std::unique_ptr<Generator> gen;
+  std::int64_t ledger_delta = 0, persistent_delta = 0;
+  static constexpr int kRows = kPrompts * kSamples, kLen = 16;
+
+  AlternatingJob(Communicator& comm, bool shared) {
+    const MemoryLedger& ledger = MemoryLedger::instance();
+    const std::int64_t before = ledger.total(), persistent_before = ledger.persistent();
+    if (shared) arena = std::make_unique<PhaseArena>(ExecSpace(), /*poison_on_enter=*/true);
+    ModelOptions train = opts(kRows, kLen);
+    train.arena = ArenaPlacement{arena.get(), Phase::train};
+    model = std::make_unique<Transformer>(train, ExecSpace());
+    trainer = std::make_unique<ShardedTrainer>(*model, comm, FsdpOptions{}, OptimizerOptions{});
+    weights = std::make_unique<WeightSet>(trainer->layout(), sizeof(float), ArenaPlacement{arena.get(), Phase::rollout});
+    gen = std::make_unique<Generator>(opts(1, 1), kRows, kLen, ExecSpace(), arena.get());
+    if (arena) arena->commit();
+    trainer->initialize(5, 0.3f);
+    ledger_delta = ledger.total() - before;
+    persistent_delta = ledger.persistent() - persistent_before;
+  }
+
+  // Rollout (every rank generates every row: the point here is memory, not the split), then
+  // one training step on the prompts and completions; returns the completions and the loss.
+  std::pair<std::string, float> round(int iteration) {
+    if (arena) arena->enter(Phase::rollout);
+    weights->materialize(*trainer);
+    std::vector<GenerationRow> rows = rows_for(0, kPrompts);
+    SamplingOptions sampling;
+    sampling.temperature = 1.0f;
+    std::vector<Completion> out = gen->generate(weights->units(), rows, sampling, kNew, 11, iteration, 258);
+    if (arena) arena->enter(Phase::train);
+    std::vector<std::int32_t> tokens, targets;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      std::vector<std::int32_t> seq = rows[r].prompt;
+      seq.insert(seq.end(), out[r].tokens.begin(), out[r].tokens.end());
+      seq.resize(kLen + 1, 258);
+      tokens.insert(tokens.end(), seq.begin(), seq.end() - 1);
+      targets.insert(targets.end(), seq.begin() + 1, seq.end());
+    }
+    model->set_batch(tokens.data(), targets.data(), kRows, kLen);
+    DeviceView<float> mask("mask", kRows * kLen), loss("loss", 1);
+    Kokkos::deep_copy(mask, 1.0f);
+    trainer->forward_backward(mask.data(), 1.0f / (kRows * kLen), loss.data());
+    trainer->optimizer_step();
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
+    return {render(rows, out), h(0)};
+  }
+};
+
+// Rollout and train take turns in one arena of max(rollout, train) transient bytes, the arena
+// poisoned with NaN at every phase change; the results equal those of a job whose phases each
+// hold their own memory, and alternating allocates nothing.
+TEST(Rollout, PhasesShareOneArenaAndGiveTheSameResults) {
+  static std::unique_ptr<Communicator> comm = make_communicator(
+      has_backend(CommBackendKind::nccl) ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD, 120.0);
+  std::vector<std::pair<std::string, float>> separate;
+  std::int64_t separate_transient = 0;
+  {
+    AlternatingJob job(*comm, false);
+    separate_transient = job.ledger_delta - job.persistent_delta;
+    for (int it = 0; it < 3; ++it) separate.push_back(job.round(it));
+  }
+  AlternatingJob job(*comm, true);
+  const PhaseArena& arena = *job.arena;
+  EXPECT_EQ(arena.bytes(), std::max(arena.phase_bytes(Phase::train), arena.phase_bytes(Phase::rollout)));
+  EXPECT_EQ(job.ledger_delta - job.persistent_delta, arena.bytes());
+  std::int64_t both = 0;
+  for (int c = 0; c < kMemoryCategories; ++c)
+    for (Phase p : {Phase::train, Phase::rollout}) both += arena.phase_bytes(p, static_cast<MemoryCategory>(c));
+  EXPECT_EQ(separate_transient, both) << "the separate job holds both phases' buffers";
+  EXPECT_LT(arena.bytes(), both);
+  EXPECT_GT(arena.phase_bytes(Phase::rollout, MemoryCategory::kv_cache), 0);
+  EXPECT_GT(arena.phase_bytes(Phase::rollout, MemoryCategory::gather), 0);
+  EXPECT_GT(arena.phase_bytes(Phase::train, MemoryCategory::gather), 0);
+
+  const std::int64_t total = MemoryLedger::instance().total();
+  for (int it = 0; it < 3; ++it) {
+    // Identical arithmetic; the GPU's atomic embedding gradient may reorder one sum.
+    auto [text, loss] = job.round(it);
+    EXPECT_EQ(text, separate[it].first) << "iteration " << it;
+    EXPECT_NEAR(loss, separate[it].second, 1e-6f * std::abs(separate[it].second)) << "iteration " << it;
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_EQ(MemoryLedger::instance().total(), total) << "a phase allocated anew";
+  }
 }
 
 TEST(Rollout, PromptSplitCoversTheBatchOnce) {

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
+#include "core/phase_arena.hpp"
 #include "core/version.hpp"
 #include "io/text_file.hpp"
 #include "mpi/communicator.hpp"
@@ -113,11 +114,17 @@ int run_train(const TrainArgs& args) {
       mpi.world(), cfg.comm.timeout_s);
   check_collectives(*comm, cfg.model.precision);
 
-  // Policy: the model, sharded across the ranks; fresh weights from the seed.
-  Transformer model(model_options(cfg), ExecSpace());
+  // Policy: the model, sharded across the ranks; fresh weights from the seed. Its transient
+  // buffers go into the train phase of the arena.
+  PhaseArena arena(ExecSpace(), cfg.debug.check_released);
+  ModelOptions model_opts = model_options(cfg);
+  model_opts.arena = ArenaPlacement{&arena, Phase::train};
+  Transformer model(model_opts, ExecSpace());
   FsdpOptions fsdp = fsdp_options(cfg);
   fsdp.profile = args.profile;
   ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));
+  arena.commit();
+  arena.enter(Phase::train);
   trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
   spdlog::info("model {}: {} parameters in {} units, {} per rank", cfg.model.preset,
                model.options().shape.parameter_count(), model.unit_count(), trainer.layout().total_shard());

@@ -11,11 +11,11 @@
 namespace shardrl {
 
 GatherSlots::GatherSlots(int count, std::int64_t elements, std::size_t element_size, bool check_released,
-                         const ExecSpace& space)
+                         ArenaPlacement at, const ExecSpace& space)
     : holder_(count, -1), generation_(count, 0), elements_(elements), element_size_(element_size),
       check_(check_released), space_(space) {
   for (int i = 0; i < count; ++i)
-    buffers_.emplace_back(MemoryCategory::gather, "gather_slot", static_cast<std::size_t>(elements) * element_size);
+    buffers_.emplace_back(at, MemoryCategory::gather, "gather_slot", static_cast<std::size_t>(elements) * element_size);
 }
 
 int GatherSlots::holding(int unit) const {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_ledger.hpp"
+#include "core/ledger_view.hpp"
 
 namespace shardrl {
 
@@ -24,7 +24,7 @@ class GatherSlots {
  public:
   // `count` slots of `elements` elements of `element_size` bytes each.
   GatherSlots(int count, std::int64_t elements, std::size_t element_size, bool check_released,
-              const ExecSpace& space);
+              ArenaPlacement at, const ExecSpace& space);
 
   int holding(int unit) const;            // slot holding `unit`, or -1
   bool has_free() const;

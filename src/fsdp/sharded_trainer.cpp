@@ -72,18 +72,20 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   const int units = model_.unit_count();
   const int slot_count = options_.reshard_after_forward ? 2 : units;
   slots_ = std::make_unique<GatherSlots>(slot_count, layout_.max_padded(), model_.compute_type_size(),
-                                         options_.check_released, space_);
+                                         options_.check_released, model_.options().arena, space_);
   gathered_ = std::vector<DeviceEvent>(slot_count);
   last_handle_.resize(units);
+  // Transient buffers share the model's arena placement (the train phase), if it has one.
+  const ArenaPlacement at = model_.options().arena;
   const auto padded = static_cast<std::size_t>(layout_.max_padded());
   const auto shard = static_cast<std::size_t>(layout_.max_shard());
   for (int b = 0; b < 2; ++b) {
-    grad_full_[b] = LedgerView<float>(MemoryCategory::workspace, "grad_full", padded);
+    grad_full_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_full", padded);
     if (options_.reduce_dtype == GradDtype::bf16) {
-      send_bf16_[b] = LedgerView<bf16>(MemoryCategory::workspace, "grad_send_bf16", padded);
-      recv_bf16_[b] = LedgerView<bf16>(MemoryCategory::workspace, "grad_recv_bf16", shard);
+      send_bf16_[b] = LedgerView<bf16>(at, MemoryCategory::workspace, "grad_send_bf16", padded);
+      recv_bf16_[b] = LedgerView<bf16>(at, MemoryCategory::workspace, "grad_recv_bf16", shard);
     } else {
-      recv_f32_[b] = LedgerView<float>(MemoryCategory::workspace, "grad_recv", shard);
+      recv_f32_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_recv", shard);
     }
   }
 }

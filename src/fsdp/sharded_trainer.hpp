@@ -13,7 +13,7 @@
 
 #include "config/config.hpp"
 #include "core/device_stream.hpp"
-#include "core/memory_ledger.hpp"
+#include "core/ledger_view.hpp"
 #include "fsdp/gather_slots.hpp"
 #include "fsdp/shard_layout.hpp"
 #include "model/transformer.hpp"

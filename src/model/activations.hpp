@@ -7,18 +7,19 @@
 #include <vector>
 
 #include "core/kokkos.hpp"
-#include "core/memory_ledger.hpp"
+#include "core/ledger_view.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {
 
-// Untyped device bytes, counted in the memory ledger; the element type (bf16 or fp32) is the
-// model's compute type.
+// Untyped device bytes, counted in the memory ledger, in the model's arena placement if it has
+// one; the element type (bf16 or fp32) is the model's compute type.
 struct DeviceBytes {
   LedgerView<char> buffer;
   DeviceBytes() = default;
-  DeviceBytes(const char* label, std::size_t bytes, MemoryCategory category = MemoryCategory::activations)
-      : buffer(category, label, bytes) {}
+  DeviceBytes(ArenaPlacement at, const char* label, std::size_t bytes,
+              MemoryCategory category = MemoryCategory::activations)
+      : buffer(at, category, label, bytes) {}
   template <class T> T* as() const { return reinterpret_cast<T*>(buffer.data()); }
   std::size_t bytes() const { return buffer.size(); }
 };

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/kokkos.hpp"
-#include "core/memory_ledger.hpp"
+#include "core/ledger_view.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {

@@ -67,64 +67,65 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
+  const ArenaPlacement at = options_.arena;
 
   const bool inference = options_.inference_only;
   SHARDRL_CHECK(!(inference && options_.activation_recompute), "inference_only models keep no activations to recompute");
-  for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.emplace_back("residual", N * D * es);
+  for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.emplace_back(at, "residual", N * D * es);
   const int stored = (options_.activation_recompute || inference) ? 1 : s.n_layers;
   for (int l = 0; l < stored; ++l) {
     LayerActivations la;
-    la.h1 = DeviceBytes("h1", N * D * es);
+    la.h1 = DeviceBytes(at, "h1", N * D * es);
     if (s.qk_norm) {
-      la.q_raw = DeviceBytes("q_raw", N * Hq * es);
-      la.k_raw = DeviceBytes("k_raw", N * Hkv * es);
-      la.rstd_q = DeviceBytes("rstd_q", N * s.n_heads * f4);
-      la.rstd_k = DeviceBytes("rstd_k", N * s.n_kv_heads * f4);
+      la.q_raw = DeviceBytes(at, "q_raw", N * Hq * es);
+      la.k_raw = DeviceBytes(at, "k_raw", N * Hkv * es);
+      la.rstd_q = DeviceBytes(at, "rstd_q", N * s.n_heads * f4);
+      la.rstd_k = DeviceBytes(at, "rstd_k", N * s.n_kv_heads * f4);
     }
-    la.q = DeviceBytes("q", N * Hq * es);
-    la.k = DeviceBytes("k", N * Hkv * es);
-    la.v = DeviceBytes("v", N * Hkv * es);
-    la.attn = DeviceBytes("attn", N * Hq * es);
-    la.lse = DeviceBytes("lse", N * s.n_heads * f4);
-    la.xmid = DeviceBytes("xmid", N * D * es);
-    la.h2 = DeviceBytes("h2", N * D * es);
-    la.g = DeviceBytes("g", N * F * es);
-    la.u = DeviceBytes("u", N * F * es);
-    la.a = DeviceBytes("a", N * F * es);
-    la.rstd1 = DeviceBytes("rstd1", N * f4);
-    la.rstd2 = DeviceBytes("rstd2", N * f4);
+    la.q = DeviceBytes(at, "q", N * Hq * es);
+    la.k = DeviceBytes(at, "k", N * Hkv * es);
+    la.v = DeviceBytes(at, "v", N * Hkv * es);
+    la.attn = DeviceBytes(at, "attn", N * Hq * es);
+    la.lse = DeviceBytes(at, "lse", N * s.n_heads * f4);
+    la.xmid = DeviceBytes(at, "xmid", N * D * es);
+    la.h2 = DeviceBytes(at, "h2", N * D * es);
+    la.g = DeviceBytes(at, "g", N * F * es);
+    la.u = DeviceBytes(at, "u", N * F * es);
+    la.a = DeviceBytes(at, "a", N * F * es);
+    la.rstd1 = DeviceBytes(at, "rstd1", N * f4);
+    la.rstd2 = DeviceBytes(at, "rstd2", N * f4);
     a.layers.push_back(std::move(la));
   }
-  if (options_.activation_recompute) a.recompute_out = DeviceBytes("recompute_out", N * D * es);
+  if (options_.activation_recompute) a.recompute_out = DeviceBytes(at, "recompute_out", N * D * es);
   // The head runs on every token in training, on one token per row in generation.
   const std::size_t H = inference ? std::size_t(options_.max_batch) : N;
-  a.hf = DeviceBytes("hf", H * D * es);
-  a.logits = DeviceBytes("logits", H * V * es);
-  a.rstd_f = DeviceBytes("rstd_f", H * f4);
-  a.lse_tok = DeviceBytes("lse_tok", H * f4);
-  a.logp = DeviceBytes("logp", H * f4);
-  a.dlogp = DeviceBytes("dlogp", H * f4);
+  a.hf = DeviceBytes(at, "hf", H * D * es);
+  a.logits = DeviceBytes(at, "logits", H * V * es);
+  a.rstd_f = DeviceBytes(at, "rstd_f", H * f4);
+  a.lse_tok = DeviceBytes(at, "lse_tok", H * f4);
+  a.logp = DeviceBytes(at, "logp", H * f4);
+  a.dlogp = DeviceBytes(at, "dlogp", H * f4);
   a.head_tokens = H;
   if (!inference) {   // backward scratch
-    a.dres = DeviceBytes("dres", N * D * es);
-    a.dh = DeviceBytes("dh", N * D * es);
-    a.dq = DeviceBytes("dq", N * Hq * es);
-    a.dk = DeviceBytes("dk", N * Hkv * es);
-    a.dv = DeviceBytes("dv", N * Hkv * es);
+    a.dres = DeviceBytes(at, "dres", N * D * es);
+    a.dh = DeviceBytes(at, "dh", N * D * es);
+    a.dq = DeviceBytes(at, "dq", N * Hq * es);
+    a.dk = DeviceBytes(at, "dk", N * Hkv * es);
+    a.dv = DeviceBytes(at, "dv", N * Hkv * es);
     if (s.qk_norm) {
-      a.dq_raw = DeviceBytes("dq_raw", N * Hq * es);
-      a.dk_raw = DeviceBytes("dk_raw", N * Hkv * es);
+      a.dq_raw = DeviceBytes(at, "dq_raw", N * Hq * es);
+      a.dk_raw = DeviceBytes(at, "dk_raw", N * Hkv * es);
     }
-    a.dattn = DeviceBytes("dattn", N * Hq * es);
-    a.da = DeviceBytes("da", N * F * es);
-    a.dg = DeviceBytes("dg", N * F * es);
-    a.du = DeviceBytes("du", N * F * es);
-    a.dlogits = DeviceBytes("dlogits", N * V * es);
+    a.dattn = DeviceBytes(at, "dattn", N * Hq * es);
+    a.da = DeviceBytes(at, "da", N * F * es);
+    a.dg = DeviceBytes(at, "dg", N * F * es);
+    a.du = DeviceBytes(at, "du", N * F * es);
+    a.dlogits = DeviceBytes(at, "dlogits", N * V * es);
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
       for (const auto& u : units_)
         for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
-      a.wgrad_tmp = DeviceBytes("wgrad_tmp", largest * f4, MemoryCategory::workspace);
+      a.wgrad_tmp = DeviceBytes(at, "wgrad_tmp", largest * f4, MemoryCategory::workspace);
     }
   }
   a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);

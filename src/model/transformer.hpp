@@ -13,6 +13,7 @@
 #include "config/config.hpp"
 #include "config/model_shape.hpp"
 #include "core/kokkos.hpp"
+#include "core/phase_arena.hpp"
 #include "model/kv_cache.hpp"
 #include "model/param_spec.hpp"
 
@@ -28,6 +29,9 @@ struct ModelOptions {
   // Generation only: no backward buffers, one layer's activations shared by all layers, two
   // residual buffers in turn, and head buffers for one token per row (the decode step's).
   bool inference_only = false;
+  // Where the activation buffers live: their own allocations, or a phase of a PhaseArena that
+  // the other phase's buffers share.
+  ArenaPlacement arena;
 };
 
 // Options of the model from the one Config (every build path uses this).

@@ -10,19 +10,21 @@ namespace shardrl {
 namespace {
 
 // Buffers for a prefill of (rows, max_len) tokens; decode steps use one token per row.
-ModelOptions generation_options(ModelOptions o, int rows, int max_len) {
+ModelOptions generation_options(ModelOptions o, int rows, int max_len, PhaseArena* arena) {
   o.max_batch = rows;
   o.max_seq_len = max_len;
   o.activation_recompute = false;
   o.inference_only = true;
+  o.arena = ArenaPlacement{arena, Phase::rollout};
   return o;
 }
 
 }  // namespace
 
-Generator::Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space)
-    : model_(generation_options(model, rows, max_len), space),
-      cache_(model.shape, rows, max_len, model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float)),
+Generator::Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena)
+    : model_(generation_options(model, rows, max_len, arena), space),
+      cache_(model.shape, rows, max_len, model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float),
+             ArenaPlacement{arena, Phase::rollout}),
       max_rows_(rows), max_len_(max_len), keys_("draw_keys", rows), drawn_("drawn", rows),
       drawn_logp_("drawn_logp", rows) {
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");

@@ -29,8 +29,9 @@ struct Completion {
 
 class Generator {
  public:
-  // Buffers for up to `rows` rows of up to `max_len` positions (prompt and completion).
-  Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space);
+  // Buffers for up to `rows` rows of up to `max_len` positions (prompt and completion); with an
+  // arena, the KV cache and activations live in its rollout region (ignoring model.arena).
+  Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena = nullptr);
 
   // `weights[u]`: every unit's full weights in the compute type (the rollout's materialised
   // set); `tied_embedding` is weights[0] when the LM head is tied.

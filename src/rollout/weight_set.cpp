@@ -2,11 +2,16 @@
 
 namespace shardrl {
 
-WeightSet::WeightSet(const ShardLayout& layout, std::size_t element_size) {
+WeightSet::WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at) {
   for (int u = 0; u < layout.unit_count(); ++u) {
-    buffers_.emplace_back(MemoryCategory::gather, "rollout_weights", static_cast<std::size_t>(layout.unit(u).padded) * element_size);
-    units_.push_back(buffers_.back().data());
+    buffers_.emplace_back(at, MemoryCategory::gather, "rollout_weights", static_cast<std::size_t>(layout.unit(u).padded) * element_size);
   }
+}
+
+std::vector<const void*> WeightSet::units() const {
+  std::vector<const void*> out;
+  for (const auto& b : buffers_) out.push_back(b.data());
+  return out;
 }
 
 void WeightSet::materialize(ShardedTrainer& trainer) {

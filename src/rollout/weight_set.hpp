@@ -1,25 +1,26 @@
 // The full weights that a rollout phase generates with: every unit gathered once from the
 // shards at the start of the phase, in the compute type. Allocated once (ledger: gather) and
-// refilled each phase, so no phase allocates anew.
+// refilled each phase, so no phase allocates anew; in a PhaseArena it shares its memory with
+// training's transient buffers.
 #pragma once
 
 #include <vector>
 
-#include "core/memory_ledger.hpp"
+#include "core/ledger_view.hpp"
 #include "fsdp/sharded_trainer.hpp"
 
 namespace shardrl {
 
 class WeightSet {
  public:
-  WeightSet(const ShardLayout& layout, std::size_t element_size);
+  WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at = {});
   // Collective: gathers every unit from the trainer's shards.
   void materialize(ShardedTrainer& trainer);
-  const std::vector<const void*>& units() const { return units_; }
+  // Every unit's buffer (in an arena: only while the rollout phase holds it).
+  std::vector<const void*> units() const;
 
  private:
   std::vector<LedgerView<char>> buffers_;
-  std::vector<const void*> units_;
 };
 
 }  // namespace shardrl

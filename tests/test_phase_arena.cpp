@@ -1,0 +1,96 @@
+// PhaseArena: the two phases' buffers overlap in one allocation of max(train, rollout) bytes,
+// the ledger counts it once, and a buffer used outside its phase (or before the arena exists)
+// stops the job instead of reading the other phase's data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/ledger_view.hpp"
+#include "core/phase_arena.hpp"
+
+namespace shardrl {
+namespace {
+
+std::vector<float> to_host(const float* p, std::size_t n) {
+  Kokkos::View<float*, Kokkos::HostSpace> h("h", n);
+  Kokkos::deep_copy(h, Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(p, n));
+  return std::vector<float>(h.data(), h.data() + n);
+}
+
+TEST(PhaseArena, PhasesOverlapInOneAllocationOfTheLargerSize) {
+  const std::int64_t before = MemoryLedger::instance().total();
+  PhaseArena arena(ExecSpace{});
+  LedgerView<float> slots({&arena, Phase::train}, MemoryCategory::gather, "slots", 1000);
+  LedgerView<float> acts({&arena, Phase::train}, MemoryCategory::activations, "acts", 3000);
+  LedgerView<char> weights({&arena, Phase::rollout}, MemoryCategory::gather, "weights", 2500 * 4);
+  LedgerView<float> cache({&arena, Phase::rollout}, MemoryCategory::kv_cache, "cache", 10);
+  EXPECT_EQ(MemoryLedger::instance().total(), before) << "nothing is counted before the arena exists";
+  arena.commit();
+
+  // Train: 4000 + 3000 * 4 bytes... rounded to 256-byte boundaries per buffer.
+  EXPECT_EQ(arena.phase_bytes(Phase::train), 4096 + 12032);
+  EXPECT_EQ(arena.phase_bytes(Phase::rollout), 10240 + 256);
+  EXPECT_EQ(arena.bytes(), 4096 + 12032);
+  // The ledger holds the larger phase's categories; padding counts as workspace.
+  EXPECT_EQ(MemoryLedger::instance().total() - before, arena.bytes());
+  EXPECT_EQ(arena.phase_bytes(Phase::train, MemoryCategory::activations), 12000);
+
+  // Both phases start at the arena's beginning: the rollout weights reuse training's memory.
+  arena.enter(Phase::train);
+  const char* slots_at = reinterpret_cast<const char*>(slots.data());
+  arena.enter(Phase::rollout);
+  EXPECT_EQ(reinterpret_cast<const char*>(weights.data()), slots_at);
+  EXPECT_EQ(reinterpret_cast<const char*>(cache.data()), slots_at + 10240);
+}
+
+TEST(PhaseArena, LedgerReturnsToWhereItWasWhenTheArenaGoes) {
+  const std::int64_t before = MemoryLedger::instance().total();
+  {
+    PhaseArena arena(ExecSpace{});
+    LedgerView<float> a({&arena, Phase::rollout}, MemoryCategory::kv_cache, "a", 77);
+    arena.commit();
+    EXPECT_GT(MemoryLedger::instance().total(), before);
+  }
+  EXPECT_EQ(MemoryLedger::instance().total(), before);
+}
+
+TEST(PhaseArena, PoisonOnEnterFillsTheArenaWithNaN) {
+  PhaseArena arena(ExecSpace{}, /*poison_on_enter=*/true);
+  LedgerView<float> a({&arena, Phase::train}, MemoryCategory::activations, "a", 64);
+  LedgerView<float> b({&arena, Phase::rollout}, MemoryCategory::activations, "b", 64);
+  arena.commit();
+  arena.enter(Phase::train);
+  Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(a.data(), 64), 1.0f);
+  arena.enter(Phase::rollout);
+  for (float x : to_host(b.data(), 64)) EXPECT_TRUE(std::isnan(x));
+}
+
+TEST(PhaseArena, BufferOfTheOtherPhaseStopsTheJob) {
+  PhaseArena arena(ExecSpace{});
+  LedgerView<float> slots({&arena, Phase::train}, MemoryCategory::gather, "gather_slot", 16);
+  LedgerView<float> cache({&arena, Phase::rollout}, MemoryCategory::kv_cache, "kv_cache_k", 16);
+  EXPECT_DEATH((void)slots.data(), "buffer 'gather_slot' of the train phase used before the phase arena was allocated");
+  arena.commit();
+  EXPECT_DEATH((void)slots.data(), "buffer 'gather_slot' of the train phase used during the no phase");
+  arena.enter(Phase::rollout);
+  EXPECT_NE(cache.data(), nullptr);
+  EXPECT_DEATH((void)slots.data(), "buffer 'gather_slot' of the train phase used during the rollout phase");
+  EXPECT_DEATH(LedgerView<float>({&arena, Phase::train}, MemoryCategory::gather, "late", 4),
+               "reserved in the phase arena after it was allocated");
+}
+
+TEST(PhaseArena, OwnAllocationsAreCountedAsBefore) {
+  const std::int64_t before = MemoryLedger::instance().bytes(MemoryCategory::grads);
+  {
+    LedgerView<float> g(MemoryCategory::grads, "g", 100);
+    EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::grads) - before, 400);
+    LedgerView<float> moved = std::move(g);
+    EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::grads) - before, 400);
+    EXPECT_EQ(g.data(), nullptr);
+  }
+  EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::grads), before);
+}
+
+}  // namespace
+}  // namespace shardrl
