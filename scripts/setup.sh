@@ -8,7 +8,8 @@ preset="${1:-${SHARDRL_PRESET:-cpu-release}}"
 
 packages=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libopenblas-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
-  libtrilinos-kokkos-dev libgtest-dev cmake g++ make)
+  libtrilinos-kokkos-dev libgtest-dev cmake g++ make
+  python3-matplotlib)   # scripts/plot_metrics.py (and its test) draw metrics.jsonl
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,13 +10,16 @@
 
 #include "app/collective_smoke.hpp"
 #include "app/job_config.hpp"
-#include "app/train_loop.hpp"
+#include "app/progress.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
+#include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
 #include "core/version.hpp"
+#include "core/watchdog.hpp"
+#include "io/metrics_log.hpp"
 #include "io/text_file.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
@@ -24,6 +27,7 @@
 #include "mpi/layout.hpp"
 #include "mpi/memory_report.hpp"
 #include "mpi/session.hpp"
+#include "rl/grpo_loop.hpp"
 
 namespace shardrl {
 namespace {
@@ -123,20 +127,69 @@ int run_train(const TrainArgs& args) {
   FsdpOptions fsdp = fsdp_options(cfg);
   fsdp.profile = args.profile;
   ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));
+  // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
+  std::unique_ptr<GrpoLoop> rl;
+  try {
+    rl = std::make_unique<GrpoLoop>(cfg, model, trainer, *comm, arena);
+  } catch (const InputError& e) {   // the task's options or dataset: the same on every rank
+    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
   arena.commit();
   arena.enter(Phase::train);
   trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
-  spdlog::info("model {}: {} parameters in {} units, {} per rank", cfg.model.preset,
-               model.options().shape.parameter_count(), model.unit_count(), trainer.layout().total_shard());
+  spdlog::info("model {}: {} parameters in {} units, {} per rank; arena {:.2f} MiB (train {:.2f}, rollout {:.2f})",
+               cfg.model.preset, model.options().shape.parameter_count(), model.unit_count(),
+               trainer.layout().total_shard(), arena.bytes() / double(1 << 20),
+               arena.phase_bytes(Phase::train) / double(1 << 20), arena.phase_bytes(Phase::rollout) / double(1 << 20));
   log_lines(memory_report(mpi.world()));
+  std::unique_ptr<MetricsLog> metrics;
+  if (rank == 0) metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", 0);
 
-  TrainLoop loop(model, trainer, *comm, cfg);
-  for (std::int64_t it = 0; it < cfg.run.iterations; ++it) {
-    if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
-    loop.step(it);
+  Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
+  try {
+    // Supervised warm-up on the task's demonstrations, then the reference policy is frozen.
+    if (cfg.rl.sft_lr > 0) trainer.set_peak_lr(static_cast<float>(cfg.rl.sft_lr));
+    for (std::int64_t step = 0; step < cfg.rl.sft_steps; ++step) {
+      watchdog.arm(cfg.comm.timeout_s, fmt::format("warm-up step {}", step + 1));
+      const TrainStats s = rl->warmup_step(step);
+      watchdog.disarm();
+      if (step == 0 || (step + 1) % 10 == 0 || step + 1 == cfg.rl.sft_steps)
+        spdlog::info("{}", warmup_line(step, cfg.rl.sft_steps, s));
+    }
+    trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
+    if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
+
+    const auto start = std::chrono::steady_clock::now();
+    RolloutBatch last;
+    for (std::int64_t it = 0; it < cfg.run.iterations; ++it) {
+      if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
+      watchdog.arm(cfg.comm.timeout_s, fmt::format("iteration {}", it + 1));
+      trainer.reset_profile();
+      IterationReport r;
+      r.iteration = it;
+      r.total = cfg.run.iterations;
+      r.rollout = rl->rollout(it);
+      r.train = rl->train(r.rollout);
+      watchdog.disarm();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      r.eta_s = elapsed / double(it + 1) * double(cfg.run.iterations - it - 1);
+      r.mem_peak_bytes = MemoryLedger::instance().peak();
+      spdlog::info("{}", progress_line(r));
+      if (std::string p = profile_line(trainer.profile()); !p.empty()) spdlog::info("{}", p);
+      if (metrics) metrics->write(metrics_record(r));
+      last = std::move(r.rollout);
+    }
+    comm->barrier();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("done: {} iterations in {:.1f}s, final reward {:.3f} (pass rate {:.3f}); {} optimizer steps, {} "
+                 "skipped; metrics in {}",
+                 cfg.run.iterations, elapsed, last.reward_mean, last.pass_rate, trainer.metrics().step,
+                 trainer.metrics().skipped, (derived.run_dir / "metrics.jsonl").string());
+  } catch (const InputError& e) {   // data checked alike on every rank before it is used
+    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
   }
-  comm->barrier();
-  spdlog::info("done: {} steps, {} skipped", trainer.metrics().step, trainer.metrics().skipped);
   return kExitOk;
 }
 

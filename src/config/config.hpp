@@ -43,9 +43,8 @@ struct ModelConfig {
 struct TrainConfig {
   bool gradient_accumulation_fusion = true;
   std::int64_t micro_batch_size = 4;   // sequences per micro-batch
-  std::int64_t seq_len = 64;           // positions per sequence (activation buffers)
+  std::int64_t seq_len = 128;          // positions per sequence (activation buffers)
   bool activation_recompute = false;
-  std::int64_t micro_batches = 1;      // gradient accumulation steps per optimizer step
 };
 
 enum class GradDtype { fp32, bf16 };
@@ -79,6 +78,28 @@ struct RolloutConfig {
   std::int64_t max_new_tokens = 64;
 };
 
+enum class LossAggregation { token, sequence };
+enum class OldLogp { recompute, rollout };
+struct RlConfig {
+  std::string task = "sort";           // sort | add | reverse | jsonl
+  std::int64_t difficulty = 4;
+  bool partial_credit = false;
+  std::string dataset;                 // jsonl only
+  std::int64_t prompts_per_iteration = 16;   // global, split across ranks
+  std::int64_t samples_per_prompt = 8;       // G
+  std::int64_t minibatches = 1;        // optimizer steps per rollout
+  std::int64_t sft_steps = 0;          // supervised warm-up steps before RL
+  std::int64_t sft_batch_size = 32;    // global demonstrations per warm-up step
+  double sft_lr = 0.0;                 // warm-up peak lr; 0: optim.lr
+  bool scale_by_std = true;
+  double adv_eps = 1e-6;
+  double clip_low = 0.2;
+  double clip_high = 0.28;
+  LossAggregation loss_aggregation = LossAggregation::token;
+  OldLogp old_logp = OldLogp::recompute;
+  double kl_coef = 0.0;                // 0: no reference policy
+};
+
 struct CommConfig {
   CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;   // a collective unfinished after this long aborts the job
@@ -99,6 +120,7 @@ struct Config {
   FsdpConfig fsdp;
   OptimConfig optim;
   RolloutConfig rollout;
+  RlConfig rl;
   CommConfig comm;
   DebugConfig debug;
 };

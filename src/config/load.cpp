@@ -278,6 +278,15 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.optim.schedule == LrScheduleKind::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));
+  if ((c.rl.task == "jsonl") != !c.rl.dataset.empty())
+    out.errors.push_back(c.rl.task == "jsonl"
+                             ? fmt::format("{}: rl.task = \"jsonl\" needs rl.dataset (a file of prompt/answer lines)",
+                                           where("rl.task"))
+                             : fmt::format("{}: rl.dataset is read only by rl.task = \"jsonl\", not \"{}\"",
+                                           where("rl.dataset"), c.rl.task));
+  if (c.rl.prompts_per_iteration % c.rl.minibatches != 0)
+    out.errors.push_back(fmt::format("{}: rl.minibatches = {} does not divide rl.prompts_per_iteration = {}",
+                                     where("rl.minibatches"), c.rl.minibatches, c.rl.prompts_per_iteration));
   if (c.comm.backend == CommBackend::nccl && !build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "

@@ -174,12 +174,6 @@ std::vector<KeyDef> build_schema() {
                     "activations in backward (less memory, one more forward).",
                     &Config::train, &TrainConfig::activation_recompute));
 
-  s.push_back(with_max(with_min(field("train", "micro_batches", VK::integer,
-                                      "Micro-batches accumulated into one optimizer step.", &Config::train,
-                                      &TrainConfig::micro_batches),
-                                1),
-                       kMaxInt));
-
   const std::vector<std::string> dtypes = {"fp32", "bf16"};
   s.push_back(field("fsdp", "reshard_after_forward", VK::boolean,
                     "Free a unit's gathered weights after its forward and gather again for backward "
@@ -250,6 +244,51 @@ std::vector<KeyDef> build_schema() {
                                       &RolloutConfig::max_new_tokens),
                                 1),
                        kMaxInt));
+
+  s.push_back(field("rl", "task", VK::choice, "Verifiable task: `sort`, `add`, `reverse` or `jsonl`.", &Config::rl,
+                    &RlConfig::task));
+  s.back().choices = {"sort", "add", "reverse", "jsonl"};
+  s.push_back(with_max(with_min(field("rl", "difficulty", VK::integer,
+                                      "Task difficulty: digits to sort, digits per operand, or string length.",
+                                      &Config::rl, &RlConfig::difficulty),
+                                1),
+                       kMaxInt));
+  s.push_back(field("rl", "partial_credit", VK::boolean, "Reward a wrong answer by the fraction of it that is right.",
+                    &Config::rl, &RlConfig::partial_credit));
+  s.push_back(field("rl", "dataset", VK::string, "The `jsonl` task's file of {\"prompt\", \"answer\"} lines.",
+                    &Config::rl, &RlConfig::dataset));
+  auto rl_count = [&](const char* key, std::int64_t RlConfig::*member, double min, const char* meaning) {
+    s.push_back(with_max(with_min(field("rl", key, VK::integer, meaning, &Config::rl, member), min), kMaxInt));
+  };
+  rl_count("prompts_per_iteration", &RlConfig::prompts_per_iteration, 1, "Prompts of one rollout, over all ranks.");
+  rl_count("samples_per_prompt", &RlConfig::samples_per_prompt, 1, "Completions per prompt (the GRPO group).");
+  rl_count("minibatches", &RlConfig::minibatches, 1, "Optimizer steps per rollout.");
+  rl_count("sft_steps", &RlConfig::sft_steps, 0, "Supervised warm-up steps before RL.");
+  rl_count("sft_batch_size", &RlConfig::sft_batch_size, 1, "Demonstrations per warm-up step, over all ranks.");
+  s.push_back(with_min(field("rl", "sft_lr", VK::real, "Peak learning rate of the warm-up; 0: optim.lr.",
+                             &Config::rl, &RlConfig::sft_lr),
+                       0.0));
+  s.push_back(field("rl", "scale_by_std", VK::boolean, "Divide advantages by the group's standard deviation.",
+                    &Config::rl, &RlConfig::scale_by_std));
+  s.push_back(with_min(field("rl", "adv_eps", VK::real, "Added to the group standard deviation.", &Config::rl,
+                             &RlConfig::adv_eps),
+                       0.0, true));
+  s.push_back(with_max(with_min(field("rl", "clip_low", VK::real, "Lower clip range: ratio >= 1 - clip_low.",
+                                      &Config::rl, &RlConfig::clip_low),
+                                0.0),
+                       1.0));
+  s.push_back(with_min(field("rl", "clip_high", VK::real, "Upper clip range: ratio <= 1 + clip_high.", &Config::rl,
+                             &RlConfig::clip_high),
+                       0.0));
+  s.push_back(choice("rl", "loss_aggregation", "Average the loss over tokens (`token`) or per sequence (`sequence`).",
+                     &Config::rl, &RlConfig::loss_aggregation, std::vector<std::string>{"token", "sequence"}));
+  s.push_back(choice("rl", "old_logp",
+                     "Old log-probabilities: `recompute` at the start of the train phase, or `rollout` (the "
+                     "sampler's).",
+                     &Config::rl, &RlConfig::old_logp, std::vector<std::string>{"recompute", "rollout"}));
+  s.push_back(with_min(field("rl", "kl_coef", VK::real, "Weight of the KL penalty to the frozen reference policy.",
+                             &Config::rl, &RlConfig::kl_coef),
+                       0.0));
 
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "

@@ -30,6 +30,7 @@ FsdpOptions fsdp_options(const Config& c) {
   o.state_dtype = c.optim.state_dtype;
   o.decay_norms_and_embeddings = c.optim.decay_norms_and_embeddings;
   o.check_released = c.debug.check_released;
+  o.keep_reference = c.rl.kl_coef > 0;
   return o;
 }
 
@@ -66,6 +67,11 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
     m_bf16_ = per_unit<bf16>(layout_, MemoryCategory::optimizer, "adam_m");
     v_bf16_ = per_unit<bf16>(layout_, MemoryCategory::optimizer, "adam_v");
   }
+
+  if (options_.keep_reference)
+    for (int u = 0; u < layout_.unit_count(); ++u)
+      reference_.emplace_back(MemoryCategory::weights, "reference_slice",
+                              static_cast<std::size_t>(layout_.unit(u).shard) * model_.compute_type_size());
 
   // Two slots let the next unit's all-gather overlap this unit's compute; keeping every unit
   // gathered from forward to backward needs one per unit.
@@ -126,6 +132,7 @@ GatheredUnit ShardedTrainer::gather(int u) {
   GatheredUnit g = slots_->claim(u);
   const UnitShard& s = layout_.unit(u);
   const void* source = compute_.empty() ? static_cast<const void*>(main_[u].data()) : compute_[u].data();
+  if (source_ == WeightSource::reference) source = reference_[u].data();
   const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
   // The communication stream starts after everything computed so far: the own slice is up to
   // date and the slot's previous unit is no longer read.
@@ -234,6 +241,36 @@ void ShardedTrainer::finish_reduce(int b) {
 }
 
 void ShardedTrainer::forward_backward(const float* mask, float scale, float* loss) {
+  forward_backward(MaskedNll(mask, scale, loss));
+}
+
+void ShardedTrainer::forward_logp(float* out, WeightSource source) {
+  SHARDRL_CHECK(source == WeightSource::policy || !reference_.empty(),
+                "forward_logp of the reference policy, but the trainer keeps none (FsdpOptions::keep_reference)");
+  source_ = source;
+  const int units = model_.unit_count(), head = model_.head_unit();
+  for (int u = 0; u < units; ++u) {
+    GatheredUnit w = gather(u);
+    GatheredUnit embedding = (u == head && tied()) ? gather(0) : GatheredUnit{};
+    prefetch(u + 1);
+    compute_forward(w, embedding);
+    if (u != 0 || !tied()) release(u);
+  }
+  if (tied()) release(0);
+  source_ = WeightSource::policy;   // the next gathers (the train step's) read the policy
+  kernels::cast(space_, model_.logp(), out, model_.tokens_in_batch());
+}
+
+void ShardedTrainer::snapshot_reference() {
+  SHARDRL_CHECK(!reference_.empty(), "snapshot_reference without FsdpOptions::keep_reference");
+  for (int u = 0; u < layout_.unit_count(); ++u) {
+    const long n = static_cast<long>(layout_.unit(u).shard);
+    if (compute_.empty()) kernels::cast(space_, main_[u].data(), reinterpret_cast<float*>(reference_[u].data()), n);
+    else kernels::cast(space_, compute_[u].data(), reinterpret_cast<bf16*>(reference_[u].data()), n);
+  }
+}
+
+void ShardedTrainer::forward_backward(const TokenObjective& objective) {
   const int units = model_.unit_count(), head = model_.head_unit();
   const bool reshard = options_.reshard_after_forward;
 
@@ -245,7 +282,7 @@ void ShardedTrainer::forward_backward(const float* mask, float scale, float* los
     compute_forward(w, embedding);
     if (reshard && u != head) release(u);   // the head (and a tied embedding) go straight on to backward
   }
-  kernels::masked_nll(space_, model_.logp(), mask, scale, loss, model_.dlogp(), model_.tokens_in_batch());
+  objective.apply(space_, model_.logp(), model_.dlogp(), model_.tokens_in_batch());
 
   // Backward in reverse: gather u (prefetched), start gathering u-1, compute into a full-unit
   // gradient buffer, reduce-scatter it on the communication stream, release u.

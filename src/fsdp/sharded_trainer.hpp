@@ -16,6 +16,7 @@
 #include "core/ledger_view.hpp"
 #include "fsdp/gather_slots.hpp"
 #include "fsdp/shard_layout.hpp"
+#include "model/token_objective.hpp"
 #include "model/transformer.hpp"
 #include "mpi/communicator.hpp"
 #include "optim/optimizer.hpp"
@@ -30,7 +31,13 @@ struct FsdpOptions {
   bool decay_norms_and_embeddings = false;
   bool check_released = false;
   bool profile = false;   // fence between phases and time them (slower; for --profile)
+  // Keep a frozen copy of the compute-type slices (the KL reference policy), sharded like the
+  // policy: 2 (bf16) or 4 (fp32) bytes per parameter per rank / N, in the ledger as weights.
+  bool keep_reference = false;
 };
+
+// Whose weights a forward-only pass gathers: the policy's, or the frozen reference's.
+enum class WeightSource { policy, reference };
 
 FsdpOptions fsdp_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);
@@ -55,15 +62,25 @@ class ShardedTrainer {
   // is the same at any world size. Gradients, moments and counters start at zero.
   void initialize(std::uint64_t seed, float std);
 
-  // One micro-batch (set on the model): forward over all units, loss += -scale * sum(mask *
-  // logp) on the device, backward, gradients reduce-scattered and added into the slices.
+  // One micro-batch (set on the model): forward over all units, the objective's dL/dlogp,
+  // backward, gradients reduce-scattered and added into the slices.
+  void forward_backward(const TokenObjective& objective);
+  // Cross-entropy: loss += -scale * sum(mask * logp) on the device.
   void forward_backward(const float* mask, float scale, float* loss);
+
+  // Forward only over the micro-batch set on the model: out[n] = log-probability of token n's
+  // target (device, tokens_in_batch() floats) under the policy or the reference.
+  void forward_logp(float* out, WeightSource source = WeightSource::policy);
+
+  // The reference policy becomes the current weights (needs FsdpOptions::keep_reference).
+  void snapshot_reference();
 
   // Global gradient norm (one all-reduce), clipping, non-finite skip, AdamW on every slice,
   // refresh of the compute-type slices, gradients zeroed for the next step.
   void optimizer_step();
 
   StepMetrics metrics() const { return optimizer_.read_metrics(); }
+  void set_peak_lr(float lr) { optimizer_.set_peak_lr(lr); }
   const StepProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = StepProfile{}; }
   const ShardLayout& layout() const { return layout_; }
@@ -106,6 +123,8 @@ class ShardedTrainer {
   std::vector<LedgerView<bf16>> grad_bf16_;    // main gradients, if bf16
   std::vector<LedgerView<float>> m_f32_, v_f32_;
   std::vector<LedgerView<bf16>> m_bf16_, v_bf16_;
+  std::vector<LedgerView<char>> reference_;    // frozen compute-type slices, if kept
+  WeightSource source_ = WeightSource::policy; // what gather() reads
 
   // Transient, allocated once.
   std::unique_ptr<GatherSlots> slots_;

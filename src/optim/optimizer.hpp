@@ -66,6 +66,10 @@ class Optimizer {
   StepMetrics read_metrics() const;   // host copy (synchronises with the space)
   const OptimizerOptions& options() const { return options_; }
 
+  // The peak learning rate of the schedule from the next prepare_step on (the supervised
+  // warm-up trains at its own rate, then RL at optim.lr).
+  void set_peak_lr(float lr) { options_.lr = lr; }
+
   // Restore (checkpoint resume): counters as saved. Synchronises with the space.
   void set_counters(std::int64_t step, std::int64_t skipped);
 

@@ -1,0 +1,194 @@
+#include "io/metrics_log.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "io/text_file.hpp"
+
+namespace shardrl {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr double kTwoPow53 = 9007199254740992.0;   // integers beyond this are not all exact
+
+// Reads the whole file. Returns false (and leaves `text` empty) when it does not exist.
+bool read_file_if_exists(const std::filesystem::path& path, std::string& text) {
+  text.clear();
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    if (errno == ENOENT) return false;
+    throw InputError(fmt::format("cannot read metrics file '{}': {}", path.string(), std::strerror(errno)));
+  }
+  char buf[65536];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;   // a directory opens, then fails here with EISDIR
+  std::fclose(f);
+  if (failed)
+    throw InputError(fmt::format("cannot read metrics file '{}': {}", path.string(), std::strerror(err)));
+  return true;
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] " and say "at line 1, column
+// 7" about the one line parsed, which reads like a file line; keep the rest and only the column.
+std::string parser_explanation(const char* what) {
+  std::string s(what);
+  if (!s.empty() && s[0] == '[') {
+    const std::size_t close = s.find("] ");
+    if (close != std::string::npos) s = s.substr(close + 2);
+  }
+  const std::string line_one = "at line 1, column ";
+  const std::size_t at = s.find(line_one);
+  if (at != std::string::npos) s.replace(at, line_one.size(), "at column ");
+  return s;
+}
+
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+struct Line {
+  std::string_view text;
+  std::size_t number = 0;   // 1-based
+  bool terminated = false;  // ends with '\n' (a complete record)
+};
+
+template <class Fn>
+void for_each_line(const std::string& text, Fn&& fn) {
+  std::size_t pos = 0;
+  std::size_t number = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    const bool terminated = end != std::string::npos;
+    if (!terminated) end = text.size();
+    fn(Line{std::string_view(text).substr(pos, end - pos), ++number, terminated});
+    pos = end + 1;
+  }
+}
+
+// Parses one line as a JSON object. Returns false for an unfinished last line (no newline) that
+// does not parse: the record a killed job was writing. Throws InputError for anything else bad.
+bool parse_object(const Line& line, const std::string& where, Json& obj) {
+  try {
+    obj = Json::parse(line.text.begin(), line.text.end());
+  } catch (const Json::parse_error& e) {
+    if (!line.terminated) return false;
+    throw InputError(fmt::format("{}: not valid JSON ({})", where, parser_explanation(e.what())));
+  }
+  if (!obj.is_object())
+    throw InputError(fmt::format("{}: expected a JSON object, got {}", where, obj.type_name()));
+  return true;
+}
+
+std::string where(const std::filesystem::path& path, std::size_t line_number) {
+  return fmt::format("{}:{}", path.string(), line_number);
+}
+
+Json json_number(double v) {
+  if (!std::isfinite(v)) return Json(nullptr);
+  if (std::trunc(v) == v && std::fabs(v) < kTwoPow53) return Json(static_cast<std::int64_t>(v));
+  return Json(v);
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::filesystem::path& path, std::int64_t first_iteration)
+    : path_(path) {
+  std::string text;
+  if (read_file_if_exists(path_, text) && !text.empty()) {
+    std::string kept;
+    std::size_t dropped = 0;
+    bool torn = false;
+    // A file that does not end in a newline is rewritten terminated, so that the next record
+    // starts on a line of its own.
+    bool rewrite = text.back() != '\n';
+    for_each_line(text, [&](const Line& line) {
+      if (is_blank(line.text)) return;
+      const std::string at = where(path_, line.number);
+      Json obj;
+      if (!parse_object(line, at, obj)) {
+        torn = true;
+        return;
+      }
+      const auto it = obj.find("iteration");
+      if (it == obj.end() || !it->is_number())
+        throw InputError(fmt::format("{}: expected a numeric \"iteration\" field", at));
+      if (it->get<double>() >= static_cast<double>(first_iteration)) {
+        ++dropped;
+        rewrite = true;
+        return;
+      }
+      kept.append(line.text);
+      kept.push_back('\n');
+    });
+    if (torn)
+      spdlog::warn("metrics log '{}': dropped an unfinished last line (a killed job's last record)",
+                   path_.string());
+    if (dropped > 0)
+      spdlog::info("metrics log '{}': dropped {} record(s) of iteration >= {} (resumed run)",
+                   path_.string(), dropped, first_iteration);
+    if (rewrite) write_text_atomically(path_, kept);
+  }
+  out_.open(path_, std::ios::out | std::ios::app | std::ios::binary);
+  if (!out_)
+    throw InputError(fmt::format("cannot open metrics log '{}' for appending: {}", path_.string(),
+                                 std::strerror(errno)));
+}
+
+void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
+  SHARDRL_CHECK(!fields.empty() && fields.front().first == "iteration",
+                "a metrics record starts with its \"iteration\"");
+  SHARDRL_CHECK(std::isfinite(fields.front().second), "a metrics record's iteration is finite");
+  Json obj = Json::object();
+  for (const auto& [key, value] : fields) {
+    SHARDRL_CHECK(!obj.contains(key), "metrics key '" + key + "' appears twice in one record");
+    obj[key] = json_number(value);
+  }
+  std::string line = obj.dump(-1, ' ', false, Json::error_handler_t::replace);
+  line.push_back('\n');
+  out_.write(line.data(), static_cast<std::streamsize>(line.size()));
+  out_.flush();
+  if (!out_)
+    throw InputError(fmt::format("cannot write metrics log '{}': {}", path_.string(), std::strerror(errno)));
+}
+
+std::vector<std::vector<std::pair<std::string, double>>> read_metrics(
+    const std::filesystem::path& path) {
+  std::string text;
+  if (!read_file_if_exists(path, text))
+    throw InputError(fmt::format("cannot read metrics file '{}': {}", path.string(), std::strerror(ENOENT)));
+  std::vector<std::vector<std::pair<std::string, double>>> records;
+  for_each_line(text, [&](const Line& line) {
+    if (is_blank(line.text)) return;
+    const std::string at = where(path, line.number);
+    Json obj;
+    if (!parse_object(line, at, obj)) return;   // a record still being written
+    std::vector<std::pair<std::string, double>> record;
+    record.reserve(obj.size());
+    for (const auto& [key, value] : obj.items()) {
+      if (value.is_null()) {
+        record.emplace_back(key, std::numeric_limits<double>::quiet_NaN());
+      } else if (value.is_number()) {
+        record.emplace_back(key, value.get<double>());
+      } else {
+        throw InputError(fmt::format("{}: value of \"{}\" must be a number or null, got {}", at, key,
+                                     value.type_name()));
+      }
+    }
+    records.push_back(std::move(record));
+  });
+  return records;
+}
+
+}  // namespace shardrl

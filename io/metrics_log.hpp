@@ -1,0 +1,50 @@
+// The per-iteration metrics log of a run (metrics.jsonl): one JSON object of named numbers per
+// line, appended and flushed as each iteration finishes. io/ knows nothing about what the
+// numbers mean; the caller names them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardrl {
+
+// One JSON object per line, keys in the order given, e.g.
+//   {"iteration":3,"reward_mean":0.5,"loss":1.25e-05,"kl":null}
+// Values are doubles; a value that is integral with |v| < 2^53 is written as an integer (no
+// fraction), any other finite value in the shortest form that reads back to the same double, and
+// a non-finite value (NaN, +-inf) as null (JSON has no NaN). Every record is flushed when written,
+// so a killed job keeps every finished iteration. One writer per file (rank 0).
+class MetricsLog {
+ public:
+  // Opens `path` (its parent directory must exist) for appending, creating it if absent. A resumed
+  // run continues the file: lines whose "iteration" is >= first_iteration are dropped first, so the
+  // log never holds an iteration twice. The file is rewritten (atomically, write_text_atomically)
+  // only when something must change; otherwise it is left untouched and appended to.
+  // Blank lines are ignored. A last line without its newline is an unfinished record of a killed
+  // job: it is dropped if it does not parse (and kept, terminated, if it does). Any other line that
+  // is not a JSON object with a numeric "iteration" is an InputError naming "file:line", as is a
+  // file that cannot be read or opened.
+  MetricsLog(const std::filesystem::path& path, std::int64_t first_iteration);
+
+  // Appends one record and flushes it. fields[0] must be ("iteration", finite value) and keys must
+  // be distinct (a bug otherwise: fatal). A failed write is an InputError naming the file.
+  void write(const std::vector<std::pair<std::string, double>>& fields);
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::ofstream out_;
+};
+
+// Reads a metrics file back (for tests and tools): one vector of (key, value) per non-blank line,
+// keys in file order, null read as NaN. A missing file, or a line that is not a JSON object of
+// numbers and nulls, is an InputError naming the file (and "file:line").
+std::vector<std::vector<std::pair<std::string, double>>> read_metrics(
+    const std::filesystem::path& path);
+
+}  // namespace shardrl

@@ -1,0 +1,30 @@
+// What a user sees of each iteration: one progress line (rank 0) and one metrics.jsonl record,
+// built from the same numbers so the two never disagree.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fsdp/sharded_trainer.hpp"
+#include "rl/grpo_loop.hpp"
+
+namespace shardrl {
+
+struct IterationReport {
+  std::int64_t iteration = 0;   // 0-based
+  std::int64_t total = 0;       // iterations of the job
+  RolloutBatch rollout;         // statistics only are read
+  TrainStats train;
+  double eta_s = 0;
+  std::int64_t mem_peak_bytes = 0;
+};
+
+std::string progress_line(const IterationReport& r);
+std::vector<std::pair<std::string, double>> metrics_record(const IterationReport& r);
+std::string warmup_line(std::int64_t step, std::int64_t steps, const TrainStats& s);
+// The per-phase timings of --profile, or "" when nothing was timed.
+std::string profile_line(const StepProfile& p);
+
+}  // namespace shardrl

@@ -1,0 +1,32 @@
+// What a train step minimises, as a function of the batch's per-token log-probabilities of the
+// targets: called between the head's forward and backward, an objective writes dL/dlogp for
+// every token (0 where nothing is trained) and accumulates its statistics on the device, so the
+// step never waits for the host. Supervised warm-up and GRPO are two objectives of the same step.
+#pragma once
+
+#include "core/kokkos.hpp"
+#include "kernels/cross_entropy.hpp"
+
+namespace shardrl {
+
+class TokenObjective {
+ public:
+  virtual ~TokenObjective() = default;
+  virtual void apply(const ExecSpace& space, const float* logp, float* dlogp, int n) const = 0;
+};
+
+// Cross-entropy: *loss += -scale * sum(mask * logp); scale makes it the mean over the global batch.
+class MaskedNll final : public TokenObjective {
+ public:
+  MaskedNll(const float* mask, float scale, float* loss) : mask_(mask), scale_(scale), loss_(loss) {}
+  void apply(const ExecSpace& space, const float* logp, float* dlogp, int n) const override {
+    kernels::masked_nll(space, logp, mask_, scale_, loss_, dlogp, n);
+  }
+
+ private:
+  const float* mask_;
+  float scale_;
+  float* loss_;
+};
+
+}  // namespace shardrl

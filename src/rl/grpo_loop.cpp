@@ -1,0 +1,312 @@
+#include "rl/grpo_loop.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "rl/grpo_objective.hpp"
+#include "rl/tokenizer.hpp"
+#include "rollout/batch_split.hpp"
+
+namespace shardrl {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+std::vector<std::int32_t> prompt_ids(const std::string& prompt) {
+  std::vector<std::int32_t> ids{tokenizer::kBos};
+  for (std::int32_t t : tokenizer::encode(prompt)) ids.push_back(t);
+  return ids;
+}
+
+TaskOptions task_options(const RlConfig& rl) {
+  TaskOptions o;
+  o.name = rl.task;
+  o.difficulty = static_cast<int>(rl.difficulty);
+  o.partial_credit = rl.partial_credit;
+  o.dataset_path = rl.dataset;
+  return o;
+}
+
+}  // namespace
+
+// Device inputs of one micro-batch, allocated once (micro_batch_size x seq_len each).
+struct GrpoLoop::Staging {
+  DeviceView<float> mask, old_logp, ref_logp, advantage, weight, logp, stats, loss;
+  DeviceView<double> reduce;
+  Kokkos::View<float*, MemSpace>::HostMirror mask_h, old_h, ref_h, adv_h, weight_h, logp_h, stats_h, loss_h;
+  Kokkos::View<double*, MemSpace>::HostMirror reduce_h;
+  static constexpr int kReduce = 64;
+  explicit Staging(std::size_t n)
+      : mask("mask", n), old_logp("old_logp", n), ref_logp("ref_logp", n), advantage("advantage", n),
+        weight("weight", n), logp("logp", n), stats("grpo_stats", kGrpoStats), loss("loss", 1),
+        reduce("metrics", kReduce) {
+    mask_h = Kokkos::create_mirror_view(mask);
+    old_h = Kokkos::create_mirror_view(old_logp);
+    ref_h = Kokkos::create_mirror_view(ref_logp);
+    adv_h = Kokkos::create_mirror_view(advantage);
+    weight_h = Kokkos::create_mirror_view(weight);
+    logp_h = Kokkos::create_mirror_view(logp);
+    stats_h = Kokkos::create_mirror_view(stats);
+    loss_h = Kokkos::create_mirror_view(loss);
+    reduce_h = Kokkos::create_mirror_view(reduce);
+  }
+};
+
+GrpoLoop::GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
+                   PhaseArena& arena)
+    : config_(config), model_(model), trainer_(trainer), comm_(comm), arena_(arena),
+      task_(make_task(task_options(config.rl))),
+      prompts_per_minibatch_(static_cast<int>(config.rl.prompts_per_iteration / config.rl.minibatches)),
+      group_(static_cast<int>(config.rl.samples_per_prompt)), minibatches_(static_cast<int>(config.rl.minibatches)),
+      micro_rows_(model.options().max_batch), seq_len_(model.options().max_seq_len),
+      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)) {
+  const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
+  weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
+                                         ArenaPlacement{&arena, Phase::rollout});
+  generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena);
+  staging_ = std::make_unique<Staging>(std::size_t(micro_rows_) * seq_len_);
+}
+
+GrpoLoop::~GrpoLoop() = default;
+
+double GrpoLoop::sum_over_ranks(std::vector<double>& values) {
+  SHARDRL_CHECK(values.size() <= Staging::kReduce, "too many values to reduce");
+  Staging& s = *staging_;
+  for (std::size_t i = 0; i < values.size(); ++i) s.reduce_h(i) = values[i];
+  Kokkos::deep_copy(s.reduce, s.reduce_h);
+  comm_.all_reduce(s.reduce.data(), s.reduce.data(), values.size(), ReduceOp::sum, stream_of(model_.space()));
+  comm_.synchronize(stream_of(model_.space()));
+  Kokkos::deep_copy(s.reduce_h, s.reduce);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = s.reduce_h(i);
+  return values.empty() ? 0.0 : values[0];
+}
+
+void GrpoLoop::set_micro_batch(const std::vector<Sequence>& seqs, int first, int end) {
+  std::vector<std::int32_t> tokens, targets;
+  fill_rows(seqs, first, end, micro_rows_, seq_len_, tokens, targets);
+  model_.set_batch(tokens.data(), targets.data(), micro_rows_, seq_len_);
+}
+
+TrainStats GrpoLoop::warmup_step(std::int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  arena_.enter(Phase::train);
+  const std::int64_t B = config_.rl.sft_batch_size;
+  const auto seed = static_cast<std::uint64_t>(config_.run.seed) + 1;   // warm-up examples apart from RL prompts
+  const auto [begin, end] = prompts_of_rank(B, comm_.size(), comm_.rank());
+  // Every rank builds the whole batch (cheap, host) to know the global token count without a
+  // collective, and checks every length alike, so a too-long example stops every rank.
+  std::vector<Sequence> mine;
+  double tokens = 0, all_ids = 0;
+  for (std::int64_t i = 0; i < B; ++i) {
+    TaskExample ex = task_->example(seed, step, i);
+    Sequence s;
+    s.ids = prompt_ids(ex.prompt);
+    s.prompt_len = static_cast<int>(s.ids.size());
+    for (std::int32_t t : tokenizer::encode(ex.demonstration)) s.ids.push_back(t);
+    s.ids.push_back(tokenizer::kEos);
+    if (static_cast<int>(s.ids.size()) > seq_len_ + 1)
+      throw InputError(fmt::format("warm-up example {} of step {} has {} tokens; train.seq_len = {} holds at most {}",
+                                   i, step, s.ids.size(), seq_len_, seq_len_ + 1));
+    tokens += s.trained();
+    all_ids += static_cast<double>(s.ids.size());
+    if (i >= begin && i < end) mine.push_back(std::move(s));
+  }
+  Staging& st = *staging_;
+  Kokkos::deep_copy(st.loss, 0.0f);
+  const int micro = ceil_div(ceil_div(B, comm_.size()), micro_rows_);
+  for (int m = 0; m < micro; ++m) {
+    const int first = m * micro_rows_;
+    set_micro_batch(mine, first, static_cast<int>(mine.size()));
+    Kokkos::deep_copy(st.mask_h, 0.0f);
+    for (int r = 0; r < micro_rows_ && first + r < static_cast<int>(mine.size()); ++r) {
+      const Sequence& s = mine[first + r];
+      for (int k = 0; k < s.trained(); ++k) st.mask_h(std::size_t(r) * seq_len_ + s.position_of(k)) = 1.0f;
+    }
+    Kokkos::deep_copy(st.mask, st.mask_h);
+    trainer_.forward_backward(st.mask.data(), static_cast<float>(1.0 / tokens), st.loss.data());
+  }
+  trainer_.optimizer_step();
+  Kokkos::deep_copy(st.loss_h, st.loss);
+  std::vector<double> loss{st.loss_h(0)};
+  TrainStats out;
+  out.loss = sum_over_ranks(loss);
+  const StepMetrics sm = trainer_.metrics();
+  out.grad_norm = sm.grad_norm;
+  out.lr = sm.lr;
+  out.skipped = sm.last_skipped ? 1 : 0;
+  out.tokens = all_ids;
+  out.seconds = seconds_since(t0);
+  return out;
+}
+
+RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
+  const auto t0 = std::chrono::steady_clock::now();
+  arena_.enter(Phase::rollout);
+  const auto seed = static_cast<std::uint64_t>(config_.run.seed);
+  const int max_new = static_cast<int>(config_.rollout.max_new_tokens);
+  RolloutBatch b;
+  b.iteration = iteration;
+
+  // This rank's prompts: its share of each minibatch. Every rank checks every prompt's length,
+  // so a prompt too long for the buffers stops all ranks alike.
+  std::vector<GenerationRow> rows;
+  std::vector<TaskExample> examples;   // per row
+  for (int k = 0; k < minibatches_; ++k) {
+    b.minibatch_begin.push_back(static_cast<int>(rows.size()));
+    const auto [begin, end] = prompts_of_rank(prompts_per_minibatch_, comm_.size(), comm_.rank());
+    for (int p = 0; p < prompts_per_minibatch_; ++p) {
+      const std::int64_t index = std::int64_t(k) * prompts_per_minibatch_ + p;
+      TaskExample ex = task_->example(seed, iteration, index);
+      std::vector<std::int32_t> ids = prompt_ids(ex.prompt);
+      if (static_cast<int>(ids.size()) + max_new > gen_len_)
+        throw InputError(fmt::format(
+            "prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
+            "(now {})",
+            index, iteration, ids.size(), max_new, ids.size() + max_new - 1, seq_len_));
+      if (p < begin || p >= end) continue;
+      for (int g = 0; g < group_; ++g) {
+        rows.push_back(GenerationRow{ids, index, g});
+        examples.push_back(ex);
+      }
+    }
+  }
+  b.minibatch_begin.push_back(static_cast<int>(rows.size()));
+
+  weights_->materialize(trainer_);
+  SamplingOptions sampling;
+  sampling.temperature = static_cast<float>(config_.rollout.temperature);
+  sampling.top_k = static_cast<int>(config_.rollout.top_k);
+  sampling.top_p = static_cast<float>(config_.rollout.top_p);
+  std::vector<Completion> out;
+  if (!rows.empty())
+    out = generator_->generate(weights_->units(), rows, sampling, max_new, seed, iteration, tokenizer::kEos);
+
+  // Rewards, group advantages, sequences for training; sums for the global statistics.
+  std::vector<double> rewards(rows.size());
+  std::vector<double> sums(4 + minibatches_, 0.0);   // reward, reward^2, passes, -logp; then tokens per minibatch
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    rewards[r] = task_->score(examples[r], tokenizer::decode(out[r].tokens));
+    Sequence s;
+    s.ids = rows[r].prompt;
+    s.prompt_len = static_cast<int>(s.ids.size());
+    s.ids.insert(s.ids.end(), out[r].tokens.begin(), out[r].tokens.end());
+    sums[0] += rewards[r];
+    sums[1] += rewards[r] * rewards[r];
+    sums[2] += rewards[r] == 1.0 ? 1.0 : 0.0;
+    for (float lp : out[r].logp) sums[3] -= lp;
+    const int k = static_cast<int>(std::upper_bound(b.minibatch_begin.begin(), b.minibatch_begin.end(),
+                                                    static_cast<int>(r)) - b.minibatch_begin.begin()) - 1;
+    sums[4 + k] += s.trained();
+    b.sequences.push_back(std::move(s));
+    b.logp.push_back(std::move(out[r].logp));
+  }
+  std::vector<float> adv = group_advantages(rewards, group_, config_.rl.scale_by_std, config_.rl.adv_eps);
+  b.advantage = adv;
+  sum_over_ranks(sums);
+  const double n = static_cast<double>(config_.rl.prompts_per_iteration) * group_;
+  b.tokens = 0;
+  for (int k = 0; k < minibatches_; ++k) {
+    b.minibatch_tokens.push_back(sums[4 + k]);
+    b.tokens += sums[4 + k];
+  }
+  b.reward_mean = sums[0] / n;
+  b.reward_std = std::sqrt(std::max(0.0, sums[1] / n - b.reward_mean * b.reward_mean));
+  b.pass_rate = sums[2] / n;
+  b.response_len_mean = b.tokens / n;
+  b.entropy = b.tokens > 0 ? sums[3] / b.tokens : 0.0;
+  b.seconds = seconds_since(t0);
+  return b;
+}
+
+TrainStats GrpoLoop::train(const RolloutBatch& b) {
+  const auto t0 = std::chrono::steady_clock::now();
+  arena_.enter(Phase::train);
+  Staging& st = *staging_;
+  const bool kl = config_.rl.kl_coef > 0;
+  const bool recompute = config_.rl.old_logp == OldLogp::recompute;
+  const int micro = ceil_div(ceil_div(prompts_per_minibatch_, comm_.size()) * group_, micro_rows_);
+  const std::size_t rows = b.sequences.size();
+
+  // Log-probabilities of the policy that sampled (and of the reference) for every row, before
+  // the first update changes the weights.
+  std::vector<std::vector<float>> old_logp = b.logp, ref_logp(kl ? rows : 0);
+  auto forward_into = [&](WeightSource source, std::vector<std::vector<float>>& dst) {
+    for (int k = 0; k < minibatches_; ++k)
+      for (int m = 0; m < micro; ++m) {
+        const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
+        set_micro_batch(b.sequences, first, end);
+        trainer_.forward_logp(st.logp.data(), source);
+        Kokkos::deep_copy(st.logp_h, st.logp);
+        for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
+          const Sequence& s = b.sequences[first + r];
+          std::vector<float>& d = dst[first + r];
+          d.resize(s.trained());
+          for (int t = 0; t < s.trained(); ++t) d[t] = st.logp_h(std::size_t(r) * seq_len_ + s.position_of(t));
+        }
+      }
+  };
+  if (recompute) forward_into(WeightSource::policy, old_logp);
+  if (kl) forward_into(WeightSource::reference, ref_logp);
+
+  GrpoLossOptions loss_options;
+  loss_options.clip_low = static_cast<float>(config_.rl.clip_low);
+  loss_options.clip_high = static_cast<float>(config_.rl.clip_high);
+  loss_options.kl_coef = static_cast<float>(config_.rl.kl_coef);
+  GrpoObjective objective(st.old_logp.data(), kl ? st.ref_logp.data() : nullptr, st.advantage.data(),
+                          st.weight.data(), loss_options, st.stats.data());
+  const double sequences_per_minibatch = double(prompts_per_minibatch_) * group_;
+  Kokkos::deep_copy(st.stats, 0.0f);
+  TrainStats out;
+  double trained_ids = 0;
+  for (int k = 0; k < minibatches_; ++k) {
+    for (int m = 0; m < micro; ++m) {
+      const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
+      set_micro_batch(b.sequences, first, end);
+      Kokkos::deep_copy(st.weight_h, 0.0f);
+      for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
+        const Sequence& s = b.sequences[first + r];
+        trained_ids += static_cast<double>(s.ids.size());
+        const double w = config_.rl.loss_aggregation == LossAggregation::token
+                             ? 1.0 / b.minibatch_tokens[k]
+                             : 1.0 / (sequences_per_minibatch * s.trained());
+        for (int t = 0; t < s.trained(); ++t) {
+          const std::size_t i = std::size_t(r) * seq_len_ + s.position_of(t);
+          st.weight_h(i) = static_cast<float>(w);
+          st.adv_h(i) = b.advantage[first + r];
+          st.old_h(i) = old_logp[first + r][t];
+          if (kl) st.ref_h(i) = ref_logp[first + r][t];
+        }
+      }
+      Kokkos::deep_copy(st.weight, st.weight_h);
+      Kokkos::deep_copy(st.advantage, st.adv_h);
+      Kokkos::deep_copy(st.old_logp, st.old_h);
+      if (kl) Kokkos::deep_copy(st.ref_logp, st.ref_h);
+      trainer_.forward_backward(objective);
+    }
+    trainer_.optimizer_step();
+    out.skipped += trainer_.metrics().last_skipped ? 1 : 0;
+  }
+  Kokkos::deep_copy(st.stats_h, st.stats);
+  std::vector<double> sums{st.stats_h(kGrpoLoss), st.stats_h(kGrpoKl), st.stats_h(kGrpoClipped),
+                           st.stats_h(kGrpoWeight), trained_ids};
+  sum_over_ranks(sums);
+  const StepMetrics sm = trainer_.metrics();
+  out.loss = sums[0] / minibatches_;
+  out.kl = sums[1] / minibatches_;
+  out.clip_frac = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
+  out.grad_norm = sm.grad_norm;
+  out.lr = sm.lr;
+  out.tokens = sums[4];
+  out.seconds = seconds_since(t0);
+  return out;
+}
+
+}  // namespace shardrl

@@ -1,0 +1,81 @@
+// The two phases of an RL iteration and the supervised warm-up, as plain functions that the
+// job calls in a loop (DESIGN.md "What a job does", invariant 4): everything they use is built
+// once in the constructor (the generator, the rollout's weight set and the staging buffers,
+// placed in the job's PhaseArena), and entering a phase only hands the arena over.
+//
+// The global batch is fixed by the seed: iteration i's prompts are the task's examples
+// (seed, i, 0 .. P-1); minibatch k holds prompts [k P/K, (k+1) P/K), and each minibatch is split
+// across the ranks (rollout/batch_split.hpp), so every optimizer step sees its whole minibatch
+// at any world size. Loss weights are normalised over the global minibatch, so the gradient
+// summed by the reduce-scatter is the same at np 1, 2 or 4.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/config.hpp"
+#include "core/phase_arena.hpp"
+#include "fsdp/sharded_trainer.hpp"
+#include "mpi/communicator.hpp"
+#include "rl/grpo.hpp"
+#include "rl/sequence.hpp"
+#include "rl/task.hpp"
+#include "rollout/generator.hpp"
+#include "rollout/weight_set.hpp"
+
+namespace shardrl {
+
+// What one rollout produced on this rank, and its global statistics.
+struct RolloutBatch {
+  std::int64_t iteration = 0;
+  std::vector<Sequence> sequences;          // this rank's rows, minibatch after minibatch
+  std::vector<int> minibatch_begin;         // K + 1 row offsets into `sequences`
+  std::vector<std::vector<float>> logp;     // per row: the sampler's log-probability of each completion token
+  std::vector<float> advantage;             // per row
+  std::vector<double> minibatch_tokens;     // global completion tokens of each minibatch
+  // Over all ranks:
+  double reward_mean = 0, reward_std = 0, pass_rate = 0, response_len_mean = 0;
+  double entropy = 0;                       // mean -logp of the sampled tokens (an estimate of the policy's entropy)
+  double tokens = 0;                        // completion tokens generated
+  double seconds = 0;
+};
+
+struct TrainStats {
+  double loss = 0, kl = 0, clip_frac = 0, grad_norm = 0, lr = 0;
+  std::int64_t skipped = 0;                 // optimizer steps skipped (non-finite gradients)
+  double tokens = 0;                        // non-padding tokens trained on, over all ranks
+  double seconds = 0;
+};
+
+class GrpoLoop {
+ public:
+  // Builds the generator and the weight set in the arena's rollout region: call before commit().
+  GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& trainer, Communicator& comm, PhaseArena& arena);
+  ~GrpoLoop();
+
+  // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1).
+  TrainStats warmup_step(std::int64_t step);
+  // Generate G completions for this rank's prompts of the iteration, score them, advantages.
+  RolloutBatch rollout(std::int64_t iteration);
+  // K optimizer steps of the GRPO objective on the batch.
+  TrainStats train(const RolloutBatch& batch);
+
+ private:
+  struct Staging;
+  void set_micro_batch(const std::vector<Sequence>& seqs, int first, int end);
+  double sum_over_ranks(std::vector<double>& values);   // in place; returns values[0]
+
+  const Config& config_;
+  Transformer& model_;
+  ShardedTrainer& trainer_;
+  Communicator& comm_;
+  PhaseArena& arena_;
+  std::unique_ptr<Task> task_;
+  int prompts_per_minibatch_, group_, minibatches_, micro_rows_, seq_len_, gen_len_;
+  std::unique_ptr<WeightSet> weights_;
+  std::unique_ptr<Generator> generator_;
+  std::unique_ptr<Staging> staging_;
+};
+
+}  // namespace shardrl
