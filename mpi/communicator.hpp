@@ -4,6 +4,8 @@
 // aborts the whole job instead of hanging it.
 #pragma once
 
+#include "core/live_handles.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -52,7 +54,10 @@ inline std::size_t padded_shard(std::size_t total, int world_size) {
 
 class Communicator {
  public:
+  Communicator() = default;
   virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend_name() const = 0;
@@ -89,6 +94,9 @@ class Communicator {
   void broadcast(T* buffer, std::size_t count, int root, StreamRef s = {}) {
     broadcast(static_cast<void*>(buffer), count, data_type_of<T>(), root, s);
   }
+
+ private:
+  HandleCount counted_{HandleKind::communicator};
 };
 
 enum class CommBackendKind { nccl, mpi };

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Plots a run's per-iteration metrics (RUN_DIR/metrics.jsonl, written by io/metrics_log.hpp).
 
     scripts/plot_metrics.py RUN_DIR [--out PNG]

@@ -4,6 +4,8 @@
 // these are no-ops.
 #pragma once
 
+#include "core/live_handles.hpp"
+
 namespace shardrl {
 
 // A stream as the collectives see it (cudaStream_t on GPU builds; null on CPU builds).
@@ -19,6 +21,7 @@ class SideStream {
   StreamHandle get() const { return stream_; }
 
  private:
+  HandleCount counted_{HandleKind::stream};
   StreamHandle stream_ = nullptr;
 };
 
@@ -35,6 +38,7 @@ class DeviceEvent {
   void wait(StreamHandle stream) const;
 
  private:
+  HandleCount counted_{HandleKind::event};
   void* event_ = nullptr;
 };
 
