@@ -91,6 +91,18 @@ TEST(Tokenizer, SpecialsDecodeToNothingAndEosStops) {
   EXPECT_EQ(tok::decode(raw, 2), "1");
 }
 
+TEST(Tokenizer, CompletionOfALargerVocabularyIsScoredNotAnError) {
+  // "1 2" then an id of a 128k vocabulary, then EOS: the answer gains a byte no answer has.
+  EXPECT_EQ(tokenizer::decode_completion({'1', ' ', '2', 70000, tokenizer::kEos, 9}), "1 2\xff");
+  EXPECT_EQ(tokenizer::decode_completion({'7', tokenizer::kPad, tokenizer::kEos}), "7");
+  auto task = make_task(TaskOptions{});
+  TaskExample ex = task->example(1, 0, 0);
+  std::vector<std::int32_t> ids = tokenizer::encode(ex.answer);
+  EXPECT_EQ(task->score(ex, tokenizer::decode_completion(ids)), 1.0);
+  ids.insert(ids.begin() + 1, 1000);
+  EXPECT_EQ(task->score(ex, tokenizer::decode_completion(ids)), 0.0);
+}
+
 TEST(Tokenizer, OutOfVocabularyIsAnError) {
   try {
     tok::decode({104, 259});

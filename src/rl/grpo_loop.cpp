@@ -193,7 +193,7 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   std::vector<double> rewards(rows.size());
   std::vector<double> sums(4 + minibatches_, 0.0);   // reward, reward^2, passes, -logp; then tokens per minibatch
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    rewards[r] = task_->score(examples[r], tokenizer::decode(out[r].tokens));
+    rewards[r] = task_->score(examples[r], tokenizer::decode_completion(out[r].tokens));
     Sequence s;
     s.ids = rows[r].prompt;
     s.prompt_len = static_cast<int>(s.ids.size());

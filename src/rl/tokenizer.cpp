@@ -30,4 +30,11 @@ std::string decode(const std::int32_t* ids, std::size_t count) {
 
 std::string decode(const std::vector<std::int32_t>& ids) { return decode(ids.data(), ids.size()); }
 
+std::string decode_completion(const std::vector<std::int32_t>& ids) {
+  std::vector<std::int32_t> clamped(ids);
+  for (auto& id : clamped)
+    if (id < 0 || id >= kVocabSize) id = 0xFF;
+  return decode(clamped);
+}
+
 }  // namespace shardrl::tokenizer

@@ -22,4 +22,9 @@ std::vector<std::int32_t> encode(const std::string& text);
 std::string decode(const std::int32_t* ids, std::size_t count);
 std::string decode(const std::vector<std::int32_t>& ids);
 
+// A completion as the reward sees it: like decode, but an id beyond this tokenizer (a model
+// whose vocabulary is larger than the byte tokenizer's, e.g. the llama-1b shape) becomes byte
+// 0xFF, which no task answer contains, so such a completion is simply wrong, not an error.
+std::string decode_completion(const std::vector<std::int32_t>& ids);
+
 }  // namespace shardrl::tokenizer
