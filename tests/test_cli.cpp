@@ -2,6 +2,7 @@
 // their exact message and exit code 2 on every rank; a failing or hanging rank stops the whole
 // job quickly; the smoke job runs and writes its resolved config.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -256,7 +258,7 @@ TEST(Cli, JobTrainsAndWritesResolvedConfig) {
   EXPECT_NE(r.out.find("collectives checked"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("warm-up 20/20 | loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("iter 3/3 | reward "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("done: 3 iterations in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done: 3 iterations (3 in this job) in "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("23 optimizer steps, 0 skipped"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("run.seed                            7"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("memory per rank (MiB)"), std::string::npos) << r.out;
@@ -367,6 +369,160 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
   EXPECT_EQ(bad.err,
             "shardrl: invalid configuration (1 problem):\n"
             "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
+}
+
+// ---- Checkpoints, seen from the command line --------------------------------------------------
+
+// A small RL job that checkpoints: 2 ranks, the tiny model, 4 prompts x 4 samples.
+const char* kCheckpointJob =
+    "[run]\nname = \"ck\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n"
+    "[rl]\nprompts_per_iteration = 4\nsamples_per_prompt = 4\nsft_steps = 2\nkl_coef = 0.1\n";
+
+std::vector<std::int64_t> metric_iterations(const fs::path& file) {
+  std::vector<std::int64_t> its;
+  std::istringstream in(slurp(file));
+  for (std::string line; std::getline(in, line);) its.push_back(std::stoll(line.substr(line.find(':') + 1)));
+  return its;
+}
+
+// SIGUSR1 (Slurm's warning before the time limit) reaches the ranks through mpirun: the job
+// finishes its iteration, saves, exits 3; the same command continues where it stopped, and the
+// metrics hold every iteration once. `inspect` describes the checkpoint and verifies it.
+TEST(Cli, SignalSavesAndTheSameCommandContinues) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
+  const std::string train = mpirun(2) + " train --config job.toml --set run.iterations=400";
+  write(dir / "stop.sh", "set -u\n" + train + " > out1.txt 2>&1 &\npid=$!\n"
+        "while [ \"$(cat runs/ck/metrics.jsonl 2>/dev/null | wc -l)\" -lt 3 ]; do sleep 0.05; done\n"
+        "kill -USR1 $pid\nwait $pid\necho $? > rc1.txt\n");
+  RunResult stop = run_in(dir, "bash stop.sh");
+  ASSERT_EQ(slurp(dir / "rc1.txt"), "3\n") << slurp(dir / "out1.txt");
+  const std::string out1 = slurp(dir / "out1.txt");
+  EXPECT_NE(out1.find("(stop requested by a signal)"), std::string::npos) << out1;
+  const std::vector<std::int64_t> first = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl");
+  ASSERT_GE(first.size(), 3u);
+  const std::string latest = slurp(dir / "runs" / "ck" / "checkpoints" / "latest");
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "iter_%08zu.h5", first.size());
+  EXPECT_EQ(latest.substr(0, latest.find('\n')), expected);
+
+  RunResult inspect = run_in(dir, shardrl() + " inspect runs/ck/checkpoints/" + std::string(expected) + " --verify");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("written by shardrl"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("on 2 ranks"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("/model/model.layers.0.self_attn.q_proj.weight"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("float32 [64, 64]"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("/reference/model.norm.weight"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("checksums: all 100 tensors verified"), std::string::npos) << inspect.out;
+
+  // The checkpoint's policy samples, with the checkpoint's own config: the same lines twice.
+  const std::string gen = shardrl() + " generate --checkpoint runs/ck/checkpoints/" + std::string(expected) +
+                          " --prompt 'sort: 3 1' --n 3 --max-new-tokens 6";
+  RunResult g1 = run_in(dir, gen), g2 = run_in(dir, gen);
+  ASSERT_EQ(g1.exit_code, 0) << g1.err;
+  EXPECT_EQ(std::count(g1.out.begin(), g1.out.end(), '\n'), 3) << g1.out;
+  EXPECT_EQ(g1.out, g2.out);
+
+  const std::size_t total = first.size() + 4;
+  RunResult more = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=" + std::to_string(total));
+  ASSERT_EQ(more.exit_code, 0) << more.out << more.err;
+  EXPECT_NE(more.out.find("resumed from runs/ck/checkpoints/" + std::string(expected)), std::string::npos) << more.out;
+  EXPECT_EQ(more.out.find("warm-up 1/"), std::string::npos) << "the warm-up is not repeated";
+  std::vector<std::int64_t> all = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl");
+  ASSERT_EQ(all.size(), total);
+  for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], static_cast<std::int64_t>(i));
+}
+
+// A checkpoint with one flipped byte in a tensor: resume and `inspect --verify` name the file
+// and the tensor, and exit 2 on every rank; --no-resume starts afresh regardless.
+TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const fs::path file = dir / "runs" / "ck" / "checkpoints" / "iter_00000002.h5";
+  ASSERT_TRUE(fs::exists(file));
+  // Flip one byte inside the data of the embedding's first moment (where HDF5 put it).
+  haddr_t at = HADDR_UNDEF;
+  {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "/optim/exp_avg/model.embed_tokens.weight", H5P_DEFAULT);
+    at = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  ASSERT_NE(at, HADDR_UNDEF);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    char b = 0;
+    f.seekg(static_cast<std::streamoff>(at + 1000));
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(at + 1000));
+    f.write(&b, 1);
+  }
+  RunResult resume = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=3");
+  EXPECT_EQ(resume.exit_code, 2) << resume.out;
+  EXPECT_NE(resume.err.find("shardrl: runs/ck/checkpoints/iter_00000002.h5: tensor /optim/exp_avg/model.embed_tokens.weight"),
+            std::string::npos)
+      << resume.err;
+  EXPECT_NE(resume.err.find("checksum mismatch"), std::string::npos) << resume.err;
+  RunResult verify = run_in(dir, shardrl() + " inspect " + file.string() + " --verify");
+  EXPECT_EQ(verify.exit_code, 2);
+  EXPECT_NE(verify.err.find("fail their checksum"), std::string::npos) << verify.err;
+  RunResult fresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
+  RunResult truncated = run_in(dir, "truncate -s 1000 " + file.string() + " && " + mpirun(2) +
+                                        " train --config job.toml --resume-from " + file.string());
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_NE(truncated.err.find(file.string() + ": cannot open as a shardrl checkpoint"), std::string::npos)
+      << truncated.err;
+}
+
+// SIGKILL at seeded random moments while the job saves (a pause between tensors makes saving
+// most of the run): every time, each committed checkpoint verifies and the next start resumes
+// from a complete one.
+TEST(Cli, KilledWhileSavingAlwaysResumes) {
+  fs::path dir = test_dir();
+  // Its own config name: pkill must not match the jobs of tests running beside this one.
+  write(dir / "killed.toml", std::string(kCheckpointJob) +
+                                 "[checkpoint]\ninterval = 1\nkeep_last = 2\n[debug]\nsave_pause_ms = 5\n");
+  std::mt19937 rng(20261121);
+  std::uniform_int_distribution<int> delay_ms(1200, 4000);
+  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints";
+  int resumed = 0, inside_a_save = 0;
+  for (int round = 0; round < 10; ++round) {
+    const int ms = delay_ms(rng);
+    write(dir / "round.sh", mpirun(2) + " train --config killed.toml --set run.iterations=100000 > out.txt 2>&1 &\n"
+                            "sleep " + std::to_string(ms / 1000.0) + "\npkill -KILL -f 'train --config killed.toml'\n"
+                            "wait\ngrep -c 'resumed from' out.txt\ntrue\n");
+    RunResult kill = run_in(dir, "bash round.sh");
+    resumed += std::atoi(kill.out.c_str());
+    if (fs::exists(ckpt))
+      for (const auto& f : fs::directory_iterator(ckpt))
+        if (f.path().extension() == ".partial") ++inside_a_save;
+    // Every file under a final name is complete; `latest`, when there is one, names one of them.
+    if (!fs::exists(ckpt)) continue;   // killed before the first save began
+    for (const auto& f : fs::directory_iterator(ckpt))
+      if (f.path().extension() == ".h5") {
+        RunResult verify = run_in(dir, shardrl() + " inspect " + f.path().string() + " --verify");
+        EXPECT_EQ(verify.exit_code, 0) << "round " << round << " (" << ms << " ms): " << verify.err;
+      }
+    if (fs::exists(ckpt / "latest")) {
+      const std::string latest = slurp(ckpt / "latest");
+      EXPECT_TRUE(fs::exists(ckpt / latest.substr(0, latest.find('\n')))) << "round " << round;
+    }
+  }
+  EXPECT_GE(resumed, 5) << "most rounds should have started from an earlier round's checkpoint";
+  EXPECT_GE(inside_a_save, 4) << "most kills should land inside a save (a .partial left behind)";
+  ASSERT_TRUE(fs::exists(ckpt / "latest"));
+  const std::string latest = slurp(ckpt / "latest");
+  const std::int64_t done = std::stoll(latest.substr(5, 8));
+  RunResult finish = run_in(dir, mpirun(2) + " train --config killed.toml --set debug.save_pause_ms=0 --set run.iterations=" +
+                                     std::to_string(done + 1));
+  EXPECT_EQ(finish.exit_code, 0) << finish.out << finish.err;
+  EXPECT_NE(finish.out.find("resumed from runs/ck/checkpoints/" + latest.substr(0, latest.find('\n'))), std::string::npos)
+      << finish.out;
 }
 
 // A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/generate_command.hpp"
+#include "app/inspect_command.hpp"
 #include "app/train_command.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -39,11 +40,22 @@ int run_cli(int argc, char** argv) {
   train->add_flag("--profile", train_args.profile,
                   "Print a per-step breakdown: all-gather, compute, reduce-scatter, optimizer, bytes moved "
                   "(fences between phases, so steps run slower)");
+  CLI::Option* no_resume =
+      train->add_flag("--no-resume", train_args.no_resume, "Start fresh even if the run directory has checkpoints");
+  train->add_option("--resume-from", train_args.resume_from, "Resume from this checkpoint file")
+      ->type_name("PATH")
+      ->excludes(no_resume);
+
+  InspectArgs inspect_args;
+  CLI::App* inspect = app.add_subcommand("inspect", "Describe a checkpoint: tensors, shapes, iteration, config");
+  inspect->add_option("path", inspect_args.path, "Checkpoint file (.h5)")->required();
+  inspect->add_flag("--verify", inspect_args.verify, "Recompute every tensor's checksum");
 
   GenerateArgs gen_args;
   std::string seed_flag, temperature_flag, top_k_flag, top_p_flag, max_new_flag;
   CLI::App* gen = app.add_subcommand("generate", "Print completions of a prompt, one per line");
-  gen->add_option("--config", gen_args.config_path, "TOML configuration file")->required();
+  gen->add_option("--config", gen_args.config_path, "TOML configuration file (default: the checkpoint's)");
+  gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
   gen->add_option("--set", gen_args.overrides, "Override one key (repeatable; later ones win)")
       ->type_name("SECTION.KEY=VALUE");
   gen->add_option("--prompt", gen_args.prompt, "The prompt text")->required();
@@ -66,6 +78,7 @@ int run_cli(int argc, char** argv) {
     return kExitUsage;
   }
   if (train->parsed()) return run_train(train_args);
+  if (inspect->parsed()) return run_inspect(inspect_args);
   if (gen->parsed()) {
     // The sampling flags are overrides like any other: one validation, one set of messages.
     for (auto [flag, key] : {std::pair{&seed_flag, "run.seed"}, std::pair{&temperature_flag, "rollout.temperature"},

@@ -1,4 +1,5 @@
-// The shardrl command line: `shardrl train --config F [--set k=v ...]`, --help, --version.
+// The shardrl command line: `shardrl train --config F [--set k=v ...]`, `generate`, `inspect`,
+// --help, --version.
 #pragma once
 
 #include <optional>
@@ -12,6 +13,13 @@ struct TrainArgs {
   std::vector<std::string> overrides;   // "section.key=value"
   bool log_all_ranks = false;
   bool profile = false;   // per-step breakdown (fences between phases)
+  bool no_resume = false;          // start fresh even if the run has checkpoints
+  std::string resume_from;         // this checkpoint instead of the run's latest
+};
+
+struct InspectArgs {
+  std::string path;
+  bool verify = false;
 };
 
 // Runs the command line; returns the process exit code (see core/error.hpp).

@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 
 #include <iostream>
+#include <memory>
 
 #include "app/cli.hpp"
 #include "app/job_config.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
+#include "io/sharded_file.hpp"
 #include "model/dense_parameters.hpp"
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
@@ -40,8 +42,27 @@ int run_generate(const GenerateArgs& args) {
   init_logging(layout.world_rank, false);
   spdlog::set_level(spdlog::level::warn);   // stdout carries the completions only
 
-  TrainArgs job{args.config_path, args.overrides, false, false};
-  LoadedConfig loaded = read_job_config(mpi.world(), job, layout.world_size);
+  if (args.config_path.empty() && args.checkpoint.empty()) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: generate needs --config or --checkpoint (or both)\n";
+    return kExitUsage;
+  }
+  std::unique_ptr<ShardedFileReader> checkpoint;
+  LoadedConfig loaded;
+  try {
+    if (!args.checkpoint.empty()) checkpoint = std::make_unique<ShardedFileReader>(args.checkpoint, mpi.world());
+    if (!args.config_path.empty()) {
+      TrainArgs job;
+      job.config_path = args.config_path;
+      job.overrides = args.overrides;
+      loaded = read_job_config(mpi.world(), job, layout.world_size);
+    } else {
+      loaded = parse_job_config(checkpoint->read_string("/meta/config"), args.checkpoint + ":/meta/config",
+                                args.overrides, layout.world_size);
+    }
+  } catch (const InputError& e) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
   if (!loaded.ok()) {
     report_config_errors(loaded, layout.world_rank);
     return kExitUsage;
@@ -70,6 +91,25 @@ int run_generate(const GenerateArgs& args) {
   Generator generator(model, args.samples, max_len, ExecSpace());
   DenseParameters params(generator.model(), ExecSpace());
   params.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+  if (checkpoint) {   // every parameter whole, on this process
+    try {
+      for (int u = 0; u < generator.model().unit_count(); ++u) {
+        std::vector<float> unit(static_cast<std::size_t>(params.numel(u)), 0.0f);
+        for (const ParamSpec& p : generator.model().units()[u].params)
+          checkpoint->read("/model/" + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
+                           static_cast<std::uint64_t>(p.numel()), unit.data() + p.offset,
+                           cfg.checkpoint.verify && layout.world_size == 1);   // verify needs disjoint ranges
+        Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                              params.main_weights(u), unit.size()),
+                          Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                              unit.data(), unit.size()));
+      }
+    } catch (const InputError& e) {
+      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      return kExitUsage;
+    }
+    params.refresh_compute_weights();
+  }
   std::vector<const void*> weights;
   for (int u = 0; u < generator.model().unit_count(); ++u) weights.push_back(params.compute_weights(u));
 

@@ -33,7 +33,12 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
     return failed;
   }
   broadcast_string(world, text, 0);
-  LoadedConfig loaded = load_config(text, args.config_path, args.overrides, this_build());
+  return parse_job_config(text, args.config_path, args.overrides, world_size);
+}
+
+LoadedConfig parse_job_config(const std::string& text, const std::string& source,
+                              const std::vector<std::string>& overrides, int world_size) {
+  LoadedConfig loaded = load_config(text, source, overrides, this_build());
   if (loaded.ok())
     for (auto& e : check_for_job(loaded, world_size)) loaded.errors.push_back(std::move(e));
   return loaded;

@@ -11,6 +11,9 @@ namespace shardrl {
 
 // Collective. Returns the loaded config with every problem found (file, overrides, job shape).
 LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_size);
+// The same from TOML text every rank already has (e.g. a checkpoint's resolved config).
+LoadedConfig parse_job_config(const std::string& text, const std::string& source,
+                              const std::vector<std::string>& overrides, int world_size);
 
 // Rank 0 prints "shardrl: invalid configuration (N problems):" and one line per problem.
 void report_config_errors(const LoadedConfig& loaded, int rank);

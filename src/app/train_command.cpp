@@ -17,8 +17,10 @@
 #include "core/log.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
+#include "core/stop_request.hpp"
 #include "core/version.hpp"
 #include "core/watchdog.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
 #include "io/text_file.hpp"
 #include "mpi/communicator.hpp"
@@ -28,6 +30,7 @@
 #include "mpi/memory_report.hpp"
 #include "mpi/session.hpp"
 #include "rl/grpo_loop.hpp"
+#include "rl/job_checkpoint.hpp"
 
 namespace shardrl {
 namespace {
@@ -64,6 +67,26 @@ void inject_failure(const DebugConfig& debug, std::int64_t iteration) {
                               iteration));
   spdlog::warn("injected hang (debug.fail_rank = {}): no longer taking part in collectives", debug.fail_rank);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+// The checkpoint to resume from: --resume-from, else the run's latest (found by rank 0, which
+// tells every rank, problems included), else none (--no-resume, or a fresh run).
+std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
+                                  const std::filesystem::path& checkpoints) {
+  if (args.no_resume) return {};
+  if (!args.resume_from.empty()) return args.resume_from;
+  std::string found, problem;
+  if (rank == 0) {
+    try {
+      found = latest_checkpoint(checkpoints).string();
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+  }
+  broadcast_string(world, problem, 0);
+  broadcast_string(world, found, 0);
+  if (!problem.empty()) throw InputError(problem);
+  return found;
 }
 
 void log_lines(const std::string& text) {
@@ -143,26 +166,59 @@ int run_train(const TrainArgs& args) {
                trainer.layout().total_shard(), arena.bytes() / double(1 << 20),
                arena.phase_bytes(Phase::train) / double(1 << 20), arena.phase_bytes(Phase::rollout) / double(1 << 20));
   log_lines(memory_report(mpi.world()));
-  std::unique_ptr<MetricsLog> metrics;
-  if (rank == 0) metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", 0);
-
   Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
+  install_stop_handlers();
+  const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
+  const std::string config_toml = to_toml(cfg);
   try {
-    // Supervised warm-up on the task's demonstrations, then the reference policy is frozen.
-    if (cfg.rl.sft_lr > 0) trainer.set_peak_lr(static_cast<float>(cfg.rl.sft_lr));
-    for (std::int64_t step = 0; step < cfg.rl.sft_steps; ++step) {
-      watchdog.arm(cfg.comm.timeout_s, fmt::format("warm-up step {}", step + 1));
-      const TrainStats s = rl->warmup_step(step);
+    // Resume: the run's latest checkpoint unless told otherwise (any world size).
+    JobPosition position;
+    if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, checkpoints); !from.empty()) {
+      position = load_job_checkpoint(from, trainer, model.units(), cfg, mpi.world());
+      spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
+                   position.iterations_done, position.warmup_steps_done);
+    }
+    auto save = [&](const char* why) {
+      watchdog.arm(cfg.comm.timeout_s, "checkpoint save");
+      const auto t0 = std::chrono::steady_clock::now();
+      save_job_checkpoint(checkpoints, position, trainer, model.units(), cfg, config_toml, mpi.world());
       watchdog.disarm();
-      if (step == 0 || (step + 1) % 10 == 0 || step + 1 == cfg.rl.sft_steps)
-        spdlog::info("{}", warmup_line(step, cfg.rl.sft_steps, s));
+      spdlog::info("checkpoint {} ({}) in {:.2f}s", checkpoint_path(checkpoints, position.iterations_done).string(),
+                   why, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    };
+    // Ranks agree on a stop request (SIGUSR1/SIGTERM) between steps; then save and exit.
+    auto stop_now = [&] {
+      if (!any_rank(mpi.world(), stop_requested())) return false;
+      save("stop requested by a signal");
+      spdlog::warn("stopped by a signal after a checkpoint: run the same command again to continue");
+      return true;
+    };
+
+    // Supervised warm-up on the task's demonstrations, then the reference policy is frozen.
+    const bool warmed_up = position.warmup_steps_done < cfg.rl.sft_steps;
+    if (warmed_up) {
+      if (cfg.rl.sft_lr > 0) trainer.set_peak_lr(static_cast<float>(cfg.rl.sft_lr));
+      for (std::int64_t step = position.warmup_steps_done; step < cfg.rl.sft_steps; ++step) {
+        watchdog.arm(cfg.comm.timeout_s, fmt::format("warm-up step {}", step + 1));
+        const TrainStats s = rl->warmup_step(step);
+        watchdog.disarm();
+        position.warmup_steps_done = step + 1;
+        if (step == 0 || (step + 1) % 10 == 0 || step + 1 == cfg.rl.sft_steps)
+          spdlog::info("{}", warmup_line(step, cfg.rl.sft_steps, s));
+        if (step + 1 < cfg.rl.sft_steps && stop_now()) return kExitStoppedBySignal;
+      }
+      if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
+    } else if (cfg.rl.kl_coef > 0 && position.warmup_steps_done == 0 && position.iterations_done == 0) {
+      trainer.snapshot_reference();   // fresh start without warm-up: the initial weights
     }
     trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
-    if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
 
+    std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file
+    if (rank == 0) metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
     const auto start = std::chrono::steady_clock::now();
+    const std::int64_t first = position.iterations_done;
     RolloutBatch last;
-    for (std::int64_t it = 0; it < cfg.run.iterations; ++it) {
+    for (std::int64_t it = first; it < cfg.run.iterations; ++it) {
       if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
       watchdog.arm(cfg.comm.timeout_s, fmt::format("iteration {}", it + 1));
       trainer.reset_profile();
@@ -172,21 +228,33 @@ int run_train(const TrainArgs& args) {
       r.rollout = rl->rollout(it);
       r.train = rl->train(r.rollout);
       watchdog.disarm();
+      position.iterations_done = it + 1;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      r.eta_s = elapsed / double(it + 1) * double(cfg.run.iterations - it - 1);
+      r.eta_s = elapsed / double(it + 1 - first) * double(cfg.run.iterations - it - 1);
       r.mem_peak_bytes = MemoryLedger::instance().peak();
       spdlog::info("{}", progress_line(r));
       if (std::string p = profile_line(trainer.profile()); !p.empty()) spdlog::info("{}", p);
       if (metrics) metrics->write(metrics_record(r));
       last = std::move(r.rollout);
+      const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
+      if (it + 1 < cfg.run.iterations) {
+        if (stop_now()) return kExitStoppedBySignal;
+        if (periodic) save("interval");
+      }
     }
-    comm->barrier();
+    if (first >= cfg.run.iterations && !warmed_up) {
+      spdlog::info("nothing to do: the run has finished its {} iterations (raise run.iterations to continue, or "
+                   "start afresh with --no-resume)",
+                   cfg.run.iterations);
+      return kExitOk;
+    }
+    save("end of the job");
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    spdlog::info("done: {} iterations in {:.1f}s, final reward {:.3f} (pass rate {:.3f}); {} optimizer steps, {} "
-                 "skipped; metrics in {}",
-                 cfg.run.iterations, elapsed, last.reward_mean, last.pass_rate, trainer.metrics().step,
-                 trainer.metrics().skipped, (derived.run_dir / "metrics.jsonl").string());
-  } catch (const InputError& e) {   // data checked alike on every rank before it is used
+    spdlog::info("done: {} iterations ({} in this job) in {:.1f}s, final reward {:.3f} (pass rate {:.3f}); {} optimizer "
+                 "steps, {} skipped; metrics in {}",
+                 cfg.run.iterations, cfg.run.iterations - first, elapsed, last.reward_mean, last.pass_rate,
+                 trainer.metrics().step, trainer.metrics().skipped, (derived.run_dir / "metrics.jsonl").string());
+  } catch (const InputError& e) {   // data and checkpoints are checked alike on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
   }

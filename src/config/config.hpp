@@ -100,6 +100,13 @@ struct RlConfig {
   double kl_coef = 0.0;                // 0: no reference policy
 };
 
+struct CheckpointConfig {
+  std::int64_t interval = 50;    // save every this many iterations (0: only at the end and on signals)
+  std::int64_t keep_last = 3;
+  std::int64_t keep_every = 0;   // also keep iterations that are multiples of this (0: none)
+  bool verify = true;            // check every tensor's checksum when loading
+};
+
 struct CommConfig {
   CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;   // a collective unfinished after this long aborts the job
@@ -111,6 +118,7 @@ struct DebugConfig {
   std::int64_t fail_rank = -1;          // fault injection: this rank fails after start-up
   FailMode fail_mode = FailMode::error;  // how it fails: a fatal error, or stop taking part
   bool check_released = false;           // poison released gather slots, check generations
+  std::int64_t save_pause_ms = 0;        // pause between tensors while saving (crash tests)
 };
 
 struct Config {
@@ -121,6 +129,7 @@ struct Config {
   OptimConfig optim;
   RolloutConfig rollout;
   RlConfig rl;
+  CheckpointConfig checkpoint;
   CommConfig comm;
   DebugConfig debug;
 };

@@ -290,6 +290,23 @@ std::vector<KeyDef> build_schema() {
                              &Config::rl, &RlConfig::kl_coef),
                        0.0));
 
+  s.push_back(with_max(with_min(field("checkpoint", "interval", VK::integer,
+                                      "Save every this many iterations; 0: only at the end and on SIGUSR1/SIGTERM.",
+                                      &Config::checkpoint, &CheckpointConfig::interval),
+                                0),
+                       kMaxInt));
+  s.push_back(with_max(with_min(field("checkpoint", "keep_last", VK::integer, "Newest checkpoints kept.",
+                                      &Config::checkpoint, &CheckpointConfig::keep_last),
+                                1),
+                       kMaxInt));
+  s.push_back(with_max(with_min(field("checkpoint", "keep_every", VK::integer,
+                                      "Also keep checkpoints whose iteration is a multiple of this; 0: none.",
+                                      &Config::checkpoint, &CheckpointConfig::keep_every),
+                                0),
+                       kMaxInt));
+  s.push_back(field("checkpoint", "verify", VK::boolean, "Check every tensor's checksum when loading.",
+                    &Config::checkpoint, &CheckpointConfig::verify));
+
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "
                      "buffers) or `auto` (the one this build supports).",
@@ -315,6 +332,12 @@ std::vector<KeyDef> build_schema() {
                     "Poison released gather slots with NaN and check each unit's generation counter "
                     "on use, so a schedule that computes on released weights stops with an error.",
                     &Config::debug, &DebugConfig::check_released));
+  s.push_back(with_max(with_min(field("debug", "save_pause_ms", VK::integer,
+                                      "Fault injection: pause this long between tensors while saving a checkpoint "
+                                      "(crash tests kill the job inside a save).",
+                                      &Config::debug, &DebugConfig::save_pause_ms),
+                                0),
+                       kMaxInt));
   return s;
 }
 

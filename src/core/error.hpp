@@ -21,7 +21,8 @@ void set_job_abort(JobAbortFn abort_fn);
 // Exit codes of the shardrl executable (documented in README.md).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFatal = 1;        // runtime failure: the job was aborted
-inline constexpr int kExitUsage = 2;        // bad command line or configuration
+inline constexpr int kExitUsage = 2;        // bad command line, configuration, data or checkpoint
+inline constexpr int kExitStoppedBySignal = 3;   // SIGUSR1/SIGTERM: checkpoint saved, resubmit to continue
 
 // "rank 1 (host node03)" or "rank ? (host node03)" before the layout is known.
 std::string origin_string();

@@ -358,6 +358,60 @@ void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
   comm_.synchronize(stream_of(space_));
 }
 
+std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
+  const long n = static_cast<long>(layout_.unit(u).shard);
+  DeviceView<float> staging("checkpoint_slice", static_cast<std::size_t>(n));
+  const bool half_state = !m_bf16_.empty();
+  switch (state) {
+    case SliceState::main: kernels::cast(space_, main_[u].data(), staging.data(), n); break;
+    case SliceState::exp_avg:
+      if (half_state) kernels::cast(space_, m_bf16_[u].data(), staging.data(), n);
+      else kernels::cast(space_, m_f32_[u].data(), staging.data(), n);
+      break;
+    case SliceState::exp_avg_sq:
+      if (half_state) kernels::cast(space_, v_bf16_[u].data(), staging.data(), n);
+      else kernels::cast(space_, v_f32_[u].data(), staging.data(), n);
+      break;
+    case SliceState::reference:
+      SHARDRL_CHECK(!reference_.empty(), "read_slice of a reference the trainer does not keep");
+      if (compute_.empty()) kernels::cast(space_, reinterpret_cast<const float*>(reference_[u].data()), staging.data(), n);
+      else kernels::cast(space_, reinterpret_cast<const bf16*>(reference_[u].data()), staging.data(), n);
+      break;
+  }
+  space_.fence();
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), staging);
+  return std::vector<float>(host.data(), host.data() + n);
+}
+
+void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<float>& values) {
+  const long n = static_cast<long>(layout_.unit(u).shard);
+  SHARDRL_CHECK(static_cast<long>(values.size()) == n, "write_slice: one value per element of the slice");
+  DeviceView<float> staging("checkpoint_slice", static_cast<std::size_t>(n));
+  Kokkos::deep_copy(staging, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                 values.data(), values.size()));
+  const bool half_state = !m_bf16_.empty();
+  switch (state) {
+    case SliceState::main:
+      kernels::cast(space_, staging.data(), main_[u].data(), n);
+      if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), n);
+      break;
+    case SliceState::exp_avg:
+      if (half_state) kernels::cast(space_, staging.data(), m_bf16_[u].data(), n);
+      else kernels::cast(space_, staging.data(), m_f32_[u].data(), n);
+      break;
+    case SliceState::exp_avg_sq:
+      if (half_state) kernels::cast(space_, staging.data(), v_bf16_[u].data(), n);
+      else kernels::cast(space_, staging.data(), v_f32_[u].data(), n);
+      break;
+    case SliceState::reference:
+      SHARDRL_CHECK(!reference_.empty(), "write_slice of a reference the trainer does not keep");
+      if (compute_.empty()) kernels::cast(space_, staging.data(), reinterpret_cast<float*>(reference_[u].data()), n);
+      else kernels::cast(space_, staging.data(), reinterpret_cast<bf16*>(reference_[u].data()), n);
+      break;
+  }
+  space_.fence();
+}
+
 std::vector<float> ShardedTrainer::gather_main_weights(int u) {
   const UnitShard& s = layout_.unit(u);
   DeviceView<float> full("gathered_main", static_cast<std::size_t>(s.padded));

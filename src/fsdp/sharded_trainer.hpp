@@ -39,6 +39,9 @@ struct FsdpOptions {
 // Whose weights a forward-only pass gathers: the policy's, or the frozen reference's.
 enum class WeightSource { policy, reference };
 
+// The per-rank state a checkpoint holds, slice by slice.
+enum class SliceState { main, exp_avg, exp_avg_sq, reference };
+
 FsdpOptions fsdp_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);
 
@@ -88,6 +91,15 @@ class ShardedTrainer {
   // Every unit's full weights in the compute type into out[u] (padded_u elements each): the
   // rollout's materialised weight set. Collective; waits for the gathers.
   void gather_all_units(const std::vector<void*>& out);
+
+  // Checkpoints: this rank's slice of unit u (layout().unit(u).shard elements) of `state` as fp32
+  // on the host, and back (bf16 state rounds, exactly, since it was bf16; writing the main
+  // weights refreshes their compute-type copy). Synchronise with the device.
+  std::vector<float> read_slice(int u, SliceState state) const;
+  void write_slice(int u, SliceState state, const std::vector<float>& values);
+  bool keeps_reference() const { return !reference_.empty(); }
+  // Optimizer steps taken and skipped (the schedule's position), as a checkpoint restores them.
+  void set_step_counters(std::int64_t step, std::int64_t skipped) { optimizer_.set_counters(step, skipped); }
 
   // The full fp32 main weights of unit u on the host (collective; for tests and inspection).
   std::vector<float> gather_main_weights(int u);

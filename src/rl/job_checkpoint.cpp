@@ -1,0 +1,131 @@
+#include "rl/job_checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "config/model_shape.hpp"
+#include "core/error.hpp"
+#include "core/version.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "io/sharded_file.hpp"
+
+namespace shardrl {
+namespace {
+
+// The states a checkpoint holds per parameter, and their group in the file.
+struct StateGroup {
+  SliceState state;
+  const char* group;
+};
+std::vector<StateGroup> state_groups(const ShardedTrainer& trainer) {
+  std::vector<StateGroup> g{{SliceState::main, "/model/"},
+                            {SliceState::exp_avg, "/optim/exp_avg/"},
+                            {SliceState::exp_avg_sq, "/optim/exp_avg_sq/"}};
+  if (trainer.keeps_reference()) g.push_back({SliceState::reference, "/reference/"});
+  return g;
+}
+
+std::vector<std::uint64_t> global_shape(const ParamSpec& p) {
+  return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
+}
+
+// The part of parameter p (elements [offset, offset + numel) of its unit) inside this rank's
+// slice [s.begin, s.begin + s.shard): `first` elements into the parameter, `count` of them,
+// starting `at` elements into the slice.
+struct Overlap {
+  std::uint64_t first = 0, count = 0;
+  std::size_t at = 0;
+};
+Overlap overlap(const ParamSpec& p, const UnitShard& s) {
+  const std::int64_t lo = std::max(p.offset, s.begin), hi = std::min(p.offset + p.numel(), s.begin + s.shard);
+  if (hi <= lo) return {};
+  return {static_cast<std::uint64_t>(lo - p.offset), static_cast<std::uint64_t>(hi - lo),
+          static_cast<std::size_t>(lo - s.begin)};
+}
+
+std::string shape_summary(const ModelShape& s) {
+  return fmt::format("vocab_size={} d_model={} n_layers={} n_heads={} n_kv_heads={} head_dim={} d_ff={} "
+                     "qk_norm={} tie_embeddings={} max_seq_len={}",
+                     s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.d_ff, s.qk_norm,
+                     s.tie_embeddings, s.max_seq_len);
+}
+
+}  // namespace
+
+void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, ShardedTrainer& trainer,
+                         const std::vector<UnitSpec>& units, const Config& config, const std::string& config_toml,
+                         MPI_Comm comm) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world);
+  if (rank == 0) std::filesystem::create_directories(dir);
+  MPI_Barrier(comm);
+  const auto pause = std::chrono::milliseconds(config.debug.save_pause_ms);
+  {
+    ShardedFileWriter file(checkpoint_partial_path(dir, position.iterations_done), comm);
+    file.write_int64("/meta/format_version", kCheckpointFormatVersion);
+    file.write_string("/meta/shardrl_version", kVersion);
+    file.write_int64("/meta/world_size", world);
+    file.write_int64("/meta/iteration", position.iterations_done);
+    file.write_string("/meta/model", config.model.preset + ": " + shape_summary(resolve_model_shape(config.model)));
+    file.write_string("/meta/config", config_toml);
+    file.write_int64("/rng/seed", config.run.seed);
+    file.write_string("/rng/scheme",
+                      "counter-based: every draw is a function of (seed, iteration, prompt, sample, token); "
+                      "no generator state");
+    file.write_string("/data/task", config.rl.task);
+    file.write_int64("/data/iterations_done", position.iterations_done);
+    file.write_int64("/data/warmup_steps_done", position.warmup_steps_done);
+    const StepMetrics m = trainer.metrics();
+    file.write_int64("/optim/step", m.step);
+    file.write_int64("/optim/skipped", m.skipped);
+    for (const StateGroup& g : state_groups(trainer))
+      for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+        const std::vector<float> slice = trainer.read_slice(u, g.state);
+        const UnitShard& s = trainer.layout().unit(u);
+        for (const ParamSpec& p : units[u].params) {
+          const Overlap o = overlap(p, s);
+          file.write(g.group + p.name, global_shape(p), o.first, o.count, slice.data() + o.at);
+          if (pause.count() > 0) std::this_thread::sleep_for(pause);
+        }
+      }
+    file.close();
+  }
+  if (rank == 0) {
+    commit_checkpoint(dir, position.iterations_done);
+    apply_retention(dir, config.checkpoint.keep_last, config.checkpoint.keep_every);
+  }
+  MPI_Barrier(comm);   // every rank returns once the checkpoint is committed
+}
+
+JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
+                                const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm) {
+  ShardedFileReader in(file, comm);
+  const std::string where = file.string();
+  if (!in.has("/meta/format_version"))
+    throw InputError(fmt::format("{}: not a shardrl checkpoint (no /meta/format_version)", where));
+  const std::int64_t version = in.read_int64("/meta/format_version");
+  if (version != kCheckpointFormatVersion)
+    throw InputError(fmt::format("{}: checkpoint format version {} is not one this shardrl reads (it reads {})", where,
+                                 version, kCheckpointFormatVersion));
+  for (const StateGroup& g : state_groups(trainer))
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      const UnitShard& s = trainer.layout().unit(u);
+      std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding stay 0
+      for (const ParamSpec& p : units[u].params) {
+        const Overlap o = overlap(p, s);
+        in.read(g.group + p.name, global_shape(p), o.first, o.count, slice.data() + o.at, config.checkpoint.verify);
+      }
+      trainer.write_slice(u, g.state, slice);
+    }
+  trainer.set_step_counters(in.read_int64("/optim/step"), in.read_int64("/optim/skipped"));
+  JobPosition position;
+  position.iterations_done = in.read_int64("/data/iterations_done");
+  position.warmup_steps_done = in.read_int64("/data/warmup_steps_done");
+  return position;
+}
+
+}  // namespace shardrl

@@ -1,0 +1,210 @@
+// Job checkpoints end to end on the tiny model (np 1, 2, 4):
+// - a run stopped after 3 iterations and resumed equals an uninterrupted run byte for byte
+//   (fp32 and bf16, warm-up, KL reference, optimizer counters included);
+// - a file saved by N ranks loads on M ranks (every N, M up to the world size): the weights are
+//   bitwise those saved, and the next iteration equals the saver's next iteration to rounding;
+// - a model of another shape and an unknown format version are refused, naming file and tensor.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint_dir.hpp"
+#include "mpi/host_exchange.hpp"
+#include "rl/job_checkpoint.hpp"
+#include "rl_test_job.hpp"
+
+namespace shardrl {
+namespace {
+
+namespace fs = std::filesystem;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A fresh directory, named by rank 0 and known to every rank.
+fs::path fresh_dir(const std::string& what) {
+  std::string path;
+  if (world_rank() == 0) {
+    path = (fs::temp_directory_path() / ("shardrl_ckpt_" + std::to_string(getpid()) + "_" + what)).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  broadcast_string(MPI_COMM_WORLD, path, 0);
+  return path;
+}
+
+std::vector<std::vector<float>> all_weights(Job& job) {
+  std::vector<std::vector<float>> w;
+  for (int u = 0; u < job.model.unit_count(); ++u) w.push_back(job.trainer.gather_main_weights(u));
+  return w;
+}
+
+void run_iterations(Job& job, std::int64_t from, std::int64_t to) {
+  for (std::int64_t it = from; it < to; ++it) job.loop.train(job.loop.rollout(it));
+}
+
+void save(Job& job, const fs::path& dir, std::int64_t iterations, std::int64_t warmup, MPI_Comm comm) {
+  save_job_checkpoint(dir, JobPosition{iterations, warmup}, job.trainer, job.model.units(), job.config, "[run]\n",
+                      comm);
+}
+
+void expect_bitwise(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t u = 0; u < got.size(); ++u) {
+    ASSERT_EQ(got[u].size(), want[u].size());
+    EXPECT_EQ(std::memcmp(got[u].data(), want[u].data(), got[u].size() * sizeof(float)), 0) << what << ", unit " << u;
+  }
+}
+
+void resume_is_bit_exact(Precision precision, const std::string& name) {
+  Config c = small_config();
+  c.model.precision = precision;
+  c.rl.sft_steps = 3;
+  const fs::path dir = fresh_dir(name);
+  std::vector<std::vector<float>> straight, resumed;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    run_iterations(job, 0, 6);
+    straight = all_weights(job);
+  }
+  std::vector<std::vector<float>> at_save;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    run_iterations(job, 0, 3);
+    save(job, dir, 3, 3, MPI_COMM_WORLD);
+    at_save = all_weights(job);
+  }
+  {
+    Job job(c, MPI_COMM_WORLD);   // fresh weights from the seed, then the checkpoint over them
+    const JobPosition p = load_job_checkpoint(checkpoint_path(dir, 3), job.trainer, job.model.units(), job.config,
+                                              MPI_COMM_WORLD);
+    EXPECT_EQ(p.iterations_done, 3);
+    EXPECT_EQ(p.warmup_steps_done, 3);
+    EXPECT_EQ(job.trainer.metrics().step, 3 + 3 * c.rl.minibatches);
+    expect_bitwise(all_weights(job), at_save, "weights right after loading");
+    run_iterations(job, 3, 6);
+    resumed = all_weights(job);
+  }
+  expect_bitwise(resumed, straight, "weights after 3 + 3 iterations");
+  bool moved = false;
+  for (std::size_t u = 0; u < at_save.size(); ++u) moved |= at_save[u] != straight[u];
+  EXPECT_TRUE(moved) << "the last 3 iterations changed nothing: the comparison proves little";
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ResumeIsBitExactFp32) { resume_is_bit_exact(Precision::fp32, "exact_fp32"); }
+TEST(Checkpoint, ResumeIsBitExactBf16) { resume_is_bit_exact(Precision::bf16, "exact_bf16"); }
+
+// N -> M for every N, M <= world size: ranks < N save (the others wait), ranks < M load.
+TEST(Checkpoint, LoadsOnAnyNumberOfRanks) {
+  Config c = small_config();
+  c.rl.sft_steps = 3;
+  const int W = world_size();
+  for (int N = 1; N <= W; ++N) {
+    const fs::path dir = fresh_dir("reshard_" + std::to_string(N));
+    MPI_Comm saver = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() < N ? 0 : MPI_UNDEFINED, world_rank(), &saver);
+    std::vector<std::vector<float>> saved;
+    double next_loss = 0, next_norm = 0;
+    if (saver != MPI_COMM_NULL) {
+      Job job(c, saver);
+      job.warm_up();
+      run_iterations(job, 0, 1);
+      save(job, dir, 1, 3, saver);
+      saved = all_weights(job);
+      const TrainStats t = job.loop.train(job.loop.rollout(1));
+      next_loss = t.loss;
+      next_norm = t.grad_norm;
+      MPI_Comm_free(&saver);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int M = 1; M <= W; ++M) {
+      MPI_Comm loader = MPI_COMM_NULL;
+      MPI_Comm_split(MPI_COMM_WORLD, world_rank() < M ? 0 : MPI_UNDEFINED, world_rank(), &loader);
+      if (loader != MPI_COMM_NULL) {
+        Job job(c, loader);
+        load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
+        std::vector<std::vector<float>> loaded = all_weights(job);
+        const TrainStats t = job.loop.train(job.loop.rollout(1));
+        if (world_rank() == 0) {   // the one rank in every saver and loader
+          expect_bitwise(loaded, saved, "saved on " + std::to_string(N) + ", loaded on " + std::to_string(M));
+          EXPECT_NEAR(t.loss, next_loss, 1e-4 * std::abs(next_loss) + 1e-7) << N << " -> " << M;
+          EXPECT_NEAR(t.grad_norm, next_norm, 1e-4 * next_norm) << N << " -> " << M;
+        }
+        MPI_Comm_free(&loader);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    if (world_rank() == 0) fs::remove_all(dir);
+  }
+}
+
+std::string load_error(Job& job, const fs::path& file) {
+  try {
+    load_job_checkpoint(file, job.trainer, job.model.units(), job.config, MPI_COMM_WORLD);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Checkpoint, AnotherModelShapeIsRefusedNamingTheTensor) {
+  Config c = small_config();
+  c.rl.sft_steps = 1;
+  const fs::path dir = fresh_dir("shape");
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    save(job, dir, 0, 1, MPI_COMM_WORLD);
+  }
+  Config other = c;
+  other.model.preset = "custom";
+  other.model.d_model = 32;
+  other.model.head_dim = 8;
+  Job job(other, MPI_COMM_WORLD);
+  const std::string file = checkpoint_path(dir, 0).string();
+  const std::string e = load_error(job, file);
+  EXPECT_NE(e.find(file), std::string::npos) << e;
+  EXPECT_NE(e.find("/model/model.embed_tokens.weight"), std::string::npos) << e;
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+TEST(Checkpoint, UnknownFormatVersionIsRefused) {
+  Config c = small_config();
+  c.rl.sft_steps = 0;
+  const fs::path dir = fresh_dir("version");
+  Job job(c, MPI_COMM_WORLD);
+  save(job, dir, 0, 0, MPI_COMM_WORLD);
+  const fs::path file = checkpoint_path(dir, 0);
+  if (world_rank() == 0) {   // a future writer's file: only the version differs
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "/meta/format_version", H5P_DEFAULT);
+    const std::int64_t v = 99;
+    H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(load_error(job, file),
+            file.string() + ": checkpoint format version 99 is not one this shardrl reads (it reads 1)");
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace shardrl
