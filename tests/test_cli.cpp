@@ -385,16 +385,19 @@ std::vector<std::int64_t> metric_iterations(const fs::path& file) {
   return its;
 }
 
-// SIGUSR1 (Slurm's warning before the time limit) reaches the ranks through mpirun: the job
+// SIGUSR1 (Slurm's warning before the time limit) reaches every rank: the job
 // finishes its iteration, saves, exits 3; the same command continues where it stopped, and the
 // metrics hold every iteration once. `inspect` describes the checkpoint and verifies it.
 TEST(Cli, SignalSavesAndTheSameCommandContinues) {
   fs::path dir = test_dir();
-  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
-  const std::string train = mpirun(2) + " train --config job.toml --set run.iterations=400";
+  // Its own config name, so that the signal reaches this test's ranks only.
+  write(dir / "signalled.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
+  write(dir / "job.toml", kCheckpointJob);
+  const std::string train = mpirun(2) + " train --config signalled.toml --set run.name=ck --set run.iterations=100000";
+  // As Slurm does: the signal goes to every rank (whose command line starts with the binary).
   write(dir / "stop.sh", "set -u\n" + train + " > out1.txt 2>&1 &\npid=$!\n"
         "while [ \"$(cat runs/ck/metrics.jsonl 2>/dev/null | wc -l)\" -lt 3 ]; do sleep 0.05; done\n"
-        "kill -USR1 $pid\nwait $pid\necho $? > rc1.txt\n");
+        "pkill -USR1 -f '^[^ ]*shardrl train --config signalled.toml'\nwait $pid\necho $? > rc1.txt\n");
   RunResult stop = run_in(dir, "bash stop.sh");
   ASSERT_EQ(slurp(dir / "rc1.txt"), "3\n") << slurp(dir / "out1.txt");
   const std::string out1 = slurp(dir / "out1.txt");
