@@ -136,7 +136,7 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, std::int64_t first_ite
       spdlog::warn("metrics log '{}': dropped an unfinished last line (a killed job's last record)",
                    path_.string());
     if (dropped > 0)
-      spdlog::info("metrics log '{}': dropped {} record(s) of iteration >= {} (resumed run)",
+      spdlog::info("metrics log '{}': dropped {} record(s) of iteration >= {}: the run continues from there",
                    path_.string(), dropped, first_iteration);
     if (rewrite) write_text_atomically(path_, kept);
   }
