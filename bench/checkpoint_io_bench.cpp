@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <mpi.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,14 +41,30 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Seconds `fn` takes on the slowest rank (barrier before and after).
+// CPU seconds (user + system) of this process, all its threads.
+double cpu_s() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+struct Timing {
+  double wall = 0;   // seconds on the slowest rank
+  double cpu = 0;    // CPU seconds of all ranks together (kernel writeback threads not included)
+};
+
+// What `fn` takes (barrier before and after).
 template <class Fn>
-double timed(Fn&& fn) {
+Timing timed(Fn&& fn) {
   MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = now_s();
+  const double t0 = now_s(), c0 = cpu_s();
   fn();
+  const double cpu = cpu_s() - c0;
   MPI_Barrier(MPI_COMM_WORLD);
-  return now_s() - t0;
+  Timing t{now_s() - t0, 0};
+  MPI_Allreduce(&cpu, &t.cpu, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return t;
 }
 
 // A barrier that sleeps instead of spinning: while rank 0 runs the baseline alone, the other
@@ -175,7 +192,7 @@ int main(int argc, char** argv) {
 
   // Each repetition: save, load, load + verify, then the baseline's write and read. Medians
   // are reported (the disk's speed drifts over a run).
-  std::vector<double> save_s, load_s, verify_s, base_write_s, base_read_s;
+  std::vector<Timing> save_s, load_s, verify_s, base_write_s, base_read_s;
   std::uint64_t file_bytes = 0;
   std::vector<char> block;
   if (rank == 0) {
@@ -197,7 +214,7 @@ int main(int argc, char** argv) {
       if (rank == 0) file_bytes = std::filesystem::file_size(ckpt);
       for (int pass = 0; pass < 2; ++pass) {
         if (cold && rank == 0) drop_cache(ckpt);
-        const double s = timed([&] {
+        const Timing s = timed([&] {
           ShardedFileReader reader(ckpt, MPI_COMM_WORLD);
           for (const auto& t : tensors) {
             const std::uint64_t b = share_begin(t.numel, size, rank), e = share_begin(t.numel, size, rank + 1);
@@ -217,28 +234,33 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (rank == 0) {
-      double t0 = now_s();
+      double t0 = now_s(), c0 = cpu_s();
       baseline_write(plain, bytes, block);
-      base_write_s.push_back(now_s() - t0);
+      base_write_s.push_back({now_s() - t0, cpu_s() - c0});
       if (cold) drop_cache(plain);
       t0 = now_s();
+      c0 = cpu_s();
       baseline_read(plain, bytes, block);
-      base_read_s.push_back(now_s() - t0);
+      base_read_s.push_back({now_s() - t0, cpu_s() - c0});
       std::filesystem::remove(plain);
     }
     sleeping_barrier();
   }
 
   if (rank == 0) {
-    auto median = [](std::vector<double> v) {
+    auto median = [](const std::vector<Timing>& timings, double Timing::*field) {
+      std::vector<double> v;
+      for (const Timing& t : timings) v.push_back(t.*field);
       std::sort(v.begin(), v.end());
       return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
     };
+    auto wall = [&](const std::vector<Timing>& v) { return median(v, &Timing::wall); };
     auto gbs = [&](double s) { return static_cast<double>(bytes) / s / 1e9; };
-    auto line = [&](const std::string& what, const std::vector<double>& v) {
+    auto line = [&](const std::string& what, const std::vector<Timing>& v) {
       std::string all;
-      for (double x : v) all += fmt::format(" {:.2f}", x);
-      fmt::print("  {:<52} {:8.2f} s {:7.2f} GB/s   (runs:{})\n", what, median(v), gbs(median(v)), all);
+      for (const Timing& t : v) all += fmt::format(" {:.2f}", t.wall);
+      fmt::print("  {:<52} {:8.2f} s {:7.2f} GB/s {:7.1f} CPU s   (runs:{})\n", what, wall(v), gbs(wall(v)),
+                 median(v, &Timing::cpu), all);
     };
     fmt::print("checkpoint_io: preset {}, {} tensors ({} parameters x 3), {:.2f} GB of float32, {} ranks, {}, "
                "median of {} run(s)\n",
@@ -250,9 +272,9 @@ int main(int argc, char** argv) {
     line("checkpoint load + crc32 verify (all ranks)", verify_s);
     line(fmt::format("baseline write (rank 0, write() {} MiB + fsync)", block_mib), base_write_s);
     line(fmt::format("baseline read (rank 0, read() {} MiB)", block_mib), base_read_s);
-    fmt::print("  ratio save / baseline write: {:.2f}\n", median(base_write_s) / median(save_s));
+    fmt::print("  ratio save / baseline write: {:.2f}\n", wall(base_write_s) / wall(save_s));
     fmt::print("  ratio load / baseline read:  {:.2f}   (load + verify / baseline read: {:.2f})\n",
-               median(base_read_s) / median(load_s), median(base_read_s) / median(verify_s));
+               wall(base_read_s) / wall(load_s), wall(base_read_s) / wall(verify_s));
     fmt::print("  page cache: {}\n",
                cold ? "each file's cached pages were dropped (fsync + POSIX_FADV_DONTNEED) before reading it, so "
                       "both reads come from the disk"

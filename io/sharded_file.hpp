@@ -48,7 +48,8 @@ class ShardedFileWriter {
 
   // Small values, the same on every rank (rank 0's are written). Scalars are scalar datasets
   // (int64: STD_I64LE, double: IEEE_F64LE); a string is a scalar fixed-length, null-terminated
-  // UTF-8 string dataset (h5dump and h5py show it as text); int64s a 1-d STD_I64LE dataset.
+  // UTF-8 string dataset (h5dump and h5py show it as text; a string holding a null character
+  // reads back up to it); int64s a 1-d STD_I64LE dataset.
   void write_string(const std::string& name, const std::string& value);
   void write_int64(const std::string& name, std::int64_t value);
   void write_int64s(const std::string& name, const std::vector<std::int64_t>& values);
@@ -100,8 +101,9 @@ class ShardedFileReader {
   void read(const std::string& name, const std::vector<std::uint64_t>& expected_shape, std::uint64_t begin,
             std::uint64_t count, float* data, bool verify);
 
-  // Small values. A missing dataset or one of another kind -> InputError naming file and name.
-  // Strings may be fixed-length or variable-length.
+  // Small values. A missing dataset -> InputError "<path>: no dataset <name>"; one of another
+  // kind -> "<path>: <name>: expected an int64, found string of shape ()". Strings may be
+  // fixed-length or variable-length (read up to the first null character).
   std::string read_string(const std::string& name) const;
   std::int64_t read_int64(const std::string& name) const;
   std::vector<std::int64_t> read_int64s(const std::string& name) const;
