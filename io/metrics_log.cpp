@@ -1,4 +1,5 @@
 #include "io/metrics_log.hpp"
+#include "io/json_parse_message.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -40,19 +41,6 @@ bool read_file_if_exists(const std::filesystem::path& path, std::string& text) {
   return true;
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] " and say "at line 1, column
-// 7" about the one line parsed, which reads like a file line; keep the rest and only the column.
-std::string parser_explanation(const char* what) {
-  std::string s(what);
-  if (!s.empty() && s[0] == '[') {
-    const std::size_t close = s.find("] ");
-    if (close != std::string::npos) s = s.substr(close + 2);
-  }
-  const std::string line_one = "at line 1, column ";
-  const std::size_t at = s.find(line_one);
-  if (at != std::string::npos) s.replace(at, line_one.size(), "at column ");
-  return s;
-}
 
 bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r") == std::string_view::npos;
@@ -84,7 +72,7 @@ bool parse_object(const Line& line, const std::string& where, Json& obj) {
     obj = Json::parse(line.text.begin(), line.text.end());
   } catch (const Json::parse_error& e) {
     if (!line.terminated) return false;
-    throw InputError(fmt::format("{}: not valid JSON ({})", where, parser_explanation(e.what())));
+    throw InputError(fmt::format("{}: not valid JSON ({})", where, json_parse_message(e.what())));
   }
   if (!obj.is_object())
     throw InputError(fmt::format("{}: expected a JSON object, got {}", where, obj.type_name()));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "io/json_parse_message.hpp"
 #include "rl/task_common.hpp"
 
 namespace shardrl::task_detail {
@@ -36,20 +37,6 @@ std::string read_file_or_throw(const std::string& path) {
   return data;
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] ", which helps nobody, and
-// say "at line 1, column 7" about the one line parsed, which reads like a file line; keep
-// only the column.
-std::string parser_explanation(const char* what) {
-  std::string s(what);
-  if (!s.empty() && s[0] == '[') {
-    const std::size_t close = s.find("] ");
-    if (close != std::string::npos) s = s.substr(close + 2);
-  }
-  const std::string line_one = "at line 1, column ";
-  const std::size_t at = s.find(line_one);
-  if (at != std::string::npos) s.replace(at, line_one.size(), "at column ");
-  return s;
-}
 
 std::string required_string(const nlohmann::json& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
@@ -77,7 +64,7 @@ std::vector<PromptAnswer> load_dataset(const std::string& path) {
     try {
       obj = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
-      throw InputError(fmt::format("{}: not valid JSON ({})", where, parser_explanation(e.what())));
+      throw InputError(fmt::format("{}: not valid JSON ({})", where, json_parse_message(e.what())));
     }
     if (!obj.is_object())
       throw InputError(fmt::format("{}: expected a JSON object, got {}", where, obj.type_name()));
