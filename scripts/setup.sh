@@ -11,17 +11,7 @@ packages=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libopenblas-
   libtrilinos-kokkos-dev libgtest-dev cmake g++ make
   zlib1g-dev   # io/: crc32 of checkpoint tensors (libhdf5-openmpi-dev pulls it in; named as a direct dependency)
   python3-matplotlib)   # scripts/plot_metrics.py (and its test) draw metrics.jsonl
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+scripts/install_packages.sh "${packages[@]}"
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake --preset "$preset" >/dev/null

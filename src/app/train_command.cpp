@@ -104,6 +104,9 @@ void log_lines(const std::string& text) {
 int run_train(const TrainArgs& args) {
   // Runtime: MPI session -> process layout -> config -> one device per rank -> Kokkos -> comms.
   MpiSession mpi(nullptr, nullptr);
+  // From here a SIGUSR1/SIGTERM only sets a flag: a Slurm warning that arrives while the model
+  // is built or a checkpoint is loaded must not kill the rank (the default action for both).
+  install_stop_handlers();
   ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const int rank = layout.world_rank;
   init_logging(rank, args.log_all_ranks);
@@ -167,7 +170,6 @@ int run_train(const TrainArgs& args) {
                arena.phase_bytes(Phase::train) / double(1 << 20), arena.phase_bytes(Phase::rollout) / double(1 << 20));
   log_lines(memory_report(mpi.world()));
   Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
-  install_stop_handlers();
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);
   try {

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# A shardrl job under a real (private, local) Slurm survives its time limit: it gets the warning
+# signal mid-run, checkpoints, requeues itself, resumes from that checkpoint and ends with the
+# same parameters, optimizer moments, reference policy and metrics as an uninterrupted job.
+#   test_slurm_requeue.sh SHARDRL_BIN REPO_ROOT [srun|mpirun]    (the job step's launcher)
+# Exit 77 (ctest: skipped, with the reason printed) where no local Slurm can run.
+set -euo pipefail
+bin=$(realpath "$1")
+root=$(realpath "$2")
+launcher=${3:-srun}
+work=$(mktemp -d /tmp/shardrl_slurm.XXXXXX)
+chmod 0755 "$work"   # munged runs as user munge and must reach its socket below
+iterations=60
+signal_after=10   # iterations in metrics.jsonl before the warning is sent
+
+source "$root/tests/slurm/local_slurm.sh"
+source "$root/scripts/mpi_env.sh"   # how Open MPI runs on this machine; sbatch passes it on
+cleanup() {
+  local rc=$?
+  local_slurm_stop "$work/slurm"
+  if [[ ($rc -eq 0 || $rc -eq 77) && -z ${SHARDRL_KEEP_TEST_DIR:-} ]]; then rm -rf "$work"
+  else echo "kept for inspection: $work" >&2; fi
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+reason=$(local_slurm_skip_reason)
+if [[ -n $reason ]]; then echo "SKIPPED: no local Slurm can run here: $reason"; exit 77; fi
+local_slurm_start "$work/slurm" || fail "could not start a local Slurm (logs in $work/slurm)"
+
+# The quickstart task, shortened; periodic checkpoints off, so the only checkpoint before the end
+# is the one the warning causes; a KL reference, so that it too must survive the requeue.
+submit() {   # submit NAME [more shardrl arguments] -> job id
+  local name=$1
+  shift
+  sbatch --parsable --chdir="$work" --output="$work/$name-%j.out" --job-name="$name" \
+    --export=ALL,SHARDRL_HOME="$root",SHARDRL_BIN="$bin",SHARDRL_LAUNCHER="$launcher" \
+    "$root/slurm/cpu.sbatch" "$root/configs/quickstart.toml" \
+    --set run.dir="$work/runs" --set run.name="$name" --set run.iterations=$iterations \
+    --set rl.sft_steps=30 --set rl.kl_coef=0.01 --set checkpoint.interval=0 "$@"
+}
+wait_gone() {   # wait_gone JOBID SECONDS
+  local i
+  for ((i = 0; i < $2 * 5; ++i)); do
+    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+    sleep 0.2
+  done
+  fail "job $1 still in the queue after $2 s: $(squeue -h -j "$1")"
+}
+job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+
+# 0. Bad input ends the job at once, with shardrl's exit status and message, and no requeue.
+bad=$(submit bad --set rl.samples_per_prompt=0)
+wait_gone "$bad" 120
+[[ $(job_field "$bad" JobState) == FAILED && $(job_field "$bad" ExitCode) == 2:0 ]] ||
+  fail "bad config: job state $(job_field "$bad" JobState), exit $(job_field "$bad" ExitCode), expected FAILED 2:0"
+[[ $(job_field "$bad" Restarts) == 0 ]] || fail "bad config: the job was requeued"
+grep -q "rl.samples_per_prompt" "$work/bad-$bad.out" || fail "bad config: no message names the key: $(cat "$work/bad-$bad.out")"
+
+# 1. The interrupted job: the warning, as Slurm sends it with --signal=B:USR1 (to the batch shell
+#    only), once the RL loop is under way.
+jid=$(submit interrupted)
+metrics=$work/runs/interrupted/metrics.jsonl
+for ((i = 0; i < 600; ++i)); do
+  [[ -f $metrics && $(wc -l <"$metrics") -ge $signal_after ]] && break
+  [[ $(job_field "$jid" JobState) =~ ^(FAILED|COMPLETED|CANCELLED|TIMEOUT)$ ]] &&
+    fail "job $jid ended before the warning: $(cat "$work"/interrupted-*.out)"
+  sleep 0.2
+done
+[[ -f $metrics && $(wc -l <"$metrics") -ge $signal_after ]] || fail "no progress in 120 s: $(cat "$work"/interrupted-*.out)"
+scancel --batch --signal=USR1 "$jid"
+wait_gone "$jid" 300
+log=$(cat "$work/interrupted-$jid.out")
+
+# 2. The uninterrupted job, the same otherwise.
+ref=$(submit uninterrupted)
+wait_gone "$ref" 300
+ref_log=$(cat "$work/uninterrupted-$ref.out")
+grep -q "run_shardrl: .* finished" <<<"$ref_log" || fail "the uninterrupted job did not finish: $ref_log"
+
+# The interrupted job checkpointed on the warning, was requeued once, resumed from exactly that
+# checkpoint and finished.
+saved=$(sed -n 's/.*checkpoint \(.*\.h5\) (stop requested by a signal).*/\1/p' <<<"$log")
+resumed=$(sed -n 's/.*resumed from \(.*\.h5\): .*/\1/p' <<<"$log")
+[[ -n $saved ]] || fail "no checkpoint on the warning: $log"
+grep -q "checkpoint saved; requeued" <<<"$log" || fail "not requeued: $log"
+[[ $(job_field "$jid" Restarts) == 1 ]] || fail "Restarts=$(job_field "$jid" Restarts), expected 1"
+[[ $(job_field "$jid" JobState) == COMPLETED ]] || fail "job state $(job_field "$jid" JobState)"
+[[ $resumed == "$saved" ]] || fail "resumed from '$resumed', but the warning saved '$saved'"
+stopped_at=$(sed -n 's/.*iter_0*\([0-9]*\)\.h5/\1/p' <<<"$saved")
+((stopped_at >= signal_after && stopped_at < iterations)) || fail "stopped at iteration $stopped_at"
+grep -q "run_shardrl: .* finished" <<<"$log" || fail "the requeued job did not finish: $log"
+echo "$launcher: warned after $signal_after iterations, saved at $stopped_at, requeued, resumed, finished"
+
+# Same final parameters, optimizer moments and reference policy, to the bit.
+final=$(printf 'iter_%08d.h5' $iterations)
+a=$work/runs/interrupted/checkpoints/$final
+b=$work/runs/uninterrupted/checkpoints/$final
+[[ -f $a && -f $b ]] || fail "missing final checkpoint ($a, $b)"
+for group in /model /optim /reference; do
+  h5diff -r "$a" "$b" "$group" "$group" >/dev/null ||
+    fail "$group differs from the uninterrupted run's: $(h5diff -r "$a" "$b" "$group" "$group" | head -20)"
+done
+# Every iteration is in metrics.jsonl once, with the uninterrupted run's values.
+python3 - "$work/runs/interrupted/metrics.jsonl" "$work/runs/uninterrupted/metrics.jsonl" $iterations <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+n = int(sys.argv[3])
+assert [r["iteration"] for r in a] == list(range(n)), [r["iteration"] for r in a]
+timing = {"rollout_tokens_per_s", "train_tokens_per_s", "rollout_s", "train_s", "mem_peak_bytes"}
+for ra, rb in zip(a, b):
+    for k in ra.keys() - timing:
+        assert ra[k] == rb[k], f"iteration {ra['iteration']}: {k} {ra[k]} != {rb[k]}"
+PY
+echo "final /model, /optim, /reference and all $iterations metrics records equal the uninterrupted run's"
