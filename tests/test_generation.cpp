@@ -35,6 +35,22 @@ std::vector<float> host_logits(const Transformer& m, int rows) {
   return out;
 }
 
+// Logits of a full forward of (B, L) tokens with the weights of seed 9.
+template <class T>
+std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vector<std::int32_t>& tokens, int B, int L) {
+  std::vector<std::int32_t> targets(tokens.size(), 0);
+  Transformer full(opts(s, p, B, L), ExecSpace());
+  DenseParameters params(full, ExecSpace());
+  params.initialize(9, 0.02f);
+  full.set_batch(tokens.data(), targets.data(), B, L);
+  for (int u = 0; u < full.unit_count(); ++u)
+    full.forward_unit(u, params.compute_weights(u), u == full.head_unit() ? params.compute_weights(0) : nullptr);
+  return host_logits<T>(full, B * L);
+}
+
+// Decode step by step with a KV cache; returns the worst difference from `want` (full forward).
+// With `truth` (an fp32 model's logits), both the decode and `want` must also be within
+// `tolerance` of it.
 template <class T>
 void check_decode(Precision p, bool tied, double tolerance) {
   ModelShape s = resolve_model_shape(ModelConfig{});
@@ -43,20 +59,20 @@ void check_decode(Precision p, bool tied, double tolerance) {
   const int B = 3, L = 11, V = s.vocab_size;
   std::mt19937 gen(4);
   std::uniform_int_distribution<int> tok(0, V - 1);
-  std::vector<std::int32_t> tokens(B * L), targets(B * L, 0);
+  std::vector<std::int32_t> tokens(B * L);
   for (auto& t : tokens) t = tok(gen);
-
-  Transformer full(opts(s, p, B, L), ExecSpace());
-  DenseParameters params(full, ExecSpace());
-  params.initialize(9, 0.02f);
-  full.set_batch(tokens.data(), targets.data(), B, L);
-  for (int u = 0; u < full.unit_count(); ++u)
-    full.forward_unit(u, params.compute_weights(u), u == full.head_unit() ? params.compute_weights(0) : nullptr);
-  std::vector<float> want = host_logits<T>(full, B * L);
+  const std::vector<float> want = full_logits<T>(s, p, tokens, B, L);
+  // bf16: decode (a fused per-row kernel) and the full forward (GEMM attention) round
+  // differently, each within bf16 rounding of the exact result; so both are held to an fp32
+  // model of the same weights as well as to each other.
+  const bool bf = p == Precision::bf16;
+  const std::vector<float> truth = bf ? full_logits<float>(s, Precision::fp32, tokens, B, L) : want;
 
   Transformer step(opts(s, p, B, 1), ExecSpace());
+  DenseParameters params(step, ExecSpace());
+  params.initialize(9, 0.02f);
   KvCache cache(s, B, L, step.compute_type_size());
-  double worst = 0;
+  double worst = 0, worst_decode = 0, worst_full = 0;
   for (int t = 0; t < L; ++t) {
     std::vector<std::int32_t> now(B), pos(B, t);
     for (int b = 0; b < B; ++b) now[b] = tokens[b * L + t];
@@ -66,22 +82,32 @@ void check_decode(Precision p, bool tied, double tolerance) {
     std::vector<float> got = host_logits<T>(step, B);
     for (int b = 0; b < B; ++b)
       for (int v = 0; v < V; ++v) {
-        const double w = want[(std::size_t(b) * L + t) * V + v], g = got[std::size_t(b) * V + v];
+        const std::size_t at = (std::size_t(b) * L + t) * V + v;
+        const double w = want[at], g = got[std::size_t(b) * V + v], e = truth[at];
         worst = std::max(worst, std::fabs(g - w));
+        worst_decode = std::max(worst_decode, std::fabs(g - e));
+        worst_full = std::max(worst_full, std::fabs(w - e));
         ASSERT_NEAR(g, w, tolerance) << "row " << b << " position " << t << " token " << v;
+        if (bf) {
+          ASSERT_NEAR(g, e, tolerance) << "decode against fp32: row " << b << " position " << t << " token " << v;
+          ASSERT_NEAR(w, e, tolerance) << "full against fp32: row " << b << " position " << t << " token " << v;
+        }
       }
   }
-  std::printf("decode vs recompute (%s%s): worst logit difference %.2e\n", p == Precision::bf16 ? "bf16" : "fp32",
-              tied ? ", tied" : "", worst);
+  std::printf("decode vs recompute (%s%s): worst logit difference %.2e", bf ? "bf16" : "fp32", tied ? ", tied" : "",
+              worst);
+  if (bf) std::printf("; against fp32: decode %.2e, full forward %.2e", worst_decode, worst_full);
+  std::printf("\n");
 }
 
-// fp32: the same arithmetic up to GEMM blocking. bf16: activations are rounded to bf16 along a
-// differently batched path; a fresh model's logits are O(0.1), so 2e-3 is a few bf16 roundings.
+// fp32: the same arithmetic up to GEMM blocking. bf16: weights and activations rounded to bf16
+// make both paths differ from the fp32 model by up to 5.5e-3 (decode) and 4.6e-3 (full forward),
+// and from each other by 3.9e-3 (CPU); a wrong cache slot or position shifts logits by O(0.1).
 TEST(Decode, KvCacheLogitsEqualFullRecomputeFp32) {
   check_decode<float>(Precision::fp32, false, 1e-5);
   check_decode<float>(Precision::fp32, true, 1e-5);
 }
-TEST(Decode, KvCacheLogitsEqualFullRecomputeBf16) { check_decode<bf16>(Precision::bf16, false, 2e-3); }
+TEST(Decode, KvCacheLogitsEqualFullRecomputeBf16) { check_decode<bf16>(Precision::bf16, false, 8e-3); }
 
 // Rows of prompts with different lengths; the completions are checked against a full forward of
 // prompt + completion: each drawn token's recorded log-probability is the model's, and greedy

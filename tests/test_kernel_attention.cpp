@@ -1,6 +1,8 @@
-// Fused causal GQA attention (forward and backward) against a naive fp64 host reference that
-// builds the explicit len x len causal softmax per sequence; the reference's own backward is
-// checked against finite differences, so the kernel is not merely compared with its own formula.
+// Causal GQA attention (forward and backward), both implementations: the fused kernels
+// (kernels/attention.hpp) and the model's batched-GEMM attention (model/attention.hpp), against
+// a naive fp64 host reference that builds the explicit len x len causal softmax per sequence;
+// the reference's own backward is checked against finite differences, so neither is merely
+// compared with its own formula.
 // Sequences are either right-padded (one per row, positions n % S) or packed (several per row);
 // the reference finds them by scanning the positions for the zeros that start a sequence.
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
+#include "model/attention.hpp"
 
 namespace shardrl::test {
 namespace {
@@ -253,13 +256,27 @@ TEST(AttentionReference, BackwardMatchesFiniteDifferencesPacked) {
 }
 
 // Device buffers for one problem, outputs poisoned.
-template <class T>
+// The two implementations under test.
+struct Fused {};
+struct Gemms {};
+template <class I, class T>
+struct Case {
+  using Impl = I;
+  using Type = T;
+};
+
+template <class T, class Impl = Fused>
 struct Problem {
   AttentionShape s;
   Inputs x;
   Buffer<T> q, k, v, dout, out, dq, dk, dv;
   Buffer<float> lse;
   DeviceView<std::int32_t> pos;
+  // The GEMM implementation's products and scratch (poisoned before each call).
+  Gemm gemm{ExecSpace()};
+  AttentionWorkspaceSizes ws_bytes;
+  Buffer<char> ws_probs{1};
+  Buffer<float> ws_scores{1}, ws_dk{1}, ws_dv{1};
 
   // Positions default to right padding (n % S).
   Problem(const AttentionShape& shape, std::uint64_t seed, std::vector<std::int32_t> positions = {})
@@ -276,20 +293,43 @@ struct Problem {
         pos("positions", static_cast<std::size_t>(tokens_of(s))) {
     x.pos = positions.empty() ? right_padded_positions(s) : std::move(positions);
     upload_positions();
+    if constexpr (std::is_same_v<Impl, Gemms>) {
+      ws_bytes = attention_workspace_bytes(s, sizeof(T), true);
+      ws_scores = Buffer<float>(static_cast<long>(ws_bytes.scores / sizeof(float)));
+      ws_probs = Buffer<char>(static_cast<long>(ws_bytes.probs));
+      ws_dk = Buffer<float>(static_cast<long>(ws_bytes.dkv / sizeof(float)));
+      ws_dv = Buffer<float>(static_cast<long>(ws_bytes.dkv / sizeof(float)));
+      reserve_attention_gemms(gemm, s);
+    }
+  }
+  AttentionWorkspace workspace() {
+    ws_scores.poison();
+    Kokkos::deep_copy(ws_probs.device, char(0xFF));   // NaN in bf16 and fp32
+    ws_dk.poison();
+    ws_dv.poison();
+    return {ws_scores.data(), ws_probs.data(), ws_dk.data(), ws_dv.data()};
   }
 
   void forward() {
     out.poison();
     lse.poison();
-    kernels::attention_forward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
-                                  lse.data());
+    if constexpr (std::is_same_v<Impl, Gemms>)
+      shardrl::attention_forward<T>(ExecSpace(), gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                    lse.data(), workspace());
+    else
+      kernels::attention_forward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                    lse.data());
   }
   void backward() {
     dq.poison();
     dk.poison();
     dv.poison();
-    kernels::attention_backward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
-                                   lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    if constexpr (std::is_same_v<Impl, Gemms>)
+      shardrl::attention_backward<T>(ExecSpace(), gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                     lse.data(), dout.data(), dq.data(), dk.data(), dv.data(), workspace());
+    else
+      kernels::attention_backward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                     lse.data(), dout.data(), dq.data(), dk.data(), dv.data());
   }
   // Replaces the inputs with x (already representable in T).
   void upload() {
@@ -342,10 +382,17 @@ void expect_some_change(const std::vector<double>& a, const std::vector<double>&
   ADD_FAILURE() << what << ": nothing in [" << begin << ", " << end << ") changed";
 }
 
-template <class T>
+template <class C>
 class AttentionKernel : public ::testing::Test {};
-using ActivationTypes = ::testing::Types<float, bf16>;
-TYPED_TEST_SUITE(AttentionKernel, ActivationTypes);
+using Cases = ::testing::Types<Case<Fused, float>, Case<Fused, bf16>, Case<Gemms, float>, Case<Gemms, bf16>>;
+struct CaseNames {
+  template <class C>
+  static std::string GetName(int) {
+    return std::string(std::is_same_v<typename C::Impl, Gemms> ? "Gemms" : "Fused") +
+           (std::is_same_v<typename C::Type, bf16> ? "Bf16" : "Float");
+  }
+};
+TYPED_TEST_SUITE(AttentionKernel, Cases, CaseNames);
 
 // Tolerances (u = unit roundoff of T). The kernel computes in fp32 from inputs that the
 // reference sees exactly, so for bf16 the error is dominated by rounding the result to T
@@ -359,15 +406,29 @@ template <class T>
 constexpr double grad_atol_rel() { return std::is_same_v<T, bf16> ? 4 * unit_roundoff<T>() : 64 * unit_roundoff<T>(); }
 template <class T>
 constexpr double grad_rtol() { return std::is_same_v<T, bf16> ? 2 * unit_roundoff<T>() : 32 * unit_roundoff<T>(); }
+// Where a gradient cancels (dS_ij = P_ij (dP_ij - D_i) with dP_ij ~ D_i, e.g. a length-1
+// sequence, whose exact dq and dk are 0), its rounding error scales with the terms, not with
+// the result: |dP|, |D| <= hd max|dout| max|v|, times max|k| (dq) or max|q| summed over a
+// group (dk), times the softmax scale. The fused kernels happen to compute dP_ij and D_i in the
+// same order there; BLAS does not.
+double dq_scale(const AttentionShape& s, const Inputs& x, const std::vector<double>& ref) {
+  const double terms = s.hd * max_abs(x.dout) * max_abs(x.v) * max_abs(x.k) / std::sqrt(double(s.hd));
+  return std::max(max_abs(ref), terms);
+}
+double dk_scale(const AttentionShape& s, const Inputs& x, const std::vector<double>& ref) {
+  const double terms = s.hd * max_abs(x.dout) * max_abs(x.v) * max_abs(x.q) / std::sqrt(double(s.hd)) *
+                       (s.n_heads / s.n_kv_heads);
+  return std::max(max_abs(ref), terms);
+}
 // lse is an fp32 output computed from exact inputs: fp32 roundoff whatever T is.
 constexpr double lse_tol() { return 32 * unit_roundoff<float>(); }
 
 TYPED_TEST(AttentionKernel, ForwardMatchesReference) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
   std::uint64_t seed = 100;
   for (const AttentionShape& s : all_shapes()) {
     SCOPED_TRACE(describe(s));
-    Problem<T> p(s, seed += 10);
+    Problem<T, typename TypeParam::Impl> p(s, seed += 10);
     p.forward();
     const Forward ref = reference_forward(s, p.x);
     expect_close(p.out.host(), ref.out, out_rtol<T>(), out_rtol<T>() * max_abs(ref.out), "out");
@@ -376,16 +437,16 @@ TYPED_TEST(AttentionKernel, ForwardMatchesReference) {
 }
 
 TYPED_TEST(AttentionKernel, BackwardMatchesReference) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
   std::uint64_t seed = 5000;
   for (const AttentionShape& s : all_shapes()) {
     SCOPED_TRACE(describe(s));
-    Problem<T> p(s, seed += 10);
+    Problem<T, typename TypeParam::Impl> p(s, seed += 10);
     p.forward();
     p.backward();
     const Grads ref = reference_backward(s, p.x);
-    expect_close(p.dq.host(), ref.dq, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(ref.dq), "dq");
-    expect_close(p.dk.host(), ref.dk, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(ref.dk), "dk");
+    expect_close(p.dq.host(), ref.dq, grad_rtol<T>(), grad_atol_rel<T>() * dq_scale(s, p.x, ref.dq), "dq");
+    expect_close(p.dk.host(), ref.dk, grad_rtol<T>(), grad_atol_rel<T>() * dk_scale(s, p.x, ref.dk), "dk");
     expect_close(p.dv.host(), ref.dv, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(ref.dv), "dv");
   }
 }
@@ -400,20 +461,20 @@ std::vector<AttentionShape> packed_shapes() {
 // Several sequences of random lengths per row (length-1 sequences and a sequence filling a
 // whole row included), forward and backward against the reference.
 TYPED_TEST(AttentionKernel, PackedMatchesReference) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
   std::uint64_t seed = 9000;
   for (const AttentionShape& s : packed_shapes()) {
     const RowLengths rows = random_row_lengths(s, seed += 10);
     SCOPED_TRACE(describe(s) + " lengths " + describe(rows));
-    Problem<T> p(s, seed, packed_positions(s, rows));
+    Problem<T, typename TypeParam::Impl> p(s, seed, packed_positions(s, rows));
     p.forward();
     p.backward();
     const Forward ref = reference_forward(s, p.x);
     expect_close(p.out.host(), ref.out, out_rtol<T>(), out_rtol<T>() * max_abs(ref.out), "out");
     expect_close(p.lse.host(), ref.lse, lse_tol(), lse_tol(), "lse");
     const Grads gref = reference_backward(s, p.x);
-    expect_close(p.dq.host(), gref.dq, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(gref.dq), "dq");
-    expect_close(p.dk.host(), gref.dk, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(gref.dk), "dk");
+    expect_close(p.dq.host(), gref.dq, grad_rtol<T>(), grad_atol_rel<T>() * dq_scale(s, p.x, gref.dq), "dq");
+    expect_close(p.dk.host(), gref.dk, grad_rtol<T>(), grad_atol_rel<T>() * dk_scale(s, p.x, gref.dk), "dk");
     expect_close(p.dv.host(), gref.dv, grad_rtol<T>(), grad_atol_rel<T>() * max_abs(gref.dv), "dv");
   }
 }
@@ -426,18 +487,19 @@ void expect_identical_slice(const std::vector<double>& packed, long begin, const
   expect_identical(alone, slice, 0, static_cast<long>(alone.size()), what);
 }
 
-// Each sequence of a packed row gives, token by token, bit-identical out/lse/dq/dk/dv to the
-// same sequence run alone (B = 1, S = len, right-padded): a token's keys, their order and the
+// Each sequence of a packed row gives, token by token, bit-identical (fused; to rounding for the
+// GEMM implementation) out/lse/dq/dk/dv to the same sequence run alone (B = 1, S = len, right-padded): a token's keys, their order and the
 // arithmetic on them do not depend on where the sequence sits, so this is exact, not approximate.
 // It also shows that no sequence sees (or sends gradient to) its neighbours in the row.
 TYPED_TEST(AttentionKernel, PackedSequencesMatchAlone) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
+  using Impl = typename TypeParam::Impl;
   std::uint64_t seed = 12000;
   for (const AttentionShape& s : {AttentionShape{3, 17, 4, 2, 16}, AttentionShape{4, 33, 6, 3, 64},
                                   AttentionShape{3, 12, 2, 2, 8}}) {
     const RowLengths rows = random_row_lengths(s, seed += 10);
     SCOPED_TRACE(describe(s) + " lengths " + describe(rows));
-    Problem<T> packed(s, seed, packed_positions(s, rows));
+    Problem<T, Impl> packed(s, seed, packed_positions(s, rows));
     packed.forward();
     packed.backward();
     const std::vector<double> got[5] = {packed.out.host(), packed.lse.host(), packed.dq.host(), packed.dk.host(),
@@ -450,7 +512,7 @@ TYPED_TEST(AttentionKernel, PackedSequencesMatchAlone) {
       for (int len : rows[b]) {
         SCOPED_TRACE("sequence at token " + std::to_string(first) + ", length " + std::to_string(len));
         const AttentionShape one{1, len, s.n_heads, s.n_kv_heads, s.hd};
-        Problem<T> alone(one, seed + 1);
+        Problem<T, Impl> alone(one, seed + 1);
         auto cut = [&](const std::vector<double>& all, long width) {
           return std::vector<double>(all.begin() + first * width, all.begin() + (first + len) * width);
         };
@@ -463,7 +525,23 @@ TYPED_TEST(AttentionKernel, PackedSequencesMatchAlone) {
         alone.backward();
         const std::vector<double> want[5] = {alone.out.host(), alone.lse.host(), alone.dq.host(), alone.dk.host(),
                                              alone.dv.host()};
-        for (int t = 0; t < 5; ++t) expect_identical_slice(got[t], first * per_token[t], want[t], names[t]);
+        for (int t = 0; t < 5; ++t) {
+          if constexpr (std::is_same_v<Impl, Fused>) {
+            expect_identical_slice(got[t], first * per_token[t], want[t], names[t]);
+          } else {
+            // The products run over the whole row, zeros included, and BLAS sums each dot
+            // product in an order that depends on where the nonzero terms sit: equal to
+            // rounding, not to the bit.
+            const std::vector<double> slice(got[t].begin() + first * per_token[t],
+                                            got[t].begin() + first * per_token[t] + static_cast<long>(want[t].size()));
+            const double rtol[5] = {out_rtol<T>(), lse_tol(), grad_rtol<T>(), grad_rtol<T>(), grad_rtol<T>()};
+            const double atol[5] = {out_rtol<T>() * max_abs(want[0]), lse_tol(),
+                                    grad_atol_rel<T>() * dq_scale(one, alone.x, want[2]),
+                                    grad_atol_rel<T>() * dk_scale(one, alone.x, want[3]),
+                                    grad_atol_rel<T>() * max_abs(want[4])};
+            expect_close(slice, want[t], rtol[t], atol[t], names[t]);
+          }
+        }
         first += len;
       }
     EXPECT_EQ(first, tokens_of(s));
@@ -474,7 +552,8 @@ TYPED_TEST(AttentionKernel, PackedSequencesMatchAlone) {
 // log(i - first + 1), a result that does not depend on any reference implementation. Right
 // padded (first = start of the row) and packed (first = start of the sequence, from the lengths).
 TYPED_TEST(AttentionKernel, ZeroKeysAverageValues) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
+  using Impl = typename TypeParam::Impl;
   const AttentionShape s{2, 17, 4, 2, 16};
   for (const RowLengths& rows : {RowLengths{{17}, {17}}, RowLengths{{1, 1, 5, 10}, {16, 1}}}) {
     SCOPED_TRACE(describe(rows));
@@ -486,7 +565,7 @@ TYPED_TEST(AttentionKernel, ZeroKeysAverageValues) {
         start += len;
       }
     }
-    Problem<T> p(s, 7, packed_positions(s, rows));
+    Problem<T, Impl> p(s, 7, packed_positions(s, rows));
     p.x.k.assign(kv_size(s), 0.0);
     p.upload();
     p.forward();
@@ -512,11 +591,12 @@ TYPED_TEST(AttentionKernel, ZeroKeysAverageValues) {
 // forward bit-identical; changing query and dout at t leaves the backward of other queries and
 // of later keys bit-identical.
 TYPED_TEST(AttentionKernel, Causal) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
+  using Impl = typename TypeParam::Impl;
   const AttentionShape s{2, 17, 6, 3, 16};
   const int t = 9;
   const long q_row = static_cast<long>(s.n_heads) * s.hd, kv_row = static_cast<long>(s.n_kv_heads) * s.hd;
-  Problem<T> p(s, 21);
+  Problem<T, Impl> p(s, 21);
   p.forward();
   p.backward();
   const std::vector<double> out0 = p.out.host(), lse0 = p.lse.host();
@@ -565,11 +645,12 @@ TYPED_TEST(AttentionKernel, Causal) {
 
 // Changing every input of sequence 1 leaves sequences 0 and 2 bit-identical, forward and backward.
 TYPED_TEST(AttentionKernel, SequencesIndependent) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
+  using Impl = typename TypeParam::Impl;
   const AttentionShape s{3, 5, 4, 2, 8};
   const long q_seq = static_cast<long>(s.S) * s.n_heads * s.hd, kv_seq = static_cast<long>(s.S) * s.n_kv_heads * s.hd;
   const long lse_seq = static_cast<long>(s.S) * s.n_heads;
-  Problem<T> p(s, 31);
+  Problem<T, Impl> p(s, 31);
   p.forward();
   p.backward();
   const std::vector<double> before[5] = {p.out.host(), p.lse.host(), p.dq.host(), p.dk.host(), p.dv.host()};
@@ -599,10 +680,11 @@ TYPED_TEST(AttentionKernel, SequencesIndependent) {
 // Two runs on the same inputs give bit-identical results (no atomics, fixed summation order),
 // right-padded and packed.
 TYPED_TEST(AttentionKernel, Deterministic) {
-  using T = TypeParam;
+  using T = typename TypeParam::Type;
+  using Impl = typename TypeParam::Impl;
   const AttentionShape s{3, 33, 6, 3, 64};
   for (std::vector<std::int32_t> pos : {right_padded_positions(s), packed_positions(s, random_row_lengths(s, 42))}) {
-    Problem<T> p(s, 41, std::move(pos));
+    Problem<T, Impl> p(s, 41, std::move(pos));
     p.forward();
     p.backward();
     const std::vector<double> out0 = p.out.host(), lse0 = p.lse.host();

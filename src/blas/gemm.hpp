@@ -82,9 +82,13 @@ inline bool Gemm::check_and_count(Op opA, Op opB, int m, int n, int k, int lda, 
   SHARDRL_CHECK(ldb >= std::max(1, opB == Op::N ? n : k), what());
   SHARDRL_CHECK(ldc >= std::max(1, n), what());
   if (batch > 1 && m > 0 && n > 0) {
-    // Inputs may be shared between products (stride 0); outputs must not overlap.
+    // Inputs may be shared between products (stride 0); outputs must not overlap: each product
+    // either below the previous one, or beside it within the same rows (e.g. the heads of a
+    // (tokens, heads * hd) matrix).
     SHARDRL_CHECK(strideA >= 0 && strideB >= 0, what());
-    SHARDRL_CHECK(strideC >= static_cast<long>(m - 1) * ldc + n, what());
+    const bool stacked = strideC >= static_cast<long>(m - 1) * ldc + n;
+    const bool side_by_side = strideC >= n && static_cast<long>(batch - 1) * strideC + n <= ldc;
+    SHARDRL_CHECK(stacked || side_by_side, what());
   }
   counters_.calls += 1;
   counters_.flops += 2.0 * m * n * k * batch;

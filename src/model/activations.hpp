@@ -8,6 +8,7 @@
 
 #include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
+#include "model/attention.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {
@@ -46,6 +47,12 @@ struct Transformer::Activations {
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
   DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
+  // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
+  // training only). model/attention.hpp gives the sizes.
+  DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;
+  AttentionWorkspace attention_workspace() const {
+    return {attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()};
+  }
   Kokkos::View<std::int32_t*, MemSpace> tokens, targets, positions, slots;
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h, slots_h;
   bool decode_slots = false;                  // decode step rows address cache slots

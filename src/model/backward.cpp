@@ -1,7 +1,6 @@
 // Backward of each unit, by hand, in reverse order of forward.cpp. `dres` carries dL/d(residual
 // stream) from unit to unit. Weight gradients accumulate into the unit's fp32 gradient buffer,
 // through the fused (beta = 1) or unfused (separate tensor, then added) path.
-#include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -9,6 +8,7 @@
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
+#include "model/attention.hpp"
 
 namespace shardrl {
 
@@ -69,8 +69,9 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   mm.gemm(Op::N, Op::N, N, Hq, D, 1.0f, dres, D, w + o.o, Hq, 0.0f, b.dattn.as<T>(), Hq);
   weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  kernels::attention_backward(space_, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
-                              a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(), b.dv.as<T>());
+  attention_backward(space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
+                     a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(), b.dv.as<T>(),
+                     b.attention_workspace());
   kernels::rope_backward(space_, b.dq.as<T>(), b.positions.data(), N, s.n_heads, hd, s.rope_theta);
   kernels::rope_backward(space_, b.dk.as<T>(), b.positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
   T* dq = b.dq.as<T>();

@@ -1,7 +1,6 @@
 // Forward of each unit: embedding; decoder layer (RMSNorm -> q/k/v -> [q/k norm] -> RoPE ->
 // causal GQA attention -> o_proj + residual -> RMSNorm -> SwiGLU MLP + residual); final norm,
 // LM head and token log-probabilities. Linear layers are y = x W^T with W stored (out, in).
-#include "kernels/attention.hpp"
 #include "kernels/attention_decode.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
@@ -11,6 +10,7 @@
 #include "kernels/swiglu.hpp"
 #include "core/error.hpp"
 #include "model/activations.hpp"
+#include "model/attention.hpp"
 
 namespace shardrl {
 
@@ -53,8 +53,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), a.k.as<T>(), a.v.as<T>(),
                             static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-    kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                               a.attn.as<T>(), a.lse.as<float>());
+    attention_forward(space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+                      a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
   } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
     kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
@@ -65,8 +65,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-    kernels::attention_forward(space_, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                               a.attn.as<T>(), a.lse.as<float>());
+    attention_forward(space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+                      a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
   }
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);

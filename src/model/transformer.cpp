@@ -47,7 +47,8 @@ std::size_t Transformer::Activations::bytes() const {
   std::size_t total = recompute_out.bytes() + hf.bytes() + logits.bytes() + rstd_f.bytes() + lse_tok.bytes() +
                       logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
-                      du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() +
+                      du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
+                      attn_dk.bytes() + attn_dv.bytes() +
                       4 * tokens.extent(0) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
@@ -127,6 +128,19 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
         for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
       a.wgrad_tmp = DeviceBytes(at, "wgrad_tmp", largest * f4, MemoryCategory::workspace);
     }
+  }
+  {
+    // Attention scratch for the largest batch: one (row, kv head) block of scores at a time.
+    const kernels::AttentionShape largest{options_.max_batch, options_.max_seq_len, s.n_heads, s.n_kv_heads,
+                                          s.head_dim};
+    const AttentionWorkspaceSizes w = attention_workspace_bytes(largest, es, !inference);
+    a.attn_scores = DeviceBytes(at, "attn_scores", w.scores, MemoryCategory::workspace);
+    a.attn_probs = DeviceBytes(at, "attn_probs", w.probs, MemoryCategory::workspace);
+    if (!inference) {
+      a.attn_dk = DeviceBytes(at, "attn_dk", w.dkv, MemoryCategory::workspace);
+      a.attn_dv = DeviceBytes(at, "attn_dv", w.dkv, MemoryCategory::workspace);
+    }
+    if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
   }
   a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);
   a.targets = Kokkos::View<std::int32_t*, MemSpace>("targets", N);

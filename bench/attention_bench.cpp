@@ -1,0 +1,113 @@
+// Causal attention, forward and backward, both implementations on the same inputs: the fused
+// per-row kernels (kernels/attention.hpp) and the batched-GEMM attention the model uses
+// (model/attention.hpp). Prints milliseconds and the useful (causal) TFLOP/s of each.
+//   bench_attention [--batch B] [--seq S] [--heads H] [--kv-heads G] [--head-dim D] [--bf16|--fp32]
+//                   [--reps N] [--skip-fused]
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "core/bf16.hpp"
+#include "core/kokkos.hpp"
+#include "kernels/attention.hpp"
+#include "model/attention.hpp"
+
+using namespace shardrl;
+
+namespace {
+
+template <class F>
+double time_ms(F&& f, int reps) {
+  f();   // warm-up (cuBLAS heuristics, first launches)
+  Kokkos::fence();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) f();
+  Kokkos::fence();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+template <class T>
+int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
+  const long tokens = static_cast<long>(s.B) * s.S;
+  const long qn = tokens * s.n_heads * s.hd, kvn = tokens * s.n_kv_heads * s.hd;
+  Kokkos::View<T*, MemSpace> q("q", qn), k("k", kvn), v("v", kvn), out("out", qn), dout("dout", qn), dq("dq", qn),
+      dk("dk", kvn), dv("dv", kvn);
+  Kokkos::View<float*, MemSpace> lse("lse", tokens * s.n_heads);
+  Kokkos::View<std::int32_t*, MemSpace> pos("positions", tokens);
+  const int S = s.S;
+  Kokkos::parallel_for(
+      "init", Kokkos::RangePolicy<ExecSpace>(0, qn), KOKKOS_LAMBDA(const long i) {
+        q(i) = T(0.01f * static_cast<float>(i % 97) - 0.48f);
+        dout(i) = T(0.01f * static_cast<float>(i % 89) - 0.44f);
+        if (i < kvn) {
+          k(i) = T(0.01f * static_cast<float>(i % 83) - 0.41f);
+          v(i) = T(0.01f * static_cast<float>(i % 79) - 0.39f);
+        }
+        if (i < tokens) pos(i) = static_cast<std::int32_t>(i % S);
+      });
+  Gemm gemm{ExecSpace()};
+  const AttentionWorkspaceSizes wb = attention_workspace_bytes(s, sizeof(T), true);
+  Kokkos::View<float*, MemSpace> scores("scores", wb.scores / 4), wdk("wdk", wb.dkv / 4), wdv("wdv", wb.dkv / 4);
+  Kokkos::View<char*, MemSpace> probs("probs", wb.probs);
+  reserve_attention_gemms(gemm, s);
+  const AttentionWorkspace ws{scores.data(), probs.data(), wdk.data(), wdv.data()};
+  const ExecSpace space;
+
+  // Useful FLOPs of causal attention: about half of the S x S products, 2 GEMMs forward, 4 backward
+  // (the recomputed scores not counted), 2 flops per multiply-add.
+  const double fwd_flops = 2.0 * 2.0 * s.B * s.n_heads * (0.5 * S * (S + 1.0)) * s.hd;
+  const double bwd_flops = 2.0 * fwd_flops;
+  auto report = [&](const char* name, double f_ms, double b_ms) {
+    std::cout << fmt::format("  {:<6} forward {:9.3f} ms {:7.2f} TFLOP/s | backward {:9.3f} ms {:7.2f} TFLOP/s\n",
+                             name, f_ms, fwd_flops / f_ms / 1e9, b_ms, bwd_flops / b_ms / 1e9);
+  };
+  std::cout << fmt::format("attention B={} S={} heads={}/{} hd={} {} on {}; GEMM workspace {:.1f} MiB\n", s.B, S,
+                           s.n_heads, s.n_kv_heads, s.hd, sizeof(T) == 2 ? "bf16" : "fp32", execution_space_name(),
+                           (wb.scores + wb.probs + 2 * wb.dkv) / double(1 << 20));
+  const double gf = time_ms([&] {
+    attention_forward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), ws);
+  }, reps);
+  const double gb = time_ms([&] {
+    attention_backward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                          dout.data(), dq.data(), dk.data(), dv.data(), ws);
+  }, reps);
+  report("gemm", gf, gb);
+  if (!skip_fused) {
+    const double ff = time_ms([&] {
+      kernels::attention_forward<T>(space, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data());
+    }, reps);
+    const double fb = time_ms([&] {
+      kernels::attention_backward<T>(space, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                     dout.data(), dq.data(), dk.data(), dv.data());
+    }, reps);
+    report("fused", ff, fb);
+    std::cout << fmt::format("  fused / gemm time: forward {:.2f}x, backward {:.2f}x\n", ff / gf, fb / gb);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardrl attention benchmark: fused kernels against batched GEMMs"};
+  kernels::AttentionShape s{1, 2048, 32, 8, 64};   // llama-1b
+  int reps = 5;
+  bool fp32 = false, skip_fused = false;
+  app.add_option("--batch", s.B, "Rows")->check(CLI::PositiveNumber);
+  app.add_option("--seq", s.S, "Tokens per row")->check(CLI::PositiveNumber);
+  app.add_option("--heads", s.n_heads, "Query heads")->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", s.n_kv_heads, "Key/value heads")->check(CLI::PositiveNumber);
+  app.add_option("--head-dim", s.hd, "Head dimension")->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "Timed repetitions")->check(CLI::PositiveNumber);
+  app.add_flag("--fp32", fp32, "fp32 instead of bf16");
+  app.add_flag("--skip-fused", skip_fused, "Time only the GEMM implementation");
+  CLI11_PARSE(app, argc, argv);
+  if (s.n_heads % s.n_kv_heads != 0) {
+    std::cerr << "bench_attention: --heads must be a multiple of --kv-heads\n";
+    return 2;
+  }
+  KokkosRuntime kokkos(0);
+  return fp32 ? run<float>(s, reps, skip_fused) : run<bf16>(s, reps, skip_fused);
+}

@@ -1,0 +1,96 @@
+// One fully-sharded training step (forward, backward, reduce-scatter, AdamW) on every rank, as
+// the RL loop runs it, on random tokens: tokens/s per GPU, MFU and peak memory. The peer is
+// bench/torch_fsdp2.py with the same shape, micro-batch, sequence length and step count.
+//   mpirun -np N bench_train_step [--config F] [--set k=v ...] [--steps N] [--warmup N]
+// MFU counts 6 x parameters x tokens plus causal attention (6 x layers x heads x hd x S per
+// token), against --peak-tflops (H100/H200 dense bf16: 989).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <iostream>
+#include <random>
+
+#include "bench_config.hpp"
+#include "core/kokkos.hpp"
+#include "core/memory_ledger.hpp"
+#include "fsdp/sharded_trainer.hpp"
+#include "mpi/communicator.hpp"
+#include "mpi/device.hpp"
+#include "mpi/layout.hpp"
+#include "mpi/session.hpp"
+
+using namespace shardrl;
+
+namespace {
+
+int run(const Config& cfg, int steps, int warmup, double peak_tflops, const ProcessLayout& layout) {
+  ModelOptions o = model_options(cfg);
+  const int B = o.max_batch, S = o.max_seq_len, rank = layout.world_rank, ranks = layout.world_size;
+  Transformer model(o, ExecSpace());
+  auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD,
+                                cfg.comm.timeout_s);
+  ShardedTrainer trainer(model, *comm, fsdp_options(cfg), optimizer_options(cfg));
+  trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+
+  std::mt19937 gen(static_cast<unsigned>(cfg.run.seed) + static_cast<unsigned>(rank));
+  std::uniform_int_distribution<int> tok(0, o.shape.vocab_size - 1);
+  std::vector<std::int32_t> tokens(B * S), targets(B * S);
+  for (auto& t : tokens) t = tok(gen);
+  for (auto& t : targets) t = tok(gen);
+  model.set_batch(tokens.data(), targets.data(), B, S);
+  DeviceView<float> mask("mask", B * S), loss("loss", 1);
+  Kokkos::deep_copy(mask, 1.0f);
+  auto step = [&] {
+    trainer.forward_backward(mask.data(), 1.0f / (float(B) * S * ranks), loss.data());
+    trainer.optimizer_step();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  Kokkos::fence();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  Kokkos::fence();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+
+  const ModelShape& s = o.shape;
+  const double params = static_cast<double>(s.parameter_count());
+  const double flops_per_token = 6.0 * params + 6.0 * s.n_layers * s.n_heads * s.head_dim * double(S);
+  const double tokens_per_gpu = double(B) * S / step_s;
+  double peak_bytes = static_cast<double>(MemoryLedger::instance().peak());
+  MPI_Allreduce(MPI_IN_PLACE, &peak_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0)
+    std::cout << fmt::format(
+        "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}\n"
+        "  step {:.1f} ms | {:.0f} tokens/s per GPU | MFU {:.1f}% (of {} TFLOP/s) | peak ledger {:.2f} GiB per rank\n",
+        cfg.model.preset, params / 1e9, o.precision == Precision::bf16 ? "bf16" : "fp32", ranks, B, S,
+        execution_space_name(), step_s * 1e3, tokens_per_gpu, 100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
+        peak_tflops, peak_bytes / double(1ull << 30));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardrl fully-sharded train step benchmark (run under mpirun)"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int steps = 10, warmup = 3;
+  double peak = 989.0;
+  app.add_option("--config", config_path, "TOML configuration (default: all defaults)");
+  app.add_option("--set", overrides, "Override one key (repeatable)");
+  app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--peak-tflops", peak, "Dense bf16 peak of one GPU, for MFU")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  MpiSession mpi(&argc, &argv);
+  ProcessLayout layout = ProcessLayout::discover(mpi.world());
+  Config cfg;
+  if (!load_bench_config("bench_train_step", config_path, overrides, cfg)) return 2;
+  DeviceBinding device = bind_device(layout);
+  KokkosRuntime kokkos(device.device_id);
+  return run(cfg, steps, warmup, peak, layout);
+}

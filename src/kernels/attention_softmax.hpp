@@ -1,0 +1,113 @@
+// The row-wise parts of causal attention computed on materialised scores. The model's attention
+// (src/model/attention.cpp) runs its products as batched GEMMs, which use the tensor cores, and
+// these kernels between them: the masked softmax forward, its recomputation in backward, and
+// the softmax's backward. Tokens, positions and the causal/packing rule are those of
+// kernels/attention.hpp.
+//
+// A block is one row b of the batch and one key/value head g: its `group` query heads
+// h = g * group + r (r = 0 .. group-1), each with S query tokens. Scores and probabilities of a
+// block are (group, S, S) row-major: row (r, n) holds query token n's values against the S key
+// slots of row b. Slots outside n's sequence, or after n, get probability exactly 0.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/bf16.hpp"
+#include "core/kokkos.hpp"
+
+namespace shardrl::kernels {
+
+struct AttentionBlock {
+  int S = 1;         // token slots per row
+  int n_heads = 1;   // query heads (H); lse is (B*S, H)
+  int group = 1;     // query heads per key/value head
+  int b = 0;         // row of the batch
+  int g = 0;         // key/value head
+};
+
+// probs(r, n, j) = exp(scale * scores(r, n, j) - lse(n, h)) over n's keys j, 0 elsewhere;
+// lse(n, h) = logsumexp_j of scale * scores over the same keys (saved for backward).
+template <class T>
+void attention_softmax_forward(const ExecSpace& space, const AttentionBlock& blk, const std::int32_t* positions,
+                               float scale, const float* scores, T* probs, float* lse) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int S = blk.S, H = blk.n_heads;
+  const long token0 = static_cast<long>(blk.b) * S;
+  const int head0 = blk.g * blk.group;
+  Kokkos::parallel_for(
+      "attention_softmax_forward", Kokkos::TeamPolicy<ExecSpace>(space, blk.group * S, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const long row = team.league_rank();   // r * S + n
+        const int n = static_cast<int>(row % S);
+        const int h = head0 + static_cast<int>(row / S);
+        const long t = token0 + n;
+        const int first = n - positions[t];
+        const float* sr = scores + row * S;
+        float mx = -INFINITY;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, first, n + 1),
+            [&](const int j, float& m) { m = sr[j] > m ? sr[j] : m; }, Kokkos::Max<float>(mx));
+        float sum = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, first, n + 1),
+            [&](const int j, float& acc) { acc += expf(scale * (sr[j] - mx)); }, sum);
+        const float l = scale * mx + logf(sum);   // scale > 0: the max of scale * s is scale * max s
+        T* pr = probs + row * S;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
+          pr[j] = (j >= first && j <= n) ? T(expf(scale * sr[j] - l)) : T(0.0f);
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { lse[t * H + h] = l; });
+      });
+}
+
+// The forward's probabilities again, from the same scores and the saved lse: bit-identical.
+template <class T>
+void attention_softmax_recompute(const ExecSpace& space, const AttentionBlock& blk, const std::int32_t* positions,
+                                 float scale, const float* scores, const float* lse, T* probs) {
+  const int S = blk.S, H = blk.n_heads;
+  const long token0 = static_cast<long>(blk.b) * S;
+  const int head0 = blk.g * blk.group;
+  const long count = static_cast<long>(blk.group) * S * S;
+  Kokkos::parallel_for(
+      "attention_softmax_recompute", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
+        const long row = i / S;
+        const int j = static_cast<int>(i % S);
+        const int n = static_cast<int>(row % S);
+        const int h = head0 + static_cast<int>(row / S);
+        const long t = token0 + n;
+        const int first = n - positions[t];
+        probs[i] = (j >= first && j <= n) ? T(expf(scale * scores[i] - lse[t * H + h])) : T(0.0f);
+      });
+}
+
+// dscores(r, n, j) = probs(r, n, j) * (dprobs(r, n, j) - D(n, h)), D = dout(n, h, :) . out(n, h, :)
+// (which equals sum_j probs * dprobs), written over probs. Masked slots stay 0.
+template <class T>
+void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& blk, int hd, const T* out,
+                                const T* dout, const float* dprobs, T* probs_to_dscores) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int S = blk.S, H = blk.n_heads;
+  const long token0 = static_cast<long>(blk.b) * S;
+  const int head0 = blk.g * blk.group;
+  Kokkos::parallel_for(
+      "attention_softmax_backward", Kokkos::TeamPolicy<ExecSpace>(space, blk.group * S, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const long row = team.league_rank();
+        const int n = static_cast<int>(row % S);
+        const int h = head0 + static_cast<int>(row / S);
+        const long base = ((token0 + n) * H + h) * hd;
+        float D = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, hd),
+            [&](const int d, float& acc) { acc += static_cast<float>(dout[base + d]) * static_cast<float>(out[base + d]); },
+            D);
+        const float* dpr = dprobs + row * S;
+        T* pr = probs_to_dscores + row * S;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
+          pr[j] = T(static_cast<float>(pr[j]) * (dpr[j] - D));
+        });
+      });
+}
+
+}  // namespace shardrl::kernels
