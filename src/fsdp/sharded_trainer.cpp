@@ -191,11 +191,13 @@ void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit&
   }
 }
 
-int ShardedTrainer::take_grad_buffer() {
+int ShardedTrainer::take_grad_buffer(int unit) {
   const int b = next_buffer_;
   next_buffer_ ^= 1;
   if (pending_[b] >= 0) finish_reduce(b);
-  kernels::fill(space_, grad_full_[b].data(), 0.0f, layout_.max_padded());
+  // Only the unit's part (padding included: it is reduce-scattered too). Zeroing the whole
+  // buffer, sized for the largest unit (the embedding), cost 34 ms of a 217 ms llama-1b step.
+  kernels::fill(space_, grad_full_[b].data(), 0.0f, layout_.unit(unit).padded);
   return b;
 }
 
@@ -291,8 +293,8 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
     const bool tied_head = u == head && tied();
     GatheredUnit embedding = tied_head ? gather(0) : GatheredUnit{};
     prefetch(u - 1);
-    const int b = take_grad_buffer();
-    const int eb = tied_head ? take_grad_buffer() : -1;
+    const int b = take_grad_buffer(u);
+    const int eb = tied_head ? take_grad_buffer(0) : -1;
     compute_backward(w, embedding, b, eb);
     reduce(u, b);
     if (tied_head) reduce(0, eb);

@@ -115,7 +115,7 @@ class ShardedTrainer {
   StreamHandle compute_stream() const;
   void compute_forward(const GatheredUnit& w, const GatheredUnit& embedding);
   void compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, int grad_buffer, int embed_buffer);
-  int take_grad_buffer();
+  int take_grad_buffer(int unit);   // zeroed for `unit`
   void reduce(int unit, int buffer);
   void finish_reduce(int buffer);
   bool tied() const;

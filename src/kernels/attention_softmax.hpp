@@ -62,30 +62,36 @@ void attention_softmax_forward(const ExecSpace& space, const AttentionBlock& blk
 }
 
 // The forward's probabilities again, from the same scores and the saved lse: bit-identical.
+// Masked slots are written as 0 without reading their scores (about half of a causal block).
 template <class T>
 void attention_softmax_recompute(const ExecSpace& space, const AttentionBlock& blk, const std::int32_t* positions,
                                  float scale, const float* scores, const float* lse, T* probs) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int S = blk.S, H = blk.n_heads;
   const long token0 = static_cast<long>(blk.b) * S;
   const int head0 = blk.g * blk.group;
-  const long count = static_cast<long>(blk.group) * S * S;
   Kokkos::parallel_for(
-      "attention_softmax_recompute", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
-        const long row = i / S;
-        const int j = static_cast<int>(i % S);
+      "attention_softmax_recompute", Kokkos::TeamPolicy<ExecSpace>(space, blk.group * S, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const long row = team.league_rank();
         const int n = static_cast<int>(row % S);
-        const int h = head0 + static_cast<int>(row / S);
         const long t = token0 + n;
         const int first = n - positions[t];
-        probs[i] = (j >= first && j <= n) ? T(expf(scale * scores[i] - lse[t * H + h])) : T(0.0f);
+        const float l = lse[t * H + head0 + static_cast<int>(row / S)];
+        const float* sr = scores + row * S;
+        T* pr = probs + row * S;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
+          pr[j] = (j >= first && j <= n) ? T(expf(scale * sr[j] - l)) : T(0.0f);
+        });
       });
 }
 
 // dscores(r, n, j) = probs(r, n, j) * (dprobs(r, n, j) - D(n, h)), D = dout(n, h, :) . out(n, h, :)
-// (which equals sum_j probs * dprobs), written over probs. Masked slots stay 0.
+// (which equals sum_j probs * dprobs), written over probs. Masked slots are written as 0
+// without reading anything.
 template <class T>
-void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& blk, int hd, const T* out,
-                                const T* dout, const float* dprobs, T* probs_to_dscores) {
+void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& blk, int hd, const std::int32_t* positions,
+                                const T* out, const T* dout, const float* dprobs, T* probs_to_dscores) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int S = blk.S, H = blk.n_heads;
   const long token0 = static_cast<long>(blk.b) * S;
@@ -96,6 +102,7 @@ void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& bl
         const long row = team.league_rank();
         const int n = static_cast<int>(row % S);
         const int h = head0 + static_cast<int>(row / S);
+        const int first = n - positions[token0 + n];
         const long base = ((token0 + n) * H + h) * hd;
         float D = 0.0f;
         Kokkos::parallel_reduce(
@@ -105,8 +112,27 @@ void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& bl
         const float* dpr = dprobs + row * S;
         T* pr = probs_to_dscores + row * S;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
-          pr[j] = T(static_cast<float>(pr[j]) * (dpr[j] - D));
+          pr[j] = (j >= first && j <= n) ? T(static_cast<float>(pr[j]) * (dpr[j] - D)) : T(0.0f);
         });
+      });
+}
+
+// dst(n, g, :) = sum over the group's heads r of acc(r, n, :): the key or value gradient of
+// block (b, g) from its per-head products, summed in a fixed order. acc is (group, S, hd) fp32;
+// dst is the (B*S, n_kv_heads, hd) tensor.
+template <class T>
+void attention_sum_group(const ExecSpace& space, const AttentionBlock& blk, int n_kv_heads, int hd, const float* acc,
+                         T* dst) {
+  const int S = blk.S, group = blk.group;
+  const long token0 = static_cast<long>(blk.b) * S;
+  const long head_stride = static_cast<long>(S) * hd;
+  const long kv_row = static_cast<long>(n_kv_heads) * hd, offset = static_cast<long>(blk.g) * hd;
+  Kokkos::parallel_for(
+      "attention_sum_group", Kokkos::RangePolicy<ExecSpace>(space, 0, head_stride), KOKKOS_LAMBDA(const long i) {
+        float sum = 0.0f;
+        for (int r = 0; r < group; ++r) sum += acc[r * head_stride + i];
+        const long n = i / hd, d = i % hd;
+        dst[(token0 + n) * kv_row + offset + d] = T(sum);
       });
 }
 

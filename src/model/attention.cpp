@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "kernels/attention_softmax.hpp"
-#include "kernels/elementwise.hpp"
 
 namespace shardrl {
 
@@ -13,7 +12,7 @@ AttentionWorkspaceSizes attention_workspace_bytes(const kernels::AttentionShape&
   AttentionWorkspaceSizes w;
   w.scores = block * sizeof(float);
   w.probs = block * compute_type_size;
-  if (backward) w.dkv = static_cast<std::size_t>(s.S) * s.n_kv_heads * s.hd * sizeof(float);
+  if (backward) w.dkv = static_cast<std::size_t>(s.n_heads / s.n_kv_heads) * s.S * s.hd * sizeof(float);
   return w;
 }
 
@@ -69,7 +68,7 @@ void attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::Atten
   const int S = x.S, H = x.H, G = x.G, hd = x.hd, group = x.group;
   const long SS = x.SS;
   T* probs = static_cast<T*>(ws.probs);
-  for (int b = 0; b < s.B; ++b) {
+  for (int b = 0; b < s.B; ++b)
     for (int g = 0; g < G; ++g) {
       const long qoff = x.q(b, g);
       const T* kg = k + x.kv(b, g);
@@ -78,25 +77,22 @@ void attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::Atten
       gemm.gemm_strided_batched(Op::N, Op::T, S, S, hd, 1.0f, q + qoff, H * hd, hd, kg, G * hd, 0, 0.0f, ws.scores,
                                 S, SS, group);
       kernels::attention_softmax_recompute(space, blk, positions, x.scale, ws.scores, lse, probs);
-      // dV_g = sum over the group's heads of P_r^T dO_r, summed in fp32
-      for (int r = 0; r < group; ++r)
-        gemm.gemm(Op::T, Op::N, S, hd, S, 1.0f, probs + r * SS, S, dout + qoff + static_cast<long>(r) * hd, H * hd,
-                  r == 0 ? 0.0f : 1.0f, ws.dv + static_cast<long>(g) * hd, G * hd);
+      // dV_g = sum over the group's heads of P_r^T dO_r: the products side by side in fp32, then
+      // summed over r in a fixed order
+      gemm.gemm_strided_batched(Op::T, Op::N, S, hd, S, 1.0f, probs, S, SS, dout + qoff, H * hd, hd, 0.0f, ws.dv, hd,
+                                static_cast<long>(S) * hd, group);
+      kernels::attention_sum_group(space, blk, G, hd, ws.dv, dv);
       // dP_r = dO_r V^T (over the scores, which are no longer needed), then dS over P
       gemm.gemm_strided_batched(Op::N, Op::T, S, S, hd, 1.0f, dout + qoff, H * hd, hd, vg, G * hd, 0, 0.0f,
                                 ws.scores, S, SS, group);
-      kernels::attention_softmax_backward(space, blk, hd, out, dout, ws.scores, probs);
-      // dQ_r = scale * dS_r K;  dK_g = scale * sum_r dS_r^T Q_r (fp32 sums)
+      kernels::attention_softmax_backward(space, blk, hd, positions, out, dout, ws.scores, probs);
+      // dQ_r = scale * dS_r K;  dK_g = scale * sum_r dS_r^T Q_r (fp32, summed like dV)
       gemm.gemm_strided_batched(Op::N, Op::N, S, hd, S, x.scale, probs, S, SS, kg, G * hd, 0, 0.0f, dq + qoff,
                                 H * hd, hd, group);
-      for (int r = 0; r < group; ++r)
-        gemm.gemm(Op::T, Op::N, S, hd, S, x.scale, probs + r * SS, S, q + qoff + static_cast<long>(r) * hd, H * hd,
-                  r == 0 ? 0.0f : 1.0f, ws.dk + static_cast<long>(g) * hd, G * hd);
+      gemm.gemm_strided_batched(Op::T, Op::N, S, hd, S, x.scale, probs, S, SS, q + qoff, H * hd, hd, 0.0f, ws.dk, hd,
+                                static_cast<long>(S) * hd, group);
+      kernels::attention_sum_group(space, blk, G, hd, ws.dk, dk);
     }
-    const long kv_count = static_cast<long>(S) * G * hd;
-    kernels::cast(space, ws.dk, dk + x.kv(b, 0), kv_count);
-    kernels::cast(space, ws.dv, dv + x.kv(b, 0), kv_count);
-  }
 }
 
 template void attention_forward<float>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,

@@ -21,8 +21,8 @@ namespace shardrl {
 struct AttentionWorkspace {
   float* scores = nullptr;   // (group, S, S): scores, then their gradient in backward
   void* probs = nullptr;     // (group, S, S) compute type: probabilities, then the scores' gradient
-  float* dk = nullptr;       // (S, n_kv_heads, hd): backward's fp32 sums over a group's heads
-  float* dv = nullptr;       // (S, n_kv_heads, hd)
+  float* dk = nullptr;       // (group, S, hd): backward's fp32 key gradient of each of a group's heads
+  float* dv = nullptr;       // (group, S, hd): the same for values
 };
 
 struct AttentionWorkspaceSizes {
