@@ -1,6 +1,9 @@
 // Decode throughput on one device: rows generating together through the KV cache after a
 // batched prefill of their prompts. Prints generated tokens/s for each batch size (the
-// prefill's time included) and the prefill's own prompt tokens/s.
+// prefill's time included), the prefill's own prompt tokens/s, and the memory-bandwidth bound:
+// every decode step reads all weights and each row's KV cache once, at the device's measured
+// copy bandwidth (bytes read + written per second by a 1 GiB device copy). The peer is
+// bench/hf_generate.py.
 //   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -31,6 +34,24 @@ int main(int argc, char** argv) {
   if (!load_bench_config("bench_decode", config_path, overrides, cfg)) return 2;
   KokkosRuntime kokkos(0);
   ModelOptions model = model_options(cfg);
+  double copy_bw = 0;   // bytes moved (read + write) per second
+  {
+    Kokkos::View<char*, MemSpace> a("copy_a", std::size_t(1) << 30), b("copy_b", std::size_t(1) << 30);
+    Kokkos::deep_copy(b, a);
+    Kokkos::fence();
+    const int reps = 5;
+    auto c0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) Kokkos::deep_copy(b, a);
+    Kokkos::fence();
+    copy_bw = 2.0 * reps * double(a.extent(0)) /
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  }
+  const ModelShape& shape = model.shape;
+  const double weight_bytes = double(shape.parameter_count()) * (model.precision == Precision::bf16 ? 2 : 4);
+  const double kv_bytes_per_token =
+      2.0 * shape.n_layers * shape.n_kv_heads * shape.head_dim * (model.precision == Precision::bf16 ? 2 : 4);
+  std::cout << fmt::format("copy bandwidth {:.2f} TB/s (read + write); weights {:.2f} GB\n", copy_bw / 1e12,
+                           weight_bytes / 1e9);
   for (int batch : batches) {
     Generator gen(model, batch, prompt + new_tokens, ExecSpace());
     DenseParameters params(gen.model(), ExecSpace());
@@ -57,11 +78,14 @@ int main(int argc, char** argv) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     long tokens = 0;
     for (const auto& c : out) tokens += static_cast<long>(c.tokens.size());
+    // Bound: per step, all weights plus each row's cache at its mean length, read once.
+    const double step_bytes = weight_bytes + batch * (prompt + 0.5 * new_tokens) * kv_bytes_per_token;
+    const double bound = batch / (step_bytes / copy_bw);
     std::cout << fmt::format(
         "{} {} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
-        "token {:.1f} ms, {:.0f} prompt tokens/s)\n",
+        "token {:.1f} ms, {:.0f} prompt tokens/s) | bandwidth bound {:.0f} tokens/s: {:.0f}%\n",
         cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32", execution_space_name(), batch, tokens, s,
-        tokens / s, s / new_tokens * 1e3, prefill_s * 1e3, batch * prompt / prefill_s);
+        tokens / s, s / new_tokens * 1e3, prefill_s * 1e3, batch * prompt / prefill_s, bound, 100.0 * tokens / s / bound);
   }
   return 0;
 }
