@@ -121,6 +121,7 @@ void ShardedTrainer::initialize(std::uint64_t seed, float std) {
     for (auto* st : {&m_bf16_, &v_bf16_})
       if (!st->empty()) kernels::fill(space_, (*st)[u].data(), 0.0f, s.shard);
   }
+  grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);
   optimizer_.set_counters(0, 0);
 }
 
@@ -232,13 +233,20 @@ void ShardedTrainer::finish_reduce(int b) {
   const int u = pending_[b];
   const long n = static_cast<long>(layout_.unit(u).shard);
   reduced_[b].wait(compute_stream());
-  if (options_.reduce_dtype == GradDtype::bf16) {
-    if (!grad_f32_.empty()) kernels::add_scaled(space_, recv_bf16_[b].data(), grad_f32_[u].data(), 1.0f, n);
-    else kernels::add_scaled(space_, recv_bf16_[b].data(), grad_bf16_[u].data(), 1.0f, n);
-  } else {
-    if (!grad_f32_.empty()) kernels::add_scaled(space_, recv_f32_[b].data(), grad_f32_[u].data(), 1.0f, n);
-    else kernels::add_scaled(space_, recv_f32_[b].data(), grad_bf16_[u].data(), 1.0f, n);
-  }
+  // The first gradient since the optimizer step is copied, later ones (micro-batches, the tied
+  // embedding's second share) are added.
+  auto take = [&](const auto* reduced) {
+    if (grad_empty_[u]) {
+      if (!grad_f32_.empty()) kernels::cast(space_, reduced, grad_f32_[u].data(), n);
+      else kernels::cast(space_, reduced, grad_bf16_[u].data(), n);
+    } else {
+      if (!grad_f32_.empty()) kernels::add_scaled(space_, reduced, grad_f32_[u].data(), 1.0f, n);
+      else kernels::add_scaled(space_, reduced, grad_bf16_[u].data(), 1.0f, n);
+    }
+    grad_empty_[u] = 0;
+  };
+  if (options_.reduce_dtype == GradDtype::bf16) take(recv_bf16_[b].data());
+  else take(recv_f32_[b].data());
   pending_[b] = -1;
 }
 
@@ -312,6 +320,12 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
 
 void ShardedTrainer::optimizer_step() {
   const double t = now();
+  for (int u = 0; u < layout_.unit_count(); ++u)   // no gradient since the last step: zero
+    if (grad_empty_[u]) {
+      const long n = static_cast<long>(layout_.unit(u).shard);
+      if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, n);
+      else kernels::fill(space_, grad_bf16_[u].data(), 0.0f, n);
+    }
   optimizer_.begin_norm();
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const long n = static_cast<long>(layout_.unit(u).shard);
@@ -339,8 +353,7 @@ void ShardedTrainer::optimizer_step() {
     }
     const long n = static_cast<long>(layout_.unit(u).shard);
     if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), n);
-    if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, n);
-    else kernels::fill(space_, grad_bf16_[u].data(), 0.0f, n);
+    grad_empty_[u] = 1;
   }
   if (options_.profile) {
     space_.fence();

@@ -147,6 +147,10 @@ class ShardedTrainer {
   LedgerView<bf16> recv_bf16_[2];
   int pending_[2] = {-1, -1};                  // unit whose reduce-scatter is in flight per buffer
   int next_buffer_ = 0;
+  // Per unit: its gradient slice holds nothing accumulated since the last optimizer step, so
+  // the next reduced slice is copied in rather than added, and the step need not zero it
+  // (saving two passes over every gradient per step). Read before use, it is zeroed first.
+  std::vector<char> grad_empty_;
 
   SideStream comm_stream_;
   std::vector<DeviceEvent> gathered_;          // per slot: its all-gather finished

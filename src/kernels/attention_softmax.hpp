@@ -44,14 +44,23 @@ void attention_softmax_forward(const ExecSpace& space, const AttentionBlock& blk
         const long t = token0 + n;
         const int first = n - positions[t];
         const float* sr = scores + row * S;
-        float mx = -INFINITY;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, first, n + 1),
-            [&](const int j, float& m) { m = sr[j] > m ? sr[j] : m; }, Kokkos::Max<float>(mx));
-        float sum = 0.0f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, first, n + 1),
-            [&](const int j, float& acc) { acc += expf(scale * (sr[j] - mx)); }, sum);
+        // One pass over the scores: each thread keeps a running max and a sum of exponentials
+        // rescaled whenever its max grows; then the team combines them (max, then the sums
+        // rescaled to the team's max). A thread with no keys keeps (-inf, 0) and adds 0.
+        float m_t = -INFINITY, l_t = 0.0f;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, first, n + 1), [&](const int j) {
+          const float x = sr[j];
+          if (x > m_t) {
+            l_t = l_t * expf(scale * (m_t - x)) + 1.0f;
+            m_t = x;
+          } else {
+            l_t += expf(scale * (x - m_t));
+          }
+        });
+        float mx = m_t;
+        team.team_reduce(Kokkos::Max<float>(mx));
+        float sum = l_t > 0.0f ? l_t * expf(scale * (m_t - mx)) : 0.0f;
+        team.team_reduce(Kokkos::Sum<float>(sum));
         const float l = scale * mx + logf(sum);   // scale > 0: the max of scale * s is scale * max s
         T* pr = probs + row * S;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
