@@ -77,6 +77,20 @@ TEST(EmbeddingReference, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// embedding_backward with the grouping it needs, built from the host tokens as the model does.
+template <class T>
+void backward_grouped(const std::vector<double>& tokens, const Buffer<std::int32_t>& tok_dev, const Buffer<T>& dout,
+                      Buffer<float>& dW, int N, int D) {
+  std::vector<std::int32_t> ids(N), order(N), starts(N + 2);
+  for (int n = 0; n < N; ++n) ids[n] = static_cast<std::int32_t>(tokens[n]);
+  starts[N + 1] = kernels::group_tokens(ids.data(), N, order.data(), starts.data());
+  Buffer<std::int32_t> order_dev(N), starts_dev(N + 2);
+  order_dev.set(std::vector<double>(order.begin(), order.end()));
+  starts_dev.set(std::vector<double>(starts.begin(), starts.end()));
+  kernels::embedding_backward<T>(ExecSpace(), tok_dev.data(), order_dev.data(), starts_dev.data(),
+                                 starts_dev.data() + N + 1, dout.data(), dW.data(), N, D);
+}
+
 template <class T>
 class EmbeddingKernel : public ::testing::Test {};
 using KernelTypes = ::testing::Types<float, bf16>;
@@ -105,7 +119,6 @@ TYPED_TEST(EmbeddingKernel, ForwardGathersRows) {
 
 TYPED_TEST(EmbeddingKernel, BackwardAccumulatesIntoGradient) {
   using T = TypeParam;
-  ExecSpace space;
   std::uint64_t seed = 200;
   for (const Shape& s : kShapes) {
     std::vector<double> tokens = random_tokens(s.N, s.V, ++seed);
@@ -119,7 +132,7 @@ TYPED_TEST(EmbeddingKernel, BackwardAccumulatesIntoGradient) {
     dW_init.resize(n + kGuard, std::nan(""));
     Buffer<float> dW_dev(n + kGuard);
     dW_dev.set(dW_init);
-    kernels::embedding_backward<T>(space, tok_dev.data(), dout_dev.data(), dW_dev.data(), s.N, s.D);
+    backward_grouped<T>(tokens, tok_dev, dout_dev, dW_dev, s.N, s.D);
 
     // Tolerance: bf16 -> fp32 of dout is exact, so only the fp32 sums round. A row that k
     // tokens hit sums k+1 terms in some order: |error| <= k * u_f * (sum of |terms|).
@@ -143,7 +156,6 @@ TYPED_TEST(EmbeddingKernel, BackwardAccumulatesIntoGradient) {
 
 TYPED_TEST(EmbeddingKernel, BackwardSumsRepeatedTokens) {
   using T = TypeParam;
-  ExecSpace space;
   // Every token is 1: row 1 of dW must receive all N rows of dout, the other rows nothing.
   // Values are small integers and halves, so every partial sum is exact in fp32: tolerance 0.
   const int N = 37, D = 7, V = 3;
@@ -155,10 +167,42 @@ TYPED_TEST(EmbeddingKernel, BackwardSumsRepeatedTokens) {
   std::vector<double> dW(V * D, 0.5);
   Buffer<float> dW_dev(V * D);
   dW_dev.set(dW);
-  kernels::embedding_backward<T>(space, tok_dev.data(), dout_dev.data(), dW_dev.data(), N, D);
+  backward_grouped<T>(std::vector<double>(N, 1.0), tok_dev, dout_dev, dW_dev, N, D);
   for (int n = 0; n < N; ++n)
     for (int d = 0; d < D; ++d) dW[1 * D + d] += dout[n * D + d];
   expect_close(dW_dev.host(), dW, 0.0, 0.0, "embedding_backward repeated tokens");
+}
+
+// Repeats of a token are summed in position order, whatever the device: values of very different
+// magnitudes make fp32 sums depend on their order, and the result must equal, bit for bit, the
+// sequential fp32 sum over positions (then added to dW once). Tokens of several ids interleave.
+TYPED_TEST(EmbeddingKernel, BackwardSumsRepeatsInPositionOrder) {
+  using T = TypeParam;
+  const int N = 257, D = 33, V = 5;
+  std::vector<double> tokens(N);
+  for (int n = 0; n < N; ++n) tokens[n] = (n * 7) % 3 + 1;   // ids 1..3 interleaved; 0 and 4 unused
+  std::vector<double> dout(static_cast<std::size_t>(N) * D);
+  std::mt19937_64 gen(77);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  for (auto& x : dout) {
+    const int e = static_cast<int>(gen() % 40) - 20;   // magnitudes 2^-20 .. 2^19
+    x = static_cast<float>(T(static_cast<float>((gen() % 2 ? 1 : -1) * std::ldexp(mant(gen), e))));
+  }
+  Buffer<std::int32_t> tok_dev = token_buffer(tokens);
+  Buffer<T> dout_dev(static_cast<long>(N) * D);
+  dout_dev.set(dout);
+  std::vector<double> dW(static_cast<std::size_t>(V) * D, 0.25);
+  Buffer<float> dW_dev(V * D);
+  dW_dev.set(dW);
+  backward_grouped<T>(tokens, tok_dev, dout_dev, dW_dev, N, D);
+  for (int v = 0; v < V; ++v)
+    for (int d = 0; d < D; ++d) {
+      float sum = 0.0f;
+      for (int n = 0; n < N; ++n)
+        if (static_cast<int>(tokens[n]) == v) sum += static_cast<float>(dout[static_cast<std::size_t>(n) * D + d]);
+      dW[static_cast<std::size_t>(v) * D + d] = static_cast<float>(0.25f + sum);
+    }
+  expect_close(dW_dev.host(), dW, 0.0, 0.0, "embedding_backward in position order");
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// Token embedding: forward is a row gather, backward a scatter-add into the fp32 gradient.
-// T is the activation/weight type (float or bf16); gradients are always fp32.
+// Token embedding: forward is a row gather, backward a deterministic scatter-add into the fp32
+// gradient. T is the activation/weight type (float or bf16); gradients are always fp32.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
@@ -25,21 +27,48 @@ void embedding_forward(const ExecSpace& space,
       });
 }
 
+// The batch's tokens grouped by id, for embedding_backward; built on the host when the batch is
+// set. order: the N positions sorted by (token id, position). starts[k] .. starts[k+1]: group k's
+// range in `order` (starts has room for N + 1 entries, of which groups + 1 are used). Returns
+// the number of groups (distinct ids).
+inline int group_tokens(const std::int32_t* tokens, int N, std::int32_t* order, std::int32_t* starts) {
+  std::iota(order, order + N, 0);
+  std::stable_sort(order, order + N, [&](std::int32_t a, std::int32_t b) { return tokens[a] < tokens[b]; });
+  int groups = 0;
+  for (int i = 0; i < N; ++i)
+    if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) starts[groups++] = i;
+  starts[groups] = N;
+  return groups;
+}
+
 // dW(tokens(n), :) += dout(n, :)   (accumulates: dW is the persistent fp32 gradient)
+// One team per distinct token (group_tokens' groups): it sums the rows of that token's
+// positions in position order and adds the sum once. No atomics, so the result is the same bits
+// on every run and every device, repeats included. The launch has N teams whatever the count
+// of groups (read on the device), so its shape depends only on the batch's size.
 template <class T>
 void embedding_backward(const ExecSpace& space,
                         const std::int32_t* tokens,   // (N)
+                        const std::int32_t* order,    // (N), from group_tokens
+                        const std::int32_t* starts,   // (groups + 1), from group_tokens
+                        const std::int32_t* groups,   // one value: the count of groups
                         const T* dout,                // (N, D)
                         float* dW,                    // (V, D)
                         int N, int D) {
-  // Atomics because a token may repeat within the batch; the summation order of repeats is
-  // therefore not fixed on GPU (rows of distinct tokens are exact).
-  const long count = static_cast<long>(N) * D;
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  if (N <= 0) return;
   Kokkos::parallel_for(
-      "embedding_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
-        const long n = i / D;
-        const long d = i - n * D;
-        Kokkos::atomic_add(&dW[static_cast<long>(tokens[n]) * D + d], static_cast<float>(dout[i]));
+      "embedding_backward", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int k = team.league_rank();
+        if (k >= *groups) return;
+        const int begin = starts[k], end = starts[k + 1];
+        const long row = static_cast<long>(tokens[order[begin]]) * D;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D), [&](const int d) {
+          float sum = 0.0f;
+          for (int i = begin; i < end; ++i) sum += static_cast<float>(dout[static_cast<long>(order[i]) * D + d]);
+          dW[row + d] += sum;
+        });
       });
 }
 

@@ -55,6 +55,10 @@ struct Transformer::Activations {
   }
   Kokkos::View<std::int32_t*, MemSpace> tokens, targets, positions, slots;
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h, slots_h;
+  // The batch's tokens grouped by id (kernels::group_tokens) for the embedding's backward:
+  // positions in (id, position) order, then each group's start, N + 1 and the group count.
+  Kokkos::View<std::int32_t*, MemSpace> token_order, token_starts;   // (N), (N + 2)
+  Kokkos::View<std::int32_t*, MemSpace>::HostMirror token_order_h, token_starts_h;
   bool decode_slots = false;                  // decode step rows address cache slots
 
   std::vector<LayerOffsets> offsets;          // per layer

@@ -97,7 +97,9 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
 template <class T>
 void Transformer::embed_backward(float* g) {
   const int N = B_ * S_, D = options_.shape.d_model;
-  kernels::embedding_backward(space_, act_->tokens.data(), act_->dres.as<T>(), g + act_->embed, N, D);
+  const Activations& a = *act_;
+  kernels::embedding_backward(space_, a.tokens.data(), a.token_order.data(), a.token_starts.data(),
+                              a.token_starts.data() + N + 1, a.dres.as<T>(), g + a.embed, N, D);
 }
 
 template void Transformer::head_backward<float>(const float*, float*, const float*, float*);

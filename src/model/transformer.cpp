@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "kernels/embedding.hpp"
 #include "model/activations.hpp"
 
 namespace shardrl {
@@ -49,7 +50,7 @@ std::size_t Transformer::Activations::bytes() const {
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
                       attn_dk.bytes() + attn_dv.bytes() +
-                      4 * tokens.extent(0) * sizeof(std::int32_t);
+                      (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
     for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
@@ -148,6 +149,12 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.slots = Kokkos::View<std::int32_t*, MemSpace>("cache_slots", N);
   a.slots_h = Kokkos::create_mirror_view(a.slots);
   a.tokens_h = Kokkos::create_mirror_view(a.tokens);
+  if (!inference) {
+    a.token_order = Kokkos::View<std::int32_t*, MemSpace>("token_order", N);
+    a.token_starts = Kokkos::View<std::int32_t*, MemSpace>("token_starts", N + 2);
+    a.token_order_h = Kokkos::create_mirror_view(a.token_order);
+    a.token_starts_h = Kokkos::create_mirror_view(a.token_starts);
+  }
   a.targets_h = Kokkos::create_mirror_view(a.targets);
   a.positions_h = Kokkos::create_mirror_view(a.positions);
 
@@ -199,6 +206,12 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   Kokkos::deep_copy(space_, a.targets, a.targets_h);
   Kokkos::deep_copy(space_, a.positions, a.positions_h);
   Kokkos::deep_copy(space_, a.slots, a.slots_h);
+  if (a.token_order.extent(0) > 0) {   // training: the embedding backward's grouping
+    const int N = B * S;
+    a.token_starts_h(N + 1) = kernels::group_tokens(a.tokens_h.data(), N, a.token_order_h.data(), a.token_starts_h.data());
+    Kokkos::deep_copy(space_, a.token_order, a.token_order_h);
+    Kokkos::deep_copy(space_, a.token_starts, a.token_starts_h);
+  }
 }
 
 void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows,
