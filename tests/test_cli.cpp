@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -33,13 +34,35 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+// Directories of the running test; removed when it passes, kept (for inspection) when it fails.
+std::vector<fs::path>& test_dirs() {
+  static std::vector<fs::path> dirs;
+  return dirs;
+}
+struct RemoveDirsOfPassedTests : ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    for (const fs::path& d : test_dirs()) {
+      std::error_code ec;
+      if (info.result()->Passed()) fs::remove_all(d, ec);
+      else std::cerr << "kept for inspection: " << d.string() << "\n";
+    }
+    test_dirs().clear();
+  }
+};
+const bool kListenerInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new RemoveDirsOfPassedTests);
+  return true;
+}();
+
 // A fresh directory per test, so ctest may run tests in parallel.
 fs::path test_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::temp_directory_path() /
-               ("shardrl_cli_" + std::to_string(getpid()) + "_" + info->name());
+  std::string name = info->name();   // parametrised tests: "Test/param"
+  std::replace(name.begin(), name.end(), '/', '_');
+  fs::path d = fs::temp_directory_path() / ("shardrl_cli_" + std::to_string(getpid()) + "_" + name);
   fs::remove_all(d);
   fs::create_directories(d);
+  test_dirs().push_back(d);
   return d;
 }
 
