@@ -1,6 +1,6 @@
 // Causal attention, forward and backward, both implementations on the same inputs: the fused
 // per-row kernels (kernels/attention.hpp) and the batched-GEMM attention the model uses
-// (model/attention.hpp). Prints milliseconds and the useful (causal) TFLOP/s of each.
+// (model/gemm_attention.hpp). Prints milliseconds and the useful (causal) TFLOP/s of each.
 //   bench_attention [--batch B] [--seq S] [--heads H] [--kv-heads G] [--head-dim D] [--bf16|--fp32]
 //                   [--reps N] [--skip-fused]
 #include <CLI/CLI.hpp>
@@ -12,7 +12,7 @@
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
 #include "kernels/attention.hpp"
-#include "model/attention.hpp"
+#include "model/gemm_attention.hpp"
 
 using namespace shardrl;
 
@@ -67,10 +67,10 @@ int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
                            s.n_heads, s.n_kv_heads, s.hd, sizeof(T) == 2 ? "bf16" : "fp32", execution_space_name(),
                            (wb.scores + wb.probs + 2 * wb.dkv) / double(1 << 20));
   const double gf = time_ms([&] {
-    attention_forward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), ws);
+    gemm_attention_forward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), ws);
   }, reps);
   const double gb = time_ms([&] {
-    attention_backward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+    gemm_attention_backward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
                           dout.data(), dq.data(), dk.data(), dv.data(), ws);
   }, reps);
   report("gemm", gf, gb);

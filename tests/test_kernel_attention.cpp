@@ -1,5 +1,5 @@
 // Causal GQA attention (forward and backward), both implementations: the fused kernels
-// (kernels/attention.hpp) and the model's batched-GEMM attention (model/attention.hpp), against
+// (kernels/attention.hpp) and the model's batched-GEMM attention (model/gemm_attention.hpp), against
 // a naive fp64 host reference that builds the explicit len x len causal softmax per sequence;
 // the reference's own backward is checked against finite differences, so neither is merely
 // compared with its own formula.
@@ -17,7 +17,7 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/attention.hpp"
-#include "model/attention.hpp"
+#include "model/gemm_attention.hpp"
 
 namespace shardrl::test {
 namespace {
@@ -314,7 +314,7 @@ struct Problem {
     out.poison();
     lse.poison();
     if constexpr (std::is_same_v<Impl, Gemms>)
-      shardrl::attention_forward<T>(ExecSpace(), gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+      shardrl::gemm_attention_forward<T>(ExecSpace(), gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(),
                                     lse.data(), workspace());
     else
       kernels::attention_forward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
@@ -325,7 +325,7 @@ struct Problem {
     dk.poison();
     dv.poison();
     if constexpr (std::is_same_v<Impl, Gemms>)
-      shardrl::attention_backward<T>(ExecSpace(), gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+      shardrl::gemm_attention_backward<T>(ExecSpace(), gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(),
                                      lse.data(), dout.data(), dq.data(), dk.data(), dv.data(), workspace());
     else
       kernels::attention_backward<T>(ExecSpace(), s, pos.data(), q.data(), k.data(), v.data(), out.data(),

@@ -1,5 +1,5 @@
 // The row-wise parts of causal attention computed on materialised scores. The model's attention
-// (src/model/attention.cpp) runs its products as batched GEMMs, which use the tensor cores, and
+// (src/model/gemm_attention.cpp) runs its products as batched GEMMs, which use the tensor cores, and
 // these kernels between them: the masked softmax forward, its recomputation in backward, and
 // the softmax's backward. Tokens, positions and the causal/packing rule are those of
 // kernels/attention.hpp.

@@ -8,7 +8,7 @@
 
 #include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
-#include "model/attention.hpp"
+#include "model/gemm_attention.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {
@@ -48,7 +48,7 @@ struct Transformer::Activations {
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
   DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
   // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
-  // training only). model/attention.hpp gives the sizes.
+  // training only). model/gemm_attention.hpp gives the sizes.
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;
   AttentionWorkspace attention_workspace() const {
     return {attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()};

@@ -8,7 +8,7 @@
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
-#include "model/attention.hpp"
+#include "model/gemm_attention.hpp"
 
 namespace shardrl {
 
@@ -69,7 +69,7 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   mm.gemm(Op::N, Op::N, N, Hq, D, 1.0f, dres, D, w + o.o, Hq, 0.0f, b.dattn.as<T>(), Hq);
   weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  attention_backward(space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
+  gemm_attention_backward(space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
                      a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(), b.dv.as<T>(),
                      b.attention_workspace());
   kernels::rope_backward(space_, b.dq.as<T>(), b.positions.data(), N, s.n_heads, hd, s.rope_theta);

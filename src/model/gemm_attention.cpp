@@ -1,4 +1,4 @@
-#include "model/attention.hpp"
+#include "model/gemm_attention.hpp"
 
 #include <cmath>
 
@@ -39,7 +39,7 @@ struct Block {
 }  // namespace
 
 template <class T>
-void attention_forward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& s,
+void gemm_attention_forward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& s,
                        const std::int32_t* positions, const T* q, const T* k, const T* v, T* out, float* lse,
                        const AttentionWorkspace& ws) {
   kernels::detail::attention_check_shape(s, positions);
@@ -60,7 +60,7 @@ void attention_forward(const ExecSpace& space, Gemm& gemm, const kernels::Attent
 }
 
 template <class T>
-void attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& s,
+void gemm_attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& s,
                         const std::int32_t* positions, const T* q, const T* k, const T* v, const T* out,
                         const float* lse, const T* dout, T* dq, T* dk, T* dv, const AttentionWorkspace& ws) {
   kernels::detail::attention_check_shape(s, positions);
@@ -95,15 +95,15 @@ void attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::Atten
     }
 }
 
-template void attention_forward<float>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
+template void gemm_attention_forward<float>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
                                        const float*, const float*, const float*, float*, float*,
                                        const AttentionWorkspace&);
-template void attention_forward<bf16>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
+template void gemm_attention_forward<bf16>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
                                       const bf16*, const bf16*, const bf16*, bf16*, float*, const AttentionWorkspace&);
-template void attention_backward<float>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
+template void gemm_attention_backward<float>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
                                         const float*, const float*, const float*, const float*, const float*,
                                         const float*, float*, float*, float*, const AttentionWorkspace&);
-template void attention_backward<bf16>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
+template void gemm_attention_backward<bf16>(const ExecSpace&, Gemm&, const kernels::AttentionShape&, const std::int32_t*,
                                        const bf16*, const bf16*, const bf16*, const bf16*, const float*, const bf16*,
                                        bf16*, bf16*, bf16*, const AttentionWorkspace&);
 

@@ -35,12 +35,12 @@ AttentionWorkspaceSizes attention_workspace_bytes(const kernels::AttentionShape&
 void reserve_attention_gemms(Gemm& gemm, const kernels::AttentionShape& max_shape);
 
 template <class T>
-void attention_forward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& shape,
+void gemm_attention_forward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& shape,
                        const std::int32_t* positions, const T* q, const T* k, const T* v, T* out, float* lse,
                        const AttentionWorkspace& ws);
 
 template <class T>
-void attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& shape,
+void gemm_attention_backward(const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& shape,
                         const std::int32_t* positions, const T* q, const T* k, const T* v, const T* out,
                         const float* lse, const T* dout, T* dq, T* dk, T* dv, const AttentionWorkspace& ws);
 
