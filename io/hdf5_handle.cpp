@@ -12,19 +12,21 @@ void fail_hdf5(const char* call, const char* file, int line) {
   fatal(std::string(call) + " failed (HDF5 error stack above)", file, line);
 }
 
-void H5Handle::reset() noexcept {
-  if (id_ < 0) return;
+herr_t H5Handle::close() noexcept {
+  if (id_ < 0) return 0;
+  herr_t status = 0;
   switch (H5Iget_type(id_)) {
-    case H5I_FILE: H5Fclose(id_); break;
-    case H5I_GROUP: H5Gclose(id_); break;
-    case H5I_DATASET: H5Dclose(id_); break;
-    case H5I_DATASPACE: H5Sclose(id_); break;
-    case H5I_GENPROP_LST: H5Pclose(id_); break;
-    case H5I_ATTR: H5Aclose(id_); break;
-    case H5I_DATATYPE: H5Tclose(id_); break;
-    default: H5Idec_ref(id_); break;
+    case H5I_FILE: status = H5Fclose(id_); break;
+    case H5I_GROUP: status = H5Gclose(id_); break;
+    case H5I_DATASET: status = H5Dclose(id_); break;
+    case H5I_DATASPACE: status = H5Sclose(id_); break;
+    case H5I_GENPROP_LST: status = H5Pclose(id_); break;
+    case H5I_ATTR: status = H5Aclose(id_); break;
+    case H5I_DATATYPE: status = H5Tclose(id_); break;
+    default: status = H5Idec_ref(id_) < 0 ? -1 : 0; break;
   }
   id_ = H5I_INVALID_HID;
+  return status;
 }
 
 H5Handle& H5Handle::operator=(H5Handle&& other) noexcept {

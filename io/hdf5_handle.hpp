@@ -1,5 +1,6 @@
 // Move-only owner of an HDF5 identifier (file, group, dataset, dataspace, property list,
-// attribute, datatype). The destructor closes it with the matching H5?close and never throws.
+// attribute, datatype). The destructor closes it with the matching H5?close and never throws;
+// close() does the same and reports the call's status.
 #pragma once
 
 #include <hdf5.h>
@@ -17,7 +18,10 @@ class H5Handle {
   H5Handle& operator=(const H5Handle&) = delete;
 
   hid_t get() const { return id_; }
-  void reset() noexcept;
+  void reset() noexcept { close(); }
+  // Closes the id now and returns what the H5?close call returned (negative: it failed, e.g. a
+  // file's last write-back); the handle is empty afterwards either way.
+  herr_t close() noexcept;
 
  private:
   hid_t id_ = H5I_INVALID_HID;

@@ -203,7 +203,8 @@ void ShardedFileWriter::close() {
   std::string error;
   // With the MPI-IO driver a global flush ends in MPI_File_sync on every rank.
   if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) error = hdf5_error_text();
-  file_.reset();   // collective H5Fclose, whatever the flush said
+  // Collective H5Fclose, whatever the flush said; its own failure (the last metadata write) counts.
+  if (file_.close() < 0 && error.empty()) error = hdf5_error_text();
   if (rank_ == 0 && error.empty()) error = fsync_file(path_);
   agree(comm_, rank_,
         error.empty() ? error : fmt::format("{}: cannot write the file to disk ({})", path_.string(), error));
