@@ -13,6 +13,7 @@
 #include "core/live_handles.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
+#include "device_allocation_counter.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "io/hdf5_handle.hpp"
 #include "rl/grpo_loop.hpp"
@@ -111,7 +112,8 @@ TEST(GrpoLoop, KlToTheFrozenReferenceStartsAtZero) {
 
 // Rollout and train re-entered 200 times, with extra warm-up steps and back-to-back rollouts
 // in between, in a NaN-poisoned arena: from the second iteration on the ledger (current and
-// peak), the open communicators, streams and events and the HDF5 identifiers never change.
+// peak), the open communicators, streams and events and the HDF5 identifiers never change, and
+// nothing at all is allocated in device memory (Kokkos' own count, beyond the ledger's).
 TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNew) {
   Config c = small_config();
   c.model.precision = Precision::bf16;
@@ -135,6 +137,7 @@ TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNew) {
                     live_handles(HandleKind::event), open_hdf5_objects()};
   };
   Snapshot after_second{};
+  test::DeviceAllocationCounter allocations;
   int changed = 0;
   double last_reward = -1;
   for (int it = 0; it < 200; ++it) {
@@ -144,10 +147,14 @@ TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNew) {
     TrainStats t = job.loop.train(b);
     ASSERT_TRUE(std::isfinite(t.loss) && std::isfinite(t.grad_norm)) << "iteration " << it;
     last_reward = b.reward_mean;
-    if (it == 1) after_second = snapshot();
+    if (it == 1) {
+      after_second = snapshot();
+      allocations.reset();
+    }
     if (it > 1 && !(snapshot() == after_second)) ++changed;
   }
   EXPECT_EQ(changed, 0);
+  EXPECT_EQ(allocations.count(), 0u) << "device allocations after the second iteration: " << allocations.describe();
   const Snapshot end = snapshot();
   EXPECT_EQ(end.total, after_second.total);
   EXPECT_EQ(end.peak, after_second.peak);
