@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# One command for both sides of the GPU comparisons in docs/performance.md, on this machine:
+# shardrl's train step against PyTorch FSDP2, and shardrl's decoding against Hugging Face
+# `generate`. Prints each side's own lines, then a Markdown table with the ratios.
+#   bench/compare_with_pytorch.sh [train|decode|all]
+# Environment: MODELS (default "llama-1b qwen3-0.6b"), GPUS (default "1 2"), MBS (micro-batch,
+# default 2), SEQ (default 2048), STEPS (default 10), BATCHES (decode, default "1 8 64"),
+# BUILD (default build/cuda-release), PYTHON (default python3, with torch and transformers).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+models=${MODELS:-llama-1b qwen3-0.6b}
+gpus=${GPUS:-1 2}
+mbs=${MBS:-2}
+seq=${SEQ:-2048}
+steps=${STEPS:-10}
+batches=${BATCHES:-1 8 64}
+build=${BUILD:-build/cuda-release}
+python=${PYTHON:-python3}
+mpirun_flags=()
+[[ $(id -u) -eq 0 ]] && mpirun_flags+=(--allow-run-as-root)
+for tool in "$build/bench/bench_train_step" "$build/bench/bench_decode"; do
+  [[ -x $tool ]] || { echo "compare_with_pytorch: $tool not built (cmake --build $build)" >&2; exit 2; }
+done
+# The number after a label in a benchmark's line, e.g. "12345 tokens/s per GPU" -> 12345.
+field() { sed -n "s|.* \([0-9][0-9.]*\) $1.*|\1|p" | head -1; }
+# Generated tokens/s of a decode line ("... in 0.266 s  962 tokens/s  (8.32 ms per step ...").
+decode_rate() { sed -nE 's/.* s +([0-9.]+) tokens\/s +\(.*/\1/p' | head -1; }
+
+if [[ $what == train || $what == all ]]; then
+  rows=()
+  for m in $models; do
+    for n in $gpus; do
+      echo "== train step: $m on $n GPU(s), micro-batch $mbs x $seq, $steps steps"
+      ours=$(mpirun "${mpirun_flags[@]}" -np "$n" "$build/bench/bench_train_step" --set model.preset="$m" \
+        --set train.micro_batch_size="$mbs" --set train.seq_len="$seq" --steps "$steps" 2>&1 | grep -v '^\[')
+      echo "$ours"
+      theirs=$("$python" -m torch.distributed.run --nproc_per_node "$n" bench/torch_fsdp2.py --model "$m" \
+        --micro-batch "$mbs" --seq "$seq" --steps "$steps" 2>&1 | grep -E "torch FSDP2|step ")
+      echo "$theirs"
+      a=$(field "tokens/s per GPU" <<<"$ours")
+      b=$(field "tokens/s per GPU" <<<"$theirs")
+      ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
+      rows+=("| $m | $n | ${a:-failed} | ${b:-failed} | $ratio |")
+    done
+  done
+  echo
+  echo "| shape | GPUs | shardrl tokens/s per GPU | PyTorch FSDP2 tokens/s per GPU | ratio |"
+  echo "| --- | --- | --- | --- | --- |"
+  printf '%s\n' "${rows[@]}"
+  echo
+fi
+
+if [[ $what == decode || $what == all ]]; then
+  rows=()
+  for m in $models; do
+    echo "== decode: $m, batches $batches, 32 new tokens after 4 prompt tokens"
+    # shellcheck disable=SC2086
+    ours=$("$build/bench/bench_decode" --set model.preset="$m" --batch $batches --new-tokens 32 --prompt-tokens 4 2>&1 |
+      grep -v '^\[')
+    echo "$ours"
+    # shellcheck disable=SC2086
+    theirs=$(cd bench && "$python" hf_generate.py --model "$m" --batch $batches --new-tokens 32 --prompt-tokens 4 2>&1 |
+      grep "HF generate")
+    echo "$theirs"
+    for b in $batches; do
+      a=$(grep -E "batch +$b " <<<"$ours" | decode_rate)
+      h=$(grep -E "batch +$b " <<<"$theirs" | decode_rate)
+      share=$(grep -E "batch +$b " <<<"$ours" | sed -n 's/.*: \([0-9]*\)%$/\1/p')
+      ratio=$(awk -v a="${a:-0}" -v b="${h:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
+      rows+=("| $m | $b | ${a:-failed} | ${h:-failed} | $ratio | ${share:-?}% |")
+    done
+  done
+  echo
+  echo "| shape | batch | shardrl tokens/s | HF generate tokens/s | ratio | shardrl of the bandwidth bound |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+  printf '%s\n' "${rows[@]}"
+fi
