@@ -60,6 +60,7 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
     grad_f32_ = per_unit<float>(layout_, MemoryCategory::grads, "main_grads");
   else
     grad_bf16_ = per_unit<bf16>(layout_, MemoryCategory::grads, "main_grads");
+  grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);   // nothing accumulated yet
   if (options_.state_dtype == GradDtype::fp32) {
     m_f32_ = per_unit<float>(layout_, MemoryCategory::optimizer, "adam_m");
     v_f32_ = per_unit<float>(layout_, MemoryCategory::optimizer, "adam_v");
