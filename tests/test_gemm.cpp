@@ -216,5 +216,38 @@ TEST(GemmDeathTest, LeadingDimensionTooSmall) {
       "check failed: lda >= ");
 }
 
+// Batched outputs may sit below each other or side by side in the same rows (the heads of a
+// (tokens, heads * hd) matrix); outputs that overlap are a caller bug: fatal.
+TEST(GemmDeathTest, OverlappingBatchedOutputs) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Buffer<float> a(64), b(64), c(64);
+  EXPECT_DEATH(
+      {
+        Gemm gemm{ExecSpace()};
+        // m 3, n 4, ldc 6: product 1 starts 3 columns after product 0, inside its 4 columns.
+        gemm.gemm_strided_batched(Op::N, Op::N, 3, 4, 2, 1.0f, a.data(), 2, 6, b.data(), 4, 8, 0.0f, c.data(), 6, 3,
+                                  2);
+      },
+      "stacked \\|\\| side_by_side");
+}
+
+TEST(GemmStridedBatched, SideBySideOutputs) {
+  // Two (3, 2) products into the columns 0-1 and 2-3 of a (3, 4) matrix, against a hand sum.
+  Gemm gemm{ExecSpace()};
+  Buffer<float> a(12), b(8), c(12);
+  std::vector<double> av(12), bv(8);
+  for (int i = 0; i < 12; ++i) av[i] = i % 5 - 2;
+  for (int i = 0; i < 8; ++i) bv[i] = i % 3 - 1;
+  a.set(av);   // product p: A_p (3, 2) at a + 6p, row stride 2
+  b.set(bv);   // product p: B_p (2, 2) at b + 4p, row stride 2
+  gemm.gemm_strided_batched(Op::N, Op::N, 3, 2, 2, 1.0f, a.data(), 2, 6, b.data(), 2, 4, 0.0f, c.data(), 4, 2, 2);
+  std::vector<double> want(12, 0.0);
+  for (int p = 0; p < 2; ++p)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 2; ++j)
+        for (int l = 0; l < 2; ++l) want[i * 4 + p * 2 + j] += av[6 * p + i * 2 + l] * bv[4 * p + l * 2 + j];
+  test::expect_close(c.host(), want, 0.0, 0.0, "side-by-side products");
+}
+
 }  // namespace
 }  // namespace shardrl
