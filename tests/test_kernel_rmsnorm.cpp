@@ -25,7 +25,10 @@ struct Shape {
   int R, C;
   double x_range;   // x uniform in [-x_range, x_range): 1e-3 makes eps matter
 };
-const Shape kShapes[] = {{1, 1, 1.0}, {3, 7, 1.0}, {37, 64, 1.0}, {5, 129, 1.0}, {3, 64, 1e-3}, {2, 2048, 1.0}};
+// The last two give the weight gradient several rows per chunk, and empty trailing chunks
+// (kernels::rmsnorm_dw_chunks: 256 chunks of 4 rows for 1000 x 1024, 64 of 6 for 333 x 4096).
+const Shape kShapes[] = {{1, 1, 1.0},      {3, 7, 1.0},       {37, 64, 1.0},     {5, 129, 1.0},
+                         {3, 64, 1e-3},    {2, 2048, 1.0},    {1000, 1024, 1.0}, {333, 4096, 1.0}};
 constexpr float kEps = 1e-6f;
 
 // fp64 references.
@@ -159,8 +162,10 @@ void check_backward(float beta) {
     Buffer<float> dw_dev(s.C + kGuard);
     dw_dev.set(dw_init);
 
+    Buffer<float> scratch(kernels::kRmsnormDwScratch);
+    scratch.poison();   // the kernel must write every partial sum it reads
     kernels::rmsnorm_backward<T>(space, x_dev.data(), w_dev.data(), rstd_dev.data(), dy_dev.data(), dx_dev.data(),
-                                 dw_dev.data(), s.R, s.C, beta);
+                                 dw_dev.data(), s.R, s.C, beta, scratch.data());
 
     // Tolerances from the fp32 error bounds, evaluated on these inputs. dx: the row sum
     // mean(g * xhat) is off by <= (C + 4) u_f * mean|g * xhat|; it is multiplied by |xhat|, and

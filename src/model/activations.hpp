@@ -50,6 +50,7 @@ struct Transformer::Activations {
   // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
   // training only). model/gemm_attention.hpp gives the sizes.
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;
+  DeviceBytes norm_scratch;                   // fp32, the RMSNorm weight gradient's partial sums
   AttentionWorkspace attention_workspace() const {
     return {attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()};
   }

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/rmsnorm.hpp"
 #include "model/activations.hpp"
 
 namespace shardrl {
@@ -49,7 +50,7 @@ std::size_t Transformer::Activations::bytes() const {
                       logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
-                      attn_dk.bytes() + attn_dv.bytes() +
+                      attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() +
                       (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
@@ -140,6 +141,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     if (!inference) {
       a.attn_dk = DeviceBytes(at, "attn_dk", w.dkv, MemoryCategory::workspace);
       a.attn_dv = DeviceBytes(at, "attn_dv", w.dkv, MemoryCategory::workspace);
+      a.norm_scratch = DeviceBytes(at, "norm_scratch", kernels::kRmsnormDwScratch * f4, MemoryCategory::workspace);
     }
     if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
   }
