@@ -2,6 +2,8 @@
 // loaded and validated exactly as a job's. Prints the problems and returns false if invalid.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -30,5 +32,17 @@ inline bool load_bench_config(const char* program, const std::string& path, cons
   out = loaded.config;
   return loaded.ok();
 }
+
+// The --config and --set options every benchmark takes, and their loading.
+struct BenchConfigArgs {
+  std::string path;
+  std::vector<std::string> overrides;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--config", path, "TOML configuration (default: all defaults)");
+    app.add_option("--set", overrides, "Override one key (repeatable)");
+  }
+  bool load(const char* program, Config& out) const { return load_bench_config(program, path, overrides, out); }
+};
 
 }  // namespace shardrl

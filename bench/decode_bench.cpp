@@ -20,18 +20,16 @@ using namespace shardrl;
 
 int main(int argc, char** argv) {
   CLI::App app{"shardrl decode benchmark: generated tokens/s through the KV cache"};
-  std::string config_path;
-  std::vector<std::string> overrides;
+  BenchConfigArgs config_args;
   std::vector<int> batches = {1, 8, 64};
   int new_tokens = 32, prompt = 4;
-  app.add_option("--config", config_path, "TOML configuration (default: all defaults)");
-  app.add_option("--set", overrides, "Override one key (repeatable)");
+  config_args.add_to(app);
   app.add_option("--batch", batches, "Batch sizes (rows generating together)");
   app.add_option("--new-tokens", new_tokens, "Tokens generated per row")->check(CLI::PositiveNumber);
   app.add_option("--prompt-tokens", prompt, "Prompt length per row")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   Config cfg;
-  if (!load_bench_config("bench_decode", config_path, overrides, cfg)) return 2;
+  if (!config_args.load("bench_decode", cfg)) return 2;
   KokkosRuntime kokkos(0);
   ModelOptions model = model_options(cfg);
   double copy_bw = 0;   // bytes moved (read + write) per second

@@ -84,17 +84,15 @@ int run(const Config& cfg, int steps, int warmup) {
 
 int main(int argc, char** argv) {
   CLI::App app{"shardrl model benchmark: forward+backward tokens/s and GEMM FLOP/s on one device"};
-  std::string config_path;
-  std::vector<std::string> overrides;
+  BenchConfigArgs config_args;
   int steps = 10, warmup = 2;
-  app.add_option("--config", config_path, "TOML configuration (default: all defaults)");
-  app.add_option("--set", overrides, "Override one key (repeatable)");
+  config_args.add_to(app);
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   Config cfg;
-  if (!load_bench_config("bench_model", config_path, overrides, cfg)) return 2;
+  if (!config_args.load("bench_model", cfg)) return 2;
   KokkosRuntime kokkos(0);
   return run(cfg, steps, warmup);
 }

@@ -77,18 +77,16 @@ double time_steps(const ModelOptions& base, const Layout& l, const Config& cfg, 
 
 int main(int argc, char** argv) {
   CLI::App app{"shardrl padding vs packing benchmark"};
-  std::string config_path;
-  std::vector<std::string> overrides;
+  BenchConfigArgs config_args;
   int sequences = 32, min_length = 0, steps = 5;
-  app.add_option("--config", config_path, "TOML configuration (default: all defaults)");
-  app.add_option("--set", overrides, "Override one key (repeatable)");
+  config_args.add_to(app);
   app.add_option("--sequences", sequences, "Sequences in the batch")->check(CLI::PositiveNumber);
   app.add_option("--min-length", min_length, "Shortest sequence (default: train.seq_len / 8)");
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   Config cfg;
-  if (!load_bench_config("bench_packing", config_path, overrides, cfg)) return 2;
+  if (!config_args.load("bench_packing", cfg)) return 2;
   KokkosRuntime kokkos(0);
   const ModelOptions base = model_options(cfg);
   const int S = base.max_seq_len;

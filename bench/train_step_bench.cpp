@@ -75,12 +75,10 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
 
 int main(int argc, char** argv) {
   CLI::App app{"shardrl fully-sharded train step benchmark (run under mpirun)"};
-  std::string config_path;
-  std::vector<std::string> overrides;
+  BenchConfigArgs config_args;
   int steps = 10, warmup = 3;
   double peak = 989.0;
-  app.add_option("--config", config_path, "TOML configuration (default: all defaults)");
-  app.add_option("--set", overrides, "Override one key (repeatable)");
+  config_args.add_to(app);
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--peak-tflops", peak, "Dense bf16 peak of one GPU, for MFU")->check(CLI::PositiveNumber);
@@ -89,7 +87,7 @@ int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv);
   ProcessLayout layout = ProcessLayout::discover(mpi.world());
   Config cfg;
-  if (!load_bench_config("bench_train_step", config_path, overrides, cfg)) return 2;
+  if (!config_args.load("bench_train_step", cfg)) return 2;
   DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
   return run(cfg, steps, warmup, peak, layout);

@@ -16,13 +16,9 @@
 #include "io/sharded_file_detail.hpp"
 #include "io/tensor_checksum.hpp"
 
-
 namespace shardrl {
 
 using namespace sharded_file_detail;
-
-// =============================================================================================
-// Writer
 
 ShardedFileWriter::ShardedFileWriter(const std::filesystem::path& path, MPI_Comm comm) : path_(path), comm_(comm) {
   MPI_Comm_rank(comm_, &rank_);
@@ -209,8 +205,5 @@ void ShardedFileWriter::close() {
   agree(comm_, rank_,
         error.empty() ? error : fmt::format("{}: cannot write the file to disk ({})", path_.string(), error));
 }
-
-// =============================================================================================
-// Reader
 
 }  // namespace shardrl

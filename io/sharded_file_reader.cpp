@@ -15,7 +15,6 @@
 #include "io/sharded_file_detail.hpp"
 #include "io/tensor_checksum.hpp"
 
-
 namespace shardrl {
 
 using namespace sharded_file_detail;

@@ -26,6 +26,21 @@ struct AttentionBlock {
   int g = 0;         // key/value head
 };
 
+// What a block's row (r, n) is about: query token n (slot in the row), its head h, its token
+// index t in the batch, and the first slot of its sequence (the row's keys j in [first, n]).
+struct AttentionRow {
+  int n, h, first;
+  long t;
+};
+KOKKOS_INLINE_FUNCTION AttentionRow attention_row(const AttentionBlock& blk, long row, const std::int32_t* positions) {
+  AttentionRow a;
+  a.n = static_cast<int>(row % blk.S);
+  a.h = blk.g * blk.group + static_cast<int>(row / blk.S);
+  a.t = static_cast<long>(blk.b) * blk.S + a.n;
+  a.first = a.n - positions[a.t];
+  return a;
+}
+
 // probs(r, n, j) = exp(scale * scores(r, n, j) - lse(n, h)) over n's keys j, 0 elsewhere;
 // lse(n, h) = logsumexp_j of scale * scores over the same keys (saved for backward).
 template <class T>
@@ -33,16 +48,12 @@ void attention_softmax_forward(const ExecSpace& space, const AttentionBlock& blk
                                float scale, const float* scores, T* probs, float* lse) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int S = blk.S, H = blk.n_heads;
-  const long token0 = static_cast<long>(blk.b) * S;
-  const int head0 = blk.g * blk.group;
   Kokkos::parallel_for(
       "attention_softmax_forward", Kokkos::TeamPolicy<ExecSpace>(space, blk.group * S, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const long row = team.league_rank();   // r * S + n
-        const int n = static_cast<int>(row % S);
-        const int h = head0 + static_cast<int>(row / S);
-        const long t = token0 + n;
-        const int first = n - positions[t];
+        const AttentionRow a = attention_row(blk, row, positions);
+        const int n = a.n, first = a.first;
         const float* sr = scores + row * S;
         // One pass over the scores: each thread keeps a running max and a sum of exponentials
         // rescaled whenever its max grows; then the team combines them (max, then the sums
@@ -66,7 +77,7 @@ void attention_softmax_forward(const ExecSpace& space, const AttentionBlock& blk
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
           pr[j] = (j >= first && j <= n) ? T(expf(scale * sr[j] - l)) : T(0.0f);
         });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { lse[t * H + h] = l; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { lse[a.t * H + a.h] = l; });
       });
 }
 
@@ -77,20 +88,16 @@ void attention_softmax_recompute(const ExecSpace& space, const AttentionBlock& b
                                  float scale, const float* scores, const float* lse, T* probs) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int S = blk.S, H = blk.n_heads;
-  const long token0 = static_cast<long>(blk.b) * S;
-  const int head0 = blk.g * blk.group;
   Kokkos::parallel_for(
       "attention_softmax_recompute", Kokkos::TeamPolicy<ExecSpace>(space, blk.group * S, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const long row = team.league_rank();
-        const int n = static_cast<int>(row % S);
-        const long t = token0 + n;
-        const int first = n - positions[t];
-        const float l = lse[t * H + head0 + static_cast<int>(row / S)];
+        const AttentionRow a = attention_row(blk, row, positions);
+        const float l = lse[a.t * H + a.h];
         const float* sr = scores + row * S;
         T* pr = probs + row * S;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
-          pr[j] = (j >= first && j <= n) ? T(expf(scale * sr[j] - l)) : T(0.0f);
+          pr[j] = (j >= a.first && j <= a.n) ? T(expf(scale * sr[j] - l)) : T(0.0f);
         });
       });
 }
@@ -103,16 +110,12 @@ void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& bl
                                 const T* out, const T* dout, const float* dprobs, T* probs_to_dscores) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int S = blk.S, H = blk.n_heads;
-  const long token0 = static_cast<long>(blk.b) * S;
-  const int head0 = blk.g * blk.group;
   Kokkos::parallel_for(
       "attention_softmax_backward", Kokkos::TeamPolicy<ExecSpace>(space, blk.group * S, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const long row = team.league_rank();
-        const int n = static_cast<int>(row % S);
-        const int h = head0 + static_cast<int>(row / S);
-        const int first = n - positions[token0 + n];
-        const long base = ((token0 + n) * H + h) * hd;
+        const AttentionRow a = attention_row(blk, row, positions);
+        const long base = (a.t * H + a.h) * hd;
         float D = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, hd),
@@ -121,7 +124,7 @@ void attention_softmax_backward(const ExecSpace& space, const AttentionBlock& bl
         const float* dpr = dprobs + row * S;
         T* pr = probs_to_dscores + row * S;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const int j) {
-          pr[j] = (j >= first && j <= n) ? T(static_cast<float>(pr[j]) * (dpr[j] - D)) : T(0.0f);
+          pr[j] = (j >= a.first && j <= a.n) ? T(static_cast<float>(pr[j]) * (dpr[j] - D)) : T(0.0f);
         });
       });
 }

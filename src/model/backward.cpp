@@ -38,7 +38,7 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
   gemm_->gemm(Op::N, Op::N, N, D, V, 1.0f, a.dlogits.as<T>(), V, lm, D, 0.0f, a.dh.as<T>(), D);
   weight_grad(a.dlogits.as<T>(), a.hf.as<T>(), lm_g, V, D);
   kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(),
-                            a.dh.as<T>(), a.dres.as<T>(), g + a.head_norm, N, D, 0.0f, act_->norm_scratch.as<float>());
+                            a.dh.as<T>(), a.dres.as<T>(), g + a.head_norm, N, D, 0.0f, a.norm_scratch.as<float>());
 }
 
 template <class T>
@@ -63,24 +63,24 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   weight_grad(b.dg.as<T>(), a.h2.as<T>(), g + o.gate, F, D);
   weight_grad(b.du.as<T>(), a.h2.as<T>(), g + o.up, F, D);
   kernels::rmsnorm_backward(space_, a.xmid.as<T>(), w + o.post_norm, a.rstd2.as<float>(), b.dh.as<T>(), dres,
-                            g + o.post_norm, N, D, 1.0f, act_->norm_scratch.as<float>());
+                            g + o.post_norm, N, D, 1.0f, b.norm_scratch.as<float>());
 
   // Attention: xmid = x + o_proj(attn(rope(norm(q)), rope(norm(k)), v)).
   mm.gemm(Op::N, Op::N, N, Hq, D, 1.0f, dres, D, w + o.o, Hq, 0.0f, b.dattn.as<T>(), Hq);
   weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  gemm_attention_backward(space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(), a.attn.as<T>(),
-                     a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(), b.dv.as<T>(),
-                     b.attention_workspace());
+  gemm_attention_backward(space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+                          a.attn.as<T>(), a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(),
+                          b.dv.as<T>(), b.attention_workspace());
   kernels::rope_backward(space_, b.dq.as<T>(), b.positions.data(), N, s.n_heads, hd, s.rope_theta);
   kernels::rope_backward(space_, b.dk.as<T>(), b.positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
   T* dq = b.dq.as<T>();
   T* dk = b.dk.as<T>();
   if (s.qk_norm) {
     kernels::rmsnorm_backward(space_, a.q_raw.as<T>(), w + o.q_norm, a.rstd_q.as<float>(), dq, b.dq_raw.as<T>(),
-                              g + o.q_norm, N * s.n_heads, hd, 0.0f, act_->norm_scratch.as<float>());
+                              g + o.q_norm, N * s.n_heads, hd, 0.0f, b.norm_scratch.as<float>());
     kernels::rmsnorm_backward(space_, a.k_raw.as<T>(), w + o.k_norm, a.rstd_k.as<float>(), dk, b.dk_raw.as<T>(),
-                              g + o.k_norm, N * s.n_kv_heads, hd, 0.0f, act_->norm_scratch.as<float>());
+                              g + o.k_norm, N * s.n_kv_heads, hd, 0.0f, b.norm_scratch.as<float>());
     dq = b.dq_raw.as<T>();
     dk = b.dk_raw.as<T>();
   }
@@ -91,7 +91,7 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   weight_grad(dk, a.h1.as<T>(), g + o.k, Hkv, D);
   weight_grad(b.dv.as<T>(), a.h1.as<T>(), g + o.v, Hkv, D);
   kernels::rmsnorm_backward(space_, residual<T>(layer), w + o.input_norm, a.rstd1.as<float>(),
-                            b.dh.as<T>(), dres, g + o.input_norm, N, D, 1.0f, act_->norm_scratch.as<float>());
+                            b.dh.as<T>(), dres, g + o.input_norm, N, D, 1.0f, b.norm_scratch.as<float>());
 }
 
 template <class T>

@@ -54,7 +54,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
                             static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
     gemm_attention_forward(space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                      a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
+                           a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
   } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
     kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
@@ -66,7 +66,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
     gemm_attention_forward(space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                      a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
+                           a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
   }
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);
