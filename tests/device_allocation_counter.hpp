@@ -3,6 +3,11 @@
 // a phase has run": a captured CUDA graph replays fixed addresses (DESIGN.md invariant 3), and a
 // re-entered phase must not grow. Kokkos calls back with a plain function pointer, hence the
 // process-wide counts. One counter at a time.
+//
+// Zero-byte records are not counted: Kokkos' CUDA backend reports a "TeamScratchMemory"
+// allocation of 0 B at every team launch that needs no global scratch (its resize of an empty
+// pool calls cudaMalloc(0), which returns no memory), while a launch that does need scratch
+// reports its real size and is counted.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +45,7 @@ class DeviceAllocationCounter {
   }
   static void on_allocate(const Kokkos::Profiling::SpaceHandle space, const char* label, const void*,
                           std::uint64_t size) {
-    if (std::strcmp(space.name, MemSpace::name()) == 0)
+    if (size > 0 && std::strcmp(space.name, MemSpace::name()) == 0)
       names().push_back(std::string(label) + " (" + std::to_string(size) + " B)");
   }
 };
