@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
                            weight_bytes / 1e9);
   for (int batch : batches) {
     Generator gen(model, batch, prompt + new_tokens, ExecSpace());
+    if (cfg.rollout.cuda_graph == RolloutGraph::decode) gen.use_decode_graphs();
     DenseParameters params(gen.model(), ExecSpace());
     params.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
     std::vector<const void*> weights;

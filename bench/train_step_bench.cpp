@@ -16,6 +16,7 @@
 #include "core/kokkos.hpp"
 #include "core/memory_ledger.hpp"
 #include "fsdp/sharded_trainer.hpp"
+#include "fsdp/train_step_graphs.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
@@ -42,8 +43,20 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
   model.set_batch(tokens.data(), targets.data(), B, S);
   DeviceView<float> mask("mask", B * S), loss("loss", 1);
   Kokkos::deep_copy(mask, 1.0f);
+  const MaskedNll objective(mask.data(), 1.0f / (float(B) * S * ranks), loss.data());
+  // train.cuda_graph = "full": the same step captured once and replayed (the inputs do not
+  // change, so nothing is staged between steps but the one micro-batch, once).
+  std::unique_ptr<TrainStepGraphs> graphs;
+  if (cfg.train.cuda_graph == TrainGraph::full) {
+    graphs = std::make_unique<TrainStepGraphs>(trainer, model, std::vector<DeviceRegion>{{mask.data(), mask.extent(0) * sizeof(float)}}, 1);
+    graphs->stage(0);
+  }
   auto step = [&] {
-    trainer.forward_backward(mask.data(), 1.0f / (float(B) * S * ranks), loss.data());
+    if (graphs) {
+      graphs->step("bench", 1, objective);
+      return;
+    }
+    trainer.forward_backward(objective);
     trainer.optimizer_step();
   };
   for (int i = 0; i < warmup; ++i) step();
@@ -63,10 +76,10 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
   MPI_Allreduce(MPI_IN_PLACE, &peak_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0)
     std::cout << fmt::format(
-        "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}\n"
+        "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}{}\n"
         "  step {:.1f} ms | {:.0f} tokens/s per GPU | MFU {:.1f}% (of {} TFLOP/s) | peak ledger {:.2f} GiB per rank\n",
         cfg.model.preset, params / 1e9, o.precision == Precision::bf16 ? "bf16" : "fp32", ranks, B, S,
-        execution_space_name(), step_s * 1e3, tokens_per_gpu, 100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
+        execution_space_name(), graphs ? " | CUDA graph" : "", step_s * 1e3, tokens_per_gpu, 100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
         peak_tflops, peak_bytes / double(1ull << 30));
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "core/bf16.hpp"
+#include "core/device_stream.hpp"
 #include "core/kokkos.hpp"
 
 namespace shardrl {
@@ -39,13 +40,7 @@ struct StreamRef {
 };
 
 // The stream of a Kokkos execution space instance, so collectives order after its kernels.
-inline StreamRef stream_of([[maybe_unused]] const ExecSpace& space) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return StreamRef{space.cuda_stream()};
-#else
-  return StreamRef{};
-#endif
-}
+inline StreamRef stream_of(const ExecSpace& space) { return StreamRef{stream_handle(space)}; }
 
 // Elements per rank when `total` elements are split into equal shards (the last padded).
 inline std::size_t padded_shard(std::size_t total, int world_size) {

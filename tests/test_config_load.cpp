@@ -70,6 +70,19 @@ TEST(ConfigLoad, BackendMustBeCompiledIn) {
             "the GPU (use \"auto\" or \"nccl\")");
 }
 
+TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {
+  EXPECT_TRUE(load_config("[train]\ncuda_graph = \"full\"\n[rollout]\ncuda_graph = \"decode\"\n", "f", {}, kGpu).ok());
+  LoadedConfig l = load_config("[train]\ncuda_graph = \"full\"\n", "job.toml", {"rollout.cuda_graph=decode"}, kCpu);
+  ASSERT_EQ(l.errors.size(), 2u);
+  EXPECT_EQ(l.errors[0],
+            "job.toml:2:14: train.cuda_graph = \"full\" captures CUDA graphs, but this shardrl was built for CPU (use "
+            "\"none\")");
+  EXPECT_EQ(l.errors[1],
+            "--set rollout.cuda_graph=decode: rollout.cuda_graph = \"decode\" captures CUDA graphs, but this shardrl "
+            "was built for CPU (use \"none\")");
+  EXPECT_FALSE(load_config("[train]\ncuda_graph = \"partial\"\n", "f", {}, kGpu).ok());
+}
+
 TEST(ConfigLoad, DerivedValuesNeverRewriteTheConfig) {
   LoadedConfig l = load_config("[run]\nname = \"n\"\ndir = \"out\"\n", "f", {}, kCpu);
   ASSERT_TRUE(l.ok());

@@ -210,5 +210,40 @@ TEST(Generate, SameKeysSameCompletionsInAnyBatch) {
   EXPECT_NE(other_seed[0].tokens, together[0].tokens);
 }
 
+// rollout.cuda_graph = "decode": the decode step replayed per batch bucket (CUDA graphs on GPU
+// builds, host replay on CPU builds) draws what eager decoding draws, while rows finish and the
+// active rows shrink through the buckets (4, 2, 1 for 3 rows: padding rows use free' cache
+// slots); a second call captures nothing new.
+TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDraws) {
+  GenerationRig rig;
+  auto rows = rig.rows();
+  Generator eager(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
+  Generator graphed(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
+  graphed.use_decode_graphs(!CapturedGraph::native());
+  const SamplingOptions sampling{1.0f, 0, 1.0f};
+  // An EOS that some rows draw early: the most frequent first token of an open-ended run.
+  auto open = eager.generate(rig.weights, rows, sampling, 12, 3, 1, /*eos=*/-1);
+  const std::int32_t eos = open[2].tokens[1];
+  auto want = eager.generate(rig.weights, rows, sampling, 12, 3, 1, eos);
+  std::size_t lengths_differ = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) lengths_differ += want[r].tokens.size() != want[0].tokens.size();
+  EXPECT_GT(lengths_differ, 0u) << "rows should finish at different steps";
+  // A bucket's first step runs eagerly, its second is captured, later ones replay.
+  for (int call = 0; call < 3; ++call) {
+    auto got = graphed.generate(rig.weights, rows, sampling, 12, 3, 1, eos);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      ASSERT_EQ(got[r].tokens, want[r].tokens) << "call " << call << " row " << r;
+      ASSERT_EQ(got[r].logp.size(), want[r].logp.size());
+      for (std::size_t i = 0; i < got[r].logp.size(); ++i)
+        EXPECT_NEAR(got[r].logp[i], want[r].logp[i], 1e-5) << "call " << call << " row " << r << " token " << i;
+    }
+  }
+  const int captures = graphed.decode_graph_captures();
+  EXPECT_GE(captures, 2);
+  EXPECT_LE(captures, 3);
+  graphed.generate(rig.weights, rows, sampling, 12, 3, 1, eos);
+  EXPECT_EQ(graphed.decode_graph_captures(), captures) << "a known bucket is not captured again";
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -73,6 +73,41 @@ TEST(GrpoLoop, SameTrajectoryAsOneRank) {
   EXPECT_LT(warm_one.back(), warm_one.front());
 }
 
+// train.cuda_graph = "full" in the RL job: the warm-up and the GRPO steps, each captured once and
+// replayed across rollouts (the arena's rollout phase overwrites the train phase's buffers in
+// between), follow the eager job exactly; bf16 with two minibatches per rollout.
+TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
+  if (!CapturedGraph::native()) GTEST_SKIP() << "CUDA graphs need a GPU build (test_step_graphs covers the schedule)";
+  Config c = small_config();
+  c.model.precision = Precision::bf16;
+  c.rl.sft_steps = 6;
+  constexpr int kIterations = 5;
+  std::vector<double> warm_eager, warm_graph;
+  std::vector<Record> eager, graph;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    warm_eager = job.warm_up();
+    eager = trajectory(job, kIterations);
+  }
+  c.train.cuda_graph = TrainGraph::full;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    warm_graph = job.warm_up();
+    graph = trajectory(job, kIterations);
+    ASSERT_NE(job.loop.step_graphs(), nullptr);
+    EXPECT_EQ(job.loop.step_graphs()->captures(), 2) << "one warm-up graph and one GRPO graph";
+    // Each bucket's first step runs eagerly.
+    EXPECT_EQ(job.loop.step_graphs()->replays(), (c.rl.sft_steps - 1) + (kIterations * c.rl.minibatches - 1));
+  }
+  EXPECT_EQ(warm_graph, warm_eager);
+  for (int it = 0; it < kIterations; ++it) {
+    EXPECT_EQ(graph[it].reward, eager[it].reward) << "iteration " << it;
+    EXPECT_EQ(graph[it].loss, eager[it].loss) << "iteration " << it;
+    EXPECT_EQ(graph[it].grad_norm, eager[it].grad_norm) << "iteration " << it;
+    EXPECT_EQ(graph[it].kl, eager[it].kl) << "iteration " << it;
+  }
+}
+
 // rl.old_logp = "rollout" takes the sampler's log-probabilities: in fp32 they are the training
 // forward's to rounding (same positions, same tokens), so the trajectory equals recomputing them.
 TEST(GrpoLoop, SamplerLogpEqualsRecomputedLogp) {

@@ -89,6 +89,7 @@ int run_generate(const GenerateArgs& args) {
     return kExitUsage;
   }
   Generator generator(model, args.samples, max_len, ExecSpace());
+  if (cfg.rollout.cuda_graph == RolloutGraph::decode) generator.use_decode_graphs();
   DenseParameters params(generator.model(), ExecSpace());
   params.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
   if (checkpoint) {   // every parameter whole, on this process

@@ -13,6 +13,7 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
+#include "core/phase_arena.hpp"
 
 namespace shardrl {
 
@@ -26,7 +27,9 @@ struct GemmCounters {
 
 class Gemm {
  public:
-  explicit Gemm(const ExecSpace& space);
+  // `at`: where the cuBLAS backend's fixed workspace lives (a phase of an arena, or its own
+  // allocation); the host backend's grows on the heap.
+  explicit Gemm(const ExecSpace& space, ArenaPlacement at = {});
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -54,6 +57,11 @@ class Gemm {
   std::size_t workspace_bytes() const;
 
   const GemmCounters& counters() const { return counters_; }
+  // Products a replayed CUDA graph ran without this object's host code.
+  void add_replayed_counts(const GemmCounters& replayed) {
+    counters_.calls += replayed.calls;
+    counters_.flops += replayed.flops;
+  }
 
  private:
   struct Backend;   // cuBLAS handle, or host workspace

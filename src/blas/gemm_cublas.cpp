@@ -14,6 +14,7 @@
 
 #include "blas/cublas_check.hpp"
 #include "blas/cublas_handle.hpp"
+#include "core/ledger_view.hpp"
 
 // shardrl::bf16 buffers are handed to cuBLAS as CUDA_R_16BF: same size, alignment and bits.
 static_assert(sizeof(shardrl::bf16) == sizeof(__nv_bfloat16) && alignof(shardrl::bf16) == alignof(__nv_bfloat16),
@@ -41,10 +42,28 @@ cublasOperation_t to_cublas(Op op) { return op == Op::N ? CUBLAS_OP_N : CUBLAS_O
 
 }  // namespace
 
+// cuBLAS's workspace, fixed (NVIDIA's size for Hopper): cuBLAS then never allocates one itself,
+// which it must not do while a step is captured as a CUDA graph.
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t(32) << 20;
+
 struct Gemm::Backend {
   CublasHandle handle;
+  // In the model's arena phase where it has one: its address is known once the arena is
+  // committed, so it is handed to cuBLAS at the first product.
+  LedgerView<char> workspace;
+  bool workspace_set = false;
 
-  explicit Backend(cudaStream_t stream) : handle(stream) {
+  cublasHandle_t ready() {
+    if (!workspace_set) {
+      SHARDRL_CHECK(workspace.data() != nullptr, "a GEMM before the arena holding its workspace was committed");
+      SHARDRL_CHECK_CUBLAS(cublasSetWorkspace(handle.get(), workspace.data(), kCublasWorkspaceBytes));
+      workspace_set = true;
+    }
+    return handle.get();
+  }
+
+  Backend(cudaStream_t stream, ArenaPlacement at)
+      : handle(stream), workspace(at, MemoryCategory::workspace, "cublas_workspace", kCublasWorkspaceBytes) {
     // Default math: fp32 operands stay true fp32 (TF32 only if asked for), so fp32 products
     // meet fp32 error bounds; bf16 operands use tensor cores with fp32 accumulation.
     // DISALLOW_REDUCED_PRECISION_REDUCTION: without it, cuBLAS reduces split-k partial sums in
@@ -58,7 +77,9 @@ struct Gemm::Backend {
   }
 };
 
-Gemm::Gemm(const ExecSpace& space) : space_(space), backend_(std::make_unique<Backend>(stream_of_space(space))) {}
+Gemm::Gemm(const ExecSpace& space, ArenaPlacement at)
+    : space_(space), backend_(std::make_unique<Backend>(stream_of_space(space), at)) {}
+
 
 Gemm::~Gemm() = default;
 
@@ -66,7 +87,7 @@ template <class TA, class TB, class TC>
 void Gemm::gemm(Op opA, Op opB, int m, int n, int k, float alpha, const TA* A, int lda, const TB* B, int ldb,
                 float beta, TC* C, int ldc) {
   if (!check_and_count(opA, opB, m, n, k, lda, ldb, ldc, 0, 0, 0, 1)) return;
-  SHARDRL_CHECK_CUBLAS(cublasGemmEx(backend_->handle.get(), to_cublas(opB), to_cublas(opA), n, m, k, &alpha,
+  SHARDRL_CHECK_CUBLAS(cublasGemmEx(backend_->ready(), to_cublas(opB), to_cublas(opA), n, m, k, &alpha,
                                     B, cuda_type<TB>(), ldb, A, cuda_type<TA>(), lda, &beta, C, cuda_type<TC>(),
                                     ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -77,14 +98,14 @@ void Gemm::gemm_strided_batched(Op opA, Op opB, int m, int n, int k, float alpha
                                 long strideC, int batch) {
   if (!check_and_count(opA, opB, m, n, k, lda, ldb, ldc, strideA, strideB, strideC, batch)) return;
   SHARDRL_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
-      backend_->handle.get(), to_cublas(opB), to_cublas(opA), n, m, k, &alpha, B, cuda_type<TB>(), ldb, strideB, A,
+      backend_->ready(), to_cublas(opB), to_cublas(opA), n, m, k, &alpha, B, cuda_type<TB>(), ldb, strideB, A,
       cuda_type<TA>(), lda, strideA, &beta, C, cuda_type<TC>(), ldc, strideC, batch, CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
 
 void Gemm::reserve(long, long, long) {}   // cuBLAS needs no conversion workspace
 
-std::size_t Gemm::workspace_bytes() const { return 0; }
+std::size_t Gemm::workspace_bytes() const { return kCublasWorkspaceBytes; }
 
 #define SHARDRL_GEMM_INSTANTIATE(TA, TB, TC)                                                             \
   template void Gemm::gemm<TA, TB, TC>(Op, Op, int, int, int, float, const TA*, int, const TB*, int, float, \

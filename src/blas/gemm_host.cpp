@@ -91,7 +91,7 @@ void host_gemm(std::vector<float>& workspace, Op opA, Op opB, int m, int n, int 
 
 }  // namespace
 
-Gemm::Gemm(const ExecSpace& space) : space_(space), backend_(std::make_unique<Backend>()) {}
+Gemm::Gemm(const ExecSpace& space, ArenaPlacement) : space_(space), backend_(std::make_unique<Backend>()) {}
 
 Gemm::~Gemm() {
   MemoryLedger::instance().add(MemoryCategory::workspace, -static_cast<std::int64_t>(workspace_bytes()));

@@ -40,11 +40,18 @@ struct ModelConfig {
   double init_std = 0.02;
 };
 
+// Whether a whole optimizer step (every micro-batch's forward and backward, the collectives and
+// the optimizer) is captured once as a CUDA graph and replayed every step.
+enum class TrainGraph { none, full };
+// Whether a decode step (every layer, the head and the draw) is captured per batch bucket.
+enum class RolloutGraph { none, decode };
+
 struct TrainConfig {
   bool gradient_accumulation_fusion = true;
   std::int64_t micro_batch_size = 4;   // sequences per micro-batch
   std::int64_t seq_len = 128;          // positions per sequence (activation buffers)
   bool activation_recompute = false;
+  TrainGraph cuda_graph = TrainGraph::none;
 };
 
 enum class GradDtype { fp32, bf16 };
@@ -76,6 +83,7 @@ struct RolloutConfig {
   std::int64_t top_k = 0;          // 0: off
   double top_p = 1.0;              // 1: off
   std::int64_t max_new_tokens = 64;
+  RolloutGraph cuda_graph = RolloutGraph::none;
 };
 
 enum class LossAggregation { token, sequence };

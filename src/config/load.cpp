@@ -292,6 +292,15 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "
         "(use \"auto\" or \"mpi\")",
         where("comm.backend")));
+  if (c.train.cuda_graph == TrainGraph::full && !build.has_cuda)
+    out.errors.push_back(fmt::format(
+        "{}: train.cuda_graph = \"full\" captures CUDA graphs, but this shardrl was built for CPU (use \"none\")",
+        where("train.cuda_graph")));
+  if (c.rollout.cuda_graph == RolloutGraph::decode && !build.has_cuda)
+    out.errors.push_back(fmt::format(
+        "{}: rollout.cuda_graph = \"decode\" captures CUDA graphs, but this shardrl was built for CPU (use "
+        "\"none\")",
+        where("rollout.cuda_graph")));
   if (c.comm.backend == CommBackend::mpi && build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on the "

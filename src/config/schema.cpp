@@ -173,6 +173,11 @@ std::vector<KeyDef> build_schema() {
                     "Keep only each layer's input during forward and recompute the layer's "
                     "activations in backward (less memory, one more forward).",
                     &Config::train, &TrainConfig::activation_recompute));
+  s.push_back(choice("train", "cuda_graph",
+                     "`full`: each optimizer step (all micro-batches' forward and backward, the collectives "
+                     "and the optimizer) is captured once as a CUDA graph and replayed every step; `none`: "
+                     "launched kernel by kernel. `full` needs a CUDA build.",
+                     &Config::train, &TrainConfig::cuda_graph, std::vector<std::string>{"none", "full"}));
 
   const std::vector<std::string> dtypes = {"fp32", "bf16"};
   s.push_back(field("fsdp", "reshard_after_forward", VK::boolean,
@@ -244,6 +249,11 @@ std::vector<KeyDef> build_schema() {
                                       &RolloutConfig::max_new_tokens),
                                 1),
                        kMaxInt));
+  s.push_back(choice("rollout", "cuda_graph",
+                     "`decode`: the decode step (every layer, the head and the draw) is captured as a CUDA "
+                     "graph per batch bucket (powers of two) and replayed; `none`: launched kernel by "
+                     "kernel. `decode` needs a CUDA build.",
+                     &Config::rollout, &RolloutConfig::cuda_graph, std::vector<std::string>{"none", "decode"}));
 
   s.push_back(field("rl", "task", VK::choice, "Verifiable task: `sort`, `add`, `reverse` or `jsonl`.", &Config::rl,
                     &RlConfig::task));

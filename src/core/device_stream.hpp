@@ -4,12 +4,22 @@
 // these are no-ops.
 #pragma once
 
+#include "core/kokkos.hpp"
 #include "core/live_handles.hpp"
 
 namespace shardrl {
 
 // A stream as the collectives see it (cudaStream_t on GPU builds; null on CPU builds).
 using StreamHandle = void*;
+
+// The stream of a Kokkos execution space instance.
+inline StreamHandle stream_handle([[maybe_unused]] const ExecSpace& space) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return space.cuda_stream();
+#else
+  return nullptr;
+#endif
+}
 
 // A stream of its own for communication (move-only owner).
 class SideStream {

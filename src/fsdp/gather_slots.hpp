@@ -26,6 +26,7 @@ class GatherSlots {
   GatherSlots(int count, std::int64_t elements, std::size_t element_size, bool check_released,
               ArenaPlacement at, const ExecSpace& space);
 
+  int count() const { return static_cast<int>(buffers_.size()); }
   int holding(int unit) const;            // slot holding `unit`, or -1
   bool has_free() const;
   // Claims a free slot for `unit` (fatal if none: a schedule bug).

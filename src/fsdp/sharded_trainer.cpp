@@ -362,6 +362,37 @@ void ShardedTrainer::optimizer_step() {
   }
 }
 
+void ShardedTrainer::add_replayed_profile(const StepProfile& step) {
+  profile_.all_gathers += step.all_gathers;
+  profile_.all_gather_bytes += step.all_gather_bytes;
+  profile_.reduce_scatters += step.reduce_scatters;
+  profile_.reduce_scatter_bytes += step.reduce_scatter_bytes;
+  profile_.all_reduce_bytes += step.all_reduce_bytes;
+}
+
+std::vector<const void*> ShardedTrainer::buffer_addresses() const {
+  std::vector<const void*> out;
+  auto add = [&](const auto& per_unit) {
+    for (const auto& v : per_unit) out.push_back(v.data());
+  };
+  add(main_);
+  add(compute_);
+  add(grad_f32_);
+  add(grad_bf16_);
+  add(m_f32_);
+  add(v_f32_);
+  add(m_bf16_);
+  add(v_bf16_);
+  add(reference_);
+  for (int slot = 0; slot < slots_->count(); ++slot) out.push_back(slots_->buffer(slot));
+  for (int b = 0; b < 2; ++b)
+    for (const void* p : {static_cast<const void*>(grad_full_[b].data()), static_cast<const void*>(send_bf16_[b].data()),
+                          static_cast<const void*>(recv_f32_[b].data()), static_cast<const void*>(recv_bf16_[b].data())})
+      out.push_back(p);
+  out.push_back(optimizer_.sumsq());
+  return out;
+}
+
 void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
   SHARDRL_CHECK(static_cast<int>(out.size()) == layout_.unit_count(), "one output buffer per unit");
   const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;

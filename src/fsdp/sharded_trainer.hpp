@@ -86,6 +86,13 @@ class ShardedTrainer {
   void set_peak_lr(float lr) { optimizer_.set_peak_lr(lr); }
   const StepProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = StepProfile{}; }
+  // A replayed CUDA graph ran a step's collectives without its host code: count them.
+  void add_replayed_profile(const StepProfile& step);
+  bool profiling() const { return options_.profile; }   // fences inside the step: not capturable
+  // Every persistent and transient device buffer of the trainer (weights, their compute copies,
+  // gradients, moments, reference, gather slots, gradient and receive buffers): fixed from
+  // construction on, as a captured step needs.
+  std::vector<const void*> buffer_addresses() const;
   const ShardLayout& layout() const { return layout_; }
 
   // Every unit's full weights in the compute type into out[u] (padded_u elements each): the

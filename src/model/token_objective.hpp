@@ -4,6 +4,10 @@
 // step never waits for the host. Supervised warm-up and GRPO are two objectives of the same step.
 #pragma once
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "core/kokkos.hpp"
 #include "kernels/cross_entropy.hpp"
 
@@ -13,6 +17,9 @@ class TokenObjective {
  public:
   virtual ~TokenObjective() = default;
   virtual void apply(const ExecSpace& space, const float* logp, float* dlogp, int n) const = 0;
+  // What a captured step bakes in: the buffers apply() reads and writes and its constants. Two
+  // objectives with the same identity may share a CUDA graph.
+  virtual std::string identity() const = 0;
 };
 
 // Cross-entropy: *loss += -scale * sum(mask * logp); scale makes it the mean over the global batch.
@@ -21,6 +28,9 @@ class MaskedNll final : public TokenObjective {
   MaskedNll(const float* mask, float scale, float* loss) : mask_(mask), scale_(scale), loss_(loss) {}
   void apply(const ExecSpace& space, const float* logp, float* dlogp, int n) const override {
     kernels::masked_nll(space, logp, mask_, scale_, loss_, dlogp, n);
+  }
+  std::string identity() const override {
+    return fmt::format("nll {} {} {}", static_cast<const void*>(mask_), scale_, static_cast<const void*>(loss_));
   }
 
  private:

@@ -62,7 +62,7 @@ std::size_t Transformer::Activations::bytes() const {
 
 Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     : options_(options), space_(space), units_(model_units(options.shape)),
-      gemm_(std::make_unique<Gemm>(space)), act_(std::make_unique<Activations>()) {
+      gemm_(std::make_unique<Gemm>(space, options.arena)), act_(std::make_unique<Activations>()) {
   const ModelShape& s = options_.shape;
   SHARDRL_CHECK(options_.max_seq_len <= s.max_seq_len, "sequence length beyond the model's max_seq_len");
   const std::size_t N = std::size_t(options_.max_batch) * options_.max_seq_len;
@@ -214,6 +214,14 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
     Kokkos::deep_copy(space_, a.token_order, a.token_order_h);
     Kokkos::deep_copy(space_, a.token_starts, a.token_starts_h);
   }
+}
+
+std::vector<DeviceRegion> Transformer::batch_inputs() const {
+  Activations& a = *act_;
+  std::vector<DeviceRegion> out;
+  for (const auto* v : {&a.tokens, &a.targets, &a.positions, &a.slots, &a.token_order, &a.token_starts})
+    if (v->extent(0) > 0) out.push_back(DeviceRegion{v->data(), v->extent(0) * sizeof(std::int32_t)});
+  return out;
 }
 
 void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows,

@@ -12,6 +12,7 @@
 #include "blas/gemm.hpp"
 #include "config/config.hpp"
 #include "config/model_shape.hpp"
+#include "core/device_region.hpp"
 #include "core/kokkos.hpp"
 #include "core/phase_arena.hpp"
 #include "model/kv_cache.hpp"
@@ -65,6 +66,11 @@ class Transformer {
   void set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
                  const std::int32_t* positions = nullptr);
   int tokens_in_batch() const { return B_ * S_; }
+  int batch_rows() const { return B_; }
+  int batch_seq_len() const { return S_; }
+  // The device buffers set_batch fills (tokens, targets, positions, cache slots, the embedding
+  // backward's grouping), whole: what a captured step must find filled before its launch.
+  std::vector<DeviceRegion> batch_inputs() const;
 
   // Forward of unit u with its weights (flat, compute type). The head also needs the
   // embedding unit's weights when embeddings are tied (pass them as `tied_embedding`).
@@ -96,6 +102,11 @@ class Transformer {
   const void* logits() const;
 
   const WgradCounters& wgrad_counters() const { return wgrad_; }
+  // Weight-gradient GEMMs a replayed CUDA graph ran without this object's host code.
+  void add_replayed_counts(const WgradCounters& replayed) {
+    wgrad_.fused += replayed.fused;
+    wgrad_.unfused += replayed.unfused;
+  }
   Gemm& gemm() { return *gemm_; }
   std::size_t activation_bytes() const;
 

@@ -22,7 +22,8 @@ enum Slot : int {
   kPartialSumsq = 7,
   kBias1 = 8,
   kBias2 = 9,
-  kSlotCount = 10
+  kPeakLr = 10,
+  kSlotCount = 11
 };
 
 using OneThread = Kokkos::RangePolicy<ExecSpace>;
@@ -37,6 +38,16 @@ Optimizer::Optimizer(const OptimizerOptions& options, const ExecSpace& space)
                 "the cosine schedule needs decay_steps > 0");
   SHARDRL_CHECK(options_.clip_grad_norm >= 0.0f, "clip_grad_norm must be >= 0 (0 disables clipping)");
   host_scalars_ = Kokkos::create_mirror_view(scalars_);
+  set_peak_lr(options_.lr);
+  space_.fence();
+}
+
+void Optimizer::set_peak_lr(float lr) {
+  options_.lr = lr;
+  auto s = scalars_;
+  const double peak = lr;
+  Kokkos::parallel_for(
+      "optimizer_set_peak_lr", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) { s(kPeakLr) = peak; });
 }
 
 void Optimizer::begin_norm() {
@@ -68,9 +79,11 @@ double* Optimizer::sumsq() const { return scalars_.data() + kSumsq; }
 
 void Optimizer::prepare_step() {
   auto s = scalars_;
-  const OptimizerOptions o = options_;
+  const OptimizerOptions options = options_;
   Kokkos::parallel_for(
       "optimizer_prepare_step", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) {
+        OptimizerOptions o = options;
+        o.lr = static_cast<float>(s(kPeakLr));   // device-side: a captured step sees set_peak_lr
         const double norm = sqrt(s(kSumsq));
         const bool finite = (norm - norm) == 0.0;   // false for inf and nan
         s(kGradNorm) = norm;

@@ -67,8 +67,9 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
 
   // The peak learning rate of the schedule from the next prepare_step on (the supervised
-  // warm-up trains at its own rate, then RL at optim.lr).
-  void set_peak_lr(float lr) { options_.lr = lr; }
+  // warm-up trains at its own rate, then RL at optim.lr). Kept on the device, where
+  // prepare_step reads it, so a step captured before the change follows it.
+  void set_peak_lr(float lr);
 
   // Restore (checkpoint resume): counters as saved. Synchronises with the space.
   void set_counters(std::int64_t step, std::int64_t skipped);
@@ -78,7 +79,7 @@ class Optimizer {
   ExecSpace space_;
   // [0] sumsq, [1] grad_norm, [2] clip, [3] lr, [4] skip (0/1); counters as doubles are exact
   // to 2^53: [5] step, [6] skipped; [7] one accumulate_sumsq's partial sum; [8] 1 - beta1^step,
-  // [9] 1 - beta2^step. Allocated once, never re-pointed.
+  // [9] 1 - beta2^step; [10] the peak lr. Allocated once, never re-pointed.
   Kokkos::View<double*, MemSpace> scalars_;
   // read_metrics' staging copy (the same memory as scalars_ where the device is the host).
   Kokkos::View<double*, MemSpace>::HostMirror host_scalars_;

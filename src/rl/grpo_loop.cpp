@@ -72,7 +72,30 @@ GrpoLoop::GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& tra
   weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
                                          ArenaPlacement{&arena, Phase::rollout});
   generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena);
+  if (config.rollout.cuda_graph == RolloutGraph::decode) generator_->use_decode_graphs();
   staging_ = std::make_unique<Staging>(std::size_t(micro_rows_) * seq_len_);
+  if (config.train.cuda_graph == TrainGraph::full) {
+    if (trainer.profiling())
+      throw InputError("train.cuda_graph = \"full\" and --profile: the profile fences between the phases of a "
+                       "step, which a captured step cannot do (profile with train.cuda_graph = \"none\")");
+    Staging& st = *staging_;
+    std::vector<DeviceRegion> inputs;
+    for (auto* v : {&st.mask, &st.old_logp, &st.ref_logp, &st.advantage, &st.weight})
+      inputs.push_back(DeviceRegion{v->data(), v->extent(0) * sizeof(float)});
+    const int rl_micro = ceil_div(ceil_div(prompts_per_minibatch_, comm.size()) * group_, micro_rows_);
+    const int sft_micro = ceil_div(ceil_div(config.rl.sft_batch_size, comm.size()), micro_rows_);
+    step_graphs_ = std::make_unique<TrainStepGraphs>(trainer, model, std::move(inputs), std::max(rl_micro, sft_micro));
+  }
+}
+
+void GrpoLoop::micro_batch_ready(int m, const TokenObjective& objective) {
+  if (step_graphs_) step_graphs_->stage(m);
+  else trainer_.forward_backward(objective);
+}
+
+void GrpoLoop::finish_step(const char* bucket, int count, const TokenObjective& objective) {
+  if (step_graphs_) step_graphs_->step(bucket, count, objective);
+  else trainer_.optimizer_step();
 }
 
 GrpoLoop::~GrpoLoop() = default;
@@ -121,6 +144,10 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   }
   Staging& st = *staging_;
   Kokkos::deep_copy(st.loss, 0.0f);
+  // The mean over the global batch's tokens is in the mask's weights, not in the objective's
+  // scale: the objective stays the same from step to step (one captured graph for all).
+  const auto weight = static_cast<float>(1.0 / tokens);
+  const MaskedNll objective(st.mask.data(), 1.0f, st.loss.data());
   const int micro = ceil_div(ceil_div(B, comm_.size()), micro_rows_);
   for (int m = 0; m < micro; ++m) {
     const int first = m * micro_rows_;
@@ -128,12 +155,12 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
     Kokkos::deep_copy(st.mask_h, 0.0f);
     for (int r = 0; r < micro_rows_ && first + r < static_cast<int>(mine.size()); ++r) {
       const Sequence& s = mine[first + r];
-      for (int k = 0; k < s.trained(); ++k) st.mask_h(std::size_t(r) * seq_len_ + s.position_of(k)) = 1.0f;
+      for (int k = 0; k < s.trained(); ++k) st.mask_h(std::size_t(r) * seq_len_ + s.position_of(k)) = weight;
     }
     Kokkos::deep_copy(st.mask, st.mask_h);
-    trainer_.forward_backward(st.mask.data(), static_cast<float>(1.0 / tokens), st.loss.data());
+    micro_batch_ready(m, objective);
   }
-  trainer_.optimizer_step();
+  finish_step("warm-up", micro, objective);
   Kokkos::deep_copy(st.loss_h, st.loss);
   std::vector<double> loss{st.loss_h(0)};
   TrainStats out;
@@ -289,9 +316,9 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
       Kokkos::deep_copy(st.advantage, st.adv_h);
       Kokkos::deep_copy(st.old_logp, st.old_h);
       if (kl) Kokkos::deep_copy(st.ref_logp, st.ref_h);
-      trainer_.forward_backward(objective);
+      micro_batch_ready(m, objective);
     }
-    trainer_.optimizer_step();
+    finish_step("grpo", micro, objective);
     out.skipped += trainer_.metrics().last_skipped ? 1 : 0;
   }
   Kokkos::deep_copy(st.stats_h, st.stats);

@@ -17,6 +17,7 @@
 #include "config/config.hpp"
 #include "core/phase_arena.hpp"
 #include "fsdp/sharded_trainer.hpp"
+#include "fsdp/train_step_graphs.hpp"
 #include "mpi/communicator.hpp"
 #include "rl/grpo.hpp"
 #include "rl/sequence.hpp"
@@ -61,9 +62,16 @@ class GrpoLoop {
   // K optimizer steps of the GRPO objective on the batch.
   TrainStats train(const RolloutBatch& batch);
 
+  // The captured train steps (train.cuda_graph = "full"), else null.
+  const TrainStepGraphs* step_graphs() const { return step_graphs_.get(); }
+
  private:
   struct Staging;
   void set_micro_batch(const std::vector<Sequence>& seqs, int first, int end);
+  // Micro-batch m's inputs are set: run its forward and backward now, or stage it for the step.
+  void micro_batch_ready(int m, const TokenObjective& objective);
+  // The optimizer step after micro-batches 0..count-1 (eager, or the step's graph).
+  void finish_step(const char* bucket, int count, const TokenObjective& objective);
   double sum_over_ranks(std::vector<double>& values);   // in place; returns values[0]
 
   const Config& config_;
@@ -76,6 +84,7 @@ class GrpoLoop {
   std::unique_ptr<WeightSet> weights_;
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<Staging> staging_;
+  std::unique_ptr<TrainStepGraphs> step_graphs_;   // train.cuda_graph = "full"
 };
 
 }  // namespace shardrl

@@ -19,6 +19,12 @@ class GrpoObjective final : public TokenObjective {
   void apply(const ExecSpace& space, const float* logp, float* dlogp, int n) const override {
     grpo_token_loss(space, logp, old_logp_, ref_logp_, advantage_, weight_, options_, n, dlogp, stats_);
   }
+  std::string identity() const override {
+    return fmt::format("grpo {} {} {} {} {} {} {} {}", static_cast<const void*>(old_logp_),
+                       static_cast<const void*>(ref_logp_), static_cast<const void*>(advantage_),
+                       static_cast<const void*>(weight_), options_.clip_low, options_.clip_high, options_.kl_coef,
+                       static_cast<const void*>(stats_));
+  }
 
  private:
   const float *old_logp_, *ref_logp_, *advantage_, *weight_;

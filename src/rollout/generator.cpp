@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/device_stream.hpp"
 #include "core/error.hpp"
 
 namespace shardrl {
@@ -30,6 +31,31 @@ Generator::Generator(const ModelOptions& model, int rows, int max_len, const Exe
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");
 }
 
+void Generator::use_decode_graphs(bool host_replay_for_tests) {
+  SHARDRL_CHECK(CapturedGraph::native() || host_replay_for_tests,
+                "rollout.cuda_graph = \"decode\" needs a CUDA build (the config check should have said so)");
+  graphs_on_ = true;
+}
+
+int Generator::decode_graph_captures() const {
+  int n = 0;
+  for (const auto& [key, graph] : graphs_) n += graph->captured() ? 1 : 0;
+  return n;
+}
+
+void Generator::decode_step(const std::vector<const void*>& weights, const SamplingOptions& sampling, int rows) {
+  const int head = model_.head_unit();
+  const void* tied = model_.options().shape.tie_embeddings ? weights[0] : nullptr;
+  for (int u = 0; u < model_.unit_count(); ++u) model_.decode_unit(u, weights[u], cache_, u == head ? tied : nullptr);
+  const int V = model_.options().shape.vocab_size;
+  if (model_.options().precision == Precision::bf16)
+    sample_tokens(model_.space(), static_cast<const bf16*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
+                  drawn_logp_.data(), rows, V);
+  else
+    sample_tokens(model_.space(), static_cast<const float*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
+                  drawn_logp_.data(), rows, V);
+}
+
 std::vector<Completion> Generator::generate(const std::vector<const void*>& weights,
                                             const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
                                             int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
@@ -44,9 +70,7 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   SHARDRL_CHECK(static_cast<int>(longest) + max_new_tokens <= max_len_,
                 fmt::format("prompt of {} tokens + {} new tokens exceed the generator's {} positions", longest,
                             max_new_tokens, max_len_));
-  const bool half = model_.options().precision == Precision::bf16;
-  const int V = model_.options().shape.vocab_size, head = model_.head_unit();
-  const void* tied = model_.options().shape.tie_embeddings ? weights[0] : nullptr;
+  const int head = model_.head_unit();
 
   std::vector<Completion> out(R);
   if (max_new_tokens == 0) return out;
@@ -76,24 +100,55 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   auto logp_h = Kokkos::create_mirror_view(drawn_logp_);
   while (!active.empty()) {
     const int n = static_cast<int>(active.size());
-    std::vector<std::int32_t> step_input(n), step_position(n), step_slot(n);
+    // With graphs the step runs for a bucket of rows; rows past n are padding.
+    int rows_in_step = n;
+    if (graphs_on_) {
+      rows_in_step = 1;
+      while (rows_in_step < n) rows_in_step *= 2;
+      rows_in_step = std::min(rows_in_step, max_rows_);
+    }
+    std::vector<std::int32_t> step_input(rows_in_step, 0), step_position(rows_in_step, 0), step_slot(rows_in_step);
+    std::vector<char> slot_used(max_rows_, 0);
     for (int i = 0; i < n; ++i) {
       const int r = active[i];
       step_input[i] = input[r];
       step_position[i] = static_cast<std::int32_t>(rows[r].prompt.size() - 1 + out[r].tokens.size());
       step_slot[i] = r;
+      slot_used[r] = 1;
       keys_h(i) = draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
                            static_cast<std::int64_t>(out[r].tokens.size()));
     }
-    model_.set_decode_step(step_input.data(), step_position.data(), n, step_slot.data());
-    for (int u = 0; u < model_.unit_count(); ++u) model_.decode_unit(u, weights[u], cache_, u == head ? tied : nullptr);
+    // Padding rows write position 0 of slots no active row reads again (there are enough:
+    // the bucket is at most the generator's rows).
+    for (int i = n, free_slot = 0; i < rows_in_step; ++i) {
+      while (slot_used[free_slot]) ++free_slot;
+      step_slot[i] = free_slot++;
+      keys_h(i) = 0;
+    }
+    model_.set_decode_step(step_input.data(), step_position.data(), rows_in_step, step_slot.data());
     Kokkos::deep_copy(keys_, keys_h);
-    if (half)
-      sample_tokens(model_.space(), static_cast<const bf16*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                    drawn_logp_.data(), n, V);
-    else
-      sample_tokens(model_.space(), static_cast<const float*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                    drawn_logp_.data(), n, V);
+    if (graphs_on_) {
+      std::string key = fmt::format("{} rows | sampling {} {} {}", rows_in_step, sampling.temperature, sampling.top_k,
+                                    sampling.top_p);
+      for (const void* w : weights) key += fmt::format(" {}", w);
+      replay_weights_ = &weights;
+      replay_sampling_ = sampling;
+      replay_rows_ = rows_in_step;
+      const StreamHandle stream = stream_handle(model_.space());
+      auto found = graphs_.find(key);
+      if (found == graphs_.end()) {
+        // A new bucket's first step runs eagerly: first launches do things once (loading
+        // kernels, Kokkos' lock arrays, scratch) that capture must not see.
+        decode_step(weights, sampling, rows_in_step);
+        graphs_[key] = std::make_unique<CapturedGraph>();
+      } else {
+        CapturedGraph& g = *found->second;
+        if (!g.captured()) g.capture(stream, [this] { decode_step(*replay_weights_, replay_sampling_, replay_rows_); });
+        g.replay(stream);
+      }
+    } else {
+      decode_step(weights, sampling, n);
+    }
     Kokkos::deep_copy(drawn_h, drawn_);
     Kokkos::deep_copy(logp_h, drawn_logp_);
     std::vector<int> still;

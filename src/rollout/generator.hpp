@@ -7,8 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "core/captured_graph.hpp"
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
 #include "rollout/sampling.hpp"
@@ -41,13 +45,30 @@ class Generator {
 
   Transformer& model() { return model_; }
 
+  // rollout.cuda_graph = "decode": each decode step runs as a CUDA graph per batch bucket (the
+  // active rows rounded up to a power of two, at most the generator's rows; the extra rows
+  // write position 0 of cache slots no active row uses, and their draws are dropped). A
+  // bucket's first step runs eagerly, its second is captured, later ones replay. On CPU builds
+  // only with host_replay_for_tests (see core/captured_graph.hpp).
+  void use_decode_graphs(bool host_replay_for_tests = false);
+  int decode_graph_captures() const;
+
  private:
+  // The decode step's work on the device: every unit and the draw for `rows` rows.
+  void decode_step(const std::vector<const void*>& weights, const SamplingOptions& sampling, int rows);
+
   Transformer model_;
   KvCache cache_;
   int max_rows_, max_len_;
   Kokkos::View<std::uint64_t*, MemSpace> keys_;
   Kokkos::View<std::int32_t*, MemSpace> drawn_;
   DeviceView<float> drawn_logp_;
+  bool graphs_on_ = false;
+  std::map<std::string, std::unique_ptr<CapturedGraph>> graphs_;   // per bucket, weights and sampling
+  // What a host replay of a decode graph runs with (the current call's).
+  const std::vector<const void*>* replay_weights_ = nullptr;
+  SamplingOptions replay_sampling_;
+  int replay_rows_ = 0;
 };
 
 }  // namespace shardrl
