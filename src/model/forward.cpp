@@ -82,7 +82,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
 }
 
 template <class T>
-void Transformer::head_forward(const T* w, const T* tied) {
+void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) {
   const ModelShape& s = options_.shape;
   const int N = B_ * S_, D = s.d_model, V = s.vocab_size;
   Activations& a = *act_;
@@ -91,6 +91,7 @@ void Transformer::head_forward(const T* w, const T* tied) {
   kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, a.hf.as<T>(),
                            a.rstd_f.as<float>(), N, D, s.norm_eps);
   gemm_->gemm(Op::N, Op::T, N, V, D, 1.0f, a.hf.as<T>(), D, lm, D, 0.0f, a.logits.as<T>(), V);
+  if (!target_logprobs) return;
   kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data(), a.logp.as<float>(),
                                  a.lse_tok.as<float>(), N, V);
 }
@@ -99,7 +100,7 @@ template void Transformer::embed_forward<float>(const float*);
 template void Transformer::embed_forward<bf16>(const bf16*);
 template void Transformer::layer_forward<float>(int, const float*, bool, KvCache*, bool);
 template void Transformer::layer_forward<bf16>(int, const bf16*, bool, KvCache*, bool);
-template void Transformer::head_forward<float>(const float*, const float*);
-template void Transformer::head_forward<bf16>(const bf16*, const bf16*);
+template void Transformer::head_forward<float>(const float*, const float*, bool);
+template void Transformer::head_forward<bf16>(const bf16*, const bf16*, bool);
 
 }  // namespace shardrl

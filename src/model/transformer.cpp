@@ -236,7 +236,7 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
     SHARDRL_CHECK(tokens[r] >= 0 && tokens[r] < V, fmt::format("token id {} out of range [0, {})", tokens[r], V));
     SHARDRL_CHECK(positions[r] >= 0, "negative position");
     a.tokens_h(r) = tokens[r];
-    a.targets_h(r) = 0;   // unused by generation; a valid id keeps the head's log-prob finite
+    a.targets_h(r) = 0;   // unused: a decode step computes no target log-probabilities
     a.positions_h(r) = positions[r];
     a.slots_h(r) = slots ? slots[r] : r;
   }
@@ -253,8 +253,13 @@ void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const 
   if (act_->decode_slots)
     for (int r = 0; r < B_; ++r)
       SHARDRL_CHECK(act_->slots_h(r) >= 0 && act_->slots_h(r) < cache.rows(), "cache slot out of range");
-  if (u == 0 || u == head_unit()) return forward_unit(u, weights, tied_embedding);
   const bool half = options_.precision == Precision::bf16;
+  if (u == 0) return forward_unit(u, weights);
+  if (u == head_unit()) {
+    SHARDRL_CHECK(!options_.shape.tie_embeddings || tied_embedding, "tied head needs the embedding weights");
+    return half ? head_forward(static_cast<const bf16*>(weights), static_cast<const bf16*>(tied_embedding), false)
+                : head_forward(static_cast<const float*>(weights), static_cast<const float*>(tied_embedding), false);
+  }
   half ? layer_forward(u - 1, static_cast<const bf16*>(weights), false, &cache)
        : layer_forward(u - 1, static_cast<const float*>(weights), false, &cache);
 }

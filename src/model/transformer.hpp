@@ -91,7 +91,8 @@ class Transformer {
   void set_decode_step(const std::int32_t* tokens, const std::int32_t* positions, int rows,
                        const std::int32_t* slots = nullptr);
   // Forward of unit u for the decode step: layers write the new keys and values into `cache`
-  // and attend over the row's cached positions 0..positions[r].
+  // and attend over the row's cached positions 0..positions[r]; the head computes the logits
+  // only (no target log-probabilities).
   void decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding = nullptr);
   // Prefill, after set_batch (row b of the batch is cache slot b): the embedding and the layers
   // (not the head) over every position at once, writing each token's key and value into
@@ -117,7 +118,9 @@ class Transformer {
                                         bool prefill = false);
   // The residual stream entering layer i (i = n_layers: entering the head).
   template <class T> T* residual(int i) const;
-  template <class T> void head_forward(const T* w, const T* tied);
+  // The final norm and the logits; with `target_logprobs`, each token's log-probability of its
+  // target too (decoding draws from the logits and needs none).
+  template <class T> void head_forward(const T* w, const T* tied, bool target_logprobs = true);
   template <class T> void head_backward(const T* w, float* g, const T* tied, float* tied_g);
   template <class T> void layer_backward(int layer, const T* w, float* g);
   template <class T> void embed_backward(float* g);
