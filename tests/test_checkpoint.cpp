@@ -71,9 +71,13 @@ void expect_bitwise(const std::vector<std::vector<float>>& got, const std::vecto
   }
 }
 
-void resume_is_bit_exact(Precision precision, const std::string& name) {
+void resume_is_bit_exact(Precision precision, const std::string& name, bool cuda_graphs = false) {
   Config c = small_config();
   c.model.precision = precision;
+  if (cuda_graphs) {
+    c.train.cuda_graph = TrainGraph::full;
+    c.rollout.cuda_graph = RolloutGraph::decode;
+  }
   c.rl.sft_steps = 3;
   const fs::path dir = fresh_dir(name);
   std::vector<std::vector<float>> straight, resumed;
@@ -113,6 +117,12 @@ void resume_is_bit_exact(Precision precision, const std::string& name) {
 
 TEST(Checkpoint, ResumeIsBitExactFp32) { resume_is_bit_exact(Precision::fp32, "exact_fp32"); }
 TEST(Checkpoint, ResumeIsBitExactBf16) { resume_is_bit_exact(Precision::bf16, "exact_bf16"); }
+// With the train steps and the decode steps captured as CUDA graphs: the resumed job captures
+// its own graphs after loading and ends on the same bits as the uninterrupted one.
+TEST(Checkpoint, ResumeWithCapturedStepsIsBitExact) {
+  if (!CapturedGraph::native()) GTEST_SKIP() << "CUDA graphs need a GPU build";
+  resume_is_bit_exact(Precision::bf16, "exact_graphs", true);
+}
 
 // N -> M for every N, M <= world size: ranks < N save (the others wait), ranks < M load.
 TEST(Checkpoint, LoadsOnAnyNumberOfRanks) {
