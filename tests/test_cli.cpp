@@ -513,8 +513,16 @@ TEST(Cli, KilledWhileSavingAlwaysResumes) {
   // Its own config name: pkill must not match the jobs of tests running beside this one.
   write(dir / "killed.toml", std::string(kCheckpointJob) +
                                  "[checkpoint]\ninterval = 1\nkeep_last = 2\n[debug]\nsave_pause_ms = 5\n");
+  // Kills land between the end of start-up and a few seconds of saving after it: start-up is
+  // timed here with a whole one-iteration job (elsewhere), since it varies with the machine and
+  // its load (MPI, CUDA and NCCL initialisation on a GPU machine shared by other tests).
+  fs::create_directories(dir / "timing");
+  fs::copy_file(dir / "killed.toml", dir / "timing" / "killed.toml");
+  const RunResult timing = run_in(dir / "timing", mpirun(2) + " train --config killed.toml --set run.iterations=1");
+  ASSERT_EQ(timing.exit_code, 0) << timing.err;
+  const int start_ms = std::max(1200, static_cast<int>(1000 * timing.seconds));
   std::mt19937 rng(20261121);
-  std::uniform_int_distribution<int> delay_ms(1200, 4000);
+  std::uniform_int_distribution<int> delay_ms(start_ms, start_ms + 2800);
   const fs::path ckpt = dir / "runs" / "ck" / "checkpoints";
   int resumed = 0, inside_a_save = 0;
   for (int round = 0; round < 10; ++round) {

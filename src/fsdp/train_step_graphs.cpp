@@ -35,7 +35,8 @@ TrainStepGraphs::TrainStepGraphs(ShardedTrainer& trainer, Transformer& model, st
   SHARDRL_CHECK(max_micro_batches_ >= 1, "room for at least one micro-batch");
   for (const DeviceRegion& b : model_.batch_inputs()) inputs_.push_back(b);
   for (const DeviceRegion& b : inputs_) slot_bytes_ += b.bytes;
-  slots_ = DeviceView<char>("step_graph_inputs", slot_bytes_ * static_cast<std::size_t>(max_micro_batches_));
+  slots_ = LedgerView<char>(MemoryCategory::workspace, "step_graph_inputs",
+                            slot_bytes_ * static_cast<std::size_t>(max_micro_batches_));
 }
 
 std::vector<const void*> TrainStepGraphs::addresses() const {

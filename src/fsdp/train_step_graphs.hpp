@@ -58,7 +58,7 @@ class TrainStepGraphs {
   std::vector<DeviceRegion> inputs_;
   std::size_t slot_bytes_ = 0;
   int max_micro_batches_;
-  DeviceView<char> slots_;
+  LedgerView<char> slots_;   // max_micro_batches slots of every input, back to back
   std::map<std::string, Graph> graphs_;
   const TokenObjective* objective_ = nullptr;   // the current step's (host replay reads it)
   int micro_batches_ = 0;
