@@ -235,6 +235,29 @@ TEST(Fsdp, NonFiniteGradientsSkipTheStep) {
   EXPECT_NE(trainer.gather_main_weights(1), before);
 }
 
+// The gradient buffers of backward (full-unit, then reduce-scattered into a slice): two of each,
+// the second sized for the largest decoder layer when the head is untied (the vocabulary-sized
+// embedding and head take the first), both for the largest unit when it is tied. Sized from the
+// layout: the same workspace bytes on every device.
+TEST(Fsdp, GradientBuffersAreSizedForTheUnitsThatUseThem) {
+  for (bool tied : {false, true}) {
+    ModelShape s = shape(tied);
+    s.vocab_size = 4096;   // the embedding well above a layer, as in real models
+    const std::int64_t before = MemoryLedger::instance().bytes(MemoryCategory::workspace);
+    Transformer model(model_opts(s, 2, Precision::bf16), ExecSpace());
+    const std::int64_t model_workspace = MemoryLedger::instance().bytes(MemoryCategory::workspace) - before;
+    ShardedTrainer trainer(model, comm(), checked(), adamw());
+    const ShardLayout& l = trainer.layout();
+    std::int64_t layer = 0;
+    for (int u = 1; u < l.unit_count() - 1; ++u) layer = std::max(layer, l.unit(u).padded);
+    ASSERT_GT(l.max_padded(), 2 * layer) << "the test needs a vocabulary larger than a layer";
+    const std::int64_t second = tied ? l.max_padded() : layer;
+    const std::int64_t want = 4 * (l.max_padded() + second) + 4 * (l.max_padded() + second) / comm().size();
+    EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::workspace) - before - model_workspace, want)
+        << (tied ? "tied" : "untied");
+  }
+}
+
 // Persistent bytes per rank are exactly the sharded state: per parameter 4 (fp32 main) + 2
 // (bf16 own copy) + 4 (grad) + 4 + 4 (Adam) = 18 bytes, or 4 + 2 + 2 + 2 + 2 = 12 with bf16
 // gradients and moments; over the slices, which cover every parameter plus padding.

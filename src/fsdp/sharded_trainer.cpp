@@ -84,9 +84,21 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   last_handle_.resize(units);
   // Transient buffers share the model's arena placement (the train phase), if it has one.
   const ArenaPlacement at = model_.options().arena;
-  const auto padded = static_cast<std::size_t>(layout_.max_padded());
-  const auto shard = static_cast<std::size_t>(layout_.max_shard());
+  // Two full-unit gradient buffers, so that a unit's reduce-scatter overlaps the next unit's
+  // backward. Buffer 0 holds any unit. With an untied LM head, buffer 1 holds up to the largest
+  // decoder layer: the embedding and the head, the vocabulary-sized units, are never next to each
+  // other in backward and take buffer 0 (for llama-1b: 1.05 GB -> 0.25 GB, and as much again in
+  // the receive buffers at one rank). A tied head computes the embedding's gradient beside its
+  // own, so then both hold the largest unit.
+  capacity_[0] = layout_.max_padded();
+  capacity_[1] = capacity_[0];
+  if (!tied() && units > 2) {
+    capacity_[1] = 0;
+    for (int u = 1; u < units - 1; ++u) capacity_[1] = std::max(capacity_[1], layout_.unit(u).padded);
+  }
   for (int b = 0; b < 2; ++b) {
+    const auto padded = static_cast<std::size_t>(capacity_[b]);
+    const auto shard = static_cast<std::size_t>(capacity_[b] / layout_.world_size());
     grad_full_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_full", padded);
     if (options_.reduce_dtype == GradDtype::bf16) {
       send_bf16_[b] = LedgerView<bf16>(at, MemoryCategory::workspace, "grad_send_bf16", padded);
@@ -194,8 +206,9 @@ void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit&
 }
 
 int ShardedTrainer::take_grad_buffer(int unit) {
-  const int b = next_buffer_;
-  next_buffer_ ^= 1;
+  int b = next_buffer_;
+  if (layout_.unit(unit).padded > capacity_[b]) b = 0;   // only buffer 0 holds the largest units
+  next_buffer_ = b ^ 1;
   if (pending_[b] >= 0) finish_reduce(b);
   // Only the unit's part (padding included: it is reduce-scattered too). Zeroing the whole
   // buffer, sized for the largest unit (the embedding), cost 34 ms of a 217 ms llama-1b step.

@@ -149,6 +149,7 @@ class ShardedTrainer {
   std::unique_ptr<GatherSlots> slots_;
   std::vector<GatheredUnit> last_handle_;      // per unit, for the stale-handle test hook
   LedgerView<float> grad_full_[2];             // full-unit fp32 gradients (padded)
+  std::int64_t capacity_[2] = {0, 0};          // padded elements each holds (see the constructor)
   LedgerView<bf16> send_bf16_[2];              // full-unit gradients in bf16, if reduce_dtype bf16
   LedgerView<float> recv_f32_[2];              // reduce-scattered slices
   LedgerView<bf16> recv_bf16_[2];
