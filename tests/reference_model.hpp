@@ -4,6 +4,7 @@
 // to ~1e-9, where fp32 finite differences drown in rounding (~1e-7 of the loss / h).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -22,11 +23,14 @@ class ReferenceModel {
       : s_(s), units_(std::move(units)), w_(std::move(weights)) {}
 
   std::vector<double>& unit(int u) { return w_[u]; }
+  // The load-balancing losses of the last logp(), summed over MoE layers (unweighted).
+  double aux_loss() const { return aux_; }
 
   // Per-token log-probabilities of `targets` for B sequences of S tokens.
   std::vector<double> logp(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, int B,
                            int S) const {
     const int N = B * S, D = s_.d_model, hd = s_.head_dim, H = s_.n_heads, Hk = s_.n_kv_heads, F = s_.d_ff;
+    aux_ = 0;
     std::vector<double> x(std::size_t(N) * D);
     const double* emb = p(0, "model.embed_tokens.weight");
     for (int n = 0; n < N; ++n)
@@ -66,6 +70,10 @@ class ReferenceModel {
       auto o = linear(att, N, H * hd, p(u, pre + "self_attn.o_proj.weight"), D);
       for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
       auto h2 = rmsnorm(x, N, D, p(u, pre + "post_attention_layernorm.weight"));
+      if (s_.moe_layer(l)) {
+        moe(h2, N, u, pre, x);
+        continue;
+      }
       auto gt = linear(h2, N, D, p(u, pre + "mlp.gate_proj.weight"), F);
       auto up = linear(h2, N, D, p(u, pre + "mlp.up_proj.weight"), F);
       for (std::size_t i = 0; i < gt.size(); ++i) gt[i] = gt[i] / (1.0 + std::exp(-gt[i])) * up[i];
@@ -86,6 +94,50 @@ class ReferenceModel {
   }
 
  private:
+  // Qwen3-MoE MLP: softmax router, top k (ties to the lower index), gates renormalised; each
+  // expert a SwiGLU; plus the shared expert; x += the result. Adds the layer's load-balancing
+  // loss E * sum_e (c_e / N) * mean_n p(n, e) to aux_.
+  void moe(const std::vector<double>& h2, int N, int u, const std::string& pre, std::vector<double>& x) const {
+    const int D = s_.d_model, E = s_.n_experts, k = s_.top_k, Fe = s_.d_ff_expert;
+    auto logits = linear(h2, N, D, p(u, pre + "mlp.gate.weight"), E);
+    std::vector<double> count(E, 0), mean_p(E, 0);
+    auto swiglu_expert = [&](const std::vector<double>& in, const std::string& name) {
+      auto gt = linear(in, 1, D, p(u, name + "gate_proj.weight"), Fe);
+      auto up = linear(in, 1, D, p(u, name + "up_proj.weight"), Fe);
+      for (int f = 0; f < Fe; ++f) gt[f] = gt[f] / (1.0 + std::exp(-gt[f])) * up[f];
+      return linear(gt, 1, Fe, p(u, name + "down_proj.weight"), D);
+    };
+    for (int n = 0; n < N; ++n) {
+      std::vector<double> pr(logits.begin() + std::size_t(n) * E, logits.begin() + std::size_t(n + 1) * E);
+      const double mx = *std::max_element(pr.begin(), pr.end());
+      double z = 0;
+      for (auto& v : pr) z += (v = std::exp(v - mx));
+      for (int e = 0; e < E; ++e) mean_p[e] += (pr[e] /= z) / N;
+      std::vector<int> picked;
+      std::vector<bool> used(E, false);
+      for (int s = 0; s < k; ++s) {
+        int best = -1;
+        for (int e = 0; e < E; ++e)
+          if (!used[e] && (best < 0 || pr[e] > pr[best])) best = e;
+        used[best] = true;
+        picked.push_back(best);
+        count[best] += 1;
+      }
+      double sum = 0;
+      for (int e : picked) sum += pr[e];
+      const std::vector<double> in(h2.begin() + std::size_t(n) * D, h2.begin() + std::size_t(n + 1) * D);
+      for (int e : picked) {
+        auto y = swiglu_expert(in, pre + "mlp.experts." + std::to_string(e) + ".");
+        for (int d = 0; d < D; ++d) x[std::size_t(n) * D + d] += pr[e] / sum * y[d];
+      }
+      if (s_.shared_expert) {
+        auto y = swiglu_expert(in, pre + "mlp.shared_expert.");
+        for (int d = 0; d < D; ++d) x[std::size_t(n) * D + d] += y[d];
+      }
+    }
+    for (int e = 0; e < E; ++e) aux_ += E * (count[e] / N) * mean_p[e];
+  }
+
   const double* p(int u, const std::string& name) const {
     for (const auto& ps : units_[u].params)
       if (ps.name == name) return w_[u].data() + ps.offset;
@@ -128,6 +180,7 @@ class ReferenceModel {
   ModelShape s_;
   std::vector<UnitSpec> units_;
   std::vector<std::vector<double>> w_;
+  mutable double aux_ = 0;   // of the last logp()
 };
 
 }  // namespace shardrl::test

@@ -83,6 +83,30 @@ TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {
   EXPECT_FALSE(load_config("[train]\ncuda_graph = \"partial\"\n", "f", {}, kGpu).ok());
 }
 
+TEST(ConfigLoad, MixtureOfExpertsKeys) {
+  const std::string moe = "[model]\npreset = \"custom\"\nn_experts = 8\ntop_k = 2\nmoe_every = 2\n";
+  LoadedConfig ok = load_config(moe, "moe.toml", {"model.moe_impl=loop", "model.shared_expert=true"}, kCpu);
+  ASSERT_TRUE(ok.ok()) << ok.errors.front();
+  const ModelShape s = resolve_model_shape(ok.config.model);
+  EXPECT_EQ(s.n_experts, 8);
+  EXPECT_FALSE(s.moe_layer(0));
+  EXPECT_TRUE(s.moe_layer(1));
+  EXPECT_EQ(ok.config.model.moe_impl, MoeImpl::loop);
+
+  LoadedConfig too_many = load_config(moe, "moe.toml", {"model.top_k=9"}, kCpu);
+  ASSERT_EQ(too_many.errors.size(), 1u);
+  EXPECT_EQ(too_many.errors[0], "--set model.top_k=9: model.top_k = 9 exceeds model.n_experts = 8");
+
+  LoadedConfig dense = load_config("[model]\naux_loss_coef = 0.1\n", "dense.toml", {}, kCpu);
+  ASSERT_EQ(dense.errors.size(), 1u);
+  EXPECT_EQ(dense.errors[0],
+            "dense.toml:2:17: model.aux_loss_coef applies to mixture-of-experts layers, but model.n_experts = 0");
+
+  LoadedConfig graphs = load_config(moe, "moe.toml", {"train.cuda_graph=full"}, kGpu);
+  ASSERT_EQ(graphs.errors.size(), 1u);
+  EXPECT_NE(graphs.errors[0].find("cannot capture mixture-of-experts layers"), std::string::npos) << graphs.errors[0];
+}
+
 TEST(ConfigLoad, DerivedValuesNeverRewriteTheConfig) {
   LoadedConfig l = load_config("[run]\nname = \"n\"\ndir = \"out\"\n", "f", {}, kCpu);
   ASSERT_TRUE(l.ok());

@@ -191,6 +191,65 @@ TEST(Gemm, Counters) {
   EXPECT_EQ(gemm.counters().flops, 2.0 * 3 * 5 * 7 + 2.0 * 2 * 3 * 4 * 3);
 }
 
+// Grouped products (the MoE experts' GEMMs): each its own m, n, k and operands, the same ops and
+// leading dimensions, an empty product skipped; every combination of types and ops against fp64,
+// with beta = 1 accumulating into what C held.
+template <class TA, class TC>
+void check_grouped(Op opA, Op opB) {
+  Gemm gemm{ExecSpace()};
+  gemm.reserve_groups(4);
+  const std::vector<int> m{5, 0, 9, 3}, n{7, 4, 2, 6}, k{4, 3, 8, 1};
+  const int lda = 11, ldb = 12, ldc = 13;   // room for every product's operands in either op
+  std::vector<Buffer<TA>> a, b;
+  std::vector<Buffer<TC>> c;
+  std::vector<std::vector<double>> av, bv, cv;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const int a_rows = opA == Op::N ? m[i] : k[i], b_rows = opB == Op::N ? k[i] : n[i];
+    av.push_back(random_values<TA>(long(std::max(1, a_rows)) * lda, 100 + i));
+    bv.push_back(random_values<TA>(long(std::max(1, b_rows)) * ldb, 200 + i));
+    cv.push_back(random_values<TC>(long(std::max(1, m[i])) * ldc, 300 + i));
+    a.emplace_back(long(av.back().size()));
+    b.emplace_back(long(bv.back().size()));
+    c.emplace_back(long(cv.back().size()));
+    a.back().set(av.back());
+    b.back().set(bv.back());
+    c.back().set(cv.back());
+  }
+  std::vector<const TA*> ap, bp;
+  std::vector<TC*> cp;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    ap.push_back(a[i].data());
+    bp.push_back(b[i].data());
+    cp.push_back(c[i].data());
+  }
+  gemm.gemm_grouped(opA, opB, m, n, k, 0.5f, ap, lda, bp, ldb, 1.0f, cp, ldc);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const std::vector<double> got = c[i].host();
+    for (int r = 0; r < m[i]; ++r)
+      for (int j = 0; j < n[i]; ++j) {
+        double want = cv[i][r * ldc + j], scale = std::fabs(want);
+        for (int t = 0; t < k[i]; ++t) {
+          const double x = opA == Op::N ? av[i][r * lda + t] : av[i][t * lda + r];
+          const double y = opB == Op::N ? bv[i][t * ldb + j] : bv[i][j * ldb + t];
+          want += 0.5 * x * y;
+          scale += std::fabs(0.5 * x * y);
+        }
+        const double tol = (std::is_same_v<TC, bf16> ? 8e-3 : 1e-5) * scale + 1e-6;
+        ASSERT_NEAR(got[r * ldc + j], want, tol) << "product " << i << " (" << r << ", " << j << ") " << name(opA)
+                                                 << name(opB) << " " << type_name<TA>() << "->" << type_name<TC>();
+      }
+  }
+}
+
+TEST(Gemm, GroupedProductsMatchFp64) {
+  for (Op opA : {Op::N, Op::T})
+    for (Op opB : {Op::N, Op::T}) {
+      check_grouped<float, float>(opA, opB);
+      check_grouped<bf16, bf16>(opA, opB);
+      check_grouped<bf16, float>(opA, opB);
+    }
+}
+
 // Host backend: reserve() sizes the fp32 workspace for the largest product, and products within
 // it never grow it. The cuBLAS backend's workspace is fixed at construction (32 MiB).
 TEST(Gemm, WorkspaceReserve) {

@@ -52,8 +52,12 @@ std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vect
 // With `truth` (an fp32 model's logits), both the decode and `want` must also be within
 // `tolerance` of it.
 template <class T>
-void check_decode(Precision p, bool tied, double tolerance) {
+void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0) {
   ModelShape s = resolve_model_shape(ModelConfig{});
+  s.n_experts = n_experts;   // mixture-of-experts MLPs: 4 experts, top 2, a shared expert
+  s.top_k = n_experts > 0 ? 2 : 0;
+  s.d_ff_expert = n_experts > 0 ? 32 : 0;
+  s.shared_expert = n_experts > 0;
   s.tie_embeddings = tied;
   s.qk_norm = !tied;
   const int B = 3, L = 11, V = s.vocab_size;
@@ -108,6 +112,7 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeFp32) {
   check_decode<float>(Precision::fp32, true, 1e-5);
 }
 TEST(Decode, KvCacheLogitsEqualFullRecomputeBf16) { check_decode<bf16>(Precision::bf16, false, 8e-3); }
+TEST(Decode, KvCacheLogitsEqualFullRecomputeMixtureOfExperts) { check_decode<float>(Precision::fp32, false, 1e-5, 4); }
 
 // Rows of prompts with different lengths; the completions are checked against a full forward of
 // prompt + completion: each drawn token's recorded log-probability is the model's, and greedy

@@ -108,6 +108,42 @@ TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
   }
 }
 
+// A mixture-of-experts policy (every second layer: 4 experts, top 2, a shared expert, the
+// load-balancing loss on) runs the whole job: the warm-up learns, rollout decodes through the
+// experts, GRPO steps stay finite, and every rank ends with the same trajectory as one rank.
+TEST(GrpoLoop, MixtureOfExpertsPolicyRuns) {
+  Config c = small_config();
+  c.model.preset = "custom";
+  c.model.n_layers = 2;
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.d_ff_expert = 48;
+  c.model.moe_every = 2;
+  c.model.shared_expert = true;
+  c.model.aux_loss_coef = 0.01;
+  c.rl.sft_steps = 10;
+  std::vector<double> warm_world, warm_one;
+  std::vector<Record> world, one;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    ASSERT_TRUE(job.model.options().shape.moe_layer(1));
+    warm_world = job.warm_up();
+    world = trajectory(job, 3);
+  }
+  {
+    Job job(c, MPI_COMM_SELF);
+    warm_one = job.warm_up();
+    one = trajectory(job, 3);
+  }
+  EXPECT_LT(warm_one.back(), warm_one.front());
+  for (std::size_t s = 0; s < warm_one.size(); ++s) expect_close(warm_world[s], warm_one[s], "warm-up loss", int(s));
+  for (int it = 0; it < 3; ++it) {
+    ASSERT_TRUE(std::isfinite(world[it].loss) && std::isfinite(world[it].grad_norm)) << "iteration " << it;
+    expect_close(world[it].reward, one[it].reward, "reward", it);
+    expect_close(world[it].grad_norm, one[it].grad_norm, "grad_norm", it);
+  }
+}
+
 // rl.old_logp = "rollout" takes the sampler's log-probabilities: in fp32 they are the training
 // forward's to rounding (same positions, same tokens), so the trajectory equals recomputing them.
 TEST(GrpoLoop, SamplerLogpEqualsRecomputedLogp) {

@@ -136,11 +136,13 @@ test::ReferenceModel reference_of(Rig& rig) {
   return test::ReferenceModel(rig.model.options().shape, rig.model.units(), std::move(w));
 }
 
-double nll(const test::ReferenceModel& ref, const Batch& b) {
+// The loss the model's step differentiates: masked NLL plus, for MoE layers, aux_coef times
+// their load-balancing losses.
+double nll(const test::ReferenceModel& ref, const Batch& b, double aux_coef = 0) {
   auto lp = ref.logp(b.tokens, b.targets, b.B, b.S);
   double sum = 0;
   for (std::size_t i = 0; i < lp.size(); ++i) sum -= b.mask[i] * lp[i];
-  return sum;
+  return sum + aux_coef * ref.aux_loss();
 }
 
 TEST(Model, ForwardMatchesFp64Reference) {
@@ -157,9 +159,13 @@ TEST(Model, ForwardMatchesFp64Reference) {
 // The fp32 model's hand-written gradients against central finite differences of the loss,
 // computed in fp64 by the reference (fp32 differences are noise-bound: the loss's rounding,
 // ~1e-7 relative, divided by h, rivals many gradients). >= 200 entries over every tensor.
-void gradient_check(const ModelShape& s, int entries_per_tensor) {
+void gradient_check(const ModelShape& s, int entries_per_tensor, float aux_coef = 0.0f,
+                    MoeImpl impl = MoeImpl::grouped) {
   Batch b(2, 7, s.vocab_size, 3);
-  Rig rig(options(s, Precision::fp32, 2, 7), 11);
+  ModelOptions o = options(s, Precision::fp32, 2, 7);
+  o.aux_loss_coef = aux_coef;
+  o.moe_impl = impl;
+  Rig rig(o, 11);
   rig.set(b);
   rig.step(1.0f);   // loss = sum of NLL over masked tokens
   test::ReferenceModel ref = reference_of(rig);
@@ -183,9 +189,9 @@ void gradient_check(const ModelShape& s, int entries_per_tensor) {
         double& w = ref.unit(u)[i];
         const double w0 = w, h = 1e-5;
         w = w0 + h;
-        double up = nll(ref, b);
+        double up = nll(ref, b, aux_coef);
         w = w0 - h;
-        double down = nll(ref, b);
+        double down = nll(ref, b, aux_coef);
         w = w0;
         double fd = (up - down) / (2.0 * h);
         double rel = std::fabs(fd - g[i]) / std::max(std::fabs(fd), std::fabs(double(g[i])));
@@ -201,6 +207,23 @@ void gradient_check(const ModelShape& s, int entries_per_tensor) {
 
 TEST(Model, GradientsMatchFiniteDifferencesTinyPreset) { gradient_check(tiny_shape(), 8); }
 TEST(Model, GradientsMatchFiniteDifferencesTiedNoQkNorm) { gradient_check(tiny_shape(true, false), 10); }
+
+// Mixture-of-experts layers (4 experts, top 2, gates renormalised), with the load-balancing
+// loss: every layer MoE with a shared expert, through the grouped path; every second layer MoE,
+// through the per-expert loop.
+ModelShape moe_shape(int every, bool shared) {
+  ModelShape s = tiny_shape();
+  s.n_experts = 4;
+  s.top_k = 2;
+  s.d_ff_expert = 24;
+  s.moe_every = every;
+  s.shared_expert = shared;
+  return s;
+}
+TEST(Model, GradientsMatchFiniteDifferencesMoeGrouped) { gradient_check(moe_shape(1, true), 5, 0.05f); }
+TEST(Model, GradientsMatchFiniteDifferencesMoeLoop) {
+  gradient_check(moe_shape(2, false), 6, 0.05f, MoeImpl::loop);
+}
 
 TEST(Model, Bf16AgreesWithFp32) {
   ModelShape s = tiny_shape();
@@ -246,6 +269,54 @@ TEST(Model, FusedAndUnfusedWeightGradientsAgreeAndCountersShowThePath) {
         ASSERT_NEAR(a[i], c[i], 1e-6 + 1e-5 * std::fabs(a[i])) << "unit " << u << " element " << i;
     }
   }
+}
+
+// MoE layers: the grouped and the per-expert path give the same loss and gradients, each
+// counted on its own path; fusion of the experts' weight gradients is honoured on both (one
+// counted weight gradient per expert matrix, on the fused or the unfused path), with and
+// without activation recompute.
+TEST(Model, MoeGroupedAndLoopAgreeAndCountersShowThePaths) {
+  const ModelShape s = moe_shape(1, true);
+  Batch b(2, 9, s.vocab_size, 4);
+  // Per step: attention q k v o, the router, 3 per expert, the shared expert's 3; the LM head.
+  const std::int64_t per_step = (4 + 1 + 3 * s.n_experts + 3) * s.n_layers + 1;
+  for (Precision p : {Precision::fp32, Precision::bf16})
+    for (bool fusion : {true, false})
+      for (bool recompute : {false, true}) {
+        ModelOptions og = options(s, p, 2, 9, fusion, recompute), ol = og;
+        og.moe_impl = MoeImpl::grouped;
+        ol.moe_impl = MoeImpl::loop;
+        og.aux_loss_coef = ol.aux_loss_coef = 0.01f;
+        Rig grouped(og, 5), loop(ol, 5);
+        grouped.set(b);
+        loop.set(b);
+        const double lg = grouped.step(1.0f / b.count()), ll = loop.step(1.0f / b.count());
+        const std::string what = std::string(p == Precision::fp32 ? "fp32" : "bf16") + (fusion ? " fused" : " unfused") +
+                                 (recompute ? " recompute" : "");
+        EXPECT_NEAR(lg, ll, kDeviceIsGpu ? 1e-3 * std::fabs(ll) : 0.0) << what;
+        EXPECT_GT(grouped.model.moe_calls().grouped, 0) << what;
+        EXPECT_EQ(grouped.model.moe_calls().loop, 0) << what;
+        EXPECT_GT(loop.model.moe_calls().loop, 0) << what;
+        EXPECT_EQ(loop.model.moe_calls().grouped, 0) << what;
+        for (const Rig* r : {&grouped, &loop}) {
+          EXPECT_EQ(r->model.wgrad_counters().fused, fusion ? per_step : 0) << what;
+          EXPECT_EQ(r->model.wgrad_counters().unfused, fusion ? 0 : per_step) << what;
+        }
+        for (int u = 0; u < grouped.model.unit_count(); ++u) {
+          auto a = grouped.host(grouped.params.grads(u), grouped.params.numel(u));
+          auto c = loop.host(loop.params.grads(u), loop.params.numel(u));
+          // The host backend's grouped call is the same products in the same order: bitwise on
+          // the CPU. cuBLAS may pick other kernels for a grouped call: on the GPU the unit's
+          // gradients agree to rounding, as a whole.
+          double diff = 0, norm = 0;
+          for (std::size_t i = 0; i < a.size(); ++i) {
+            if (!kDeviceIsGpu) ASSERT_EQ(a[i], c[i]) << what << " unit " << u << " element " << i;
+            diff += (double(a[i]) - c[i]) * (double(a[i]) - c[i]);
+            norm += double(a[i]) * a[i];
+          }
+          EXPECT_LE(std::sqrt(diff), 1e-2 * std::sqrt(norm)) << what << " unit " << u;
+        }
+      }
 }
 
 TEST(Model, RecomputeGivesIdenticalGradients) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
@@ -51,6 +52,17 @@ class Gemm {
                             long strideA, const TB* B, int ldb, long strideB, float beta, TC* C, int ldc,
                             long strideC, int batch);
 
+  // Products that share ops, element types and leading dimensions but not sizes or operands:
+  // product i is C_i (m[i], n[i]) = alpha op(A_i) op(B_i) + beta C_i with inner size k[i]; an
+  // empty one is skipped. One grouped call on GPU builds (cublasGemmGroupedBatchedEx, with the
+  // operand addresses uploaded to a buffer sized by reserve_groups), a loop on the host.
+  template <class TA, class TB, class TC>
+  void gemm_grouped(Op opA, Op opB, const std::vector<int>& m, const std::vector<int>& n, const std::vector<int>& k,
+                    float alpha, const std::vector<const TA*>& A, int lda, const std::vector<const TB*>& B, int ldb,
+                    float beta, const std::vector<TC*>& C, int ldc);
+  // Room for grouped calls of up to `groups` products (allocated here, never during a step).
+  void reserve_groups(int groups);
+
   // Host backend only: grows the fp32 conversion workspace so that products up to these sizes
   // never allocate during a step. No-op on GPU builds.
   void reserve(long m, long n, long k);
@@ -73,6 +85,10 @@ class Gemm {
   // bug in the caller, so fatal), then counts the call. False when there is nothing to compute.
   bool check_and_count(Op opA, Op opB, int m, int n, int k, int lda, int ldb, int ldc, long strideA,
                        long strideB, long strideC, int batch);
+  static void check_grouped(std::size_t m, std::size_t n, std::size_t k, std::size_t a, std::size_t b, std::size_t c) {
+    SHARDRL_CHECK(n == m && k == m && a == m && b == m && c == m,
+                  "gemm_grouped: one size and operand of each kind per product");
+  }
 };
 
 inline bool Gemm::check_and_count(Op opA, Op opB, int m, int n, int k, int lda, int ldb, int ldc,

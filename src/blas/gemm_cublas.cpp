@@ -7,6 +7,7 @@
 // there the Serial Kokkos has no cuda_stream() and a null stream stands in.
 #include "blas/gemm.hpp"
 
+#include <cstdint>
 #include <type_traits>
 
 #include <cublas_v2.h>
@@ -14,6 +15,7 @@
 
 #include "blas/cublas_check.hpp"
 #include "blas/cublas_handle.hpp"
+#include "core/cuda_check.hpp"
 #include "core/ledger_view.hpp"
 
 // shardrl::bf16 buffers are handed to cuBLAS as CUDA_R_16BF: same size, alignment and bits.
@@ -52,6 +54,11 @@ struct Gemm::Backend {
   // committed, so it is handed to cuBLAS at the first product.
   LedgerView<char> workspace;
   bool workspace_set = false;
+  // Operand addresses of a grouped call on the device (3 per product), sized by reserve_groups.
+  LedgerView<std::uintptr_t> group_pointers;
+  // Type combinations cuBLAS's grouped GEMM refused (cuBLAS documents its supported list); those
+  // products then run one by one.
+  bool grouped_unsupported[3] = {false, false, false};
 
   cublasHandle_t ready() {
     if (!workspace_set) {
@@ -103,6 +110,70 @@ void Gemm::gemm_strided_batched(Op opA, Op opB, int m, int n, int k, float alpha
       CUBLAS_GEMM_DEFAULT));
 }
 
+template <class TA, class TB, class TC>
+void Gemm::gemm_grouped(Op opA, Op opB, const std::vector<int>& m, const std::vector<int>& n, const std::vector<int>& k,
+                        float alpha, const std::vector<const TA*>& A, int lda, const std::vector<const TB*>& B, int ldb,
+                        float beta, const std::vector<TC*>& C, int ldc) {
+  check_grouped(m.size(), n.size(), k.size(), A.size(), B.size(), C.size());
+  const int combo = std::is_same_v<TA, float> ? 0 : (std::is_same_v<TC, bf16> ? 1 : 2);
+  // Row-major through the column-major identity, per product: (opB, opA, n, m, k, B, A).
+  std::vector<int> gm, gn, gk, glda, gldb, gldc, size;
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<float> alphas, betas;
+  std::vector<const void*> pointers;   // the A arrays, then the B arrays, then the C arrays
+  std::vector<const void*> a_ptr, b_ptr, c_ptr;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (m[i] <= 0 || n[i] <= 0) continue;
+    if (!check_and_count(opA, opB, m[i], n[i], k[i], lda, ldb, ldc, 0, 0, 0, 1)) continue;
+    gm.push_back(n[i]);
+    gn.push_back(m[i]);
+    gk.push_back(k[i]);
+    glda.push_back(ldb);
+    gldb.push_back(lda);
+    gldc.push_back(ldc);
+    ta.push_back(to_cublas(opB));
+    tb.push_back(to_cublas(opA));
+    alphas.push_back(alpha);
+    betas.push_back(beta);
+    size.push_back(1);
+    a_ptr.push_back(B[i]);
+    b_ptr.push_back(A[i]);
+    c_ptr.push_back(C[i]);
+  }
+  const int groups = static_cast<int>(gm.size());
+  if (groups == 0) return;
+  if (!backend_->grouped_unsupported[combo]) {
+    SHARDRL_CHECK(static_cast<std::size_t>(3 * groups) <= backend_->group_pointers.size(),
+                  "gemm_grouped: more products than reserve_groups made room for");
+    pointers.insert(pointers.end(), a_ptr.begin(), a_ptr.end());
+    pointers.insert(pointers.end(), b_ptr.begin(), b_ptr.end());
+    pointers.insert(pointers.end(), c_ptr.begin(), c_ptr.end());
+    void** dev = reinterpret_cast<void**>(backend_->group_pointers.data());
+    // From pageable memory: the call returns once the host array has been read.
+    SHARDRL_CHECK_CUDA(cudaMemcpyAsync(dev, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice,
+                                       stream_of_space(space_)));
+    const cublasStatus_t status = cublasGemmGroupedBatchedEx(
+        backend_->ready(), ta.data(), tb.data(), gm.data(), gn.data(), gk.data(), alphas.data(), dev,
+        cuda_type<TB>(), glda.data(), dev + groups, cuda_type<TA>(), gldb.data(), betas.data(), dev + 2 * groups,
+        cuda_type<TC>(), gldc.data(), groups, size.data(), CUBLAS_COMPUTE_32F);
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    SHARDRL_CHECK(status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE,
+                  std::string("cublasGemmGroupedBatchedEx failed: ") + cublasGetStatusName(status));
+    backend_->grouped_unsupported[combo] = true;
+  }
+  for (int g = 0; g < groups; ++g)
+    SHARDRL_CHECK_CUBLAS(cublasGemmEx(backend_->ready(), ta[g], tb[g], gm[g], gn[g], gk[g], &alpha, a_ptr[g],
+                                      cuda_type<TB>(), ldb, b_ptr[g], cuda_type<TA>(), lda, &beta,
+                                      const_cast<void*>(c_ptr[g]), cuda_type<TC>(), ldc, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+}
+
+void Gemm::reserve_groups(int groups) {
+  if (static_cast<std::size_t>(3 * groups) > backend_->group_pointers.size())
+    backend_->group_pointers = LedgerView<std::uintptr_t>(MemoryCategory::workspace, "gemm_group_pointers",
+                                                          static_cast<std::size_t>(3 * groups));
+}
+
 void Gemm::reserve(long, long, long) {}   // cuBLAS needs no conversion workspace
 
 std::size_t Gemm::workspace_bytes() const { return kCublasWorkspaceBytes; }
@@ -111,7 +182,11 @@ std::size_t Gemm::workspace_bytes() const { return kCublasWorkspaceBytes; }
   template void Gemm::gemm<TA, TB, TC>(Op, Op, int, int, int, float, const TA*, int, const TB*, int, float, \
                                        TC*, int);                                                        \
   template void Gemm::gemm_strided_batched<TA, TB, TC>(Op, Op, int, int, int, float, const TA*, int, long, \
-                                                       const TB*, int, long, float, TC*, int, long, int);
+                                                       const TB*, int, long, float, TC*, int, long, int); \
+  template void Gemm::gemm_grouped<TA, TB, TC>(Op, Op, const std::vector<int>&, const std::vector<int>&,    \
+                                               const std::vector<int>&, float, const std::vector<const TA*>&, \
+                                               int, const std::vector<const TB*>&, int, float,             \
+                                               const std::vector<TC*>&, int);
 SHARDRL_GEMM_INSTANTIATE(float, float, float)
 SHARDRL_GEMM_INSTANTIATE(bf16, bf16, bf16)
 SHARDRL_GEMM_INSTANTIATE(bf16, bf16, float)

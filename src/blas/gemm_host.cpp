@@ -116,6 +116,17 @@ void Gemm::gemm_strided_batched(Op opA, Op opB, int m, int n, int k, float alpha
               C + i * strideC, ldc);
 }
 
+template <class TA, class TB, class TC>
+void Gemm::gemm_grouped(Op opA, Op opB, const std::vector<int>& m, const std::vector<int>& n, const std::vector<int>& k,
+                        float alpha, const std::vector<const TA*>& A, int lda, const std::vector<const TB*>& B, int ldb,
+                        float beta, const std::vector<TC*>& C, int ldc) {
+  check_grouped(m.size(), n.size(), k.size(), A.size(), B.size(), C.size());
+  for (std::size_t i = 0; i < m.size(); ++i)
+    if (m[i] > 0 && n[i] > 0) gemm(opA, opB, m[i], n[i], k[i], alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
+}
+
+void Gemm::reserve_groups(int) {}   // the host loop needs no address buffer
+
 void Gemm::reserve(long m, long n, long k) {
   SHARDRL_CHECK(m >= 0 && n >= 0 && k >= 0, "Gemm::reserve sizes must be non-negative");
   grow(backend_->workspace, static_cast<std::size_t>(m * k + k * n + m * n));
@@ -127,7 +138,11 @@ std::size_t Gemm::workspace_bytes() const { return backend_->workspace.size() * 
   template void Gemm::gemm<TA, TB, TC>(Op, Op, int, int, int, float, const TA*, int, const TB*, int, float, \
                                        TC*, int);                                                        \
   template void Gemm::gemm_strided_batched<TA, TB, TC>(Op, Op, int, int, int, float, const TA*, int, long, \
-                                                       const TB*, int, long, float, TC*, int, long, int);
+                                                       const TB*, int, long, float, TC*, int, long, int); \
+  template void Gemm::gemm_grouped<TA, TB, TC>(Op, Op, const std::vector<int>&, const std::vector<int>&,    \
+                                               const std::vector<int>&, float, const std::vector<const TA*>&, \
+                                               int, const std::vector<const TB*>&, int, float,             \
+                                               const std::vector<TC*>&, int);
 SHARDRL_GEMM_INSTANTIATE(float, float, float)
 SHARDRL_GEMM_INSTANTIATE(bf16, bf16, bf16)
 SHARDRL_GEMM_INSTANTIATE(bf16, bf16, float)

@@ -20,6 +20,10 @@ struct RunConfig {
   std::int64_t iterations = 10;
 };
 
+// How an MoE layer runs its experts' GEMMs: all experts in one grouped call per matrix, or one
+// expert at a time. Both read the experts from the layer's one gathered unit.
+enum class MoeImpl { grouped, loop };
+
 // The shape keys hold the `tiny` preset's values; with a named preset they must stay unset
 // (the preset decides), with preset = "custom" they are the shape.
 struct ModelConfig {
@@ -37,6 +41,14 @@ struct ModelConfig {
   bool qk_norm = true;
   bool tie_embeddings = false;
   std::int64_t max_seq_len = 256;
+  // Mixture of experts (custom shapes; n_experts = 0: every MLP dense).
+  std::int64_t n_experts = 0;
+  std::int64_t top_k = 2;
+  std::int64_t d_ff_expert = 64;
+  std::int64_t moe_every = 1;       // layer l is MoE when (l + 1) % moe_every == 0
+  bool shared_expert = false;
+  double aux_loss_coef = 0.001;     // load-balancing loss weight (not a shape key)
+  MoeImpl moe_impl = MoeImpl::grouped;
   double init_std = 0.02;
 };
 

@@ -269,6 +269,22 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
             where(name), name, c.model.preset));
     }
   }
+  // MoE settings other than the defaults on a dense model would be silently ignored. (A
+  // resolved config writes every key, defaults included, and must read back.)
+  if (c.model.n_experts == 0) {
+    const ModelConfig d;
+    const std::pair<const char*, bool> changed[] = {
+        {"model.top_k", c.model.top_k != d.top_k},
+        {"model.d_ff_expert", c.model.d_ff_expert != d.d_ff_expert},
+        {"model.moe_every", c.model.moe_every != d.moe_every},
+        {"model.shared_expert", c.model.shared_expert != d.shared_expert},
+        {"model.aux_loss_coef", c.model.aux_loss_coef != d.aux_loss_coef},
+        {"model.moe_impl", c.model.moe_impl != d.moe_impl}};
+    for (const auto& [key, differs] : changed)
+      if (differs)
+        out.errors.push_back(fmt::format("{}: {} applies to mixture-of-experts layers, but model.n_experts = 0",
+                                         where(key), key));
+  }
   const ModelShape shape = resolve_model_shape(c.model);
   for (const auto& [key, problem] : shape_problems(shape))
     out.errors.push_back(fmt::format("{}: {}", where(key), problem));
@@ -292,6 +308,14 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "
         "(use \"auto\" or \"mpi\")",
         where("comm.backend")));
+  if (shape.n_experts > 0 && c.train.cuda_graph == TrainGraph::full)
+    out.errors.push_back(fmt::format("{}: train.cuda_graph = \"full\" cannot capture mixture-of-experts layers (their "
+                                     "routing goes to the host to size the experts' GEMMs; use \"none\")",
+                                     where("train.cuda_graph")));
+  if (shape.n_experts > 0 && c.rollout.cuda_graph == RolloutGraph::decode)
+    out.errors.push_back(fmt::format("{}: rollout.cuda_graph = \"decode\" cannot capture mixture-of-experts layers "
+                                     "(their routing goes to the host to size the experts' GEMMs; use \"none\")",
+                                     where("rollout.cuda_graph")));
   if (c.train.cuda_graph == TrainGraph::full && !build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: train.cuda_graph = \"full\" captures CUDA graphs, but this shardrl was built for CPU (use \"none\")",

@@ -19,6 +19,11 @@ ModelShape from_keys(const ModelConfig& m) {
   s.qk_norm = m.qk_norm;
   s.tie_embeddings = m.tie_embeddings;
   s.max_seq_len = static_cast<int>(m.max_seq_len);
+  s.n_experts = static_cast<int>(m.n_experts);
+  s.top_k = s.n_experts > 0 ? static_cast<int>(m.top_k) : 0;
+  s.d_ff_expert = s.n_experts > 0 ? static_cast<int>(m.d_ff_expert) : 0;
+  s.moe_every = static_cast<int>(m.moe_every);
+  s.shared_expert = s.n_experts > 0 && m.shared_expert;
   return s;
 }
 
@@ -63,8 +68,13 @@ ModelShape llama_1b() {
 std::int64_t ModelShape::parameter_count() const {
   std::int64_t D = d_model, V = vocab_size, q = std::int64_t(n_heads) * head_dim,
                kv = std::int64_t(n_kv_heads) * head_dim, F = d_ff;
-  std::int64_t layer = 2 * D + D * q + 2 * D * kv + q * D + 3 * D * F + (qk_norm ? 2 * head_dim : 0);
-  return V * D + n_layers * layer + D + (tie_embeddings ? 0 : V * D);
+  const std::int64_t attention = 2 * D + D * q + 2 * D * kv + q * D + (qk_norm ? 2 * head_dim : 0);
+  std::int64_t layers = 0;
+  for (int l = 0; l < n_layers; ++l)
+    layers += attention + (moe_layer(l) ? std::int64_t(n_experts) * D + (n_experts + (shared_expert ? 1 : 0)) *
+                                                                            std::int64_t(3) * D * d_ff_expert
+                                        : 3 * D * F);
+  return V * D + layers + D + (tie_embeddings ? 0 : V * D);
 }
 
 const std::vector<std::string>& model_preset_names() {
@@ -75,7 +85,8 @@ const std::vector<std::string>& model_preset_names() {
 const std::vector<std::string>& model_shape_keys() {
   static const std::vector<std::string> keys = {
       "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",  "d_ff",
-      "rope_theta", "norm_eps", "qk_norm", "tie_embeddings", "max_seq_len"};
+      "rope_theta", "norm_eps", "qk_norm", "tie_embeddings", "max_seq_len", "n_experts", "top_k",
+      "d_ff_expert", "moe_every", "shared_expert"};
   return keys;
 }
 
@@ -100,6 +111,13 @@ ModelConfig with_resolved_shape(const ModelConfig& model) {
   m.qk_norm = s.qk_norm;
   m.tie_embeddings = s.tie_embeddings;
   m.max_seq_len = s.max_seq_len;
+  m.n_experts = s.n_experts;
+  if (s.n_experts > 0) {
+    m.top_k = s.top_k;
+    m.d_ff_expert = s.d_ff_expert;
+  }
+  m.moe_every = s.moe_every;
+  m.shared_expert = s.shared_expert;
   return m;
 }
 
@@ -108,6 +126,9 @@ std::vector<std::pair<std::string, std::string>> shape_problems(const ModelShape
   if (s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads != 0)
     out.emplace_back("model.n_kv_heads", fmt::format("model.n_heads = {} is not a multiple of model.n_kv_heads = {}", s.n_heads,
                               s.n_kv_heads));
+  if (s.n_experts > 0 && s.top_k > s.n_experts)
+    out.emplace_back("model.top_k",
+                     fmt::format("model.top_k = {} exceeds model.n_experts = {}", s.top_k, s.n_experts));
   if (s.head_dim % 2 != 0)
     out.emplace_back("model.head_dim", fmt::format("model.head_dim = {} must be even (RoPE rotates pairs)", s.head_dim));
   return out;

@@ -24,7 +24,15 @@ struct ModelShape {
   bool qk_norm = false;
   bool tie_embeddings = false;
   int max_seq_len = 0;
+  // Mixture of experts: n_experts = 0 for a dense model.
+  int n_experts = 0;
+  int top_k = 0;
+  int d_ff_expert = 0;
+  int moe_every = 1;
+  bool shared_expert = false;
 
+  // Decoder layer l's MLP is a mixture of experts.
+  bool moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
   std::int64_t parameter_count() const;
 };
 

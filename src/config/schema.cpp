@@ -148,6 +148,28 @@ std::vector<KeyDef> build_schema() {
                     "The LM head reuses the token embedding matrix (custom shapes).", &Config::model,
                     &ModelConfig::tie_embeddings));
   shape_int("max_seq_len", &ModelConfig::max_seq_len, 1, "Longest sequence the model accepts (custom shapes).");
+  shape_int("n_experts", &ModelConfig::n_experts, 0,
+            "Experts of each mixture-of-experts MLP; 0: every MLP dense (custom shapes).");
+  shape_int("top_k", &ModelConfig::top_k, 1,
+            "Experts each token is routed to, their gates renormalised to sum to 1 (MoE; custom shapes).");
+  shape_int("d_ff_expert", &ModelConfig::d_ff_expert, 1,
+            "Hidden width of each expert's SwiGLU MLP and of the shared expert (MoE; custom shapes).");
+  shape_int("moe_every", &ModelConfig::moe_every, 1,
+            "Decoder layer l has a mixture-of-experts MLP when (l + 1) is a multiple of this; the others "
+            "are dense (MoE; custom shapes).");
+  s.push_back(field("model", "shared_expert", VK::boolean,
+                    "Every token also passes through one shared expert (MoE; custom shapes).", &Config::model,
+                    &ModelConfig::shared_expert));
+  s.push_back(with_min(field("model", "aux_loss_coef", VK::real,
+                             "Weight of the load-balancing loss (Hugging Face's router_aux_loss_coef) of each MoE "
+                             "layer; 0 turns it off.",
+                             &Config::model, &ModelConfig::aux_loss_coef),
+                       0.0));
+  s.push_back(choice("model", "moe_impl",
+                     "How an MoE layer runs its experts' GEMMs: `grouped` (each matrix of all experts in one "
+                     "grouped call) or `loop` (one expert at a time); both read the experts from the layer's one "
+                     "gathered unit.",
+                     &Config::model, &ModelConfig::moe_impl, std::vector<std::string>{"grouped", "loop"}));
   s.push_back(with_min(field("model", "init_std", VK::real,
                              "Standard deviation of the normal initialisation of fresh matrices "
                              "(norm weights start at 1).",

@@ -27,13 +27,27 @@ struct DeviceBytes {
 
 // Offsets (elements) of a decoder layer's parameters in its unit buffer; -1 when absent.
 struct LayerOffsets {
-  std::int64_t input_norm, q, k, v, o, q_norm = -1, k_norm = -1, post_norm, gate, up, down;
+  std::int64_t input_norm, q, k, v, o, q_norm = -1, k_norm = -1, post_norm;
+  std::int64_t gate = -1, up = -1, down = -1;   // the dense MLP, or an MoE layer's shared expert
+  // MoE layers: the router, and expert 0's matrices; expert e's is at + e * its kind's stride.
+  std::int64_t router = -1, expert_gate = -1, expert_up = -1, expert_down = -1;
+  std::int64_t expert_stride_in = 0, expert_stride_out = 0;   // gate/up (Fe, D); down (D, Fe)
+};
+
+// What an MoE layer keeps from forward for backward (A = tokens x top_k routed rows).
+struct MoeActivations {
+  DeviceBytes router_logits;                 // (N, E) compute type
+  DeviceBytes probs, gate;                   // (N, E), (N, k) fp32
+  DeviceBytes expert, order, pos;            // (N, k), (A), (A) int32
+  DeviceBytes xp, eg, eu, ea, yp;            // (A, D), (A, Fe) x 3, (A, D), compute type
+  std::vector<std::int32_t> offsets;         // (E + 1) on the host: expert e's rows
 };
 
 // What one decoder layer keeps from forward for backward.
 struct LayerActivations {
   DeviceBytes h1, q_raw, k_raw, q, k, v, attn, xmid, h2, g, u, a;   // compute type
   DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;                      // fp32
+  MoeActivations moe;                                                 // MoE layers only
 };
 
 struct Transformer::Activations {
@@ -47,6 +61,9 @@ struct Transformer::Activations {
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
   DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
+  // MoE backward scratch, shared by the layers, and the routing's host copies.
+  DeviceBytes moe_dyp, moe_dgate, moe_dea, moe_deg, moe_deu, moe_drouter, moe_counts;
+  std::vector<std::int32_t> moe_expert_h, moe_order_h, moe_pos_h;
   // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
   // training only). model/gemm_attention.hpp gives the sizes.
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;

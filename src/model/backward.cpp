@@ -53,15 +53,19 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   T* dres = b.dres.as<T>();
   Gemm& mm = *gemm_;
 
-  // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid).
-  mm.gemm(Op::N, Op::N, N, F, D, 1.0f, dres, D, w + o.down, F, 0.0f, b.da.as<T>(), F);
-  weight_grad(dres, a.a.as<T>(), g + o.down, D, F);
-  kernels::swiglu_backward(space_, a.g.as<T>(), a.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
-                           long(N) * F);
-  mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.dg.as<T>(), F, w + o.gate, D, 0.0f, b.dh.as<T>(), D);
-  mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.du.as<T>(), F, w + o.up, D, 1.0f, b.dh.as<T>(), D);
-  weight_grad(b.dg.as<T>(), a.h2.as<T>(), g + o.gate, F, D);
-  weight_grad(b.du.as<T>(), a.h2.as<T>(), g + o.up, F, D);
+  if (s.moe_layer(layer)) {
+    moe_backward(layer, w, g, a);
+  } else {
+    // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid).
+    mm.gemm(Op::N, Op::N, N, F, D, 1.0f, dres, D, w + o.down, F, 0.0f, b.da.as<T>(), F);
+    weight_grad(dres, a.a.as<T>(), g + o.down, D, F);
+    kernels::swiglu_backward(space_, a.g.as<T>(), a.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
+                             long(N) * F);
+    mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.dg.as<T>(), F, w + o.gate, D, 0.0f, b.dh.as<T>(), D);
+    mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.du.as<T>(), F, w + o.up, D, 1.0f, b.dh.as<T>(), D);
+    weight_grad(b.dg.as<T>(), a.h2.as<T>(), g + o.gate, F, D);
+    weight_grad(b.du.as<T>(), a.h2.as<T>(), g + o.up, F, D);
+  }
   kernels::rmsnorm_backward(space_, a.xmid.as<T>(), w + o.post_norm, a.rstd2.as<float>(), b.dh.as<T>(), dres,
                             g + o.post_norm, N, D, 1.0f, b.norm_scratch.as<float>());
 

@@ -74,6 +74,11 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
 
   kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, a.h2.as<T>(), a.rstd2.as<float>(), N, D,
                            s.norm_eps);
+  if (s.moe_layer(layer)) {
+    kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
+    moe_forward(layer, w, a, out);
+    return;
+  }
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.up, D, 0.0f, a.u.as<T>(), F);
   kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), a.a.as<T>(), long(N) * F);

@@ -64,9 +64,26 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
       add(layer, p + "self_attn.k_norm.weight", {hd}, Init::ones, true);
     }
     add(layer, p + "post_attention_layernorm.weight", {D}, Init::ones, true);
-    add(layer, p + "mlp.gate_proj.weight", {F, D}, Init::normal, false);
-    add(layer, p + "mlp.up_proj.weight", {F, D}, Init::normal, false);
-    add(layer, p + "mlp.down_proj.weight", {D, F}, Init::normal, false);
+    if (s.moe_layer(l)) {
+      // Hugging Face Qwen3-MoE names. Each kind of expert matrix is E equal tensors in a row,
+      // at a constant stride: what a batched GEMM over the experts needs.
+      const std::int64_t E = s.n_experts, Fe = s.d_ff_expert;
+      add(layer, p + "mlp.gate.weight", {E, D}, Init::normal, false);
+      for (const char* kind : {"gate_proj", "up_proj"})
+        for (std::int64_t e = 0; e < E; ++e)
+          add(layer, fmt::format("{}mlp.experts.{}.{}.weight", p, e, kind), {Fe, D}, Init::normal, false);
+      for (std::int64_t e = 0; e < E; ++e)
+        add(layer, fmt::format("{}mlp.experts.{}.down_proj.weight", p, e), {D, Fe}, Init::normal, false);
+      if (s.shared_expert) {
+        add(layer, p + "mlp.shared_expert.gate_proj.weight", {Fe, D}, Init::normal, false);
+        add(layer, p + "mlp.shared_expert.up_proj.weight", {Fe, D}, Init::normal, false);
+        add(layer, p + "mlp.shared_expert.down_proj.weight", {D, Fe}, Init::normal, false);
+      }
+    } else {
+      add(layer, p + "mlp.gate_proj.weight", {F, D}, Init::normal, false);
+      add(layer, p + "mlp.up_proj.weight", {F, D}, Init::normal, false);
+      add(layer, p + "mlp.down_proj.weight", {D, F}, Init::normal, false);
+    }
     units.push_back(layer);
   }
 

@@ -26,6 +26,22 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
     o.k_norm = u.param(".k_norm.weight").offset;
   }
   o.post_norm = u.param(".post_attention_layernorm.weight").offset;
+  if (u.has(".mlp.gate.weight")) {   // MoE
+    o.router = u.param(".mlp.gate.weight").offset;
+    o.expert_gate = u.param(".experts.0.gate_proj.weight").offset;
+    o.expert_up = u.param(".experts.0.up_proj.weight").offset;
+    o.expert_down = u.param(".experts.0.down_proj.weight").offset;
+    if (u.has(".experts.1.gate_proj.weight")) {
+      o.expert_stride_in = u.param(".experts.1.gate_proj.weight").offset - o.expert_gate;
+      o.expert_stride_out = u.param(".experts.1.down_proj.weight").offset - o.expert_down;
+    }
+    if (u.has(".shared_expert.gate_proj.weight")) {
+      o.gate = u.param(".shared_expert.gate_proj.weight").offset;
+      o.up = u.param(".shared_expert.up_proj.weight").offset;
+      o.down = u.param(".shared_expert.down_proj.weight").offset;
+    }
+    return o;
+  }
   o.gate = u.param(".gate_proj.weight").offset;
   o.up = u.param(".up_proj.weight").offset;
   o.down = u.param(".down_proj.weight").offset;
@@ -42,6 +58,8 @@ ModelOptions model_options(const Config& config) {
   o.activation_recompute = config.train.activation_recompute;
   o.max_batch = static_cast<int>(config.train.micro_batch_size);
   o.max_seq_len = static_cast<int>(config.train.seq_len);
+  o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);
+  o.moe_impl = config.model.moe_impl;
   return o;
 }
 
@@ -50,12 +68,15 @@ std::size_t Transformer::Activations::bytes() const {
                       logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
-                      attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() +
+                      attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() + moe_dyp.bytes() + moe_dgate.bytes() +
+                      moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
                       (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
     for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
-                                 &l.a, &l.rstd1, &l.rstd_q, &l.rstd_k, &l.lse, &l.rstd2})
+                                 &l.a, &l.rstd1, &l.rstd_q, &l.rstd_k, &l.lse, &l.rstd2, &l.moe.router_logits,
+                                 &l.moe.probs, &l.moe.gate, &l.moe.expert, &l.moe.order, &l.moe.pos, &l.moe.xp,
+                                 &l.moe.eg, &l.moe.eu, &l.moe.ea, &l.moe.yp})
       total += b->bytes();
   return total;
 }
@@ -66,7 +87,12 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   const ModelShape& s = options_.shape;
   SHARDRL_CHECK(options_.max_seq_len <= s.max_seq_len, "sequence length beyond the model's max_seq_len");
   const std::size_t N = std::size_t(options_.max_batch) * options_.max_seq_len;
-  const std::size_t D = s.d_model, V = s.vocab_size, F = s.d_ff;
+  const std::size_t D = s.d_model, V = s.vocab_size;
+  // The dense MLP's hidden buffers also serve an MoE layer's shared expert.
+  const std::size_t F = std::max<std::size_t>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
+  bool any_moe = false;
+  for (int l = 0; l < s.n_layers; ++l) any_moe |= s.moe_layer(l);
+  const std::size_t E = s.n_experts, K = s.top_k, Fe = s.d_ff_expert, A = N * K;
   const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
@@ -97,6 +123,21 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     la.a = DeviceBytes(at, "a", N * F * es);
     la.rstd1 = DeviceBytes(at, "rstd1", N * f4);
     la.rstd2 = DeviceBytes(at, "rstd2", N * f4);
+    if (stored == 1 ? any_moe : s.moe_layer(l)) {
+      MoeActivations& m = la.moe;
+      m.router_logits = DeviceBytes(at, "router_logits", N * E * es);
+      m.probs = DeviceBytes(at, "router_probs", N * E * f4);
+      m.gate = DeviceBytes(at, "router_gate", A * f4);
+      m.expert = DeviceBytes(at, "router_expert", A * sizeof(std::int32_t));
+      m.order = DeviceBytes(at, "moe_order", A * sizeof(std::int32_t));
+      m.pos = DeviceBytes(at, "moe_pos", A * sizeof(std::int32_t));
+      m.xp = DeviceBytes(at, "moe_xp", A * D * es);
+      m.eg = DeviceBytes(at, "moe_g", A * Fe * es);
+      m.eu = DeviceBytes(at, "moe_u", A * Fe * es);
+      m.ea = DeviceBytes(at, "moe_a", A * Fe * es);
+      m.yp = DeviceBytes(at, "moe_y", A * D * es);
+      m.offsets.assign(E + 1, 0);
+    }
     a.layers.push_back(std::move(la));
   }
   if (options_.activation_recompute) a.recompute_out = DeviceBytes(at, "recompute_out", N * D * es);
@@ -124,6 +165,14 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.dg = DeviceBytes(at, "dg", N * F * es);
     a.du = DeviceBytes(at, "du", N * F * es);
     a.dlogits = DeviceBytes(at, "dlogits", N * V * es);
+    if (any_moe) {
+      a.moe_dyp = DeviceBytes(at, "moe_dyp", A * D * es);   // also the permuted input's gradient
+      a.moe_dgate = DeviceBytes(at, "moe_dgate", A * f4);
+      a.moe_dea = DeviceBytes(at, "moe_da", A * Fe * es);
+      a.moe_deg = DeviceBytes(at, "moe_dg", A * Fe * es);
+      a.moe_deu = DeviceBytes(at, "moe_du", A * Fe * es);
+      a.moe_drouter = DeviceBytes(at, "moe_drouter", N * E * es);
+    }
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
       for (const auto& u : units_)
@@ -157,6 +206,12 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.token_order_h = Kokkos::create_mirror_view(a.token_order);
     a.token_starts_h = Kokkos::create_mirror_view(a.token_starts);
   }
+  if (any_moe) {
+    a.moe_counts = DeviceBytes(at, "moe_counts", E * sizeof(std::int32_t));
+    a.moe_expert_h.resize(A);
+    a.moe_order_h.resize(A);
+    a.moe_pos_h.resize(A);
+  }
   a.targets_h = Kokkos::create_mirror_view(a.targets);
   a.positions_h = Kokkos::create_mirror_view(a.positions);
 
@@ -164,6 +219,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.head_norm = units_.back().param("model.norm.weight").offset;
   if (!s.tie_embeddings) a.head_lm = units_.back().param("lm_head.weight").offset;
 
+  if (any_moe) gemm_->reserve_groups(s.n_experts);
   // The host GEMM backend widens bf16 operands in a workspace: size it now, not in a step.
   // Every product involves one weight (out, in) and N tokens: forward (N, out, in), input
   // gradient (N, in, out) and weight gradient (out, in, N) need the same N*in + in*out + N*out.

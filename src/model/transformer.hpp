@@ -20,6 +20,8 @@
 
 namespace shardrl {
 
+struct LayerActivations;
+
 struct ModelOptions {
   ModelShape shape;
   Precision precision = Precision::bf16;
@@ -33,10 +35,19 @@ struct ModelOptions {
   // Where the activation buffers live: their own allocations, or a phase of a PhaseArena that
   // the other phase's buffers share.
   ArenaPlacement arena;
+  // Mixture-of-experts layers: the load-balancing loss's weight and how the experts' GEMMs run.
+  float aux_loss_coef = 0.0f;
+  MoeImpl moe_impl = MoeImpl::grouped;
 };
 
 // Options of the model from the one Config (every build path uses this).
 ModelOptions model_options(const Config& config);
+
+// How MoE layers issued their experts' GEMMs, counted per call: proof that moe_impl took effect.
+struct MoeCallCounters {
+  std::int64_t grouped = 0;   // one grouped call for all experts
+  std::int64_t loop = 0;      // the experts one by one
+};
 
 // Which weight-gradient path ran, counted per GEMM: proof that the option took effect.
 struct WgradCounters {
@@ -103,6 +114,10 @@ class Transformer {
   const void* logits() const;
 
   const WgradCounters& wgrad_counters() const { return wgrad_; }
+  const MoeCallCounters& moe_calls() const { return moe_calls_; }
+  // The weight of this micro-batch's load-balancing loss relative to aux_loss_coef (1 by
+  // default); the caller divides by the micro-batches and ranks a step averages over.
+  void set_aux_loss_weight(float weight) { aux_loss_weight_ = weight; }
   // Weight-gradient GEMMs a replayed CUDA graph ran without this object's host code.
   void add_replayed_counts(const WgradCounters& replayed) {
     wgrad_.fused += replayed.fused;
@@ -126,6 +141,17 @@ class Transformer {
   template <class T> void embed_backward(float* g);
   // dW (out, in) += dY^T X with dY (N, out), X (N, in): fused or unfused as configured.
   template <class T> void weight_grad(const T* dY, const T* X, float* dW, int out, int in);
+  // Mixture-of-experts MLP of an MoE layer (moe_layer.cpp): forward adds into `out` (which
+  // holds the attention block's output); backward turns dres into dh (the gradient at h2).
+  template <class T> void moe_forward(int layer, const T* w, LayerActivations& la, T* out);
+  template <class T> void moe_backward(int layer, const T* w, float* g, LayerActivations& la);
+  template <class TA, class TC>
+  void expert_products(Op opA, Op opB, int rows_as, int fixed_a, int fixed_b, const TA* A, long a_base, long a_stride,
+                       int lda, const TA* B, long b_base, long b_stride, int ldb, float beta, TC* C, long c_base,
+                       long c_stride, int ldc, const std::vector<std::int32_t>& offsets);
+  template <class T>
+  void expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
+                           std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets);
 
   ModelOptions options_;
   ExecSpace space_;
@@ -133,6 +159,8 @@ class Transformer {
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<Activations> act_;
   WgradCounters wgrad_;
+  MoeCallCounters moe_calls_;
+  float aux_loss_weight_ = 1.0f;
   int B_ = 0, S_ = 0;
 };
 

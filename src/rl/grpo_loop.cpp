@@ -149,6 +149,8 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   const auto weight = static_cast<float>(1.0 / tokens);
   const MaskedNll objective(st.mask.data(), 1.0f, st.loss.data());
   const int micro = ceil_div(ceil_div(B, comm_.size()), micro_rows_);
+  // MoE layers: each micro-batch's load-balancing loss counts for its share of the step.
+  model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
   for (int m = 0; m < micro; ++m) {
     const int first = m * micro_rows_;
     set_micro_batch(mine, first, static_cast<int>(mine.size()));
@@ -290,6 +292,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   GrpoObjective objective(st.old_logp.data(), kl ? st.ref_logp.data() : nullptr, st.advantage.data(),
                           st.weight.data(), loss_options, st.stats.data());
   const double sequences_per_minibatch = double(prompts_per_minibatch_) * group_;
+  model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
   Kokkos::deep_copy(st.stats, 0.0f);
   TrainStats out;
   double trained_ids = 0;

@@ -1,0 +1,185 @@
+// The mixture-of-experts MLP of a decoder layer (Qwen3-MoE style): router -> top-k with gates
+// renormalised to sum to 1 -> the routed copies of the tokens grouped by expert -> each expert's
+// SwiGLU -> gated combine into the residual, plus an optional shared expert on every token.
+// The experts' matrices are read from the layer's one unit buffer (the gathered FSDP unit): the
+// grouped and the per-expert path differ only in how the GEMMs are issued.
+//
+// The routing is copied to the host once per layer and forward: the experts' row counts size
+// their GEMMs (so an MoE step is not capturable as a CUDA graph; the config refuses both).
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/moe_permute.hpp"
+#include "kernels/moe_router.hpp"
+#include "kernels/swiglu.hpp"
+#include "model/activations.hpp"
+
+namespace shardrl {
+namespace {
+
+using HostInts = Kokkos::View<std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using DeviceInts = Kokkos::View<std::int32_t*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+}  // namespace
+
+// One product per expert e over its rows r_e = offsets[e + 1] - offsets[e] (which of m, n, k is
+// the row count depends on the product): C_e = op(A_e) op(B_e) (+ C_e), A_e, B_e, C_e at the
+// given base + e * stride. Grouped: one call; loop: expert by expert.
+template <class TA, class TC>
+void Transformer::expert_products(Op opA, Op opB, int rows_as, int fixed_a, int fixed_b, const TA* A, long a_base,
+                                  long a_stride, int lda, const TA* B, long b_base, long b_stride, int ldb, float beta,
+                                  TC* C, long c_base, long c_stride, int ldc, const std::vector<std::int32_t>& offsets) {
+  const int E = options_.shape.n_experts;
+  std::vector<int> m(E), n(E), k(E);
+  std::vector<const TA*> ap(E), bp(E);
+  std::vector<TC*> cp(E);
+  for (int e = 0; e < E; ++e) {
+    const int rows = offsets[e + 1] - offsets[e];
+    const long first = offsets[e];
+    // rows_as: 0 -> m (forward, input gradients), 2 -> k (weight gradients).
+    m[e] = rows_as == 0 ? rows : fixed_a;
+    n[e] = rows_as == 0 ? fixed_a : fixed_b;
+    k[e] = rows_as == 0 ? fixed_b : rows;
+    // Row-blocked operands advance by first * stride; per-expert weights by e * stride.
+    ap[e] = A + a_base + (a_stride < 0 ? first * -a_stride : e * a_stride);
+    bp[e] = B + b_base + (b_stride < 0 ? first * -b_stride : e * b_stride);
+    cp[e] = C + c_base + (c_stride < 0 ? first * -c_stride : e * c_stride);
+  }
+  if (options_.moe_impl == MoeImpl::grouped) {
+    gemm_->gemm_grouped(opA, opB, m, n, k, 1.0f, ap, lda, bp, ldb, beta, cp, ldc);
+    ++moe_calls_.grouped;
+  } else {
+    for (int e = 0; e < E; ++e)
+      if (m[e] > 0 && n[e] > 0) gemm_->gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], lda, bp[e], ldb, beta, cp[e], ldc);
+    ++moe_calls_.loop;
+  }
+}
+
+template <class T>
+void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* out) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
+  const LayerOffsets& o = act_->offsets[layer];
+  MoeActivations& m = la.moe;
+  Activations& b = *act_;
+  Gemm& mm = *gemm_;
+  const T* h2 = la.h2.as<T>();
+  const long A = static_cast<long>(N) * k;
+
+  mm.gemm(Op::N, Op::T, N, E, D, 1.0f, h2, D, w + o.router, D, 0.0f, m.router_logits.as<T>(), E);
+  const kernels::RouterShape rs{N, E, k};
+  kernels::router_forward(space_, rs, true, m.router_logits.as<T>(), m.probs.as<float>(), m.expert.as<std::int32_t>(),
+                          m.gate.as<float>());
+  Kokkos::deep_copy(space_, HostInts(b.moe_expert_h.data(), A), DeviceInts(m.expert.as<std::int32_t>(), A));
+  space_.fence();
+  kernels::build_expert_permutation(b.moe_expert_h.data(), N, k, E, b.moe_order_h.data(), b.moe_pos_h.data(),
+                                    m.offsets.data());
+  Kokkos::deep_copy(space_, DeviceInts(m.order.as<std::int32_t>(), A), HostInts(b.moe_order_h.data(), A));
+  Kokkos::deep_copy(space_, DeviceInts(m.pos.as<std::int32_t>(), A), HostInts(b.moe_pos_h.data(), A));
+  space_.fence();   // the host arrays are refilled by the next MoE layer
+
+  T* xp = m.xp.as<T>();
+  kernels::moe_permute(space_, N, k, D, m.order.as<std::int32_t>(), h2, xp);
+  // Expert e: g_e = xp_e Wg_e^T, u_e = xp_e Wu_e^T (rows of xp_e: its tokens), then
+  // y_e = swiglu(g_e, u_e) Wd_e^T.
+  expert_products<T, T>(Op::N, Op::T, 0, Fe, D, xp, 0, -D, D, w, o.expert_gate, o.expert_stride_in, D, 0.0f,
+                        m.eg.as<T>(), 0, -Fe, Fe, m.offsets);
+  expert_products<T, T>(Op::N, Op::T, 0, Fe, D, xp, 0, -D, D, w, o.expert_up, o.expert_stride_in, D, 0.0f,
+                        m.eu.as<T>(), 0, -Fe, Fe, m.offsets);
+  kernels::swiglu_forward(space_, m.eg.as<T>(), m.eu.as<T>(), m.ea.as<T>(), A * Fe);
+  T* yp = m.yp.as<T>();
+  expert_products<T, T>(Op::N, Op::T, 0, D, Fe, m.ea.as<T>(), 0, -Fe, Fe, w, o.expert_down, o.expert_stride_out, Fe,
+                        0.0f, yp, 0, -D, D, m.offsets);
+  kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
+  if (o.gate >= 0) {   // the shared expert, on every token
+    mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.gate, D, 0.0f, la.g.as<T>(), Fe);
+    mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.up, D, 0.0f, la.u.as<T>(), Fe);
+    kernels::swiglu_forward(space_, la.g.as<T>(), la.u.as<T>(), la.a.as<T>(), long(N) * Fe);
+    mm.gemm(Op::N, Op::T, N, D, Fe, 1.0f, la.a.as<T>(), Fe, w + o.down, Fe, 1.0f, out, D);
+  }
+}
+
+template <class T>
+void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations& la) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
+  const LayerOffsets& o = act_->offsets[layer];
+  MoeActivations& m = la.moe;
+  Activations& b = *act_;
+  Gemm& mm = *gemm_;
+  const T* h2 = la.h2.as<T>();
+  const T* dres = b.dres.as<T>();
+  T* dh = b.dh.as<T>();
+  const long A = static_cast<long>(N) * k;
+
+  const bool shared = o.gate >= 0;
+  if (shared) {
+    mm.gemm(Op::N, Op::N, N, Fe, D, 1.0f, dres, D, w + o.down, Fe, 0.0f, b.da.as<T>(), Fe);
+    weight_grad(dres, la.a.as<T>(), g + o.down, D, Fe);
+    kernels::swiglu_backward(space_, la.g.as<T>(), la.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
+                             long(N) * Fe);
+    mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, b.dg.as<T>(), Fe, w + o.gate, D, 0.0f, dh, D);
+    mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, b.du.as<T>(), Fe, w + o.up, D, 1.0f, dh, D);
+    weight_grad(b.dg.as<T>(), h2, g + o.gate, Fe, D);
+    weight_grad(b.du.as<T>(), h2, g + o.up, Fe, D);
+  }
+  T* dyp = b.moe_dyp.as<T>();
+  float* dgate = b.moe_dgate.as<float>();
+  kernels::moe_combine_backward(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), m.yp.as<T>(), dres,
+                                dyp, dgate);
+  // Down: da_e = dy_e Wd_e; dWd_e += dy_e^T a_e.
+  T* dea = b.moe_dea.as<T>();
+  expert_products<T, T>(Op::N, Op::N, 0, Fe, D, dyp, 0, -D, D, w, o.expert_down, o.expert_stride_out, Fe, 0.0f, dea,
+                        0, -Fe, Fe, m.offsets);
+  expert_weight_grads(dyp, D, m.ea.as<T>(), Fe, g, o.expert_down, o.expert_stride_out, D, Fe, m.offsets);
+  kernels::swiglu_backward(space_, m.eg.as<T>(), m.eu.as<T>(), dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), A * Fe);
+  // Gate and up: dxp_e = dg_e Wg_e + du_e Wu_e (into dyp's buffer, no longer needed); dW += d^T xp_e.
+  T* dxp = dyp;
+  expert_products<T, T>(Op::N, Op::N, 0, D, Fe, b.moe_deg.as<T>(), 0, -Fe, Fe, w, o.expert_gate, o.expert_stride_in,
+                        D, 0.0f, dxp, 0, -D, D, m.offsets);
+  expert_products<T, T>(Op::N, Op::N, 0, D, Fe, b.moe_deu.as<T>(), 0, -Fe, Fe, w, o.expert_up, o.expert_stride_in,
+                        D, 1.0f, dxp, 0, -D, D, m.offsets);
+  expert_weight_grads(b.moe_deg.as<T>(), Fe, m.xp.as<T>(), D, g, o.expert_gate, o.expert_stride_in, Fe, D, m.offsets);
+  expert_weight_grads(b.moe_deu.as<T>(), Fe, m.xp.as<T>(), D, g, o.expert_up, o.expert_stride_in, Fe, D, m.offsets);
+  kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, shared);
+  // Router: through the gates (and the load-balancing loss) to its logits.
+  const kernels::RouterShape rs{N, E, k};
+  const float aux = options_.aux_loss_coef * aux_loss_weight_;
+  if (aux != 0.0f) kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
+  T* drouter = b.moe_drouter.as<T>();
+  kernels::router_backward(space_, rs, true, aux, m.probs.as<float>(), m.expert.as<std::int32_t>(),
+                           m.gate.as<float>(), b.moe_counts.as<std::int32_t>(), dgate, drouter);
+  mm.gemm(Op::N, Op::N, N, D, E, 1.0f, drouter, E, w + o.router, D, 1.0f, dh, D);
+  weight_grad(drouter, h2, g + o.router, E, D);
+}
+
+// dW_e (out, in) += dY_e^T X_e over expert e's rows, for every expert: fused, one grouped (or
+// per-expert) product with beta = 1 into the fp32 gradient; unfused, per expert into the
+// scratch and then added. Counted like every other weight gradient.
+template <class T>
+void Transformer::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
+                                      std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets) {
+  const int E = options_.shape.n_experts;
+  if (options_.gradient_accumulation_fusion) {
+    expert_products<T, float>(Op::T, Op::N, 2, out, in, dY, 0, -ld_dy, ld_dy, X, 0, -ld_x, ld_x, 1.0f, g, first,
+                              stride, in, offsets);
+    wgrad_.fused += E;
+    return;
+  }
+  float* tmp = act_->wgrad_tmp.as<float>();
+  for (int e = 0; e < E; ++e) {
+    const int rows = offsets[e + 1] - offsets[e];
+    gemm_->gemm(Op::T, Op::N, out, in, rows, 1.0f, dY + long(offsets[e]) * ld_dy, ld_dy, X + long(offsets[e]) * ld_x,
+                ld_x, 0.0f, tmp, in);
+    kernels::add_scaled(space_, tmp, g + first + e * stride, 1.0f, long(out) * in);
+    ++wgrad_.unfused;
+  }
+}
+
+template void Transformer::moe_forward<float>(int, const float*, LayerActivations&, float*);
+template void Transformer::moe_forward<bf16>(int, const bf16*, LayerActivations&, bf16*);
+template void Transformer::moe_backward<float>(int, const float*, float*, LayerActivations&);
+template void Transformer::moe_backward<bf16>(int, const bf16*, float*, LayerActivations&);
+
+}  // namespace shardrl
