@@ -23,7 +23,7 @@ namespace shardrl {
 namespace {
 
 struct Record {
-  double reward, reward_std, loss, kl, grad_norm, clip_frac, entropy;
+  double reward, reward_std, loss, kl, grad_norm, clip_frac, entropy, aux_loss;
 };
 
 std::vector<Record> trajectory(Job& job, int iterations) {
@@ -31,7 +31,7 @@ std::vector<Record> trajectory(Job& job, int iterations) {
   for (int it = 0; it < iterations; ++it) {
     RolloutBatch b = job.loop.rollout(it);
     TrainStats t = job.loop.train(b);
-    out.push_back({b.reward_mean, b.reward_std, t.loss, t.kl, t.grad_norm, t.clip_frac, b.entropy});
+    out.push_back({b.reward_mean, b.reward_std, t.loss, t.kl, t.grad_norm, t.clip_frac, b.entropy, t.aux_loss});
   }
   return out;
 }
@@ -139,6 +139,11 @@ TEST(GrpoLoop, MixtureOfExpertsPolicyRuns) {
   for (std::size_t s = 0; s < warm_one.size(); ++s) expect_close(warm_world[s], warm_one[s], "warm-up loss", int(s));
   for (int it = 0; it < 3; ++it) {
     ASSERT_TRUE(std::isfinite(world[it].loss) && std::isfinite(world[it].grad_norm)) << "iteration " << it;
+    // One MoE layer: E * sum_e f_e P_e, with f_e the share of tokens that picked e (summing to
+    // top_k): top_k = 2 when balanced, at most E * top_k.
+    EXPECT_GT(world[it].aux_loss, 1.0) << "iteration " << it;
+    EXPECT_LE(world[it].aux_loss, 8.0) << "iteration " << it;
+    expect_close(world[it].aux_loss, one[it].aux_loss, "aux_loss", it);
     expect_close(world[it].reward, one[it].reward, "reward", it);
     expect_close(world[it].grad_norm, one[it].grad_norm, "grad_norm", it);
   }

@@ -310,7 +310,9 @@ TEST(Model, MoeGroupedAndLoopAgreeAndCountersShowThePaths) {
           // gradients agree to rounding, as a whole.
           double diff = 0, norm = 0;
           for (std::size_t i = 0; i < a.size(); ++i) {
-            if (!kDeviceIsGpu) ASSERT_EQ(a[i], c[i]) << what << " unit " << u << " element " << i;
+            if (!kDeviceIsGpu) {
+              ASSERT_EQ(a[i], c[i]) << what << " unit " << u << " element " << i;
+            }
             diff += (double(a[i]) - c[i]) * (double(a[i]) - c[i]);
             norm += double(a[i]) * a[i];
           }

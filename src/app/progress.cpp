@@ -41,6 +41,7 @@ std::vector<std::pair<std::string, double>> metrics_record(const IterationReport
           {"response_len_mean", b.response_len_mean},
           {"entropy", b.entropy},
           {"kl", t.kl},
+          {"aux_loss", t.aux_loss},
           {"clip_frac", t.clip_frac},
           {"grad_norm", t.grad_norm},
           {"loss", t.loss},

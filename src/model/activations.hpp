@@ -61,8 +61,9 @@ struct Transformer::Activations {
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
   DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
-  // MoE backward scratch, shared by the layers, and the routing's host copies.
-  DeviceBytes moe_dyp, moe_dgate, moe_dea, moe_deg, moe_deu, moe_drouter, moe_counts;
+  // MoE backward scratch, shared by the layers, and the routing's host copies; moe_aux: one
+  // layer's load-balancing loss, then the weighted sum that aux_loss() reads.
+  DeviceBytes moe_dyp, moe_dgate, moe_dea, moe_deg, moe_deu, moe_drouter, moe_counts, moe_aux;
   std::vector<std::int32_t> moe_expert_h, moe_order_h, moe_pos_h;
   // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
   // training only). model/gemm_attention.hpp gives the sizes.

@@ -76,7 +76,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
                            s.norm_eps);
   if (s.moe_layer(layer)) {
     kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
-    moe_forward(layer, w, a, out);
+    moe_forward(layer, w, a, out, /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only);
     return;
   }
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.gate, D, 0.0f, a.g.as<T>(), F);

@@ -57,7 +57,7 @@ void Transformer::expert_products(Op opA, Op opB, int rows_as, int fixed_a, int 
 }
 
 template <class T>
-void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* out) {
+void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* out, bool track_aux) {
   const ModelShape& s = options_.shape;
   const int N = B_ * S_, D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
   const LayerOffsets& o = act_->offsets[layer];
@@ -92,6 +92,12 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   expert_products<T, T>(Op::N, Op::T, 0, D, Fe, m.ea.as<T>(), 0, -Fe, Fe, w, o.expert_down, o.expert_stride_out, Fe,
                         0.0f, yp, 0, -D, D, m.offsets);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
+  if (track_aux) {   // the layer's load-balancing loss, for the metrics
+    kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
+    kernels::router_aux_loss(space_, rs, 1.0f, m.probs.as<float>(), b.moe_counts.as<std::int32_t>(),
+                             b.moe_aux.as<float>());
+    kernels::add_scaled(space_, b.moe_aux.as<float>(), b.moe_aux.as<float>() + 1, aux_loss_weight_, 1);
+  }
   if (o.gate >= 0) {   // the shared expert, on every token
     mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.gate, D, 0.0f, la.g.as<T>(), Fe);
     mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.up, D, 0.0f, la.u.as<T>(), Fe);
@@ -177,8 +183,22 @@ void Transformer::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld
   }
 }
 
-template void Transformer::moe_forward<float>(int, const float*, LayerActivations&, float*);
-template void Transformer::moe_forward<bf16>(int, const bf16*, LayerActivations&, bf16*);
+void Transformer::reset_aux_loss() {
+  if (act_->moe_aux.bytes() > 0) kernels::fill(space_, act_->moe_aux.as<float>(), 0.0f, 2);
+}
+
+double Transformer::aux_loss() const {
+  if (act_->moe_aux.bytes() == 0) return 0.0;
+  float sum = 0.0f;
+  Kokkos::deep_copy(space_, Kokkos::View<float, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&sum),
+                    Kokkos::View<const float, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        act_->moe_aux.as<float>() + 1));
+  space_.fence();
+  return sum;
+}
+
+template void Transformer::moe_forward<float>(int, const float*, LayerActivations&, float*, bool);
+template void Transformer::moe_forward<bf16>(int, const bf16*, LayerActivations&, bf16*, bool);
 template void Transformer::moe_backward<float>(int, const float*, float*, LayerActivations&);
 template void Transformer::moe_backward<bf16>(int, const bf16*, float*, LayerActivations&);
 

@@ -69,7 +69,7 @@ std::size_t Transformer::Activations::bytes() const {
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
                       attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() + moe_dyp.bytes() + moe_dgate.bytes() +
-                      moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
+                      moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() + moe_aux.bytes() +
                       (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
@@ -208,6 +208,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   }
   if (any_moe) {
     a.moe_counts = DeviceBytes(at, "moe_counts", E * sizeof(std::int32_t));
+    a.moe_aux = DeviceBytes(ArenaPlacement{}, "moe_aux", 2 * f4);   // kept across phases: not in the arena
     a.moe_expert_h.resize(A);
     a.moe_order_h.resize(A);
     a.moe_pos_h.resize(A);

@@ -118,6 +118,11 @@ class Transformer {
   // The weight of this micro-batch's load-balancing loss relative to aux_loss_coef (1 by
   // default); the caller divides by the micro-batches and ranks a step averages over.
   void set_aux_loss_weight(float weight) { aux_loss_weight_ = weight; }
+  // The load-balancing losses of the training forwards since the reset (not recomputations),
+  // summed over MoE layers, each forward's weighted as set above (without aux_loss_coef): what
+  // the metrics report. Reading synchronises with the device; 0 for a dense model.
+  void reset_aux_loss();
+  double aux_loss() const;
   // Weight-gradient GEMMs a replayed CUDA graph ran without this object's host code.
   void add_replayed_counts(const WgradCounters& replayed) {
     wgrad_.fused += replayed.fused;
@@ -143,7 +148,7 @@ class Transformer {
   template <class T> void weight_grad(const T* dY, const T* X, float* dW, int out, int in);
   // Mixture-of-experts MLP of an MoE layer (moe_layer.cpp): forward adds into `out` (which
   // holds the attention block's output); backward turns dres into dh (the gradient at h2).
-  template <class T> void moe_forward(int layer, const T* w, LayerActivations& la, T* out);
+  template <class T> void moe_forward(int layer, const T* w, LayerActivations& la, T* out, bool track_aux);
   template <class T> void moe_backward(int layer, const T* w, float* g, LayerActivations& la);
   template <class TA, class TC>
   void expert_products(Op opA, Op opB, int rows_as, int fixed_a, int fixed_b, const TA* A, long a_base, long a_stride,

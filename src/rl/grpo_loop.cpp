@@ -293,6 +293,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
                           st.weight.data(), loss_options, st.stats.data());
   const double sequences_per_minibatch = double(prompts_per_minibatch_) * group_;
   model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
+  model_.reset_aux_loss();   // after the forward-only passes above: training forwards only
   Kokkos::deep_copy(st.stats, 0.0f);
   TrainStats out;
   double trained_ids = 0;
@@ -326,7 +327,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   }
   Kokkos::deep_copy(st.stats_h, st.stats);
   std::vector<double> sums{st.stats_h(kGrpoLoss), st.stats_h(kGrpoKl), st.stats_h(kGrpoClipped),
-                           st.stats_h(kGrpoWeight), trained_ids};
+                           st.stats_h(kGrpoWeight), trained_ids, model_.aux_loss()};
   sum_over_ranks(sums);
   const StepMetrics sm = trainer_.metrics();
   out.loss = sums[0] / minibatches_;
@@ -335,6 +336,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   out.grad_norm = sm.grad_norm;
   out.lr = sm.lr;
   out.tokens = sums[4];
+  out.aux_loss = sums[5] / minibatches_;
   out.seconds = seconds_since(t0);
   return out;
 }

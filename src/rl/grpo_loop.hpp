@@ -44,6 +44,7 @@ struct RolloutBatch {
 
 struct TrainStats {
   double loss = 0, kl = 0, clip_frac = 0, grad_norm = 0, lr = 0;
+  double aux_loss = 0;                      // MoE load-balancing loss, summed over layers (0: dense)
   std::int64_t skipped = 0;                 // optimizer steps skipped (non-finite gradients)
   double tokens = 0;                        // non-padding tokens trained on, over all ranks
   double seconds = 0;
