@@ -10,6 +10,9 @@ scripts/setup.sh "$preset"
 # reports itself skipped, with the reason, rather than passing.
 scripts/install_packages.sh slurm-wlm munge ||
   echo "test: slurm-wlm and munge could not be installed: the Slurm test will be skipped"
+# The fuzz test builds with clang and its libFuzzer runtime (Debian's clang has both).
+scripts/install_packages.sh clang ||
+  echo "test: clang could not be installed: the fuzz test will be skipped"
 source scripts/mpi_env.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 ctest --preset "$preset" -j "$jobs" "$@"
