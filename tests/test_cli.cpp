@@ -17,6 +17,9 @@
 #include <sstream>
 #include <string>
 
+#include "core/bf16.hpp"
+#include "io/safetensors.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -503,6 +506,49 @@ TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
   EXPECT_EQ(truncated.exit_code, 2);
   EXPECT_NE(truncated.err.find(file.string() + ": cannot open as a shardrl checkpoint"), std::string::npos)
       << truncated.err;
+}
+
+// `convert --to-safetensors`: every /model tensor of a checkpoint under its Hugging Face name,
+// bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
+// a missing checkpoint is refused.
+TEST(Cli, ConvertExportsTheCheckpointAsSafetensors) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const fs::path out = dir / (std::string("hf_") + dtype);
+    RunResult conv = run_in(dir, shardrl() + " convert --from " + ckpt.string() + " --to-safetensors " + out.string() +
+                                     " --dtype " + dtype);
+    ASSERT_EQ(conv.exit_code, 0) << conv.err;
+    const std::string config = slurp(out / "config.json");
+    EXPECT_NE(config.find("\"model_type\": \"qwen3\""), std::string::npos) << config;
+    EXPECT_NE(config.find("\"rms_norm_eps\": 1e-06"), std::string::npos) << config;
+    shardrl::SafetensorsFile st(out / "model.safetensors");
+    hid_t f = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    int compared = 0;
+    for (const shardrl::StTensor& t : st.header().tensors) {
+      hid_t d = H5Dopen2(f, ("/model/" + t.name).c_str(), H5P_DEFAULT);
+      ASSERT_GE(d, 0) << t.name;
+      std::vector<float> want(static_cast<std::size_t>(t.numel()));
+      ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), 0);
+      H5Dclose(d);
+      const std::vector<float> got = st.read_f32(t.name);
+      ASSERT_EQ(got.size(), want.size()) << t.name;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const float expect = std::string(dtype) == "fp32" ? want[i] : static_cast<float>(shardrl::bf16(want[i]));
+        ASSERT_EQ(got[i], expect) << dtype << " " << t.name << "[" << i << "]";
+      }
+      ++compared;
+    }
+    H5Fclose(f);
+    EXPECT_EQ(compared, 25) << "every parameter of the tiny model";
+  }
+  RunResult missing = run_in(dir, shardrl() + " convert --from nothing.h5 --to-safetensors x");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nothing.h5"), std::string::npos) << missing.err;
 }
 
 // SIGKILL at seeded random moments while the job saves (a pause between tensors makes saving

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/generate_command.hpp"
+#include "app/convert_command.hpp"
 #include "app/inspect_command.hpp"
 #include "app/train_command.hpp"
 #include "core/error.hpp"
@@ -53,6 +54,16 @@ int run_cli(int argc, char** argv) {
 
   GenerateArgs gen_args;
   std::string seed_flag, temperature_flag, top_k_flag, top_p_flag, max_new_flag;
+  ConvertArgs convert_args;
+  CLI::App* convert =
+      app.add_subcommand("convert", "Export a checkpoint's policy as a Hugging Face model directory (safetensors)");
+  convert->add_option("--from", convert_args.from, "Checkpoint file (.h5)")->required();
+  convert->add_option("--to-safetensors", convert_args.to_safetensors,
+                      "Directory to write model.safetensors and config.json into")
+      ->required();
+  convert->add_option("--dtype", convert_args.dtype, "Element type of the exported tensors")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+
   CLI::App* gen = app.add_subcommand("generate", "Print completions of a prompt, one per line");
   gen->add_option("--config", gen_args.config_path, "TOML configuration file (default: the checkpoint's)");
   gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
@@ -79,6 +90,7 @@ int run_cli(int argc, char** argv) {
   }
   if (train->parsed()) return run_train(train_args);
   if (inspect->parsed()) return run_inspect(inspect_args);
+  if (convert->parsed()) return run_convert(convert_args);
   if (gen->parsed()) {
     // The sampling flags are overrides like any other: one validation, one set of messages.
     for (auto [flag, key] : {std::pair{&seed_flag, "run.seed"}, std::pair{&temperature_flag, "rollout.temperature"},

@@ -22,6 +22,12 @@ struct InspectArgs {
   bool verify = false;
 };
 
+struct ConvertArgs {
+  std::string from;              // checkpoint file
+  std::string to_safetensors;    // output directory
+  std::string dtype = "bf16";    // bf16 | fp32
+};
+
 // Runs the command line; returns the process exit code (see core/error.hpp).
 int run_cli(int argc, char** argv);
 
