@@ -11,10 +11,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "io/checkpoint_dir.hpp"
+#include "io/safetensors.hpp"
+#include "rl/hf_config.hpp"
+#include "rl/hf_weights.hpp"
 #include "mpi/host_exchange.hpp"
 #include "rl/job_checkpoint.hpp"
 #include "rl_test_job.hpp"
@@ -125,6 +129,43 @@ TEST(Checkpoint, ResumeWithCapturedStepsIsBitExact) {
 }
 
 // N -> M for every N, M <= world size: ranks < N save (the others wait), ranks < M load.
+// model.init_from: a Hugging Face directory written from one job's weights starts another job
+// whose options differ (bf16 compute, unfused weight gradients): the weights arrive bit for bit
+// (fp32 files) and the importing job runs with its own config's options, which the counters
+// show (the first upstream failure was an option lost on exactly such a path).
+TEST(Checkpoint, InitFromHonoursTheJobsOwnOptions) {
+  Config c = small_config();
+  c.rl.sft_steps = 2;
+  const fs::path dir = fresh_dir("hf");
+  std::vector<std::vector<float>> source;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    source = all_weights(job);
+    if (world_rank() == 0) {
+      std::vector<StWrite> tensors;
+      for (int u = 0; u < job.model.unit_count(); ++u)
+        for (const ParamSpec& p : job.model.units()[u].params)
+          tensors.push_back({p.name, p.shape, StDtype::f32, source[u].data() + p.offset});
+      write_safetensors(dir / "model.safetensors", tensors);
+      std::ofstream(dir / "config.json") << hf_config_json(job.model.options().shape, "float32");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  Config imported = c;
+  imported.model.precision = Precision::bf16;
+  imported.train.gradient_accumulation_fusion = false;
+  imported.model.init_from = dir.string();
+  Job job(imported, MPI_COMM_WORLD);
+  load_hf_weights(imported.model.init_from, job.trainer, job.model.units(), job.model.options().shape);
+  expect_bitwise(all_weights(job), source, "weights imported");
+  EXPECT_EQ(job.model.compute_type_size(), 2u) << "bf16 compute on the imported path";
+  job.loop.warmup_step(0);
+  EXPECT_GT(job.model.wgrad_counters().unfused, 0);
+  EXPECT_EQ(job.model.wgrad_counters().fused, 0) << "gradient_accumulation_fusion = false on the imported path";
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
 TEST(Checkpoint, LoadsOnAnyNumberOfRanks) {
   Config c = small_config();
   c.rl.sft_steps = 3;

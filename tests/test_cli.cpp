@@ -508,10 +508,10 @@ TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
       << truncated.err;
 }
 
-// `convert --to-safetensors`: every /model tensor of a checkpoint under its Hugging Face name,
+// `convert --to-safetensors` and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
 // bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
 // a missing checkpoint is refused.
-TEST(Cli, ConvertExportsTheCheckpointAsSafetensors) {
+TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
@@ -546,6 +546,37 @@ TEST(Cli, ConvertExportsTheCheckpointAsSafetensors) {
     H5Fclose(f);
     EXPECT_EQ(compared, 25) << "every parameter of the tiny model";
   }
+  // The fp32 export imported into a fresh job of no iterations (model.init_from, 2 ranks, each
+  // reading its slices) is the checkpoint's /model again, bit for bit.
+  RunResult import = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=imported --set run.iterations=0 "
+                                             "--set rl.sft_steps=0 --set model.init_from=" + (dir / "hf_fp32").string());
+  ASSERT_EQ(import.exit_code, 0) << import.err;
+  const fs::path again = dir / "runs" / "imported" / "checkpoints" / "iter_00000000.h5";
+  ASSERT_TRUE(fs::exists(again)) << import.out;
+  {
+    hid_t a = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), b = H5Fopen(again.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    shardrl::SafetensorsFile st(dir / "hf_fp32" / "model.safetensors");
+    for (const shardrl::StTensor& t : st.header().tensors) {
+      std::vector<float> x(static_cast<std::size_t>(t.numel())), y(x.size());
+      for (auto [f, v] : {std::pair{a, &x}, std::pair{b, &y}}) {
+        hid_t d = H5Dopen2(f, ("/model/" + t.name).c_str(), H5P_DEFAULT);
+        ASSERT_GE(d, 0) << t.name;
+        ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v->data()), 0);
+        H5Dclose(d);
+      }
+      EXPECT_EQ(x, y) << t.name;
+    }
+    H5Fclose(a);
+    H5Fclose(b);
+  }
+  // A directory of another shape is refused, naming the difference.
+  RunResult other = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set model.preset=custom "
+                                            "--set model.d_ff=96 --set model.init_from=" + (dir / "hf_fp32").string());
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("config.json: describes another model than the job's: d_ff (intermediate_size) is 128 "
+                           "there and 96 in the job's [model]"),
+            std::string::npos)
+      << other.err;
   RunResult missing = run_in(dir, shardrl() + " convert --from nothing.h5 --to-safetensors x");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("nothing.h5"), std::string::npos) << missing.err;

@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "app/hf_config.hpp"
+#include "rl/hf_config.hpp"
 #include "app/job_config.hpp"
 #include "core/error.hpp"
 #include "io/safetensors.hpp"

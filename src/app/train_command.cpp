@@ -13,6 +13,7 @@
 #include "app/progress.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
+#include "rl/hf_weights.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
 #include "core/memory_ledger.hpp"
@@ -175,10 +176,15 @@ int run_train(const TrainArgs& args) {
   try {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
+    bool resumed = false;
     if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, checkpoints); !from.empty()) {
+      resumed = true;
       position = load_job_checkpoint(from, trainer, model.units(), cfg, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
+    } else if (!cfg.model.init_from.empty()) {
+      load_hf_weights(cfg.model.init_from, trainer, model.units(), model.options().shape);
+      spdlog::info("weights from {}", cfg.model.init_from);
     }
     auto save = [&](const char* why) {
       watchdog.arm(cfg.comm.timeout_s, "checkpoint save");
@@ -244,7 +250,9 @@ int run_train(const TrainArgs& args) {
         if (periodic) save("interval");
       }
     }
-    if (first >= cfg.run.iterations && !warmed_up) {
+    // A finished run resumed has nothing to add; a fresh job of no iterations saves its initial
+    // weights (the way to turn model.init_from's directory into a checkpoint).
+    if (first >= cfg.run.iterations && !warmed_up && resumed) {
       spdlog::info("nothing to do: the run has finished its {} iterations (raise run.iterations to continue, or "
                    "start afresh with --no-resume)",
                    cfg.run.iterations);

@@ -50,6 +50,7 @@ struct ModelConfig {
   double aux_loss_coef = 0.001;     // load-balancing loss weight (not a shape key)
   MoeImpl moe_impl = MoeImpl::grouped;
   double init_std = 0.02;
+  std::string init_from;            // a Hugging Face model directory to start from ("": fresh)
 };
 
 // Whether a whole optimizer step (every micro-batch's forward and backward, the collectives and

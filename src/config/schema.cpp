@@ -170,6 +170,12 @@ std::vector<KeyDef> build_schema() {
                      "grouped call) or `loop` (one expert at a time); both read the experts from the layer's one "
                      "gathered unit.",
                      &Config::model, &ModelConfig::moe_impl, std::vector<std::string>{"grouped", "loop"}));
+  s.push_back(field("model", "init_from", VK::string,
+                    "A Hugging Face model directory (config.json and model.safetensors, or the shards of "
+                    "model.safetensors.index.json) whose weights a fresh job starts from instead of random ones; "
+                    "its config.json must describe the job's model. Empty: random initialisation. A resumed job "
+                    "reads its checkpoint instead.",
+                    &Config::model, &ModelConfig::init_from));
   s.push_back(with_min(field("model", "init_std", VK::real,
                              "Standard deviation of the normal initialisation of fresh matrices "
                              "(norm weights start at 1).",

@@ -12,4 +12,10 @@ namespace shardrl {
 // `torch_dtype`: "float32" or "bfloat16", the dtype the tensors are exported in.
 std::string hf_config_json(const ModelShape& shape, const std::string& torch_dtype);
 
+// The shape a Hugging Face `config.json` describes (its text; `where` names it in errors).
+// Refuses model types other than llama, qwen3 and qwen3_moe, and features shardrl does not
+// implement (RoPE scaling, biases, dense layers between MoE layers other than by
+// decoder_sparse_step), naming the key.
+ModelShape shape_from_hf_config(const std::string& json_text, const std::string& where);
+
 }  // namespace shardrl

@@ -1,0 +1,112 @@
+#include "rl/hf_config.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace shardrl {
+
+std::string hf_config_json(const ModelShape& s, const std::string& torch_dtype) {
+  if (s.shared_expert)
+    throw InputError("no Hugging Face architecture has an ungated shared expert beside Qwen3-MoE's experts "
+                     "(model.shared_expert = true)");
+  nlohmann::ordered_json j;
+  const bool moe = s.n_experts > 0;
+  if (moe) {
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["model_type"] = "qwen3_moe";
+  } else if (s.qk_norm) {
+    j["architectures"] = {"Qwen3ForCausalLM"};
+    j["model_type"] = "qwen3";
+  } else {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+  }
+  j["vocab_size"] = s.vocab_size;
+  j["hidden_size"] = s.d_model;
+  j["intermediate_size"] = s.d_ff;
+  j["num_hidden_layers"] = s.n_layers;
+  j["num_attention_heads"] = s.n_heads;
+  j["num_key_value_heads"] = s.n_kv_heads;
+  j["head_dim"] = s.head_dim;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = s.max_seq_len;
+  // The shape keeps floats: written as the shortest decimal that reads back to them (1e-06, not
+  // 9.99999997e-07).
+  j["rms_norm_eps"] = std::stod(fmt::format("{}", s.norm_eps));
+  j["rope_theta"] = std::stod(fmt::format("{}", s.rope_theta));
+  j["tie_word_embeddings"] = s.tie_embeddings;
+  j["attention_bias"] = false;
+  if (!moe && !s.qk_norm) j["mlp_bias"] = false;
+  if (moe) {
+    j["num_experts"] = s.n_experts;
+    j["num_experts_per_tok"] = s.top_k;
+    j["moe_intermediate_size"] = s.d_ff_expert;
+    j["decoder_sparse_step"] = s.moe_every;
+    j["norm_topk_prob"] = true;
+    // Hugging Face's dense layers of a Qwen3-MoE model are those not on the sparse step.
+    j["mlp_only_layers"] = nlohmann::json::array();
+  }
+  j["torch_dtype"] = torch_dtype;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace shardrl
+
+namespace shardrl {
+
+ModelShape shape_from_hf_config(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + ": not valid JSON: " + e.what());
+  }
+  auto fail = [&](const std::string& problem) { throw InputError(where + ": " + problem); };
+  if (!j.is_object()) fail("not a JSON object");
+  const std::string type = j.value("model_type", "");
+  if (type != "llama" && type != "qwen3" && type != "qwen3_moe")
+    fail("model_type \"" + type + "\": shardrl builds llama, qwen3 and qwen3_moe models");
+  auto integer = [&](const char* key) -> int {
+    if (!j.contains(key) || !j[key].is_number_integer()) fail(std::string(key) + ": missing or not an integer");
+    return j[key].get<int>();
+  };
+  auto real = [&](const char* key, double fallback) -> double {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) fail(std::string(key) + ": not a number");
+    return j[key].get<double>();
+  };
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>())
+      fail(std::string(key) + " = true: shardrl's linear layers have no biases");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    fail("rope_scaling is set: shardrl implements plain RoPE only (no Llama 3 frequency scaling)");
+  ModelShape s;
+  s.vocab_size = integer("vocab_size");
+  s.d_model = integer("hidden_size");
+  s.n_layers = integer("num_hidden_layers");
+  s.n_heads = integer("num_attention_heads");
+  s.n_kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : s.n_heads;
+  s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim") : s.d_model / s.n_heads;
+  s.d_ff = integer("intermediate_size");
+  s.rope_theta = static_cast<float>(real("rope_theta", 10000.0));
+  s.norm_eps = static_cast<float>(real("rms_norm_eps", 1e-6));
+  s.qk_norm = type != "llama";
+  s.tie_embeddings = j.value("tie_word_embeddings", false);
+  s.max_seq_len = integer("max_position_embeddings");
+  if (type == "qwen3_moe") {
+    s.n_experts = integer("num_experts");
+    s.top_k = integer("num_experts_per_tok");
+    s.d_ff_expert = integer("moe_intermediate_size");
+    s.moe_every = j.contains("decoder_sparse_step") ? integer("decoder_sparse_step") : 1;
+    if (!j.value("norm_topk_prob", false)) fail("norm_topk_prob = false: shardrl renormalises the top-k gates");
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].empty())
+      fail("mlp_only_layers is not empty: shardrl places dense layers by decoder_sparse_step only");
+  }
+  return s;
+}
+
+}  // namespace shardrl

@@ -1,0 +1,97 @@
+#include "rl/hf_weights.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include "rl/hf_config.hpp"
+
+namespace shardrl {
+namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  if (!in) throw InputError("cannot open '" + p.string() + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The first difference between the directory's shape and the job's, or "".
+std::string shape_difference(const ModelShape& dir, const ModelShape& job) {
+  const std::pair<const char*, std::pair<double, double>> fields[] = {
+      {"vocab_size", {dir.vocab_size, job.vocab_size}},     {"d_model (hidden_size)", {dir.d_model, job.d_model}},
+      {"n_layers", {dir.n_layers, job.n_layers}},           {"n_heads", {dir.n_heads, job.n_heads}},
+      {"n_kv_heads", {dir.n_kv_heads, job.n_kv_heads}},     {"head_dim", {dir.head_dim, job.head_dim}},
+      {"d_ff (intermediate_size)", {dir.d_ff, job.d_ff}},   {"rope_theta", {dir.rope_theta, job.rope_theta}},
+      {"norm_eps", {dir.norm_eps, job.norm_eps}},           {"qk_norm (qwen3)", {dir.qk_norm, job.qk_norm}},
+      {"tie_embeddings", {dir.tie_embeddings, job.tie_embeddings}},
+      {"n_experts", {dir.n_experts, job.n_experts}},        {"top_k", {dir.top_k, job.top_k}},
+      {"d_ff_expert", {dir.d_ff_expert, job.d_ff_expert}},  {"moe_every", {dir.moe_every, job.moe_every}}};
+  for (const auto& [name, v] : fields)
+    if (v.first != v.second) return fmt::format("{} is {} there and {} in the job's [model]", name, v.first, v.second);
+  return "";
+}
+
+}  // namespace
+
+void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
+                     const ModelShape& shape) {
+  const std::filesystem::path config = dir / "config.json";
+  const ModelShape theirs = shape_from_hf_config(slurp(config), config.string());
+  if (const std::string d = shape_difference(theirs, shape); !d.empty())
+    throw InputError(config.string() + ": describes another model than the job's: " + d +
+                     " (set the [model] keys to match: preset = \"custom\" and the shape keys)");
+  // Which file holds each tensor.
+  std::map<std::string, std::filesystem::path> file_of;
+  const std::filesystem::path index = dir / "model.safetensors.index.json";
+  if (std::filesystem::exists(index)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(slurp(index));
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(index.string() + ": not valid JSON: " + e.what());
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw InputError(index.string() + ": no weight_map object");
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) throw InputError(index.string() + ": weight_map of '" + it.key() + "' is not a file name");
+      file_of[it.key()] = dir / it.value().get<std::string>();
+    }
+  }
+  std::map<std::filesystem::path, std::unique_ptr<SafetensorsFile>> open_files;
+  auto file_for = [&](const std::string& name) -> const SafetensorsFile& {
+    auto mapped = file_of.find(name);
+    const std::filesystem::path p = mapped != file_of.end() ? mapped->second : dir / "model.safetensors";
+    auto& f = open_files[p];
+    if (!f) f = std::make_unique<SafetensorsFile>(p);
+    return *f;
+  };
+  const ShardLayout& layout = trainer.layout();
+  for (int u = 0; u < layout.unit_count(); ++u) {
+    const UnitShard& s = layout.unit(u);
+    std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
+    for (const ParamSpec& p : units[static_cast<std::size_t>(u)].params) {
+      const std::int64_t lo = std::max(p.offset, s.begin), hi = std::min(p.offset + p.numel(), s.begin + s.shard);
+      const SafetensorsFile& f = file_for(p.name);
+      const StTensor* t = f.find(p.name);
+      if (!t) throw InputError(f.path().string() + ": no tensor '" + p.name + "', which the model needs");
+      if (t->shape != p.shape)
+        throw InputError(fmt::format("{}: tensor '{}': shape ({}), the model's is ({})", f.path().string(), p.name,
+                                     fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
+      if (lo >= hi) continue;   // not in this rank's slice
+      const std::vector<float> values = f.read_f32(p.name);
+      std::copy(values.begin() + (lo - p.offset), values.begin() + (hi - p.offset), slice.begin() + (lo - s.begin));
+    }
+    trainer.write_slice(u, SliceState::main, slice);
+  }
+}
+
+}  // namespace shardrl
