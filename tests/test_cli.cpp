@@ -569,6 +569,16 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
     H5Fclose(a);
     H5Fclose(b);
   }
+  // And exported again: safetensors -> shardrl -> safetensors gives the same tensor bytes.
+  RunResult reexport = run_in(dir, shardrl() + " convert --from " + again.string() + " --to-safetensors " +
+                                       (dir / "hf_again").string() + " --dtype fp32");
+  ASSERT_EQ(reexport.exit_code, 0) << reexport.err;
+  {
+    shardrl::SafetensorsFile first(dir / "hf_fp32" / "model.safetensors"), second(dir / "hf_again" / "model.safetensors");
+    ASSERT_EQ(first.header().tensors.size(), second.header().tensors.size());
+    for (const shardrl::StTensor& t : first.header().tensors)
+      EXPECT_EQ(second.read_bytes(t.name), first.read_bytes(t.name)) << t.name;
+  }
   // A directory of another shape is refused, naming the difference.
   RunResult other = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set model.preset=custom "
                                             "--set model.d_ff=96 --set model.init_from=" + (dir / "hf_fp32").string());
