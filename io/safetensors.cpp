@@ -1,5 +1,7 @@
 #include "io/safetensors.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -77,9 +79,21 @@ std::string SafetensorsFile::read_bytes(const std::string& name) const {
 }
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
+  return read_f32(name, 0, get(name).numel());
+}
+
+std::vector<float> SafetensorsFile::read_f32(const std::string& name, std::int64_t first, std::int64_t count) const {
   const StTensor& t = get(name);
-  const std::string bytes = read_bytes(name);
-  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  if (first < 0 || count < 0 || first + count > t.numel())
+    throw InputError(fmt::format("{}: tensor '{}': elements [{}, {}) of {}", path_.string(), name, first, first + count,
+                                 t.numel()));
+  const std::size_t size = dtype_size(t.dtype);
+  std::ifstream in(path_, std::ios::binary);
+  std::string bytes(static_cast<std::size_t>(count) * size, '\0');
+  in.seekg(static_cast<std::streamoff>(header_.data_offset + t.begin + static_cast<std::uint64_t>(first) * size));
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) throw InputError(path_.string() + ": cannot read tensor '" + name + "'");
+  std::vector<float> out(static_cast<std::size_t>(count));
   for (std::size_t i = 0; i < out.size(); ++i) {   // the format is little-endian, as this host
     if (t.dtype == StDtype::f32) {
       std::memcpy(&out[i], bytes.data() + 4 * i, 4);

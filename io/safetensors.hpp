@@ -46,8 +46,10 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return path_; }
   const StHeader& header() const { return header_; }
   const StTensor* find(const std::string& name) const;   // null if absent
-  // The tensor's values as fp32 (bf16 and f16 widen exactly).
+  // The tensor's values as fp32 (bf16 and f16 widen exactly); or only the flattened elements
+  // [first, first + count), read alone (a rank's slice of a large tensor).
   std::vector<float> read_f32(const std::string& name) const;
+  std::vector<float> read_f32(const std::string& name, std::int64_t first, std::int64_t count) const;
   // The tensor's bytes as stored.
   std::string read_bytes(const std::string& name) const;
 

@@ -73,6 +73,7 @@ TEST(Safetensors, RoundTripsF32ExactlyAndBf16AfterOneRounding) {
   ASSERT_NE(f.find("model.layers.0.mlp.up_proj.weight"), nullptr);
   EXPECT_EQ(f.find("model.layers.0.mlp.up_proj.weight")->shape, (std::vector<std::int64_t>{6, 5}));
   EXPECT_EQ(f.read_f32("model.layers.0.mlp.up_proj.weight"), a);
+  EXPECT_EQ(f.read_f32("model.layers.0.mlp.up_proj.weight", 7, 11), std::vector<float>(a.begin() + 7, a.begin() + 18));
   const std::vector<float> back = f.read_f32("model.norm.weight");
   for (std::size_t i = 0; i < b.size(); ++i) EXPECT_EQ(back[i], static_cast<float>(bf16(b[i]))) << i;
   EXPECT_TRUE(f.read_f32("empty").empty());

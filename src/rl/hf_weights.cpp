@@ -87,8 +87,8 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
         throw InputError(fmt::format("{}: tensor '{}': shape ({}), the model's is ({})", f.path().string(), p.name,
                                      fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
       if (lo >= hi) continue;   // not in this rank's slice
-      const std::vector<float> values = f.read_f32(p.name);
-      std::copy(values.begin() + (lo - p.offset), values.begin() + (hi - p.offset), slice.begin() + (lo - s.begin));
+      const std::vector<float> values = f.read_f32(p.name, lo - p.offset, hi - lo);
+      std::copy(values.begin(), values.end(), slice.begin() + (lo - s.begin));
     }
     trainer.write_slice(u, SliceState::main, slice);
   }
