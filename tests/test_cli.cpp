@@ -508,7 +508,7 @@ TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
       << truncated.err;
 }
 
-// `convert --to-safetensors` and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
+// `convert` both ways and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
 // bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
 // a missing checkpoint is refused.
 TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
@@ -553,8 +553,15 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   ASSERT_EQ(import.exit_code, 0) << import.err;
   const fs::path again = dir / "runs" / "imported" / "checkpoints" / "iter_00000000.h5";
   ASSERT_TRUE(fs::exists(again)) << import.out;
-  {
-    hid_t a = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), b = H5Fopen(again.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  // And through `convert --from-safetensors --to` (2 ranks, a checkpoint at iteration 0).
+  const fs::path converted = dir / "converted.h5";
+  RunResult back = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
+                                   converted.string());
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_FALSE(fs::exists(converted.string() + ".convert.d"));
+  for (const fs::path& copy : {again, converted}) {
+    hid_t a = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), b = H5Fopen(copy.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(b, 0) << copy;
     shardrl::SafetensorsFile st(dir / "hf_fp32" / "model.safetensors");
     for (const shardrl::StTensor& t : st.header().tensors) {
       std::vector<float> x(static_cast<std::size_t>(t.numel())), y(x.size());
@@ -564,11 +571,14 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
         ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v->data()), 0);
         H5Dclose(d);
       }
-      EXPECT_EQ(x, y) << t.name;
+      EXPECT_EQ(x, y) << copy << ": " << t.name;
     }
     H5Fclose(a);
     H5Fclose(b);
   }
+  RunResult neither = run_in(dir, shardrl() + " convert --from " + ckpt.string() + " --to x.h5");
+  EXPECT_EQ(neither.exit_code, 2);
+  EXPECT_NE(neither.err.find("convert takes --from CKPT.h5 --to-safetensors DIR"), std::string::npos) << neither.err;
   // And exported again: safetensors -> shardrl -> safetensors gives the same tensor bytes.
   RunResult reexport = run_in(dir, shardrl() + " convert --from " + again.string() + " --to-safetensors " +
                                        (dir / "hf_again").string() + " --dtype fp32");

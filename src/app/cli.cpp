@@ -56,11 +56,14 @@ int run_cli(int argc, char** argv) {
   std::string seed_flag, temperature_flag, top_k_flag, top_p_flag, max_new_flag;
   ConvertArgs convert_args;
   CLI::App* convert =
-      app.add_subcommand("convert", "Export a checkpoint's policy as a Hugging Face model directory (safetensors)");
-  convert->add_option("--from", convert_args.from, "Checkpoint file (.h5)")->required();
+      app.add_subcommand("convert", "Between checkpoints and Hugging Face model directories (safetensors): "
+                                    "--from CKPT --to-safetensors DIR, or --from-safetensors DIR --to CKPT");
+  convert->add_option("--from", convert_args.from, "Checkpoint file (.h5) to export");
   convert->add_option("--to-safetensors", convert_args.to_safetensors,
-                      "Directory to write model.safetensors and config.json into")
-      ->required();
+                      "Directory to write model.safetensors and config.json into");
+  convert->add_option("--from-safetensors", convert_args.from_safetensors,
+                      "Hugging Face model directory (config.json, *.safetensors) to import");
+  convert->add_option("--to", convert_args.to, "Checkpoint file (.h5) to write the imported weights to");
   convert->add_option("--dtype", convert_args.dtype, "Element type of the exported tensors")
       ->check(CLI::IsMember({"bf16", "fp32"}));
 

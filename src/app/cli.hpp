@@ -23,9 +23,11 @@ struct InspectArgs {
 };
 
 struct ConvertArgs {
-  std::string from;              // checkpoint file
-  std::string to_safetensors;    // output directory
-  std::string dtype = "bf16";    // bf16 | fp32
+  std::string from;               // checkpoint file -> to_safetensors
+  std::string to_safetensors;     // output directory
+  std::string dtype = "bf16";     // bf16 | fp32 (export)
+  std::string from_safetensors;   // Hugging Face directory -> to
+  std::string to;                 // checkpoint file
 };
 
 // Runs the command line; returns the process exit code (see core/error.hpp).

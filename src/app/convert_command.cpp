@@ -2,62 +2,143 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
-#include "rl/hf_config.hpp"
 #include "app/job_config.hpp"
+#include "config/print.hpp"
 #include "core/error.hpp"
+#include "core/kokkos.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
 #include "io/sharded_file.hpp"
 #include "io/text_file.hpp"
 #include "model/param_spec.hpp"
+#include "mpi/communicator.hpp"
+#include "mpi/device.hpp"
+#include "mpi/layout.hpp"
 #include "mpi/session.hpp"
+#include "rl/hf_config.hpp"
+#include "rl/hf_weights.hpp"
+#include "rl/job_checkpoint.hpp"
 
 namespace shardrl {
+namespace {
+
+// Checkpoint -> Hugging Face directory, on one process.
+int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
+  int size = 1;
+  MPI_Comm_size(mpi.world(), &size);
+  if (size != 1) {
+    std::cerr << "shardrl: convert --to-safetensors runs as one process (started with " << size << ")\n";
+    return kExitUsage;
+  }
+  ShardedFileReader checkpoint(args.from, mpi.world());
+  const LoadedConfig loaded =
+      parse_job_config(checkpoint.read_string("/meta/config"), args.from + ":/meta/config", {}, 1);
+  if (!loaded.ok()) {
+    report_config_errors(loaded, 0);
+    return kExitUsage;
+  }
+  const ModelShape shape = resolve_model_shape(loaded.config.model);
+  const bool bf16 = args.dtype == "bf16";
+  const std::string config_json = hf_config_json(shape, bf16 ? "bfloat16" : "float32");
+  // Every parameter whole, in the units' order (so the file's data follow the model's layout).
+  std::vector<std::vector<float>> values;
+  std::vector<StWrite> tensors;
+  for (const UnitSpec& unit : model_units(shape))
+    for (const ParamSpec& p : unit.params) {
+      values.emplace_back(static_cast<std::size_t>(p.numel()));
+      checkpoint.read("/model/" + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
+                      static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
+    }
+  std::size_t i = 0;
+  for (const UnitSpec& unit : model_units(shape))
+    for (const ParamSpec& p : unit.params)
+      tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
+  const std::filesystem::path dir(args.to_safetensors);
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
+  write_text_atomically(dir / "config.json", config_json);
+  std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
+                           bf16 ? "BF16" : "F32", dir.string());
+  return 0;
+}
+
+// The job config of a Hugging Face directory's model: a custom shape with its keys, starting
+// from the directory's weights.
+std::string import_config_toml(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) throw InputError("cannot open '" + (dir / "config.json").string() + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const ModelShape s = shape_from_hf_config(text.str(), (dir / "config.json").string());
+  std::string t = fmt::format(
+      "[model]\npreset = \"custom\"\nvocab_size = {}\nd_model = {}\nn_layers = {}\nn_heads = {}\nn_kv_heads = {}\n"
+      "head_dim = {}\nd_ff = {}\nrope_theta = {}\nnorm_eps = {}\nqk_norm = {}\ntie_embeddings = {}\nmax_seq_len = {}\n",
+      s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.d_ff, s.rope_theta, s.norm_eps,
+      s.qk_norm, s.tie_embeddings, s.max_seq_len);
+  if (s.n_experts > 0)
+    t += fmt::format("n_experts = {}\ntop_k = {}\nd_ff_expert = {}\nmoe_every = {}\n", s.n_experts, s.top_k,
+                     s.d_ff_expert, s.moe_every);
+  t += fmt::format("init_from = \"{}\"\n[train]\nseq_len = 1\n", dir.string());
+  return t;
+}
+
+// Hugging Face directory -> checkpoint (iteration 0, optimizer state zero), on any number of
+// ranks: each reads its slices and writes them, as a job does.
+int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
+  ProcessLayout layout = ProcessLayout::discover(mpi.world());
+  const std::filesystem::path dir(args.from_safetensors), to(args.to);
+  const LoadedConfig loaded = parse_job_config(import_config_toml(dir), (dir / "config.json").string() + " (as a job)",
+                                               {}, layout.world_size);
+  if (!loaded.ok()) {
+    report_config_errors(loaded, layout.world_rank);
+    return kExitUsage;
+  }
+  const Config& cfg = loaded.config;
+  const DeviceBinding device = bind_device(layout);
+  KokkosRuntime kokkos(device.device_id);
+  auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
+                                cfg.comm.timeout_s);
+  Transformer model(model_options(cfg), ExecSpace());
+  ShardedTrainer trainer(model, *comm, fsdp_options(cfg), optimizer_options(cfg));
+  trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+  load_hf_weights(dir, trainer, model.units(), model.options().shape);
+  // Saved as a job's checkpoint in a directory of its own beside `to`, then moved there.
+  const std::filesystem::path staging = to.string() + ".convert.d";
+  save_job_checkpoint(staging, JobPosition{}, trainer, model.units(), cfg, to_toml(cfg), mpi.world());
+  MPI_Barrier(mpi.world());
+  if (layout.world_rank == 0) {
+    std::filesystem::rename(checkpoint_path(staging, 0), to);
+    std::filesystem::remove_all(staging);
+    std::cout << fmt::format("{} parameters from {} -> {}\n", model.options().shape.parameter_count(), dir.string(),
+                             to.string());
+  }
+  return 0;
+}
+
+}  // namespace
 
 int run_convert(const ConvertArgs& args) {
   MpiSession mpi(nullptr, nullptr);
-  int rank = 0, size = 1;
+  int rank = 0;
   MPI_Comm_rank(mpi.world(), &rank);
-  MPI_Comm_size(mpi.world(), &size);
-  if (size != 1) {
-    if (rank == 0) std::cerr << "shardrl: convert runs as one process (started with " << size << ")\n";
+  const bool to_hf = !args.from.empty() || !args.to_safetensors.empty();
+  const bool from_hf = !args.from_safetensors.empty() || !args.to.empty();
+  if (to_hf == from_hf || (to_hf && (args.from.empty() || args.to_safetensors.empty())) ||
+      (from_hf && (args.from_safetensors.empty() || args.to.empty()))) {
+    if (rank == 0)
+      std::cerr << "shardrl: convert takes --from CKPT.h5 --to-safetensors DIR, or --from-safetensors DIR --to "
+                   "CKPT.h5\n";
     return kExitUsage;
   }
   try {
-    ShardedFileReader checkpoint(args.from, mpi.world());
-    const LoadedConfig loaded =
-        parse_job_config(checkpoint.read_string("/meta/config"), args.from + ":/meta/config", {}, 1);
-    if (!loaded.ok()) {
-      report_config_errors(loaded, 0);
-      return kExitUsage;
-    }
-    const ModelShape shape = resolve_model_shape(loaded.config.model);
-    const bool bf16 = args.dtype == "bf16";
-    const std::string config_json = hf_config_json(shape, bf16 ? "bfloat16" : "float32");
-    // Every parameter whole, in the units' order (so the file's data follow the model's layout).
-    std::vector<std::vector<float>> values;
-    std::vector<StWrite> tensors;
-    for (const UnitSpec& unit : model_units(shape))
-      for (const ParamSpec& p : unit.params) {
-        values.emplace_back(static_cast<std::size_t>(p.numel()));
-        checkpoint.read("/model/" + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
-                        static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
-      }
-    std::size_t i = 0;
-    for (const UnitSpec& unit : model_units(shape))
-      for (const ParamSpec& p : unit.params)
-        tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
-    const std::filesystem::path dir(args.to_safetensors);
-    write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-    write_text_atomically(dir / "config.json", config_json);
-    std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
-                             bf16 ? "BF16" : "F32", dir.string());
-  } catch (const InputError& e) {
-    std::cerr << "shardrl: " << e.what() << "\n";
+    return to_hf ? export_safetensors(args, mpi) : import_safetensors(args, mpi);
+  } catch (const InputError& e) {   // raised alike on every rank
+    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
   }
-  return 0;
 }
 
 }  // namespace shardrl
