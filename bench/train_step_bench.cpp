@@ -48,7 +48,8 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
   // change, so nothing is staged between steps but the one micro-batch, once).
   std::unique_ptr<TrainStepGraphs> graphs;
   if (cfg.train.cuda_graph == TrainGraph::full) {
-    graphs = std::make_unique<TrainStepGraphs>(trainer, model, std::vector<DeviceRegion>{{mask.data(), mask.extent(0) * sizeof(float)}}, 1);
+    const std::vector<DeviceRegion> inputs{{mask.data(), mask.extent(0) * sizeof(float)}};
+    graphs = std::make_unique<TrainStepGraphs>(trainer, model, inputs, 1);
     graphs->stage(0);
   }
   auto step = [&] {
@@ -79,7 +80,8 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
         "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}{}\n"
         "  step {:.1f} ms | {:.0f} tokens/s per GPU | MFU {:.1f}% (of {} TFLOP/s) | peak ledger {:.2f} GiB per rank\n",
         cfg.model.preset, params / 1e9, o.precision == Precision::bf16 ? "bf16" : "fp32", ranks, B, S,
-        execution_space_name(), graphs ? " | CUDA graph" : "", step_s * 1e3, tokens_per_gpu, 100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
+        execution_space_name(), graphs ? " | CUDA graph" : "", step_s * 1e3, tokens_per_gpu,
+        100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
         peak_tflops, peak_bytes / double(1ull << 30));
   return 0;
 }

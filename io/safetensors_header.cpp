@@ -53,7 +53,8 @@ StHeader parse_safetensors_header(const std::string& prefix, std::uint64_t file_
   if (file_size < 8 || prefix.size() < 8)
     fail(fmt::format("{} bytes: too short for a safetensors file (8-byte header length first)", file_size));
   const std::uint64_t n = read_u64_le(prefix);
-  if (n > kSafetensorsMaxHeaderBytes) fail(fmt::format("header length {} exceeds the format's limit of {} bytes", n, kSafetensorsMaxHeaderBytes));
+  if (n > kSafetensorsMaxHeaderBytes)
+    fail(fmt::format("header length {} exceeds the format's limit of {} bytes", n, kSafetensorsMaxHeaderBytes));
   if (n > file_size - 8) fail(fmt::format("header length {} runs past the end of the file ({} bytes)", n, file_size));
   if (prefix.size() < 8 + n) fail("header truncated");
   nlohmann::json j;

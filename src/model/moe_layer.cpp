@@ -23,13 +23,10 @@ using DeviceInts = Kokkos::View<std::int32_t*, MemSpace, Kokkos::MemoryTraits<Ko
 
 }  // namespace
 
-// One product per expert e over its rows r_e = offsets[e + 1] - offsets[e] (which of m, n, k is
-// the row count depends on the product): C_e = op(A_e) op(B_e) (+ C_e), A_e, B_e, C_e at the
-// given base + e * stride. Grouped: one call; loop: expert by expert.
 template <class TA, class TC>
-void Transformer::expert_products(Op opA, Op opB, int rows_as, int fixed_a, int fixed_b, const TA* A, long a_base,
-                                  long a_stride, int lda, const TA* B, long b_base, long b_stride, int ldb, float beta,
-                                  TC* C, long c_base, long c_stride, int ldc, const std::vector<std::int32_t>& offsets) {
+void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
+                                  ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
+                                  const std::vector<std::int32_t>& offsets) {
   const int E = options_.shape.n_experts;
   std::vector<int> m(E), n(E), k(E);
   std::vector<const TA*> ap(E), bp(E);
@@ -37,21 +34,20 @@ void Transformer::expert_products(Op opA, Op opB, int rows_as, int fixed_a, int 
   for (int e = 0; e < E; ++e) {
     const int rows = offsets[e + 1] - offsets[e];
     const long first = offsets[e];
-    // rows_as: 0 -> m (forward, input gradients), 2 -> k (weight gradients).
-    m[e] = rows_as == 0 ? rows : fixed_a;
-    n[e] = rows_as == 0 ? fixed_a : fixed_b;
-    k[e] = rows_as == 0 ? fixed_b : rows;
-    // Row-blocked operands advance by first * stride; per-expert weights by e * stride.
-    ap[e] = A + a_base + (a_stride < 0 ? first * -a_stride : e * a_stride);
-    bp[e] = B + b_base + (b_stride < 0 ? first * -b_stride : e * b_stride);
-    cp[e] = C + c_base + (c_stride < 0 ? first * -c_stride : e * c_stride);
+    m[e] = rows_are == RowsAre::m ? rows : a;
+    n[e] = rows_are == RowsAre::m ? a : b;
+    k[e] = rows_are == RowsAre::m ? b : rows;
+    ap[e] = A.base + e * A.per_expert + first * A.per_row;
+    bp[e] = B.base + e * B.per_expert + first * B.per_row;
+    cp[e] = C.base + e * C.per_expert + first * C.per_row;
   }
   if (options_.moe_impl == MoeImpl::grouped) {
-    gemm_->gemm_grouped(opA, opB, m, n, k, 1.0f, ap, lda, bp, ldb, beta, cp, ldc);
+    gemm_->gemm_grouped(opA, opB, m, n, k, 1.0f, ap, A.ld, bp, B.ld, beta, cp, C.ld);
     ++moe_calls_.grouped;
   } else {
     for (int e = 0; e < E; ++e)
-      if (m[e] > 0 && n[e] > 0) gemm_->gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], lda, bp[e], ldb, beta, cp[e], ldc);
+      if (m[e] > 0 && n[e] > 0)
+        gemm_->gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], A.ld, bp[e], B.ld, beta, cp[e], C.ld);
     ++moe_calls_.loop;
   }
 }
@@ -83,14 +79,18 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   kernels::moe_permute(space_, N, k, D, m.order.as<std::int32_t>(), h2, xp);
   // Expert e: g_e = xp_e Wg_e^T, u_e = xp_e Wu_e^T (rows of xp_e: its tokens), then
   // y_e = swiglu(g_e, u_e) Wd_e^T.
-  expert_products<T, T>(Op::N, Op::T, 0, Fe, D, xp, 0, -D, D, w, o.expert_gate, o.expert_stride_in, D, 0.0f,
-                        m.eg.as<T>(), 0, -Fe, Fe, m.offsets);
-  expert_products<T, T>(Op::N, Op::T, 0, Fe, D, xp, 0, -D, D, w, o.expert_up, o.expert_stride_in, D, 0.0f,
-                        m.eu.as<T>(), 0, -Fe, Fe, m.offsets);
+  const auto rows_xp = routed_rows<const T>(xp, D);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_xp,
+                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f, routed_rows(m.eg.as<T>(), Fe),
+                        m.offsets);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_xp,
+                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 0.0f, routed_rows(m.eu.as<T>(), Fe),
+                        m.offsets);
   kernels::swiglu_forward(space_, m.eg.as<T>(), m.eu.as<T>(), m.ea.as<T>(), A * Fe);
   T* yp = m.yp.as<T>();
-  expert_products<T, T>(Op::N, Op::T, 0, D, Fe, m.ea.as<T>(), 0, -Fe, Fe, w, o.expert_down, o.expert_stride_out, Fe,
-                        0.0f, yp, 0, -D, D, m.offsets);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, D, Fe, routed_rows<const T>(m.ea.as<T>(), Fe),
+                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(yp, D),
+                        m.offsets);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
   if (track_aux) {   // the layer's load-balancing loss, for the metrics
     kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
@@ -136,16 +136,17 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
                                 dyp, dgate);
   // Down: da_e = dy_e Wd_e; dWd_e += dy_e^T a_e.
   T* dea = b.moe_dea.as<T>();
-  expert_products<T, T>(Op::N, Op::N, 0, Fe, D, dyp, 0, -D, D, w, o.expert_down, o.expert_stride_out, Fe, 0.0f, dea,
-                        0, -Fe, Fe, m.offsets);
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dyp, D),
+                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(dea, Fe),
+                        m.offsets);
   expert_weight_grads(dyp, D, m.ea.as<T>(), Fe, g, o.expert_down, o.expert_stride_out, D, Fe, m.offsets);
   kernels::swiglu_backward(space_, m.eg.as<T>(), m.eu.as<T>(), dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), A * Fe);
   // Gate and up: dxp_e = dg_e Wg_e + du_e Wu_e (into dyp's buffer, no longer needed); dW += d^T xp_e.
   T* dxp = dyp;
-  expert_products<T, T>(Op::N, Op::N, 0, D, Fe, b.moe_deg.as<T>(), 0, -Fe, Fe, w, o.expert_gate, o.expert_stride_in,
-                        D, 0.0f, dxp, 0, -D, D, m.offsets);
-  expert_products<T, T>(Op::N, Op::N, 0, D, Fe, b.moe_deu.as<T>(), 0, -Fe, Fe, w, o.expert_up, o.expert_stride_in,
-                        D, 1.0f, dxp, 0, -D, D, m.offsets);
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deg.as<T>(), Fe),
+                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f, routed_rows(dxp, D), m.offsets);
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deu.as<T>(), Fe),
+                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f, routed_rows(dxp, D), m.offsets);
   expert_weight_grads(b.moe_deg.as<T>(), Fe, m.xp.as<T>(), D, g, o.expert_gate, o.expert_stride_in, Fe, D, m.offsets);
   expert_weight_grads(b.moe_deu.as<T>(), Fe, m.xp.as<T>(), D, g, o.expert_up, o.expert_stride_in, Fe, D, m.offsets);
   kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, shared);
@@ -168,8 +169,8 @@ void Transformer::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld
                                       std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets) {
   const int E = options_.shape.n_experts;
   if (options_.gradient_accumulation_fusion) {
-    expert_products<T, float>(Op::T, Op::N, 2, out, in, dY, 0, -ld_dy, ld_dy, X, 0, -ld_x, ld_x, 1.0f, g, first,
-                              stride, in, offsets);
+    expert_products<T, float>(Op::T, Op::N, RowsAre::k, out, in, routed_rows(dY, ld_dy), routed_rows(X, ld_x), 1.0f,
+                              expert_weights(g + first, stride, in), offsets);
     wgrad_.fused += E;
     return;
   }

@@ -69,7 +69,8 @@ std::size_t Transformer::Activations::bytes() const {
                       dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
                       attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() + moe_dyp.bytes() + moe_dgate.bytes() +
-                      moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() + moe_aux.bytes() +
+                      moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
+                      moe_aux.bytes() +
                       (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)

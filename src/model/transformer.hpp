@@ -150,10 +150,25 @@ class Transformer {
   // holds the attention block's output); backward turns dres into dh (the gradient at h2).
   template <class T> void moe_forward(int layer, const T* w, LayerActivations& la, T* out, bool track_aux);
   template <class T> void moe_backward(int layer, const T* w, float* g, LayerActivations& la);
+  // An operand of every expert's product: expert e's starts at base + e * per_expert + (its
+  // first routed row) * per_row. Experts' weights advance per expert, routed activations per row.
+  template <class T>
+  struct ExpertOperand {
+    T* base;
+    long per_expert, per_row;
+    int ld;
+  };
+  template <class T>
+  static ExpertOperand<T> expert_weights(T* first, long stride, int ld) { return {first, stride, 0, ld}; }
+  template <class T> static ExpertOperand<T> routed_rows(T* base, int ld) { return {base, 0, ld, ld}; }
+  // Which size of expert e's product is its routed row count: m (forward and input gradients,
+  // the other two sizes `a`, `b` being n and k) or k (weight gradients: `a`, `b` are m and n).
+  enum class RowsAre { m, k };
+  // One product per expert; grouped: one call, loop: expert by expert.
   template <class TA, class TC>
-  void expert_products(Op opA, Op opB, int rows_as, int fixed_a, int fixed_b, const TA* A, long a_base, long a_stride,
-                       int lda, const TA* B, long b_base, long b_stride, int ldb, float beta, TC* C, long c_base,
-                       long c_stride, int ldc, const std::vector<std::int32_t>& offsets);
+  void expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
+                       ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
+                       const std::vector<std::int32_t>& offsets);
   template <class T>
   void expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
                            std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets);

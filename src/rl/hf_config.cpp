@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "io/json_parse_message.hpp"
 
 namespace shardrl {
 
@@ -63,7 +64,7 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(where + ": not valid JSON: " + e.what());
+    throw InputError(where + ": not valid JSON: " + json_parse_message(e.what()));
   }
   auto fail = [&](const std::string& problem) { throw InputError(where + ": " + problem); };
   if (!j.is_object()) fail("not a JSON object");

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/json_parse_message.hpp"
 #include "io/safetensors.hpp"
 #include "rl/hf_config.hpp"
 
@@ -57,12 +58,13 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     try {
       j = nlohmann::json::parse(slurp(index));
     } catch (const nlohmann::json::exception& e) {
-      throw InputError(index.string() + ": not valid JSON: " + e.what());
+      throw InputError(index.string() + ": not valid JSON: " + json_parse_message(e.what()));
     }
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       throw InputError(index.string() + ": no weight_map object");
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) throw InputError(index.string() + ": weight_map of '" + it.key() + "' is not a file name");
+      if (!it.value().is_string())
+        throw InputError(index.string() + ": weight_map of '" + it.key() + "' is not a file name");
       file_of[it.key()] = dir / it.value().get<std::string>();
     }
   }
