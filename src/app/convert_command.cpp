@@ -65,32 +65,12 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   return 0;
 }
 
-// The job config of a Hugging Face directory's model: a custom shape with its keys, starting
-// from the directory's weights.
-std::string import_config_toml(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "config.json");
-  if (!in) throw InputError("cannot open '" + (dir / "config.json").string() + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const ModelShape s = shape_from_hf_config(text.str(), (dir / "config.json").string());
-  std::string t = fmt::format(
-      "[model]\npreset = \"custom\"\nvocab_size = {}\nd_model = {}\nn_layers = {}\nn_heads = {}\nn_kv_heads = {}\n"
-      "head_dim = {}\nd_ff = {}\nrope_theta = {}\nnorm_eps = {}\nqk_norm = {}\ntie_embeddings = {}\nmax_seq_len = {}\n",
-      s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.d_ff, s.rope_theta, s.norm_eps,
-      s.qk_norm, s.tie_embeddings, s.max_seq_len);
-  if (s.n_experts > 0)
-    t += fmt::format("n_experts = {}\ntop_k = {}\nd_ff_expert = {}\nmoe_every = {}\n", s.n_experts, s.top_k,
-                     s.d_ff_expert, s.moe_every);
-  t += fmt::format("init_from = \"{}\"\n[train]\nseq_len = 1\n", dir.string());
-  return t;
-}
-
 // Hugging Face directory -> checkpoint (iteration 0, optimizer state zero), on any number of
 // ranks: each reads its slices and writes them, as a job does.
 int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const std::filesystem::path dir(args.from_safetensors), to(args.to);
-  const LoadedConfig loaded = parse_job_config(import_config_toml(dir), (dir / "config.json").string() + " (as a job)",
+  const LoadedConfig loaded = parse_job_config(hf_job_config_toml(dir), (dir / "config.json").string() + " (as a job)",
                                                {}, layout.world_size);
   if (!loaded.ok()) {
     report_config_errors(loaded, layout.world_rank);

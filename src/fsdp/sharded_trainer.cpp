@@ -443,6 +443,17 @@ std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
   return std::vector<float>(host.data(), host.data() + n);
 }
 
+std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {
+  const long n = static_cast<long>(layout_.unit(u).shard);
+  if (grad_empty_[static_cast<std::size_t>(u)]) return std::vector<float>(static_cast<std::size_t>(n), 0.0f);
+  DeviceView<float> staging("gradient_slice", static_cast<std::size_t>(n));
+  if (!grad_f32_.empty()) kernels::cast(space_, grad_f32_[u].data(), staging.data(), n);
+  else kernels::cast(space_, grad_bf16_[u].data(), staging.data(), n);
+  space_.fence();
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), staging);
+  return std::vector<float>(host.data(), host.data() + n);
+}
+
 void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<float>& values) {
   const long n = static_cast<long>(layout_.unit(u).shard);
   SHARDRL_CHECK(static_cast<long>(values.size()) == n, "write_slice: one value per element of the slice");

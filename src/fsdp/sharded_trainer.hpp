@@ -105,6 +105,9 @@ class ShardedTrainer {
   std::vector<float> read_slice(int u, SliceState state) const;
   void write_slice(int u, SliceState state, const std::vector<float>& values);
   bool keeps_reference() const { return !reference_.empty(); }
+  // This rank's slice of unit u's accumulated gradient as fp32 on the host (zeros when nothing
+  // was accumulated since the last optimizer step). For inspection and the parity tests.
+  std::vector<float> read_gradient_slice(int u) const;
   // Optimizer steps taken and skipped (the schedule's position), as a checkpoint restores them.
   void set_step_counters(std::int64_t step, std::int64_t skipped) { optimizer_.set_counters(step, skipped); }
 

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "core/error.hpp"
@@ -83,8 +85,22 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>())
       fail(std::string(key) + " = true: shardrl's linear layers have no biases");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    fail("rope_scaling is set: shardrl implements plain RoPE only (no Llama 3 frequency scaling)");
+  // RoPE: transformers 4 writes rope_theta (and rope_scaling when scaled); transformers 5 writes
+  // rope_parameters {rope_type, rope_theta}. Either is plain RoPE only with rope_type "default".
+  double rope_theta = 0;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const nlohmann::json& r = j[key];
+    if (!r.is_object()) fail(std::string(key) + ": not an object");
+    const std::string rope_type = r.value("rope_type", r.value("type", "default"));
+    if (rope_type != "default")
+      fail(std::string(key) + ".rope_type \"" + rope_type +
+           "\": shardrl implements plain RoPE only (no frequency scaling)");
+    if (r.contains("rope_theta")) {
+      if (!r["rope_theta"].is_number()) fail(std::string(key) + ".rope_theta: not a number");
+      rope_theta = r["rope_theta"].get<double>();
+    }
+  }
   ModelShape s;
   s.vocab_size = integer("vocab_size");
   s.d_model = integer("hidden_size");
@@ -93,7 +109,7 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   s.n_kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : s.n_heads;
   s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim") : s.d_model / s.n_heads;
   s.d_ff = integer("intermediate_size");
-  s.rope_theta = static_cast<float>(real("rope_theta", 10000.0));
+  s.rope_theta = static_cast<float>(real("rope_theta", rope_theta > 0 ? rope_theta : 10000.0));
   s.norm_eps = static_cast<float>(real("rms_norm_eps", 1e-6));
   s.qk_norm = type != "llama";
   s.tie_embeddings = j.value("tie_word_embeddings", false);
@@ -108,6 +124,24 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
       fail("mlp_only_layers is not empty: shardrl places dense layers by decoder_sparse_step only");
   }
   return s;
+}
+
+std::string hf_job_config_toml(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) throw InputError("cannot open '" + (dir / "config.json").string() + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const ModelShape s = shape_from_hf_config(text.str(), (dir / "config.json").string());
+  std::string t = fmt::format(
+      "[model]\npreset = \"custom\"\nvocab_size = {}\nd_model = {}\nn_layers = {}\nn_heads = {}\nn_kv_heads = {}\n"
+      "head_dim = {}\nd_ff = {}\nrope_theta = {}\nnorm_eps = {}\nqk_norm = {}\ntie_embeddings = {}\nmax_seq_len = {}\n",
+      s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.d_ff, s.rope_theta, s.norm_eps,
+      s.qk_norm, s.tie_embeddings, s.max_seq_len);
+  if (s.n_experts > 0)
+    t += fmt::format("n_experts = {}\ntop_k = {}\nd_ff_expert = {}\nmoe_every = {}\n", s.n_experts, s.top_k,
+                     s.d_ff_expert, s.moe_every);
+  t += fmt::format("init_from = \"{}\"\n[train]\nseq_len = 1\n", dir.string());
+  return t;
 }
 
 }  // namespace shardrl

@@ -3,6 +3,7 @@
 // of them describes (a shared expert) is refused with InputError naming why.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "config/model_shape.hpp"
@@ -17,5 +18,10 @@ std::string hf_config_json(const ModelShape& shape, const std::string& torch_dty
 // implement (RoPE scaling, biases, dense layers between MoE layers other than by
 // decoder_sparse_step), naming the key.
 ModelShape shape_from_hf_config(const std::string& json_text, const std::string& where);
+
+// The [model] table of a job whose policy is the Hugging Face directory's model: a custom shape
+// with its config.json's keys and `init_from` set to the directory, plus `[train] seq_len = 1`
+// (callers override what they need). Reads dir/config.json.
+std::string hf_job_config_toml(const std::filesystem::path& dir);
 
 }  // namespace shardrl

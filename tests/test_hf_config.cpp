@@ -1,0 +1,108 @@
+// Hugging Face config.json <-> model shape: both transformers 4 (rope_theta, rope_scaling) and
+// transformers 5 (rope_parameters) spellings of plain RoPE are read; scaled RoPE, biases and the
+// features shardrl lacks are refused with the key named; an exported config reads back as the
+// same shape.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "rl/hf_config.hpp"
+
+namespace {
+
+using shardrl::InputError;
+using shardrl::ModelShape;
+using shardrl::shape_from_hf_config;
+
+const std::string kQwen3Body =
+    R"("model_type": "qwen3", "vocab_size": 512, "hidden_size": 256, "num_hidden_layers": 3,
+       "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 512,
+       "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "max_position_embeddings": 256)";
+
+std::string refusal(const std::string& json) {
+  try {
+    shape_from_hf_config(json, "dir/config.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfConfig, ReadsTransformers4And5RopeSpellings) {
+  const ModelShape v4 = shape_from_hf_config("{" + kQwen3Body + R"(, "rope_theta": 1000000.0, "rope_scaling": null})",
+                                             "v4");
+  const ModelShape v5 = shape_from_hf_config(
+      "{" + kQwen3Body + R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}})", "v5");
+  for (const ModelShape& s : {v4, v5}) {
+    EXPECT_EQ(s.rope_theta, 1e6f);
+    EXPECT_EQ(s.d_model, 256);
+    EXPECT_EQ(s.n_kv_heads, 4);
+    EXPECT_EQ(s.head_dim, 32);
+    EXPECT_TRUE(s.qk_norm);
+    EXPECT_TRUE(s.tie_embeddings);
+    EXPECT_FLOAT_EQ(s.norm_eps, 1e-6f);
+  }
+  // No theta anywhere: the transformers default for these architectures.
+  EXPECT_EQ(shape_from_hf_config("{" + kQwen3Body + "}", "none").rope_theta, 10000.0f);
+}
+
+TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
+  const std::string llama3 = refusal(
+      "{" + kQwen3Body + R"(, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}})");
+  EXPECT_NE(llama3.find("rope_parameters.rope_type \"llama3\""), std::string::npos) << llama3;
+  const std::string scaled = refusal("{" + kQwen3Body + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})");
+  EXPECT_NE(scaled.find("rope_scaling.rope_type \"linear\""), std::string::npos) << scaled;
+  const std::string bias = refusal("{" + kQwen3Body + R"(, "attention_bias": true})");
+  EXPECT_NE(bias.find("attention_bias = true"), std::string::npos) << bias;
+  const std::string type = refusal(R"({"model_type": "gpt2"})");
+  EXPECT_NE(type.find("dir/config.json: model_type \"gpt2\""), std::string::npos) << type;
+  const std::string missing = refusal(R"({"model_type": "llama", "vocab_size": 8})");
+  EXPECT_NE(missing.find("hidden_size: missing"), std::string::npos) << missing;
+  const std::string json = refusal("{\"model_type\": ");
+  EXPECT_NE(json.find("dir/config.json: not valid JSON"), std::string::npos) << json;
+}
+
+TEST(HfConfig, ExportedConfigReadsBackAsTheSameShape) {
+  ModelShape s;
+  s.vocab_size = 1000;
+  s.d_model = 128;
+  s.n_layers = 4;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 32;
+  s.d_ff = 384;
+  s.rope_theta = 1e6f;
+  s.norm_eps = 1e-5f;
+  s.max_seq_len = 512;
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelShape w = s;
+    w.qk_norm = variant > 0;
+    w.tie_embeddings = variant == 1;
+    if (variant == 2) {
+      w.n_experts = 8;
+      w.top_k = 2;
+      w.d_ff_expert = 64;
+      w.moe_every = 2;
+    }
+    const ModelShape r = shape_from_hf_config(shardrl::hf_config_json(w, "float32"), "exported");
+    EXPECT_EQ(r.vocab_size, w.vocab_size);
+    EXPECT_EQ(r.d_model, w.d_model);
+    EXPECT_EQ(r.n_layers, w.n_layers);
+    EXPECT_EQ(r.n_heads, w.n_heads);
+    EXPECT_EQ(r.n_kv_heads, w.n_kv_heads);
+    EXPECT_EQ(r.head_dim, w.head_dim);
+    EXPECT_EQ(r.d_ff, w.d_ff);
+    EXPECT_EQ(r.rope_theta, w.rope_theta);
+    EXPECT_EQ(r.norm_eps, w.norm_eps);
+    EXPECT_EQ(r.qk_norm, w.qk_norm);
+    EXPECT_EQ(r.tie_embeddings, w.tie_embeddings);
+    EXPECT_EQ(r.max_seq_len, w.max_seq_len);
+    EXPECT_EQ(r.n_experts, w.n_experts);
+    EXPECT_EQ(r.top_k, w.top_k);
+    EXPECT_EQ(r.d_ff_expert, w.d_ff_expert);
+    EXPECT_EQ(r.moe_every, w.moe_every);
+  }
+}
+
+}  // namespace
