@@ -24,6 +24,10 @@ enum class Op { N, T };   // use the operand as stored, or transposed
 struct GemmCounters {
   std::int64_t calls = 0;
   double flops = 0;   // 2*m*n*k per product
+  // How gemm_grouped requests ran: as one library call for all their products, or product by
+  // product (the host backend always; cuBLAS for a type combination it refuses to group).
+  std::int64_t grouped_as_one = 0;
+  std::int64_t grouped_as_loop = 0;
 };
 
 class Gemm {

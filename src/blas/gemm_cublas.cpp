@@ -156,11 +156,15 @@ void Gemm::gemm_grouped(Op opA, Op opB, const std::vector<int>& m, const std::ve
         backend_->ready(), ta.data(), tb.data(), gm.data(), gn.data(), gk.data(), alphas.data(), dev,
         cuda_type<TB>(), glda.data(), dev + groups, cuda_type<TA>(), gldb.data(), betas.data(), dev + 2 * groups,
         cuda_type<TC>(), gldc.data(), groups, size.data(), CUBLAS_COMPUTE_32F);
-    if (status == CUBLAS_STATUS_SUCCESS) return;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      counters_.grouped_as_one += 1;
+      return;
+    }
     SHARDRL_CHECK(status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE,
                   std::string("cublasGemmGroupedBatchedEx failed: ") + cublasGetStatusName(status));
     backend_->grouped_unsupported[combo] = true;
   }
+  counters_.grouped_as_loop += 1;
   for (int g = 0; g < groups; ++g)
     SHARDRL_CHECK_CUBLAS(cublasGemmEx(backend_->ready(), ta[g], tb[g], gm[g], gn[g], gk[g], &alpha, a_ptr[g],
                                       cuda_type<TB>(), ldb, b_ptr[g], cuda_type<TA>(), lda, &beta,

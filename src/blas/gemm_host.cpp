@@ -121,6 +121,7 @@ void Gemm::gemm_grouped(Op opA, Op opB, const std::vector<int>& m, const std::ve
                         float alpha, const std::vector<const TA*>& A, int lda, const std::vector<const TB*>& B, int ldb,
                         float beta, const std::vector<TC*>& C, int ldc) {
   check_grouped(m.size(), n.size(), k.size(), A.size(), B.size(), C.size());
+  counters_.grouped_as_loop += 1;
   for (std::size_t i = 0; i < m.size(); ++i)
     if (m[i] > 0 && n[i] > 0) gemm(opA, opB, m[i], n[i], k[i], alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
 }
