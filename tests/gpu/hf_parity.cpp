@@ -7,6 +7,7 @@
 // rank's share of L is scaled by the global token count; the reduce-scatter sums).
 //
 //   mpirun -np N hf_parity --model DIR --tokens TOKENS.json --precision fp32|bf16 --out OUT.safetensors
+//          [--set key=value ...]
 //
 // TOKENS.json: {"tokens": [[...], ...]}, rows of equal length, divisible by N.
 #include <mpi.h>
@@ -37,6 +38,7 @@ using namespace shardrl;
 
 struct Args {
   std::string model, tokens, precision = "fp32", out;
+  std::vector<std::string> overrides;   // --set key=value, as the job's command line takes them
 };
 
 Args parse(int argc, char** argv) {
@@ -47,6 +49,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--tokens") a.tokens = v;
     else if (k == "--precision") a.precision = v;
     else if (k == "--out") a.out = v;
+    else if (k == "--set") a.overrides.push_back(v);
     else throw InputError("unknown argument " + k);
   }
   if (a.model.empty() || a.tokens.empty() || a.out.empty())
@@ -90,11 +93,14 @@ int run(int argc, char** argv, MpiSession& mpi) {
   const int B = static_cast<int>(rows.size()), S = static_cast<int>(rows[0].size());
   if (B % world != 0) throw InputError("the rows must divide among the ranks");
   const int local = B / world;
-  const LoadedConfig loaded = parse_job_config(
-      hf_job_config_toml(args.model), args.model + "/config.json (as a job)",
-      {"model.precision=" + args.precision, "train.micro_batch_size=" + std::to_string(local),
-       "train.seq_len=" + std::to_string(S)},
-      world);
+  const std::string toml = hf_job_config_toml(args.model);
+  std::vector<std::string> overrides{"model.precision=" + args.precision,
+                                     "train.micro_batch_size=" + std::to_string(local),
+                                     "train.seq_len=" + std::to_string(S)};
+  // transformers' loss has no load-balancing term unless asked (output_router_logits).
+  if (toml.find("n_experts") != std::string::npos) overrides.push_back("model.aux_loss_coef=0");
+  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  const LoadedConfig loaded = parse_job_config(toml, args.model + "/config.json (as a job)", overrides, world);
   if (!loaded.ok()) {
     report_config_errors(loaded, rank);
     return 2;
