@@ -43,6 +43,14 @@ TEST(HfConfig, ReadsTransformers4And5RopeSpellings) {
     EXPECT_TRUE(s.tie_embeddings);
     EXPECT_FLOAT_EQ(s.norm_eps, 1e-6f);
   }
+  // Experts under the Mixtral spelling too.
+  const ModelShape moe = shape_from_hf_config(
+      "{" + kQwen3Body + R"(, "model_type": "qwen3_moe", "num_local_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 64, "norm_topk_prob": true})",
+      "moe");
+  EXPECT_EQ(moe.n_experts, 8);
+  EXPECT_EQ(moe.top_k, 2);
+  EXPECT_EQ(moe.d_ff_expert, 64);
   // No theta anywhere: the transformers default for these architectures.
   EXPECT_EQ(shape_from_hf_config("{" + kQwen3Body + "}", "none").rope_theta, 10000.0f);
 }

@@ -115,7 +115,9 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   s.tie_embeddings = j.value("tie_word_embeddings", false);
   s.max_seq_len = integer("max_position_embeddings");
   if (type == "qwen3_moe") {
-    s.n_experts = integer("num_experts");
+    // transformers 4 writes num_experts; later versions may write the Mixtral spelling.
+    s.n_experts = integer(j.contains("num_experts") || !j.contains("num_local_experts") ? "num_experts"
+                                                                                        : "num_local_experts");
     s.top_k = integer("num_experts_per_tok");
     s.d_ff_expert = integer("moe_intermediate_size");
     s.moe_every = j.contains("decoder_sparse_step") ? integer("decoder_sparse_step") : 1;

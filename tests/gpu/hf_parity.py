@@ -120,7 +120,7 @@ def run(cmd, log):
         f.write("$ " + " ".join(cmd) + "\n" + r.stdout + r.stderr)
     if r.returncode != 0:
         print(r.stdout[-3000:], r.stderr[-3000:])
-        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")
+        return None
     return r.stdout
 
 
@@ -162,9 +162,12 @@ def main():
             modes.append(("fp32", ["--set", "model.moe_impl=loop"]))
         for precision, extra in modes:
             out = os.path.join(d, f"shardrl_{precision}{'_loop' if extra else ''}.safetensors")
-            run(mpirun + [parity, "--model", d, "--tokens", os.path.join(d, "tokens.json"), "--precision", precision,
-                          "--out", out] + extra, log)
             precision_label = precision + ("/loop" if extra else "")
+            if run(mpirun + [parity, "--model", d, "--tokens", os.path.join(d, "tokens.json"), "--precision",
+                             precision, "--out", out] + extra, log) is None:
+                failures.append(f"{name} {precision_label}: hf_parity failed; config.json: " +
+                                open(os.path.join(d, "config.json")).read().replace("\n", " "))
+                continue
             got = load_file(out)
             checks = [("logits", got["logits"], ref_logits, hb_logits),
                       ("loss", got["loss"], torch.tensor([ref_loss]), torch.tensor([hb_loss]))]
@@ -192,8 +195,10 @@ def main():
         # Back out: convert to a checkpoint and export again; transformers loads it and agrees exactly.
         ckpt = os.path.join(d, "imported.h5")
         back = os.path.join(d, "exported")
-        run(mpirun + [shardrl, "convert", "--from-safetensors", d, "--to", ckpt], log)
-        run([shardrl, "convert", "--from", ckpt, "--to-safetensors", back, "--dtype", "fp32"], log)
+        if (run(mpirun + [shardrl, "convert", "--from-safetensors", d, "--to", ckpt], log) is None or
+                run([shardrl, "convert", "--from", ckpt, "--to-safetensors", back, "--dtype", "fp32"], log) is None):
+            failures.append(f"{name}: convert failed")
+            continue
         again = transformers.AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).to(dev)
         with torch.no_grad():
             a = again(input_ids=tokens.to(dev), use_cache=False).logits.float().cpu()
