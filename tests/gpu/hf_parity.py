@@ -58,6 +58,11 @@ def build(name, cfg, directory, seed):
         for pname, p in model.named_parameters():
             if pname.endswith("norm.weight"):
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            # A trained router is decisive; at initializer_range 0.02 every token's experts are
+            # near ties, and bf16 rounding (in PyTorch as in shardrl) flips the choice of some,
+            # which moves a whole token between experts: a discrete difference, not arithmetic.
+            if pname.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.3)
     model.save_pretrained(directory)
     # The Hub's layout has one tensor per expert matrix; a transformers that keeps experts fused
     # in memory may save them fused: write the file in the Hub's layout, as published models are.
@@ -154,6 +159,19 @@ def main():
         with open(os.path.join(d, "tokens.json"), "w") as f:
             json.dump({"tokens": tokens.tolist()}, f)
         ref_logits, ref_loss, ref_grads = loss_and_grads(model.to(dev), tokens.to(dev))
+        if hasattr(cfg, "num_experts_per_tok"):   # how close the fp32 routing is to a tie
+            try:
+                with torch.no_grad():
+                    routers = model(input_ids=tokens.to(dev), use_cache=False,
+                                    output_router_logits=True).router_logits
+                k = cfg.num_experts_per_tok
+                tops = [r.float().reshape(-1, r.shape[-1]).topk(k + 1, dim=-1).values for r in routers]
+                gaps = torch.cat([t[:, k - 1] - t[:, k] for t in tops])
+            except Exception as e:   # only a report: the comparison does not depend on it
+                print(f"{name}: router logits not available ({e})")
+                gaps = torch.tensor([float("nan")])
+            rows.append((name, "routing", f"smallest logit gap k-th/(k+1)-th expert; {int((gaps < 0.05).sum())} "
+                         f"of {gaps.numel()} below 0.05", gaps.min().item(), float("nan")))
         bf16_model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16).to(dev)
         hb_logits, hb_loss, hb_grads = loss_and_grads(bf16_model, tokens.to(dev))
         del bf16_model
