@@ -1,13 +1,17 @@
 // One fully-sharded training step (forward, backward, reduce-scatter, AdamW) on every rank, as
 // the RL loop runs it, on random tokens: tokens/s per GPU, MFU and peak memory. The peer is
 // bench/torch_fsdp2.py with the same shape, micro-batch, sequence length and step count.
-//   mpirun -np N bench_train_step [--config F] [--set k=v ...] [--steps N] [--warmup N]
+//   mpirun -np N bench_train_step [--config F] [--set k=v ...] [--steps N] [--warmup N] [--collectives]
+// --collectives: the step runs with its phases fenced (FsdpOptions::profile, so slower), which
+// times each all-gather and reduce-scatter alone; then plain collectives of the same sizes (every
+// unit's, once per timed step, fenced alike) run in the same process: bus bandwidth of both.
 // MFU counts 6 x parameters x tokens plus causal attention (6 x layers x heads x hd x S per
 // token), against --peak-tflops (H100/H200 dense bf16: 989).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <iostream>
 #include <random>
@@ -26,13 +30,51 @@ using namespace shardrl;
 
 namespace {
 
-int run(const Config& cfg, int steps, int warmup, double peak_tflops, const ProcessLayout& layout) {
+// Bus bandwidth (NCCL's definition for all-gather and reduce-scatter): (W - 1) / W of the full
+// buffer's bytes per second.
+double bus_gbps(double full_bytes, double seconds, int ranks) {
+  return seconds > 0 ? (ranks - 1.0) / ranks * full_bytes / seconds / 1e9 : 0.0;
+}
+
+// Every unit's all-gather (compute type) and reduce-scatter (reduce type), `reps` times, each
+// waited for: the plain collectives of the step's sizes. Returns {gather s, gather bytes, reduce
+// s, reduce bytes}.
+std::array<double, 4> plain_collectives(Communicator& comm, const ShardLayout& layout, std::size_t gather_bytes,
+                                        std::size_t reduce_bytes, int reps) {
+  const std::size_t widest = std::max(gather_bytes, reduce_bytes);
+  DeviceView<char> shard("plain_shard", static_cast<std::size_t>(layout.max_shard()) * widest),
+      full("plain_full", static_cast<std::size_t>(layout.max_padded()) * widest);
+  const StreamRef stream = stream_of(ExecSpace());
+  const DataType gather_type = gather_bytes == 2 ? DataType::bf16 : DataType::f32;
+  const DataType reduce_type = reduce_bytes == 2 ? DataType::bf16 : DataType::f32;
+  std::array<double, 4> out{0, 0, 0, 0};
+  auto timed = [&](auto&& collective) {
+    const auto t0 = std::chrono::steady_clock::now();
+    collective();
+    comm.synchronize(stream);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  Kokkos::fence();
+  for (int r = 0; r < reps; ++r)
+    for (int u = 0; u < layout.unit_count(); ++u) {
+      const auto n = static_cast<std::size_t>(layout.unit(u).shard);
+      out[0] += timed([&] { comm.all_gather(shard.data(), full.data(), n, gather_type, stream); });
+      out[1] += static_cast<double>(layout.unit(u).padded) * gather_bytes;
+      out[2] += timed([&] { comm.reduce_scatter(full.data(), shard.data(), n, reduce_type, ReduceOp::sum, stream); });
+      out[3] += static_cast<double>(layout.unit(u).padded) * reduce_bytes;
+    }
+  return out;
+}
+
+int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool collectives, const ProcessLayout& layout) {
   ModelOptions o = model_options(cfg);
   const int B = o.max_batch, S = o.max_seq_len, rank = layout.world_rank, ranks = layout.world_size;
   Transformer model(o, ExecSpace());
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD,
                                 cfg.comm.timeout_s);
-  ShardedTrainer trainer(model, *comm, fsdp_options(cfg), optimizer_options(cfg));
+  FsdpOptions fsdp = fsdp_options(cfg);
+  fsdp.profile = collectives;
+  ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));
   trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
 
   std::mt19937 gen(static_cast<unsigned>(cfg.run.seed) + static_cast<unsigned>(rank));
@@ -63,6 +105,7 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
   for (int i = 0; i < warmup; ++i) step();
   Kokkos::fence();
   MPI_Barrier(MPI_COMM_WORLD);
+  trainer.reset_profile();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   Kokkos::fence();
@@ -83,6 +126,25 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, const Proc
         execution_space_name(), graphs ? " | CUDA graph" : "", step_s * 1e3, tokens_per_gpu,
         100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
         peak_tflops, peak_bytes / double(1ull << 30));
+  if (collectives) {
+    // Rank 0's view; the collectives are the same on every rank.
+    const StepProfile p = trainer.profile();
+    const std::size_t reduce_bytes = cfg.fsdp.reduce_dtype == GradDtype::bf16 ? 2 : 4;
+    const auto plain = plain_collectives(*comm, trainer.layout(), model.compute_type_size(), reduce_bytes, steps);
+    if (rank == 0) {
+      const double step_ag = bus_gbps(double(p.all_gather_bytes), p.gather_s, ranks);
+      const double step_rs = bus_gbps(double(p.reduce_scatter_bytes), p.reduce_s, ranks);
+      const double plain_ag = bus_gbps(plain[1], plain[0], ranks), plain_rs = bus_gbps(plain[3], plain[2], ranks);
+      std::cout << fmt::format(
+          "  in the step (fenced): {} all-gathers {:.2f} GB in {:.1f} ms, bus {:.1f} GB/s | {} reduce-scatters "
+          "{:.2f} GB in {:.1f} ms, bus {:.1f} GB/s\n"
+          "  plain {} collectives, same sizes: all-gather bus {:.1f} GB/s ({:.0f}% achieved in the step) | "
+          "reduce-scatter bus {:.1f} GB/s ({:.0f}%)\n",
+          p.all_gathers, p.all_gather_bytes / 1e9, p.gather_s * 1e3, step_ag, p.reduce_scatters,
+          p.reduce_scatter_bytes / 1e9, p.reduce_s * 1e3, step_rs, comm->backend_name(), plain_ag,
+          plain_ag > 0 ? 100.0 * step_ag / plain_ag : 0.0, plain_rs, plain_rs > 0 ? 100.0 * step_rs / plain_rs : 0.0);
+    }
+  }
   return 0;
 }
 
@@ -93,7 +155,10 @@ int main(int argc, char** argv) {
   BenchConfigArgs config_args;
   int steps = 10, warmup = 3;
   double peak = 989.0;
+  bool collectives = false;
   config_args.add_to(app);
+  app.add_flag("--collectives", collectives,
+               "Fence the step's phases to time its collectives, then time plain ones of the same sizes");
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--peak-tflops", peak, "Dense bf16 peak of one GPU, for MFU")->check(CLI::PositiveNumber);
@@ -105,5 +170,5 @@ int main(int argc, char** argv) {
   if (!config_args.load("bench_train_step", cfg)) return 2;
   DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
-  return run(cfg, steps, warmup, peak, layout);
+  return run(cfg, steps, warmup, peak, collectives, layout);
 }

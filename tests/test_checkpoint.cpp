@@ -209,6 +209,48 @@ TEST(Checkpoint, LoadsOnAnyNumberOfRanks) {
   }
 }
 
+// Resharding at scale (run at np 8 too, oversubscribed on the CPU): saved by every rank, loaded
+// on 2 and on 1, the weights bit for bit and the next training step's loss and gradient norm as
+// the saving job's own next step.
+TEST(Checkpoint, SavedOnAllRanksResumesOnTwoAndOne) {
+  Config c = small_config();
+  c.rl.sft_steps = 3;
+  const int W = world_size();
+  const fs::path dir = fresh_dir("reshard_down");
+  std::vector<std::vector<float>> saved;
+  double next_loss = 0, next_norm = 0;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    run_iterations(job, 0, 1);
+    save(job, dir, 1, 3, MPI_COMM_WORLD);
+    saved = all_weights(job);
+    const TrainStats t = job.loop.train(job.loop.rollout(1));
+    next_loss = t.loss;
+    next_norm = t.grad_norm;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int M : {2, 1}) {
+    if (M > W) continue;
+    MPI_Comm loader = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() < M ? 0 : MPI_UNDEFINED, world_rank(), &loader);
+    if (loader != MPI_COMM_NULL) {
+      Job job(c, loader);
+      load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
+      const std::vector<std::vector<float>> loaded = all_weights(job);
+      const TrainStats t = job.loop.train(job.loop.rollout(1));
+      if (world_rank() == 0) {
+        expect_bitwise(loaded, saved, "saved on " + std::to_string(W) + ", loaded on " + std::to_string(M));
+        EXPECT_NEAR(t.loss, next_loss, 1e-4 * std::abs(next_loss) + 1e-7) << W << " -> " << M;
+        EXPECT_NEAR(t.grad_norm, next_norm, 1e-4 * next_norm) << W << " -> " << M;
+      }
+      MPI_Comm_free(&loader);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
 std::string load_error(Job& job, const fs::path& file) {
   try {
     load_job_checkpoint(file, job.trainer, job.model.units(), job.config, MPI_COMM_WORLD);

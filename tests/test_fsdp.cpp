@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 
 #include "config/load.hpp"
 #include "core/error.hpp"
@@ -15,7 +16,7 @@
 namespace shardrl {
 namespace {
 
-constexpr int kGlobalSequences = 12;   // divisible by 1, 2, 3 and 4 ranks
+constexpr int kGlobalSequences = 24;   // divisible by 1, 2, 3, 4 and 8 ranks
 constexpr int kS = 9;
 
 Communicator& comm() {
@@ -109,6 +110,8 @@ std::vector<std::vector<float>> reference_weights(const ModelShape& s, const Opt
 std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpOptions& fo, const OptimizerOptions& oo,
                                                 int steps, const std::vector<GlobalBatch>& batches, int micro = 1,
                                                 StepMetrics* metrics = nullptr, MoeImpl impl = MoeImpl::grouped) {
+  if (kGlobalSequences % comm().size() != 0 || kGlobalSequences / comm().size() % micro != 0)
+    throw std::runtime_error("test_fsdp: the global batch does not split into equal shares at this world size");
   const int per_rank = kGlobalSequences / comm().size(), rows = per_rank / micro;
   Transformer model(model_opts(s, rows, Precision::fp32, impl), ExecSpace());
   ShardedTrainer trainer(model, comm(), fo, oo);
@@ -196,7 +199,7 @@ TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
   expect_close(got, want, 1e-5, "mixture of experts");
 }
 
-// Each rank's share (12, 6, 4 or 3 sequences at np 1-4; 4 micro-batches of 1 at np 3) as
+// Each rank's share (24, 12, 8, 6 or 3 sequences at np 1, 2, 3, 4, 8) as
 // micro-batches of one sequence equals it as one batch.
 TEST(Fsdp, MicroBatchesOfOneEqualOneBatch) {
   ModelShape s = shape();
