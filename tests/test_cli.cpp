@@ -357,6 +357,42 @@ TEST(Cli, MalformedDatasetNamesFileAndLine) {
   EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: field \"prompt\" must be a string, got number\n", 0), 0u) << r.err;
 }
 
+// A pre-tokenized dataset: a line of the other kind is refused with its file and line, an id
+// beyond model.vocab_size stops every rank at the first rollout with the line, and rl.eos_id is
+// required; each exits 2.
+TEST(Cli, PreTokenizedDatasetErrorsNameTheLine) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"data.jsonl\"\neos_id = 5\n");
+  write(dir / "data.jsonl", "{\"prompt_ids\": [1, 2], \"answer_ids\": [3]}\n{\"prompt\": \"a\", \"answer\": \"b\"}\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: a text line ({\"prompt\", \"answer\"}), but line 1 is a token-id line "
+                        "({\"prompt_ids\", \"answer_ids\"}); every line of a dataset must be of the same kind\n",
+                        0),
+            0u)
+      << r.err;
+
+  write(dir / "data.jsonl", "\n{\"prompt_ids\": [1, 300], \"answer_ids\": [3]}\n");
+  r = run_in(dir, mpirun(2) + " train --config job.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: field \"prompt_ids\" element 1 is id 300, outside the model's "
+                        "vocabulary (model.vocab_size = 259; prompt 0 of iteration 0)\n",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_EQ(r.err.find("shardrl:", 1), std::string::npos) << "one message, from rank 0: " << r.err;
+
+  // Without rl.eos_id the byte tokenizer's EOS would end completions: refused before training.
+  write(dir / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"data.jsonl\"\n");
+  r = run_in(dir, mpirun(2) + " train --config job.toml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("shardrl: rl.eos_id is required with the pre-tokenized dataset 'data.jsonl' (data.jsonl:2 has "
+                        "\"prompt_ids\"): set it to the id that ends a completion in the dataset's tokenizer\n",
+                        0),
+            0u)
+      << r.err;
+}
+
 TEST(Cli, ProfilePrintsThePerStepBreakdown) {
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 2\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n");

@@ -126,6 +126,45 @@ TEST(ConfigLoad, JobShapeChecks) {
   EXPECT_EQ(errors[0], "f:2:13: debug.fail_rank = 1 but the job has 1 rank (0..0)");
 }
 
+// rl.eos_id: -1 (the byte tokenizer's EOS) by default; otherwise an id of the model's
+// vocabulary, whichever preset or custom shape decides its size. Whether a dataset needs it is
+// known only once the dataset is read, so the jsonl task refuses a pre-tokenized dataset
+// without it (tests/test_tasks.cpp, PreTokenizedErrors), not the config.
+TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {
+  LoadedConfig l = load_config("", "f", {}, kCpu);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l.config.rl.eos_id, -1);
+  EXPECT_EQ(l.origin.at("rl.eos_id"), "default");
+  EXPECT_NE(to_toml(l.config).find("eos_id = -1\n"), std::string::npos) << "the resolved config writes it";
+
+  l = load_config("[rl]\neos_id = 258\n", "f", {}, kCpu);   // tiny: vocab_size 259
+  ASSERT_TRUE(l.ok()) << l.errors.front();
+  EXPECT_EQ(l.config.rl.eos_id, 258);
+  l = load_config("[rl]\neos_id = 259\n", "f", {}, kCpu);
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0], "f:2:10: rl.eos_id = 259 is outside the model's vocabulary (model.vocab_size = 259)");
+  l = load_config("[rl]\neos_id = -2\n", "f", {}, kCpu);
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0], "f:2:10: rl.eos_id: must be >= -1, got -2");
+
+  const std::string custom = "[model]\npreset = \"custom\"\nvocab_size = 64\n";
+  l = load_config(custom, "f", {"rl.eos_id=63"}, kCpu);
+  ASSERT_TRUE(l.ok()) << l.errors.front();
+  EXPECT_EQ(l.config.rl.eos_id, 63);
+  l = load_config(custom, "f", {"rl.eos_id=64"}, kCpu);
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0],
+            "--set rl.eos_id=64: rl.eos_id = 64 is outside the model's vocabulary (model.vocab_size = 64)");
+  // A larger named preset's vocabulary holds ids the byte tokenizer never makes.
+  l = load_config("[model]\npreset = \"llama-1b\"\n[rl]\neos_id = 128001\n", "f", {}, kCpu);
+  EXPECT_TRUE(l.ok()) << l.errors.front();
+
+  // A jsonl dataset without rl.eos_id is valid as far as the config can tell (a text dataset
+  // needs none).
+  l = load_config("[rl]\ntask = \"jsonl\"\ndataset = \"d.jsonl\"\n", "f", {}, kCpu);
+  EXPECT_TRUE(l.ok()) << l.errors.front();
+}
+
 TEST(ConfigLoad, ResolvedTomlReadsBackIdentically) {
   LoadedConfig l = load_config("[run]\nname = \"a-b\"\nseed = 3\n[comm]\ntimeout_s = 1.5\n", "f",
                                {"model.precision=fp32"}, kCpu);

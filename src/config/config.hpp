@@ -106,6 +106,7 @@ struct RlConfig {
   std::int64_t difficulty = 4;
   bool partial_credit = false;
   std::string dataset;                 // jsonl only
+  std::int64_t eos_id = -1;            // id that ends a completion; -1: the byte tokenizer's EOS (257)
   std::int64_t prompts_per_iteration = 16;   // global, split across ranks
   std::int64_t samples_per_prompt = 8;       // G
   std::int64_t minibatches = 1;        // optimizer steps per rollout

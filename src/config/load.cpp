@@ -300,6 +300,10 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
                                            where("rl.task"))
                              : fmt::format("{}: rl.dataset is read only by rl.task = \"jsonl\", not \"{}\"",
                                            where("rl.dataset"), c.rl.task));
+  // Only the range is known here: whether a dataset needs rl.eos_id shows when the jsonl task reads it.
+  if (c.rl.eos_id >= shape.vocab_size)
+    out.errors.push_back(fmt::format("{}: rl.eos_id = {} is outside the model's vocabulary (model.vocab_size = {})",
+                                     where("rl.eos_id"), c.rl.eos_id, shape.vocab_size));
   if (c.rl.prompts_per_iteration % c.rl.minibatches != 0)
     out.errors.push_back(fmt::format("{}: rl.minibatches = {} does not divide rl.prompts_per_iteration = {}",
                                      where("rl.minibatches"), c.rl.minibatches, c.rl.prompts_per_iteration));

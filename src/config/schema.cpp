@@ -295,6 +295,11 @@ std::vector<KeyDef> build_schema() {
                     &Config::rl, &RlConfig::partial_credit));
   s.push_back(field("rl", "dataset", VK::string, "The `jsonl` task's file of {\"prompt\", \"answer\"} lines.",
                     &Config::rl, &RlConfig::dataset));
+  s.push_back(with_max(with_min(field("rl", "eos_id", VK::integer,
+                                      "Token id that ends a completion; -1: the byte tokenizer's EOS (257).",
+                                      &Config::rl, &RlConfig::eos_id),
+                                -1),
+                       kMaxInt));
   auto rl_count = [&](const char* key, std::int64_t RlConfig::*member, double min, const char* meaning) {
     s.push_back(with_max(with_min(field("rl", key, VK::integer, meaning, &Config::rl, member), min), kMaxInt));
   };

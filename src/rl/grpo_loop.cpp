@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "core/error.hpp"
 #include "rl/grpo_objective.hpp"
@@ -20,10 +21,37 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-std::vector<std::int32_t> prompt_ids(const std::string& prompt) {
+// The ids the model sees for an example's prompt: a pre-tokenized prompt verbatim, else BOS and
+// the prompt's bytes.
+std::vector<std::int32_t> prompt_ids(const TaskExample& ex) {
+  if (ex.pre_tokenized()) return ex.prompt_ids;
   std::vector<std::int32_t> ids{tokenizer::kBos};
-  for (std::int32_t t : tokenizer::encode(prompt)) ids.push_back(t);
+  for (std::int32_t t : tokenizer::encode(ex.prompt)) ids.push_back(t);
   return ids;
+}
+
+// Every id of a pre-tokenized example must index the model's embedding and head (a text
+// example's ids are the byte tokenizer's). Called for every example of a batch on every rank,
+// so a bad line stops all ranks alike. `what`/`index` and `of`/`step` name the example in the
+// message, e.g. "prompt 3 of iteration 7".
+void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_size, const char* what, std::int64_t index,
+                             const char* of, std::int64_t step) {
+  if (!ex.pre_tokenized()) return;
+  const std::pair<const char*, const std::vector<std::int32_t>*> fields[] = {{"prompt_ids", &ex.prompt_ids},
+                                                                            {"answer_ids", &ex.answer_ids}};
+  for (const auto& [field, ids] : fields)
+    for (std::size_t k = 0; k < ids->size(); ++k)
+      if ((*ids)[k] >= vocab_size)
+        throw InputError(fmt::format("{}: field \"{}\" element {} is id {}, outside the model's vocabulary "
+                                     "(model.vocab_size = {}; {} {} of {} {})",
+                                     ex.source.empty() ? "dataset" : ex.source, field, k, (*ids)[k], vocab_size, what,
+                                     index, of, step));
+}
+
+// The completion's text as the task scores it: the bytes before the first EOS.
+std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_t eos) {
+  const auto end = std::find(tokens.begin(), tokens.end(), eos);
+  return tokenizer::decode_completion(std::vector<std::int32_t>(tokens.begin(), end));
 }
 
 TaskOptions task_options(const RlConfig& rl) {
@@ -32,6 +60,7 @@ TaskOptions task_options(const RlConfig& rl) {
   o.difficulty = static_cast<int>(rl.difficulty);
   o.partial_credit = rl.partial_credit;
   o.dataset_path = rl.dataset;
+  o.eos_id = rl.eos_id;
   return o;
 }
 
@@ -67,7 +96,9 @@ GrpoLoop::GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& tra
       prompts_per_minibatch_(static_cast<int>(config.rl.prompts_per_iteration / config.rl.minibatches)),
       group_(static_cast<int>(config.rl.samples_per_prompt)), minibatches_(static_cast<int>(config.rl.minibatches)),
       micro_rows_(model.options().max_batch), seq_len_(model.options().max_seq_len),
-      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)) {
+      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
+      eos_id_(config.rl.eos_id >= 0 ? static_cast<std::int32_t>(config.rl.eos_id) : tokenizer::kEos),
+      pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
   const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
   weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
                                          ArenaPlacement{&arena, Phase::rollout});
@@ -114,7 +145,7 @@ double GrpoLoop::sum_over_ranks(std::vector<double>& values) {
 
 void GrpoLoop::set_micro_batch(const std::vector<Sequence>& seqs, int first, int end) {
   std::vector<std::int32_t> tokens, targets;
-  fill_rows(seqs, first, end, micro_rows_, seq_len_, tokens, targets);
+  fill_rows(seqs, first, end, micro_rows_, seq_len_, pad_id_, tokens, targets);
   model_.set_batch(tokens.data(), targets.data(), micro_rows_, seq_len_);
 }
 
@@ -130,11 +161,13 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   double tokens = 0, all_ids = 0;
   for (std::int64_t i = 0; i < B; ++i) {
     TaskExample ex = task_->example(seed, step, i);
+    check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "warm-up example", i, "step", step);
     Sequence s;
-    s.ids = prompt_ids(ex.prompt);
+    s.ids = prompt_ids(ex);
     s.prompt_len = static_cast<int>(s.ids.size());
-    for (std::int32_t t : tokenizer::encode(ex.demonstration)) s.ids.push_back(t);
-    s.ids.push_back(tokenizer::kEos);
+    if (ex.pre_tokenized()) s.ids.insert(s.ids.end(), ex.answer_ids.begin(), ex.answer_ids.end());
+    else for (std::int32_t t : tokenizer::encode(ex.demonstration)) s.ids.push_back(t);
+    s.ids.push_back(eos_id_);
     if (static_cast<int>(s.ids.size()) > seq_len_ + 1)
       throw InputError(fmt::format("warm-up example {} of step {} has {} tokens; train.seq_len = {} holds at most {}",
                                    i, step, s.ids.size(), seq_len_, seq_len_ + 1));
@@ -194,7 +227,8 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
     for (int p = 0; p < prompts_per_minibatch_; ++p) {
       const std::int64_t index = std::int64_t(k) * prompts_per_minibatch_ + p;
       TaskExample ex = task_->example(seed, iteration, index);
-      std::vector<std::int32_t> ids = prompt_ids(ex.prompt);
+      check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "prompt", index, "iteration", iteration);
+      std::vector<std::int32_t> ids = prompt_ids(ex);
       if (static_cast<int>(ids.size()) + max_new > gen_len_)
         throw InputError(fmt::format(
             "prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
@@ -216,13 +250,14 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   sampling.top_p = static_cast<float>(config_.rollout.top_p);
   std::vector<Completion> out;
   if (!rows.empty())
-    out = generator_->generate(weights_->units(), rows, sampling, max_new, seed, iteration, tokenizer::kEos);
+    out = generator_->generate(weights_->units(), rows, sampling, max_new, seed, iteration, eos_id_);
 
   // Rewards, group advantages, sequences for training; sums for the global statistics.
   std::vector<double> rewards(rows.size());
   std::vector<double> sums(4 + minibatches_, 0.0);   // reward, reward^2, passes, -logp; then tokens per minibatch
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    rewards[r] = task_->score(examples[r], tokenizer::decode_completion(out[r].tokens));
+    rewards[r] = examples[r].pre_tokenized() ? task_->score_ids(examples[r], out[r].tokens)
+                                             : task_->score(examples[r], completion_text(out[r].tokens, eos_id_));
     Sequence s;
     s.ids = rows[r].prompt;
     s.prompt_len = static_cast<int>(s.ids.size());

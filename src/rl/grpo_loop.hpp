@@ -56,9 +56,12 @@ class GrpoLoop {
   GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& trainer, Communicator& comm, PhaseArena& arena);
   ~GrpoLoop();
 
-  // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1).
+  // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
+  // each followed by EOS (rl.eos_id).
   TrainStats warmup_step(std::int64_t step);
-  // Generate G completions for this rank's prompts of the iteration, score them, advantages.
+  // Generate G completions (until rl.eos_id) for this rank's prompts of the iteration, score
+  // them, advantages. A pre-tokenized example with an id beyond model.vocab_size stops every
+  // rank with an InputError naming its dataset line (the warm-up checks its examples alike).
   RolloutBatch rollout(std::int64_t iteration);
   // K optimizer steps of the GRPO objective on the batch.
   TrainStats train(const RolloutBatch& batch);
@@ -82,6 +85,10 @@ class GrpoLoop {
   PhaseArena& arena_;
   std::unique_ptr<Task> task_;
   int prompts_per_minibatch_, group_, minibatches_, micro_rows_, seq_len_, gen_len_;
+  std::int32_t eos_id_;   // rl.eos_id, or the byte tokenizer's EOS when unset
+  // Fills unused positions: the byte tokenizer's PAD, or for a pre-tokenized dataset EOS (PAD
+  // 258 may be beyond a small vocabulary; padded positions are masked either way).
+  std::int32_t pad_id_;
   std::unique_ptr<WeightSet> weights_;
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<Staging> staging_;

@@ -3,14 +3,13 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
-#include "rl/tokenizer.hpp"
 
 namespace shardrl {
 
-void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int count, int S,
+void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int count, int S, std::int32_t pad,
                std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets) {
-  tokens.assign(std::size_t(count) * S, tokenizer::kPad);
-  targets.assign(tokens.size(), tokenizer::kPad);
+  tokens.assign(std::size_t(count) * S, pad);
+  targets.assign(tokens.size(), pad);
   for (int r = 0; r < count; ++r) {
     const int i = first + r;
     if (i >= end) continue;

@@ -1,7 +1,21 @@
-// Shared pieces of the tasks (see task_common.hpp).
+// Shared pieces of the tasks (see task_common.hpp), and the Task interface's default scoring of ids.
 #include "rl/task_common.hpp"
 
 #include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace shardrl {
+
+// Generated tasks are text: nothing of theirs is scored on ids.
+double Task::score_ids(const TaskExample&, const std::vector<std::int32_t>&) const {
+  throw InputError(fmt::format("task '{}' scores decoded text, not token ids (its examples are not pre-tokenized)",
+                               name()));
+}
+
+}  // namespace shardrl
 
 namespace shardrl::task_detail {
 

@@ -39,6 +39,7 @@ double matching_fraction(const Seq& got, const Seq& want) {
 std::unique_ptr<Task> make_sort_task(int difficulty, bool partial_credit);
 std::unique_ptr<Task> make_add_task(int difficulty, bool partial_credit);
 std::unique_ptr<Task> make_reverse_task(int difficulty, bool partial_credit);
-std::unique_ptr<Task> make_jsonl_task(const std::string& dataset_path);
+// eos_id: rl.eos_id (-1: unset), required by a pre-tokenized dataset.
+std::unique_ptr<Task> make_jsonl_task(const std::string& dataset_path, std::int64_t eos_id);
 
 }  // namespace shardrl::task_detail

@@ -43,7 +43,7 @@ std::unique_ptr<Task> make_task(const TaskOptions& o) {
     if (o.partial_credit)
       throw InputError("task 'jsonl' has no partial credit (exact-match reward only); turn partial credit off");
     if (o.dataset_path.empty()) throw InputError("task 'jsonl' needs a dataset path");
-    return task_detail::make_jsonl_task(o.dataset_path);
+    return task_detail::make_jsonl_task(o.dataset_path, o.eos_id);
   }
   throw InputError(fmt::format("unknown task '{}' (known tasks: {})", o.name,
                                fmt::join(task_names(), ", ")));
