@@ -69,6 +69,14 @@ class Communicator {
                           ReduceOp op, StreamRef stream) = 0;
   virtual void broadcast(void* buffer, std::size_t count, DataType type, int root,
                          StreamRef stream) = 0;
+  // Personalised exchange (expert parallelism's token dispatch): this rank sends send_counts[p]
+  // elements from send + send_offsets[p] to rank p and receives recv_counts[p] elements from p at
+  // recv + recv_offsets[p]. Host arrays of size() entries, in elements; recv_counts[p] here must
+  // equal send_counts[rank()] on p (exchange the counts first, e.g. with all_gather). Zero
+  // counts send nothing; the receive ranges must not overlap each other or the send ranges.
+  virtual void all_to_all_v(const void* send, const std::size_t* send_counts, const std::size_t* send_offsets,
+                            void* recv, const std::size_t* recv_counts, const std::size_t* recv_offsets,
+                            DataType type, StreamRef stream) = 0;
   virtual void barrier() = 0;
   // Waits for everything enqueued on `stream`, within the timeout.
   virtual void synchronize(StreamRef stream) = 0;

@@ -154,6 +154,22 @@ void MpiCommunicator::broadcast(void* buffer, std::size_t count, DataType type, 
   wait(req, "MPI broadcast");
 }
 
+void MpiCommunicator::all_to_all_v(const void* send, const std::size_t* send_counts, const std::size_t* send_offsets,
+                                   void* recv, const std::size_t* recv_counts, const std::size_t* recv_offsets,
+                                   DataType type, StreamRef) {
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  for (int p = 0; p < size_; ++p) {
+    sc[p] = checked_count(send_counts[p]);
+    sd[p] = checked_count(send_offsets[p]);
+    rc[p] = checked_count(recv_counts[p]);
+    rd[p] = checked_count(recv_offsets[p]);
+  }
+  MPI_Request req;
+  SHARDRL_CHECK_MPI(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_type(type), recv, rc.data(), rd.data(),
+                                   mpi_type(type), comm_.get(), &req));
+  wait(req, "MPI all_to_all_v");
+}
+
 void MpiCommunicator::barrier() {
   MPI_Request req;
   SHARDRL_CHECK_MPI(MPI_Ibarrier(comm_.get(), &req));

@@ -21,6 +21,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                   StreamRef) override;
   void broadcast(void* buffer, std::size_t count, DataType type, int root, StreamRef) override;
+  void all_to_all_v(const void* send, const std::size_t* send_counts, const std::size_t* send_offsets, void* recv,
+                    const std::size_t* recv_counts, const std::size_t* recv_offsets, DataType type,
+                    StreamRef s) override;
   void barrier() override;
   void synchronize(StreamRef) override {}   // every call above completes before returning
 

@@ -127,6 +127,32 @@ void NcclCommunicator::broadcast(void* buffer, std::size_t count, DataType type,
   settle(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, comm_.get(), stream(s)), "ncclBroadcast");
 }
 
+void NcclCommunicator::all_to_all_v(const void* send, const std::size_t* send_counts, const std::size_t* send_offsets,
+                                    void* recv, const std::size_t* recv_counts, const std::size_t* recv_offsets,
+                                    DataType type, StreamRef s) {
+  const std::size_t bytes = size_of(type);
+  const cudaStream_t st = stream(s);
+  // Point-to-point calls inside a group are only queued; the group's end launches them (in
+  // non-blocking mode it may return ncclInProgress, which settle() waits out within the timeout).
+  auto queued = [&](ncclResult_t r, const char* call) {
+    if (r != ncclSuccess && r != ncclInProgress)
+      fail_and_abort(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(r), ncclGetLastError(comm_.get())),
+                     __FILE__, __LINE__);
+  };
+  queued(ncclGroupStart(), "ncclGroupStart");
+  for (int p = 0; p < size_; ++p) {
+    if (send_counts[p] > 0)
+      queued(ncclSend(static_cast<const char*>(send) + send_offsets[p] * bytes, send_counts[p], nccl_type(type), p,
+                      comm_.get(), st),
+             "ncclSend");
+    if (recv_counts[p] > 0)
+      queued(ncclRecv(static_cast<char*>(recv) + recv_offsets[p] * bytes, recv_counts[p], nccl_type(type), p,
+                      comm_.get(), st),
+             "ncclRecv");
+  }
+  settle(ncclGroupEnd(), "ncclGroupEnd (all-to-all)");
+}
+
 void NcclCommunicator::barrier() {
   // A one-element all-reduce on our own stream, then a bounded wait: a device-side barrier.
   settle(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_.get(), own_stream_.get()),

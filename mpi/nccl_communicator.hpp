@@ -46,6 +46,9 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                   StreamRef s) override;
   void broadcast(void* buffer, std::size_t count, DataType type, int root, StreamRef s) override;
+  void all_to_all_v(const void* send, const std::size_t* send_counts, const std::size_t* send_offsets, void* recv,
+                    const std::size_t* recv_counts, const std::size_t* recv_offsets, DataType type,
+                    StreamRef s) override;
   void barrier() override;
   void synchronize(StreamRef s) override;
 
