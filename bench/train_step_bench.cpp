@@ -19,6 +19,7 @@
 #include "bench_config.hpp"
 #include "core/kokkos.hpp"
 #include "core/memory_ledger.hpp"
+#include "fsdp/comm_expert_exchange.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "fsdp/train_step_graphs.hpp"
 #include "mpi/communicator.hpp"
@@ -69,9 +70,10 @@ std::array<double, 4> plain_collectives(Communicator& comm, const ShardLayout& l
 int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool collectives, const ProcessLayout& layout) {
   ModelOptions o = model_options(cfg);
   const int B = o.max_batch, S = o.max_seq_len, rank = layout.world_rank, ranks = layout.world_size;
-  Transformer model(o, ExecSpace());
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD,
                                 cfg.comm.timeout_s);
+  const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), o);
+  Transformer model(o, ExecSpace());
   FsdpOptions fsdp = fsdp_options(cfg);
   fsdp.profile = collectives;
   ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));

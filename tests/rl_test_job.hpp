@@ -7,6 +7,7 @@
 
 #include "config/config.hpp"
 #include "core/phase_arena.hpp"
+#include "fsdp/comm_expert_exchange.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "mpi/communicator.hpp"
 #include "rl/grpo_loop.hpp"
@@ -39,18 +40,20 @@ struct Job {
   const Config config;
   std::unique_ptr<Communicator> comm;
   PhaseArena arena;
+  std::unique_ptr<CommExpertExchange> expert_exchange;   // fsdp.expert_parallel only
   Transformer model;
   ShardedTrainer trainer;
   GrpoLoop loop;
 
-  static ModelOptions placed(const Config& c, PhaseArena& a) {
-    ModelOptions o = model_options(c);
+  ModelOptions placed(PhaseArena& a) {
+    ModelOptions o = model_options(config);
     o.arena = ArenaPlacement{&a, Phase::train};
+    expert_exchange = make_expert_exchange(config, *comm, ExecSpace(), o);
     return o;
   }
   Job(const Config& c, MPI_Comm mpi_comm)
       : config(c), comm(make_communicator(backend(), mpi_comm, 120.0)),
-        arena(ExecSpace(), c.debug.check_released), model(placed(config, arena), ExecSpace()),
+        arena(ExecSpace(), c.debug.check_released), model(placed(arena), ExecSpace()),
         trainer(model, *comm, fsdp_options(config), optimizer_options(config)),
         loop(config, model, trainer, *comm, arena) {
     arena.commit();

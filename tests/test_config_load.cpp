@@ -102,6 +102,20 @@ TEST(ConfigLoad, MixtureOfExpertsKeys) {
   EXPECT_EQ(dense.errors[0],
             "dense.toml:2:17: model.aux_loss_coef applies to mixture-of-experts layers, but model.n_experts = 0");
 
+  // Expert parallelism: only with experts, and only where the ranks divide them.
+  LoadedConfig ep_dense = load_config("[fsdp]\nexpert_parallel = true\n", "dense.toml", {}, kCpu);
+  ASSERT_EQ(ep_dense.errors.size(), 1u);
+  EXPECT_EQ(ep_dense.errors[0],
+            "dense.toml:2:19: fsdp.expert_parallel applies to mixture-of-experts layers, but model.n_experts = 0");
+  LoadedConfig ep = load_config(moe, "moe.toml", {"fsdp.expert_parallel=true"}, kCpu);
+  ASSERT_TRUE(ep.ok()) << ep.errors.front();
+  EXPECT_TRUE(check_for_job(ep, 4).empty());
+  EXPECT_TRUE(check_for_job(ep, 8).empty());
+  const auto three = check_for_job(ep, 3);
+  ASSERT_EQ(three.size(), 1u);
+  EXPECT_EQ(three[0], "--set fsdp.expert_parallel=true: fsdp.expert_parallel gives each rank n_experts / ranks "
+                      "experts, but model.n_experts = 8 does not divide among 3 ranks");
+
   LoadedConfig graphs = load_config(moe, "moe.toml", {"train.cuda_graph=full"}, kGpu);
   ASSERT_EQ(graphs.errors.size(), 1u);
   EXPECT_NE(graphs.errors[0].find("cannot capture mixture-of-experts layers"), std::string::npos) << graphs.errors[0];

@@ -10,6 +10,7 @@
 
 #include "config/load.hpp"
 #include "core/error.hpp"
+#include "fsdp/comm_expert_exchange.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "model/dense_parameters.hpp"
 
@@ -113,7 +114,13 @@ std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpO
   if (kGlobalSequences % comm().size() != 0 || kGlobalSequences / comm().size() % micro != 0)
     throw std::runtime_error("test_fsdp: the global batch does not split into equal shares at this world size");
   const int per_rank = kGlobalSequences / comm().size(), rows = per_rank / micro;
-  Transformer model(model_opts(s, rows, Precision::fp32, impl), ExecSpace());
+  ModelOptions mo = model_opts(s, rows, Precision::fp32, impl);
+  std::unique_ptr<CommExpertExchange> exchange;
+  if (fo.expert_parallel) {
+    exchange = std::make_unique<CommExpertExchange>(comm(), ExecSpace(), s.n_experts / comm().size());
+    mo.expert_exchange = exchange.get();
+  }
+  Transformer model(mo, ExecSpace());
   ShardedTrainer trainer(model, comm(), fo, oo);
   trainer.initialize(42, 0.02f);
   DeviceView<float> loss("loss", 1);
@@ -197,6 +204,44 @@ TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
   auto want = reference_weights(s, adamw(), 3, batches);
   auto got = sharded_weights(s, checked(), adamw(), 3, batches, micro, nullptr, MoeImpl::loop);
   expect_close(got, want, 1e-5, "mixture of experts");
+}
+
+// Expert parallelism: each rank keeps 8 / W experts whole and the routed rows travel to them
+// (W = 1, 2, 4, 8; not 3). Against the same unsharded reference, with released weights poisoned
+// (the other ranks' experts are never gathered: reading them would read poison), micro-batches,
+// resharding on and off, both GEMM paths; and the slices hold exactly this rank's experts.
+TEST(Fsdp, ExpertParallelEqualsTheUnshardedReference) {
+  ModelShape s = shape();
+  s.n_experts = 8;
+  s.top_k = 2;
+  s.d_ff_expert = 24;
+  s.shared_expert = true;
+  if (s.n_experts % comm().size() != 0) GTEST_SKIP() << "8 experts do not divide among " << comm().size() << " ranks";
+  std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 7), GlobalBatch(s.vocab_size, 8)};
+  const int per_rank = kGlobalSequences / comm().size();
+  auto want = reference_weights(s, adamw(), 3, batches);
+  for (MoeImpl impl : {MoeImpl::grouped, MoeImpl::loop})
+    for (bool reshard : {true, false}) {
+      FsdpOptions fo = checked();
+      fo.expert_parallel = true;
+      fo.reshard_after_forward = reshard;
+      auto got = sharded_weights(s, fo, adamw(), 3, batches, per_rank % 2 == 0 ? 2 : 1, nullptr, impl);
+      expect_close(got, want, 1e-5, impl == MoeImpl::grouped ? "expert parallel, grouped" : "expert parallel, loop");
+    }
+  // The layout: a MoE unit's slice is 1 / W of its dense part and this rank's experts whole.
+  Transformer model(model_opts(s, 1), ExecSpace());
+  const ShardLayout layout(model.units(), comm().size(), comm().rank(), true);
+  const UnitSpec& layer = model.units()[1];
+  const UnitShard& u = layout.unit(1);
+  ASSERT_TRUE(u.expert_parallel());
+  EXPECT_EQ(u.dense * comm().size(), layer.experts_begin);
+  EXPECT_EQ((u.shard - u.dense) * comm().size(), layer.numel - layer.experts_begin);
+  const int mine = s.n_experts / comm().size();
+  for (int e = 0; e < s.n_experts; ++e) {
+    const ParamOverlap o = layout.overlap(1, layer.param(".experts." + std::to_string(e) + ".down_proj.weight"));
+    const bool own = e / mine == comm().rank();
+    EXPECT_EQ(o.count, own ? std::int64_t(s.d_model) * s.d_ff_expert : 0) << "expert " << e;
+  }
 }
 
 // Each rank's share (24, 12, 8, 6 or 3 sequences at np 1, 2, 3, 4, 8) as

@@ -145,8 +145,29 @@ TEST(GrpoLoop, MixtureOfExpertsPolicyRuns) {
     warm_one = job.warm_up();
     one = trajectory(job, 3);
   }
+  // And with expert parallelism (fsdp.expert_parallel, 4 experts over 1, 2 or 4 ranks): the
+  // job's own build path makes the exchange, the rollout gathers every expert.
+  std::vector<double> warm_ep;
+  std::vector<Record> ep;
+  {
+    Config e = c;
+    e.fsdp.expert_parallel = true;
+    Job job(e, MPI_COMM_WORLD);
+    ASSERT_NE(job.model.options().expert_exchange, nullptr);
+    ASSERT_TRUE(job.trainer.layout().unit(2).expert_parallel()) << "layer 1's unit";
+    warm_ep = job.warm_up();
+    ep = trajectory(job, 3);
+  }
   EXPECT_LT(warm_one.back(), warm_one.front());
-  for (std::size_t s = 0; s < warm_one.size(); ++s) expect_close(warm_world[s], warm_one[s], "warm-up loss", int(s));
+  for (std::size_t s = 0; s < warm_one.size(); ++s) {
+    expect_close(warm_world[s], warm_one[s], "warm-up loss", int(s));
+    expect_close(warm_ep[s], warm_one[s], "warm-up loss, expert parallel", int(s));
+  }
+  for (int it = 0; it < 3; ++it) {
+    expect_close(ep[it].aux_loss, one[it].aux_loss, "aux_loss, expert parallel", it);
+    expect_close(ep[it].reward, one[it].reward, "reward, expert parallel", it);
+    expect_close(ep[it].grad_norm, one[it].grad_norm, "grad_norm, expert parallel", it);
+  }
   for (int it = 0; it < 3; ++it) {
     ASSERT_TRUE(std::isfinite(world[it].loss) && std::isfinite(world[it].grad_norm)) << "iteration " << it;
     // One MoE layer: E * sum_e f_e P_e, with f_e the share of tokens that picked e (summing to

@@ -10,6 +10,7 @@
 #include "config/print.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
+#include "fsdp/comm_expert_exchange.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
 #include "io/sharded_file.hpp"
@@ -81,7 +82,9 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   KokkosRuntime kokkos(device.device_id);
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                 cfg.comm.timeout_s);
-  Transformer model(model_options(cfg), ExecSpace());
+  ModelOptions model_opts = model_options(cfg);
+  const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), model_opts);
+  Transformer model(model_opts, ExecSpace());
   ShardedTrainer trainer(model, *comm, fsdp_options(cfg), optimizer_options(cfg));
   trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
   load_hf_weights(dir, trainer, model.units(), model.options().shape);

@@ -21,6 +21,7 @@
 #include "core/stop_request.hpp"
 #include "core/version.hpp"
 #include "core/watchdog.hpp"
+#include "fsdp/comm_expert_exchange.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
 #include "io/text_file.hpp"
@@ -150,6 +151,7 @@ int run_train(const TrainArgs& args) {
   PhaseArena arena(ExecSpace(), cfg.debug.check_released);
   ModelOptions model_opts = model_options(cfg);
   model_opts.arena = ArenaPlacement{&arena, Phase::train};
+  const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), model_opts);
   Transformer model(model_opts, ExecSpace());
   FsdpOptions fsdp = fsdp_options(cfg);
   fsdp.profile = args.profile;

@@ -74,6 +74,7 @@ struct FsdpConfig {
   bool reshard_after_forward = true;     // free each unit's gathered weights after its forward
   GradDtype reduce_dtype = GradDtype::fp32;      // element type of the reduce-scatter
   GradDtype main_grad_dtype = GradDtype::fp32;   // element type of the persistent grad slices
+  bool expert_parallel = false;   // MoE layers: each rank owns whole experts, tokens travel to them
 };
 
 struct OptimConfig {

@@ -279,7 +279,8 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         {"model.moe_every", c.model.moe_every != d.moe_every},
         {"model.shared_expert", c.model.shared_expert != d.shared_expert},
         {"model.aux_loss_coef", c.model.aux_loss_coef != d.aux_loss_coef},
-        {"model.moe_impl", c.model.moe_impl != d.moe_impl}};
+        {"model.moe_impl", c.model.moe_impl != d.moe_impl},
+        {"fsdp.expert_parallel", c.fsdp.expert_parallel}};
     for (const auto& [key, differs] : changed)
       if (differs)
         out.errors.push_back(fmt::format("{}: {} applies to mixture-of-experts layers, but model.n_experts = 0",
@@ -368,6 +369,10 @@ std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_siz
     errors.push_back(fmt::format("{}: debug.fail_rank = {} but the job has {} rank{} (0..{})",
                                  loaded.origin.at("debug.fail_rank"), c.debug.fail_rank,
                                  world_size, world_size == 1 ? "" : "s", world_size - 1));
+  if (c.fsdp.expert_parallel && c.model.n_experts > 0 && c.model.n_experts % world_size != 0)
+    errors.push_back(fmt::format("{}: fsdp.expert_parallel gives each rank n_experts / ranks experts, but "
+                                 "model.n_experts = {} does not divide among {} ranks",
+                                 loaded.origin.at("fsdp.expert_parallel"), c.model.n_experts, world_size));
   return errors;
 }
 

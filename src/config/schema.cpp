@@ -219,6 +219,12 @@ std::vector<KeyDef> build_schema() {
   s.push_back(choice("fsdp", "main_grad_dtype",
                      "Element type of the persistent gradient slices: `fp32` or `bf16`.", &Config::fsdp,
                      &FsdpConfig::main_grad_dtype, dtypes));
+  s.push_back(field("fsdp", "expert_parallel", VK::boolean,
+                    "Mixture-of-experts layers: each of the W ranks keeps E / W experts whole instead of "
+                    "1 / W of every expert, and the routed tokens travel to their experts' ranks and back "
+                    "(all-to-all) instead of the experts' weights being all-gathered. W must divide "
+                    "model.n_experts. Results equal the sharded experts' to rounding.",
+                    &Config::fsdp, &FsdpConfig::expert_parallel));
 
   auto positive = [&](const char* key, double OptimConfig::*member, const char* meaning) {
     s.push_back(with_min(field("optim", key, VK::real, meaning, &Config::optim, member), 0.0, true));

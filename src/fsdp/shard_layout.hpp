@@ -1,6 +1,13 @@
-// How each FSDP unit's flat parameter buffer is split across the data-parallel ranks: padded to
-// a multiple of (world size x 128 elements), rank r owns the contiguous slice
-// [r * shard, (r + 1) * shard). Gradients and optimizer state use the same layout.
+// How each FSDP unit's flat parameter buffer is split across the data-parallel ranks. Gradients
+// and optimizer state use the same layout.
+//
+// A unit is padded to a multiple of (world size x 128 elements) and rank r owns the contiguous
+// range [r * shard, (r + 1) * shard): one piece. With expert parallelism, a mixture-of-experts
+// layer's unit (model_units: its dense part, then E equal expert blocks) is owned in two pieces:
+// rank r holds 1 / W of the dense part, [r * d, (r + 1) * d), which is all-gathered as usual,
+// and experts r * E / W .. (r + 1) * E / W whole, which stay on the rank (the tokens travel to
+// them instead). Both pieces are exact: the dense part is a multiple of E x 128 elements and W
+// divides E. A rank's slice holds its pieces one after the other.
 #pragma once
 
 #include <cstdint>
@@ -10,11 +17,21 @@
 
 namespace shardrl {
 
+// A range of the unit's flat buffer that this rank owns, and where it sits in the rank's slice.
+struct SlicePiece {
+  std::int64_t flat_begin = 0, length = 0, slice_offset = 0;
+};
+
 struct UnitShard {
   std::int64_t numel = 0;    // the unit's flat size (parameters and their alignment gaps)
   std::int64_t padded = 0;   // numel rounded up to a multiple of world * kParamAlignElements
-  std::int64_t shard = 0;    // padded / world: elements per rank
-  std::int64_t begin = 0;    // this rank's first element in the unit's flat buffer
+  std::int64_t shard = 0;    // padded / world: elements per rank (the slice)
+  // Expert-parallel units only (experts_begin >= 0): the dense piece's length (the first
+  // `dense` elements of the slice) and where the experts start in the flat buffer; the rest of
+  // the slice is this rank's experts.
+  std::int64_t dense = 0;
+  std::int64_t experts_begin = -1;
+  bool expert_parallel() const { return experts_begin >= 0; }
 };
 
 // A range of this rank's slice covered by one parameter, for per-parameter weight decay.
@@ -23,21 +40,34 @@ struct SliceRange {
   bool no_decay = false;
 };
 
+// The part of a parameter (elements [offset, offset + numel) of its unit) this rank owns: `first`
+// elements into the parameter, `count` of them, at `at` in the rank's slice. A parameter lies in
+// one region of its unit, so it overlaps at most one piece.
+struct ParamOverlap {
+  std::int64_t first = 0, count = 0, at = 0;
+};
+
 class ShardLayout {
  public:
-  ShardLayout(const std::vector<UnitSpec>& units, int world_size, int rank);
+  // expert_parallel: the units with experts are owned expert by expert (their expert count must
+  // be a multiple of world_size; a bug otherwise, since the config checks it).
+  ShardLayout(const std::vector<UnitSpec>& units, int world_size, int rank, bool expert_parallel = false);
 
   int unit_count() const { return static_cast<int>(shards_.size()); }
   const UnitShard& unit(int u) const { return shards_[u]; }
+  const std::vector<SlicePiece>& pieces(int u) const { return pieces_[u]; }
   const std::vector<SliceRange>& ranges(int u) const { return ranges_[u]; }
+  ParamOverlap overlap(int u, const ParamSpec& p) const;
   std::int64_t max_padded() const;
   std::int64_t max_shard() const;
   std::int64_t total_shard() const;   // sum of this rank's slices: the persistent elements
   int world_size() const { return world_; }
+  int rank() const { return rank_; }
 
  private:
-  int world_;
+  int world_, rank_;
   std::vector<UnitShard> shards_;
+  std::vector<std::vector<SlicePiece>> pieces_;
   std::vector<std::vector<SliceRange>> ranges_;
 };
 

@@ -31,6 +31,7 @@ FsdpOptions fsdp_options(const Config& c) {
   o.decay_norms_and_embeddings = c.optim.decay_norms_and_embeddings;
   o.check_released = c.debug.check_released;
   o.keep_reference = c.rl.kl_coef > 0;
+  o.expert_parallel = c.fsdp.expert_parallel;
   return o;
 }
 
@@ -52,7 +53,11 @@ OptimizerOptions optimizer_options(const Config& c) {
 ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const FsdpOptions& options,
                                const OptimizerOptions& optimizer)
     : model_(model), comm_(comm), options_(options), space_(model.space()),
-      layout_(model.units(), comm.size(), comm.rank()), optimizer_(optimizer, model.space()) {
+      layout_(model.units(), comm.size(), comm.rank(), options.expert_parallel),
+      optimizer_(optimizer, model.space()) {
+  SHARDRL_CHECK(options.expert_parallel == (model.options().expert_exchange != nullptr),
+                "fsdp.expert_parallel needs the model built with an ExpertExchange (make_expert_exchange), and "
+                "an ExpertExchange needs fsdp.expert_parallel");
   const bool half = model_.options().precision == Precision::bf16;
   main_ = per_unit<float>(layout_, MemoryCategory::weights, "main_weights");
   if (half) compute_ = per_unit<bf16>(layout_, MemoryCategory::weights, "compute_slice");
@@ -122,10 +127,13 @@ double ShardedTrainer::now() const {
 void ShardedTrainer::initialize(std::uint64_t seed, float std) {
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const UnitShard& s = layout_.unit(u);
-    const std::int64_t end = std::min(s.begin + s.shard, s.numel);
-    if (s.begin < end) init_unit_slice(space_, model_.units()[u], seed, std, s.begin, end, main_[u].data());
-    const std::int64_t written = std::max<std::int64_t>(0, end - s.begin);
-    kernels::fill(space_, main_[u].data() + written, 0.0f, s.shard - written);   // padding beyond the unit
+    for (const SlicePiece& piece : layout_.pieces(u)) {
+      const std::int64_t end = std::min(piece.flat_begin + piece.length, s.numel);
+      float* out = main_[u].data() + piece.slice_offset;
+      if (piece.flat_begin < end) init_unit_slice(space_, model_.units()[u], seed, std, piece.flat_begin, end, out);
+      const std::int64_t written = std::max<std::int64_t>(0, end - piece.flat_begin);
+      kernels::fill(space_, out + written, 0.0f, piece.length - written);   // padding beyond the unit
+    }
     if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), s.shard);
     if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, s.shard);
     if (!grad_bf16_.empty()) kernels::fill(space_, grad_bf16_[u].data(), 0.0f, s.shard);
@@ -150,13 +158,28 @@ GatheredUnit ShardedTrainer::gather(int u) {
   const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
   // The communication stream starts after everything computed so far: the own slice is up to
   // date and the slot's previous unit is no longer read.
+  const std::int64_t es = static_cast<std::int64_t>(model_.compute_type_size());
+  std::int64_t gathered = s.shard;
+  if (s.expert_parallel()) {
+    // Only the dense pieces travel; this rank's own experts are copied into their place (on the
+    // compute stream, before the point the communication stream waits for), the other experts'
+    // places stay unwritten: the model reads only its own.
+    const std::int64_t mine = s.shard - s.dense;
+    char* at = static_cast<char*>(slots_->buffer(g.slot)) + (s.experts_begin + layout_.rank() * mine) * es;
+    const char* from = static_cast<const char*>(source) + s.dense * es;
+    if (type == DataType::bf16)
+      kernels::cast(space_, reinterpret_cast<const bf16*>(from), reinterpret_cast<bf16*>(at), mine);
+    else
+      kernels::cast(space_, reinterpret_cast<const float*>(from), reinterpret_cast<float*>(at), mine);
+    gathered = s.dense;
+  }
   compute_point_.record(compute_stream());
   compute_point_.wait(comm_stream_.get());
-  comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(s.shard), type,
+  comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type,
                    StreamRef{comm_stream_.get()});
   gathered_[g.slot].record(comm_stream_.get());
   profile_.all_gathers += 1;
-  profile_.all_gather_bytes += s.padded * static_cast<std::int64_t>(model_.compute_type_size());
+  profile_.all_gather_bytes += gathered * layout_.world_size() * es;
   if (options_.profile) {
     comm_.synchronize(StreamRef{comm_stream_.get()});
     profile_.gather_s += now() - t;
@@ -220,22 +243,28 @@ void ShardedTrainer::reduce(int unit, int b) {
   const double t = now();
   const UnitShard& s = layout_.unit(unit);
   const StreamRef comm{comm_stream_.get()};
+  // Expert-parallel units: the dense pieces are reduce-scattered; each of this rank's experts got
+  // its whole gradient here (every rank's tokens came to it), copied into the slice after them.
+  const std::int64_t reduced = s.expert_parallel() ? s.dense : s.shard, mine = s.shard - reduced;
+  const std::int64_t own_experts = s.expert_parallel() ? s.experts_begin + layout_.rank() * mine : 0;
   if (options_.reduce_dtype == GradDtype::bf16) {
     kernels::cast(space_, grad_full_[b].data(), send_bf16_[b].data(), s.padded);
+    if (mine > 0) kernels::cast(space_, send_bf16_[b].data() + own_experts, recv_bf16_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(s.shard), ReduceOp::sum,
+    comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum,
                          comm);
   } else {
+    if (mine > 0) kernels::cast(space_, grad_full_[b].data() + own_experts, recv_f32_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(grad_full_[b].data(), recv_f32_[b].data(), static_cast<std::size_t>(s.shard), ReduceOp::sum,
+    comm_.reduce_scatter(grad_full_[b].data(), recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum,
                          comm);
   }
   reduced_[b].record(comm_stream_.get());
   pending_[b] = unit;
   profile_.reduce_scatters += 1;
-  profile_.reduce_scatter_bytes += s.padded * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
+  profile_.reduce_scatter_bytes += reduced * layout_.world_size() * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
   if (options_.profile) {
     comm_.synchronize(comm);
     profile_.reduce_s += now() - t;
@@ -411,11 +440,23 @@ void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
   const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const void* source = compute_.empty() ? static_cast<const void*>(main_[u].data()) : compute_[u].data();
-    comm_.all_gather(source, out[u], static_cast<std::size_t>(layout_.unit(u).shard), type, stream_of(space_));
+    all_gather_unit(u, source, out[u], type, stream_of(space_));
     profile_.all_gathers += 1;
     profile_.all_gather_bytes += layout_.unit(u).padded * static_cast<std::int64_t>(model_.compute_type_size());
   }
   comm_.synchronize(stream_of(space_));
+}
+
+void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream) {
+  const UnitShard& s = layout_.unit(u);
+  if (!s.expert_parallel()) {
+    comm_.all_gather(source, out, static_cast<std::size_t>(s.shard), type, stream);
+    return;
+  }
+  const std::int64_t es = static_cast<std::int64_t>(size_of(type)), mine = s.shard - s.dense;
+  comm_.all_gather(source, out, static_cast<std::size_t>(s.dense), type, stream);
+  comm_.all_gather(static_cast<const char*>(source) + s.dense * es, static_cast<char*>(out) + s.experts_begin * es,
+                   static_cast<std::size_t>(mine), type, stream);
 }
 
 std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
@@ -487,7 +528,7 @@ std::vector<float> ShardedTrainer::gather_main_weights(int u) {
   const UnitShard& s = layout_.unit(u);
   DeviceView<float> full("gathered_main", static_cast<std::size_t>(s.padded));
   space_.fence();
-  comm_.all_gather(main_[u].data(), full.data(), static_cast<std::size_t>(s.shard), stream_of(space_));
+  all_gather_unit(u, main_[u].data(), full.data(), DataType::f32, stream_of(space_));
   comm_.synchronize(stream_of(space_));
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
   return std::vector<float>(host.data(), host.data() + s.numel);

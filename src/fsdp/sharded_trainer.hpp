@@ -34,6 +34,10 @@ struct FsdpOptions {
   // Keep a frozen copy of the compute-type slices (the KL reference policy), sharded like the
   // policy: 2 (bf16) or 4 (fp32) bytes per parameter per rank / N, in the ledger as weights.
   bool keep_reference = false;
+  // Expert parallelism (fsdp.expert_parallel): MoE units are owned expert by expert
+  // (ShardLayout); the model must have been built with an ExpertExchange, and without one this
+  // is refused rather than ignored.
+  bool expert_parallel = false;
 };
 
 // Whose weights a forward-only pass gathers: the policy's, or the frozen reference's.
@@ -120,6 +124,9 @@ class ShardedTrainer {
 
  private:
   GatheredUnit gather(int u);      // the unit's handle; all-gathers it if not held
+  // Unit u whole into `out` from every rank's slice `source` (compute type or fp32): one
+  // all-gather, or for an expert-parallel unit one of the dense pieces and one of the experts.
+  void all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream);
   void prefetch(int u);            // starts the all-gather of u if a slot is free
   void release(int u);
   StreamHandle compute_stream() const;

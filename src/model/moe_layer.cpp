@@ -8,6 +8,9 @@
 // their GEMMs (so an MoE step is not capturable as a CUDA graph; the config refuses both).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <type_traits>
+
 #include "core/error.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/moe_permute.hpp"
@@ -27,7 +30,7 @@ template <class TA, class TC>
 void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
                                   ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
                                   const std::vector<std::int32_t>& offsets) {
-  const int E = options_.shape.n_experts;
+  const int E = static_cast<int>(offsets.size()) - 1;   // all experts, or this rank's
   std::vector<int> m(E), n(E), k(E);
   std::vector<const TA*> ap(E), bp(E);
   std::vector<TC*> cp(E);
@@ -50,6 +53,76 @@ void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b
         gemm_->gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], A.ld, bp[e], B.ld, beta, cp[e], C.ld);
     ++moe_calls_.loop;
   }
+}
+
+// Expert parallelism, forward: the routed rows xp (grouped by expert, so by the experts' ranks)
+// go to their experts' ranks; this rank receives every rank's rows for its experts (by source
+// rank) and puts them local expert by local expert into xl. The counts, offsets and both
+// permutations stay in `m` for the way back and for backward.
+template <class T>
+void Transformer::dispatch_to_experts(MoeActivations& m) {
+  ExpertExchange& ex = *options_.expert_exchange;
+  Activations& b = *act_;
+  const int W = ex.ranks(), E = options_.shape.n_experts, El = E / W, D = options_.shape.d_model;
+  for (int e = 0; e < E; ++e) b.ep_send_counts[e] = m.offsets[e + 1] - m.offsets[e];
+  ex.exchange_counts(b.ep_send_counts.data(), b.ep_recv_counts.data(), El);
+  std::size_t received = 0;
+  std::fill(m.local_offsets.begin(), m.local_offsets.end(), 0);
+  for (int q = 0; q < W; ++q) {
+    m.send_first[q] = static_cast<std::size_t>(m.offsets[q * El]);
+    m.send_rows[q] = static_cast<std::size_t>(m.offsets[(q + 1) * El] - m.offsets[q * El]);
+    m.recv_first[q] = received;
+    m.recv_rows[q] = 0;
+    for (int j = 0; j < El; ++j) {
+      m.recv_rows[q] += static_cast<std::size_t>(b.ep_recv_counts[q * El + j]);
+      m.local_offsets[j + 1] += b.ep_recv_counts[q * El + j];
+    }
+    received += m.recv_rows[q];
+  }
+  for (int j = 0; j < El; ++j) m.local_offsets[j + 1] += m.local_offsets[j];
+  // Row i of the arrival order (source s, local expert j, in order) <-> row p of the local order.
+  std::vector<std::int32_t> cursor(m.local_offsets.begin(), m.local_offsets.end() - 1);
+  std::int32_t i = 0;
+  for (int s = 0; s < W; ++s)
+    for (int j = 0; j < El; ++j)
+      for (std::int32_t c = 0; c < b.ep_recv_counts[s * El + j]; ++c, ++i) {
+        b.ep_to_local_h[static_cast<std::size_t>(cursor[j])] = i;
+        b.ep_to_source_h[static_cast<std::size_t>(i)] = cursor[j]++;
+      }
+  Kokkos::deep_copy(space_, DeviceInts(m.to_local.as<std::int32_t>(), received), HostInts(b.ep_to_local_h.data(), received));
+  Kokkos::deep_copy(space_, DeviceInts(m.to_source.as<std::int32_t>(), received),
+                    HostInts(b.ep_to_source_h.data(), received));
+  const bool half = std::is_same_v<T, bf16>;
+  ex.exchange_rows(m.xp.as<T>(), m.send_rows.data(), m.send_first.data(), b.ep_rows_a.as<T>(), m.recv_rows.data(),
+                   m.recv_first.data(), D, half);
+  kernels::moe_permute(space_, static_cast<int>(received), 1, D, m.to_local.as<std::int32_t>(), b.ep_rows_a.as<T>(),
+                       m.xl.as<T>());
+  space_.fence();   // the host permutations are rewritten by the next MoE layer
+}
+
+// Rows in the local order (the experts' outputs, or in backward their inputs' gradients) back to
+// the ranks they came from, landing in `out` in that rank's routed order (xp's).
+template <class T>
+void Transformer::return_from_experts(MoeActivations& m, const T* local_rows, T* out) {
+  Activations& b = *act_;
+  const int D = options_.shape.d_model;
+  T* arrival = local_rows == b.ep_rows_a.as<T>() ? b.ep_rows_b.as<T>() : b.ep_rows_a.as<T>();
+  kernels::moe_permute(space_, m.local_offsets.back(), 1, D, m.to_source.as<std::int32_t>(), local_rows, arrival);
+  options_.expert_exchange->exchange_rows(arrival, m.recv_rows.data(), m.recv_first.data(), out, m.send_rows.data(),
+                                          m.send_first.data(), D, std::is_same_v<T, bf16>);
+}
+
+// Backward: the gradients of this rank's routed outputs (dyp, xp's order) to the experts' ranks;
+// returns the gradients of this rank's experts' outputs in the local order (ep_rows_b).
+template <class T>
+const T* Transformer::gradients_to_experts(MoeActivations& m, const T* dyp) {
+  Activations& b = *act_;
+  const int D = options_.shape.d_model;
+  options_.expert_exchange->exchange_rows(dyp, m.send_rows.data(), m.send_first.data(), b.ep_rows_a.as<T>(),
+                                          m.recv_rows.data(), m.recv_first.data(), D, std::is_same_v<T, bf16>);
+  kernels::moe_permute(space_, m.local_offsets.back(), 1, D, m.to_local.as<std::int32_t>(), b.ep_rows_a.as<T>(),
+                       b.ep_rows_b.as<T>());
+  return b.ep_rows_b.as<T>();
 }
 
 template <class T>
@@ -77,20 +150,34 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
 
   T* xp = m.xp.as<T>();
   kernels::moe_permute(space_, N, k, D, m.order.as<std::int32_t>(), h2, xp);
-  // Expert e: g_e = xp_e Wg_e^T, u_e = xp_e Wu_e^T (rows of xp_e: its tokens), then
+  // The experts this rank computes and their rows: every expert over xp, or (expert
+  // parallelism) its own experts over the rows every rank sent them, local expert by expert.
+  ExpertExchange* const ep = options_.expert_exchange;
+  const std::int64_t first = ep ? std::int64_t(ep->rank()) * (E / ep->ranks()) * o.expert_stride_in : 0;
+  const std::vector<std::int32_t>& offsets = ep ? m.local_offsets : m.offsets;
+  const T* x_rows = xp;
+  T* y_rows = m.yp.as<T>();
+  if (ep) {
+    dispatch_to_experts<T>(m);
+    x_rows = m.xl.as<T>();
+    y_rows = b.ep_rows_b.as<T>();
+  }
+  const long rows = offsets.back();
+  // Expert e: g_e = x_e Wg_e^T, u_e = x_e Wu_e^T (rows of x_e: its tokens), then
   // y_e = swiglu(g_e, u_e) Wd_e^T.
-  const auto rows_xp = routed_rows<const T>(xp, D);
-  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_xp,
-                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f, routed_rows(m.eg.as<T>(), Fe),
-                        m.offsets);
-  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_xp,
-                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 0.0f, routed_rows(m.eu.as<T>(), Fe),
-                        m.offsets);
-  kernels::swiglu_forward(space_, m.eg.as<T>(), m.eu.as<T>(), m.ea.as<T>(), A * Fe);
-  T* yp = m.yp.as<T>();
+  const auto rows_x = routed_rows<const T>(x_rows, D);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x,
+                        expert_weights(w + o.expert_gate + first, o.expert_stride_in, D), 0.0f,
+                        routed_rows(m.eg.as<T>(), Fe), offsets);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x,
+                        expert_weights(w + o.expert_up + first, o.expert_stride_in, D), 0.0f,
+                        routed_rows(m.eu.as<T>(), Fe), offsets);
+  kernels::swiglu_forward(space_, m.eg.as<T>(), m.eu.as<T>(), m.ea.as<T>(), rows * Fe);
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, D, Fe, routed_rows<const T>(m.ea.as<T>(), Fe),
-                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(yp, D),
-                        m.offsets);
+                        expert_weights(w + o.expert_down + first, o.expert_stride_out, Fe), 0.0f,
+                        routed_rows(y_rows, D), offsets);
+  T* yp = m.yp.as<T>();
+  if (ep) return_from_experts(m, y_rows, yp);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
   if (track_aux) {   // the layer's load-balancing loss, for the metrics
     kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
@@ -117,7 +204,6 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
   const T* h2 = la.h2.as<T>();
   const T* dres = b.dres.as<T>();
   T* dh = b.dh.as<T>();
-  const long A = static_cast<long>(N) * k;
 
   const bool shared = o.gate >= 0;
   if (shared) {
@@ -134,21 +220,38 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
   float* dgate = b.moe_dgate.as<float>();
   kernels::moe_combine_backward(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), m.yp.as<T>(), dres,
                                 dyp, dgate);
+  // This rank's experts and their rows, as in forward: the output gradients of every expert's
+  // rows here, or (expert parallelism) sent to the experts' ranks and received from every rank.
+  ExpertExchange* const ep = options_.expert_exchange;
+  const std::int64_t first = ep ? std::int64_t(ep->rank()) * (E / ep->ranks()) * o.expert_stride_in : 0;
+  const std::vector<std::int32_t>& offsets = ep ? m.local_offsets : m.offsets;
+  const T* dy_rows = dyp;
+  const T* x_rows = m.xp.as<T>();
+  T* dx_rows = dyp;   // the permuted input's gradient reuses dyp's buffer once dy is consumed
+  if (ep) {
+    dy_rows = gradients_to_experts(m, dyp);
+    x_rows = m.xl.as<T>();
+    dx_rows = b.ep_rows_a.as<T>();
+  }
+  const long rows = offsets.back();
   // Down: da_e = dy_e Wd_e; dWd_e += dy_e^T a_e.
   T* dea = b.moe_dea.as<T>();
-  expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dyp, D),
-                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(dea, Fe),
-                        m.offsets);
-  expert_weight_grads(dyp, D, m.ea.as<T>(), Fe, g, o.expert_down, o.expert_stride_out, D, Fe, m.offsets);
-  kernels::swiglu_backward(space_, m.eg.as<T>(), m.eu.as<T>(), dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), A * Fe);
-  // Gate and up: dxp_e = dg_e Wg_e + du_e Wu_e (into dyp's buffer, no longer needed); dW += d^T xp_e.
-  T* dxp = dyp;
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dy_rows, D),
+                        expert_weights(w + o.expert_down + first, o.expert_stride_out, Fe), 0.0f,
+                        routed_rows(dea, Fe), offsets);
+  expert_weight_grads(dy_rows, D, m.ea.as<T>(), Fe, g, o.expert_down + first, o.expert_stride_out, D, Fe, offsets);
+  kernels::swiglu_backward(space_, m.eg.as<T>(), m.eu.as<T>(), dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), rows * Fe);
+  // Gate and up: dx_e = dg_e Wg_e + du_e Wu_e; dW += d^T x_e.
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deg.as<T>(), Fe),
-                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f, routed_rows(dxp, D), m.offsets);
+                        expert_weights(w + o.expert_gate + first, o.expert_stride_in, D), 0.0f,
+                        routed_rows(dx_rows, D), offsets);
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deu.as<T>(), Fe),
-                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f, routed_rows(dxp, D), m.offsets);
-  expert_weight_grads(b.moe_deg.as<T>(), Fe, m.xp.as<T>(), D, g, o.expert_gate, o.expert_stride_in, Fe, D, m.offsets);
-  expert_weight_grads(b.moe_deu.as<T>(), Fe, m.xp.as<T>(), D, g, o.expert_up, o.expert_stride_in, Fe, D, m.offsets);
+                        expert_weights(w + o.expert_up + first, o.expert_stride_in, D), 1.0f,
+                        routed_rows(dx_rows, D), offsets);
+  expert_weight_grads(b.moe_deg.as<T>(), Fe, x_rows, D, g, o.expert_gate + first, o.expert_stride_in, Fe, D, offsets);
+  expert_weight_grads(b.moe_deu.as<T>(), Fe, x_rows, D, g, o.expert_up + first, o.expert_stride_in, Fe, D, offsets);
+  T* dxp = dyp;
+  if (ep) return_from_experts(m, dx_rows, dxp);
   kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, shared);
   // Router: through the gates (and the load-balancing loss) to its logits.
   const kernels::RouterShape rs{N, E, k};
@@ -167,7 +270,7 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
 template <class T>
 void Transformer::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
                                       std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets) {
-  const int E = options_.shape.n_experts;
+  const int E = static_cast<int>(offsets.size()) - 1;
   if (options_.gradient_accumulation_fusion) {
     expert_products<T, float>(Op::T, Op::N, RowsAre::k, out, in, routed_rows(dY, ld_dy), routed_rows(X, ld_x), 1.0f,
                               expert_weights(g + first, stride, in), offsets);

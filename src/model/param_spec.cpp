@@ -47,12 +47,12 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
   const std::int64_t q = s.n_heads * hd, kv = s.n_kv_heads * hd;
   std::vector<UnitSpec> units;
 
-  UnitSpec embed{"embedding", {}, 0};
+  UnitSpec embed{"embedding", {}, 0, -1};
   add(embed, "model.embed_tokens.weight", {V, D}, Init::normal, true);
   units.push_back(embed);
 
   for (int l = 0; l < s.n_layers; ++l) {
-    UnitSpec layer{fmt::format("layer.{}", l), {}, 0};
+    UnitSpec layer{fmt::format("layer.{}", l), {}, 0, -1};
     const std::string p = fmt::format("model.layers.{}.", l);
     add(layer, p + "input_layernorm.weight", {D}, Init::ones, true);
     add(layer, p + "self_attn.q_proj.weight", {q, D}, Init::normal, false);
@@ -65,20 +65,28 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
     }
     add(layer, p + "post_attention_layernorm.weight", {D}, Init::ones, true);
     if (s.moe_layer(l)) {
-      // Hugging Face Qwen3-MoE names. Each kind of expert matrix is E equal tensors in a row,
-      // at a constant stride: what a batched GEMM over the experts needs.
+      // Hugging Face Qwen3-MoE names. The router and the shared expert join the attention in the
+      // unit's dense part, padded to a multiple of E x kParamAlignElements; then the experts,
+      // expert by expert (gate, up, down), each at the same stride: what a grouped GEMM over the
+      // experts needs, and what lets expert parallelism give each of W ranks (W dividing E) its
+      // E / W experts and 1 / W of the dense part as two whole pieces (fsdp/shard_layout.hpp).
       const std::int64_t E = s.n_experts, Fe = s.d_ff_expert;
       add(layer, p + "mlp.gate.weight", {E, D}, Init::normal, false);
-      for (const char* kind : {"gate_proj", "up_proj"})
-        for (std::int64_t e = 0; e < E; ++e)
-          add(layer, fmt::format("{}mlp.experts.{}.{}.weight", p, e, kind), {Fe, D}, Init::normal, false);
-      for (std::int64_t e = 0; e < E; ++e)
-        add(layer, fmt::format("{}mlp.experts.{}.down_proj.weight", p, e), {D, Fe}, Init::normal, false);
       if (s.shared_expert) {
         add(layer, p + "mlp.shared_expert.gate_proj.weight", {Fe, D}, Init::normal, false);
         add(layer, p + "mlp.shared_expert.up_proj.weight", {Fe, D}, Init::normal, false);
         add(layer, p + "mlp.shared_expert.down_proj.weight", {D, Fe}, Init::normal, false);
       }
+      const std::int64_t quantum = E * kParamAlignElements;
+      layer.numel = (layer.numel + quantum - 1) / quantum * quantum;
+      layer.experts_begin = layer.numel;
+      for (std::int64_t e = 0; e < E; ++e) {
+        add(layer, fmt::format("{}mlp.experts.{}.gate_proj.weight", p, e), {Fe, D}, Init::normal, false);
+        add(layer, fmt::format("{}mlp.experts.{}.up_proj.weight", p, e), {Fe, D}, Init::normal, false);
+        add(layer, fmt::format("{}mlp.experts.{}.down_proj.weight", p, e), {D, Fe}, Init::normal, false);
+      }
+      // Every expert's block the same whole number of alignment quanta.
+      layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
     } else {
       add(layer, p + "mlp.gate_proj.weight", {F, D}, Init::normal, false);
       add(layer, p + "mlp.up_proj.weight", {F, D}, Init::normal, false);
@@ -87,7 +95,7 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
     units.push_back(layer);
   }
 
-  UnitSpec head{"head", {}, 0};
+  UnitSpec head{"head", {}, 0, -1};
   add(head, "model.norm.weight", {D}, Init::ones, true);
   if (!s.tie_embeddings) add(head, "lm_head.weight", {V, D}, Init::normal, false);
   units.push_back(head);

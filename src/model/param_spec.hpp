@@ -31,6 +31,9 @@ struct UnitSpec {
   std::string name;                  // "embedding", "layer.3", "head"
   std::vector<ParamSpec> params;
   std::int64_t numel = 0;            // flat size including alignment padding
+  // Mixture-of-experts layers: where the experts' region starts (a multiple of n_experts x
+  // kParamAlignElements); the region runs to numel, n_experts equal blocks. -1: no experts.
+  std::int64_t experts_begin = -1;
 
   const ParamSpec& param(const std::string& suffix) const;   // by the end of its name
   bool has(const std::string& suffix) const;

@@ -31,10 +31,9 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
     o.expert_gate = u.param(".experts.0.gate_proj.weight").offset;
     o.expert_up = u.param(".experts.0.up_proj.weight").offset;
     o.expert_down = u.param(".experts.0.down_proj.weight").offset;
-    if (u.has(".experts.1.gate_proj.weight")) {
-      o.expert_stride_in = u.param(".experts.1.gate_proj.weight").offset - o.expert_gate;
-      o.expert_stride_out = u.param(".experts.1.down_proj.weight").offset - o.expert_down;
-    }
+    // Expert-major blocks of equal size: the next expert's matrices are one block further.
+    const std::int64_t block = (u.numel - u.experts_begin) / u.param(".mlp.gate.weight").shape[0];
+    o.expert_stride_in = o.expert_stride_out = block;
     if (u.has(".shared_expert.gate_proj.weight")) {
       o.gate = u.param(".shared_expert.gate_proj.weight").offset;
       o.up = u.param(".shared_expert.up_proj.weight").offset;
@@ -70,14 +69,15 @@ std::size_t Transformer::Activations::bytes() const {
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
                       attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() + moe_dyp.bytes() + moe_dgate.bytes() +
                       moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
-                      moe_aux.bytes() +
+                      moe_aux.bytes() + ep_rows_a.bytes() + ep_rows_b.bytes() +
                       (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
     for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
                                  &l.a, &l.rstd1, &l.rstd_q, &l.rstd_k, &l.lse, &l.rstd2, &l.moe.router_logits,
                                  &l.moe.probs, &l.moe.gate, &l.moe.expert, &l.moe.order, &l.moe.pos, &l.moe.xp,
-                                 &l.moe.eg, &l.moe.eu, &l.moe.ea, &l.moe.yp})
+                                 &l.moe.eg, &l.moe.eu, &l.moe.ea, &l.moe.yp, &l.moe.xl, &l.moe.to_local,
+                                 &l.moe.to_source})
       total += b->bytes();
   return total;
 }
@@ -94,6 +94,10 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   bool any_moe = false;
   for (int l = 0; l < s.n_layers; ++l) any_moe |= s.moe_layer(l);
   const std::size_t E = s.n_experts, K = s.top_k, Fe = s.d_ff_expert, A = N * K;
+  // With expert parallelism this rank's experts may receive every rank's routed rows.
+  ExpertExchange* const ep = any_moe ? options_.expert_exchange : nullptr;
+  const std::size_t W = ep ? static_cast<std::size_t>(ep->ranks()) : 1, R = W * A;
+  SHARDRL_CHECK(!ep || (E % W == 0 && !options_.inference_only), "expert parallelism: the experts divide among the ranks");
   const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
@@ -133,11 +137,21 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       m.order = DeviceBytes(at, "moe_order", A * sizeof(std::int32_t));
       m.pos = DeviceBytes(at, "moe_pos", A * sizeof(std::int32_t));
       m.xp = DeviceBytes(at, "moe_xp", A * D * es);
-      m.eg = DeviceBytes(at, "moe_g", A * Fe * es);
-      m.eu = DeviceBytes(at, "moe_u", A * Fe * es);
-      m.ea = DeviceBytes(at, "moe_a", A * Fe * es);
+      m.eg = DeviceBytes(at, "moe_g", R * Fe * es);
+      m.eu = DeviceBytes(at, "moe_u", R * Fe * es);
+      m.ea = DeviceBytes(at, "moe_a", R * Fe * es);
       m.yp = DeviceBytes(at, "moe_y", A * D * es);
       m.offsets.assign(E + 1, 0);
+      if (ep) {
+        m.xl = DeviceBytes(at, "moe_xl", R * D * es);
+        m.to_local = DeviceBytes(at, "moe_to_local", R * sizeof(std::int32_t));
+        m.to_source = DeviceBytes(at, "moe_to_source", R * sizeof(std::int32_t));
+        m.send_rows.assign(W, 0);
+        m.send_first.assign(W, 0);
+        m.recv_rows.assign(W, 0);
+        m.recv_first.assign(W, 0);
+        m.local_offsets.assign(E / W + 1, 0);
+      }
     }
     a.layers.push_back(std::move(la));
   }
@@ -169,9 +183,9 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     if (any_moe) {
       a.moe_dyp = DeviceBytes(at, "moe_dyp", A * D * es);   // also the permuted input's gradient
       a.moe_dgate = DeviceBytes(at, "moe_dgate", A * f4);
-      a.moe_dea = DeviceBytes(at, "moe_da", A * Fe * es);
-      a.moe_deg = DeviceBytes(at, "moe_dg", A * Fe * es);
-      a.moe_deu = DeviceBytes(at, "moe_du", A * Fe * es);
+      a.moe_dea = DeviceBytes(at, "moe_da", R * Fe * es);
+      a.moe_deg = DeviceBytes(at, "moe_dg", R * Fe * es);
+      a.moe_deu = DeviceBytes(at, "moe_du", R * Fe * es);
       a.moe_drouter = DeviceBytes(at, "moe_drouter", N * E * es);
     }
     if (!options_.gradient_accumulation_fusion) {
@@ -213,6 +227,14 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.moe_expert_h.resize(A);
     a.moe_order_h.resize(A);
     a.moe_pos_h.resize(A);
+    if (ep) {
+      a.ep_rows_a = DeviceBytes(at, "moe_ep_rows_a", R * D * es);
+      a.ep_rows_b = DeviceBytes(at, "moe_ep_rows_b", R * D * es);
+      a.ep_send_counts.resize(E);
+      a.ep_recv_counts.resize(E);
+      a.ep_to_local_h.resize(R);
+      a.ep_to_source_h.resize(R);
+    }
   }
   a.targets_h = Kokkos::create_mirror_view(a.targets);
   a.positions_h = Kokkos::create_mirror_view(a.positions);

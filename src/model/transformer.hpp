@@ -15,12 +15,14 @@
 #include "core/device_region.hpp"
 #include "core/kokkos.hpp"
 #include "core/phase_arena.hpp"
+#include "model/expert_exchange.hpp"
 #include "model/kv_cache.hpp"
 #include "model/param_spec.hpp"
 
 namespace shardrl {
 
 struct LayerActivations;
+struct MoeActivations;
 
 struct ModelOptions {
   ModelShape shape;
@@ -38,6 +40,10 @@ struct ModelOptions {
   // Mixture-of-experts layers: the load-balancing loss's weight and how the experts' GEMMs run.
   float aux_loss_coef = 0.0f;
   MoeImpl moe_impl = MoeImpl::grouped;
+  // Expert parallelism (fsdp.expert_parallel): this rank computes its own experts for every
+  // rank's tokens, moved by the exchange (the job's; it outlives the model). Null: every expert
+  // here, from the gathered unit.
+  ExpertExchange* expert_exchange = nullptr;
 };
 
 // Options of the model from the one Config (every build path uses this).
@@ -150,6 +156,11 @@ class Transformer {
   // holds the attention block's output); backward turns dres into dh (the gradient at h2).
   template <class T> void moe_forward(int layer, const T* w, LayerActivations& la, T* out, bool track_aux);
   template <class T> void moe_backward(int layer, const T* w, float* g, LayerActivations& la);
+  // Expert parallelism's exchanges (moe_layer.cpp): routed rows to the experts' ranks, rows in
+  // the local experts' order back to where they came from, output gradients to the experts.
+  template <class T> void dispatch_to_experts(MoeActivations& m);
+  template <class T> void return_from_experts(MoeActivations& m, const T* local_rows, T* out);
+  template <class T> const T* gradients_to_experts(MoeActivations& m, const T* dyp);
   // An operand of every expert's product: expert e's starts at base + e * per_expert + (its
   // first routed row) * per_row. Experts' weights advance per expert, routed activations per row.
   template <class T>

@@ -81,16 +81,16 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     const UnitShard& s = layout.unit(u);
     std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
     for (const ParamSpec& p : units[static_cast<std::size_t>(u)].params) {
-      const std::int64_t lo = std::max(p.offset, s.begin), hi = std::min(p.offset + p.numel(), s.begin + s.shard);
+      const ParamOverlap o = layout.overlap(u, p);
       const SafetensorsFile& f = file_for(p.name);
       const StTensor* t = f.find(p.name);
       if (!t) throw InputError(f.path().string() + ": no tensor '" + p.name + "', which the model needs");
       if (t->shape != p.shape)
         throw InputError(fmt::format("{}: tensor '{}': shape ({}), the model's is ({})", f.path().string(), p.name,
                                      fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
-      if (lo >= hi) continue;   // not in this rank's slice
-      const std::vector<float> values = f.read_f32(p.name, lo - p.offset, hi - lo);
-      std::copy(values.begin(), values.end(), slice.begin() + (lo - s.begin));
+      if (o.count == 0) continue;   // not in this rank's slice
+      const std::vector<float> values = f.read_f32(p.name, o.first, o.count);
+      std::copy(values.begin(), values.end(), slice.begin() + o.at);
     }
     trainer.write_slice(u, SliceState::main, slice);
   }

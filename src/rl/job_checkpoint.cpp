@@ -32,20 +32,6 @@ std::vector<std::uint64_t> global_shape(const ParamSpec& p) {
   return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
 }
 
-// The part of parameter p (elements [offset, offset + numel) of its unit) inside this rank's
-// slice [s.begin, s.begin + s.shard): `first` elements into the parameter, `count` of them,
-// starting `at` elements into the slice.
-struct Overlap {
-  std::uint64_t first = 0, count = 0;
-  std::size_t at = 0;
-};
-Overlap overlap(const ParamSpec& p, const UnitShard& s) {
-  const std::int64_t lo = std::max(p.offset, s.begin), hi = std::min(p.offset + p.numel(), s.begin + s.shard);
-  if (hi <= lo) return {};
-  return {static_cast<std::uint64_t>(lo - p.offset), static_cast<std::uint64_t>(hi - lo),
-          static_cast<std::size_t>(lo - s.begin)};
-}
-
 std::string shape_summary(const ModelShape& s) {
   return fmt::format("vocab_size={} d_model={} n_layers={} n_heads={} n_kv_heads={} head_dim={} d_ff={} "
                      "qk_norm={} tie_embeddings={} max_seq_len={}",
@@ -85,10 +71,10 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
     for (const StateGroup& g : state_groups(trainer))
       for (int u = 0; u < static_cast<int>(units.size()); ++u) {
         const std::vector<float> slice = trainer.read_slice(u, g.state);
-        const UnitShard& s = trainer.layout().unit(u);
         for (const ParamSpec& p : units[u].params) {
-          const Overlap o = overlap(p, s);
-          file.write(g.group + p.name, global_shape(p), o.first, o.count, slice.data() + o.at);
+          const ParamOverlap o = trainer.layout().overlap(u, p);
+          file.write(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
+                     static_cast<std::uint64_t>(o.count), slice.data() + o.at);
           if (pause.count() > 0) std::this_thread::sleep_for(pause);
         }
       }
@@ -116,8 +102,9 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
       const UnitShard& s = trainer.layout().unit(u);
       std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding stay 0
       for (const ParamSpec& p : units[u].params) {
-        const Overlap o = overlap(p, s);
-        in.read(g.group + p.name, global_shape(p), o.first, o.count, slice.data() + o.at, config.checkpoint.verify);
+        const ParamOverlap o = trainer.layout().overlap(u, p);
+        in.read(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
+                static_cast<std::uint64_t>(o.count), slice.data() + o.at, config.checkpoint.verify);
       }
       trainer.write_slice(u, g.state, slice);
     }

@@ -16,6 +16,7 @@ ModelOptions generation_options(ModelOptions o, int rows, int max_len, PhaseAren
   o.max_seq_len = max_len;
   o.activation_recompute = false;
   o.inference_only = true;
+  o.expert_exchange = nullptr;   // decoding holds every expert (the materialised weight set)
   o.arena = ArenaPlacement{arena, Phase::rollout};
   return o;
 }

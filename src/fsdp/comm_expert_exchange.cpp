@@ -1,0 +1,53 @@
+#include "fsdp/comm_expert_exchange.hpp"
+
+#include "core/error.hpp"
+
+namespace shardrl {
+
+CommExpertExchange::CommExpertExchange(Communicator& comm, const ExecSpace& space, int max_per)
+    : comm_(comm), space_(space), max_per_(max_per),
+      counts_("expert_counts", 2 * static_cast<std::size_t>(comm.size()) * static_cast<std::size_t>(max_per)) {}
+
+void CommExpertExchange::exchange_counts(const std::int32_t* send, std::int32_t* recv, int per) {
+  SHARDRL_CHECK(per <= max_per_, "exchange_counts: more counts per rank than the buffer holds");
+  const std::size_t W = static_cast<std::size_t>(comm_.size()), n = W * static_cast<std::size_t>(per);
+  using Host = Kokkos::View<std::int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  auto out = Kokkos::subview(counts_, std::make_pair(std::size_t(0), n));
+  auto in = Kokkos::subview(counts_, std::make_pair(n, 2 * n));
+  Kokkos::deep_copy(space_, out, Host(const_cast<std::int32_t*>(send), n));
+  std::vector<std::size_t> rows(W, static_cast<std::size_t>(per)), first(W);
+  for (std::size_t q = 0; q < W; ++q) first[q] = q * static_cast<std::size_t>(per);
+  space_.fence();
+  comm_.all_to_all_v(out.data(), rows.data(), first.data(), in.data(), rows.data(), first.data(), DataType::i32,
+                     stream_of(space_));
+  comm_.synchronize(stream_of(space_));
+  Kokkos::deep_copy(Host(recv, n), in);
+}
+
+void CommExpertExchange::exchange_rows(const void* send, const std::size_t* send_rows, const std::size_t* send_first,
+                                       void* recv, const std::size_t* recv_rows, const std::size_t* recv_first,
+                                       int width, bool bf16) {
+  const std::size_t W = static_cast<std::size_t>(comm_.size()), w = static_cast<std::size_t>(width);
+  std::vector<std::size_t> sc(W), so(W), rc(W), ro(W);
+  for (std::size_t q = 0; q < W; ++q) {
+    sc[q] = send_rows[q] * w;
+    so[q] = send_first[q] * w;
+    rc[q] = recv_rows[q] * w;
+    ro[q] = recv_first[q] * w;
+  }
+  // The MPI backend reads host memory at once: what the space computed must be there.
+  if (!kDeviceIsGpu) space_.fence();
+  comm_.all_to_all_v(send, sc.data(), so.data(), recv, rc.data(), ro.data(), bf16 ? DataType::bf16 : DataType::f32,
+                     stream_of(space_));
+}
+
+std::unique_ptr<CommExpertExchange> make_expert_exchange(const Config& config, Communicator& comm,
+                                                         const ExecSpace& space, ModelOptions& model) {
+  model.expert_exchange = nullptr;
+  if (!config.fsdp.expert_parallel || model.shape.n_experts == 0) return nullptr;
+  auto exchange = std::make_unique<CommExpertExchange>(comm, space, model.shape.n_experts / comm.size());
+  model.expert_exchange = exchange.get();
+  return exchange;
+}
+
+}  // namespace shardrl

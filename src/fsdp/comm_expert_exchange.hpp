@@ -1,0 +1,40 @@
+// The model's ExpertExchange over the job's Communicator: rows with all_to_all_v on the model's
+// execution space's stream; counts through a small device buffer (NCCL moves device memory only).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/config.hpp"
+#include "core/kokkos.hpp"
+#include "model/expert_exchange.hpp"
+#include "model/transformer.hpp"
+#include "mpi/communicator.hpp"
+
+namespace shardrl {
+
+class CommExpertExchange final : public ExpertExchange {
+ public:
+  // `max_per`: the most counts per rank exchange_counts will be asked for (its buffer's size).
+  CommExpertExchange(Communicator& comm, const ExecSpace& space, int max_per);
+  int ranks() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+  void exchange_counts(const std::int32_t* send, std::int32_t* recv, int per) override;
+  void exchange_rows(const void* send, const std::size_t* send_rows, const std::size_t* send_first, void* recv,
+                     const std::size_t* recv_rows, const std::size_t* recv_first, int width, bool bf16) override;
+
+ private:
+  Communicator& comm_;
+  ExecSpace space_;
+  int max_per_;
+  DeviceView<std::int32_t> counts_;   // (2, ranks, max_per): what is sent, then what is received
+};
+
+// With fsdp.expert_parallel (and MoE layers): the exchange the job's policy needs, set into
+// `model` (the options the policy is then built from); it must outlive the model. Null
+// otherwise. Every job path builds its policy this way, so the key cannot be ignored on one.
+std::unique_ptr<CommExpertExchange> make_expert_exchange(const Config& config, Communicator& comm,
+                                                         const ExecSpace& space, ModelOptions& model);
+
+}  // namespace shardrl
