@@ -6,14 +6,15 @@ namespace shardrl {
 
 CommExpertExchange::CommExpertExchange(Communicator& comm, const ExecSpace& space, int max_per)
     : comm_(comm), space_(space), max_per_(max_per),
-      counts_("expert_counts", 2 * static_cast<std::size_t>(comm.size()) * static_cast<std::size_t>(max_per)) {}
+      counts_(MemoryCategory::workspace, "expert_counts",
+              2 * static_cast<std::size_t>(comm.size()) * static_cast<std::size_t>(max_per)) {}
 
 void CommExpertExchange::exchange_counts(const std::int32_t* send, std::int32_t* recv, int per) {
   SHARDRL_CHECK(per <= max_per_, "exchange_counts: more counts per rank than the buffer holds");
   const std::size_t W = static_cast<std::size_t>(comm_.size()), n = W * static_cast<std::size_t>(per);
   using Host = Kokkos::View<std::int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  auto out = Kokkos::subview(counts_, std::make_pair(std::size_t(0), n));
-  auto in = Kokkos::subview(counts_, std::make_pair(n, 2 * n));
+  using Device = Kokkos::View<std::int32_t*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const Device out(counts_.data(), n), in(counts_.data() + n, n);
   Kokkos::deep_copy(space_, out, Host(const_cast<std::int32_t*>(send), n));
   std::vector<std::size_t> rows(W, static_cast<std::size_t>(per)), first(W);
   for (std::size_t q = 0; q < W; ++q) first[q] = q * static_cast<std::size_t>(per);

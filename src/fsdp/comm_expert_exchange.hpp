@@ -8,6 +8,7 @@
 
 #include "config/config.hpp"
 #include "core/kokkos.hpp"
+#include "core/ledger_view.hpp"
 #include "model/expert_exchange.hpp"
 #include "model/transformer.hpp"
 #include "mpi/communicator.hpp"
@@ -28,7 +29,7 @@ class CommExpertExchange final : public ExpertExchange {
   Communicator& comm_;
   ExecSpace space_;
   int max_per_;
-  DeviceView<std::int32_t> counts_;   // (2, ranks, max_per): what is sent, then what is received
+  LedgerView<std::int32_t> counts_;   // (2, ranks, max_per): what is sent, then what is received
 };
 
 // With fsdp.expert_parallel (and MoE layers): the exchange the job's policy needs, set into
