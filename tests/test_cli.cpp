@@ -433,6 +433,65 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
             "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
 }
 
+// A prompt as token ids (a model with its own tokenizer): completions printed as ids, ending at
+// rl.eos_id; the ids of BOS and a text's bytes draw what the text draws. Bad ids and a prompt
+// given both ways are refused.
+TEST(Cli, GenerateFromTokenIds) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nseed = 5\n");
+  const std::string base = shardrl() + " generate --config job.toml --n 3 --max-new-tokens 10";
+  RunResult text = run_in(dir, base + " --prompt \"ab\"");
+  RunResult ids = run_in(dir, base + " --prompt-ids \"256 97,98\"");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::istringstream text_lines(text.out), id_lines(ids.out);
+  // Each id line, as `generate` prints text: the bytes (BOS and PAD dropped), newline, backslash
+  // and control bytes escaped.
+  std::string t, i;
+  int compared = 0;
+  while (std::getline(id_lines, i)) {
+    ASSERT_TRUE(std::getline(text_lines, t));
+    std::istringstream in(i);
+    std::string printed;
+    int id = 0, count = 0;
+    while (in >> id) {
+      ASSERT_LT(id, 259) << i;
+      ASSERT_NE(id, 257) << "the completion ends before EOS: " << i;
+      ++count;
+      const unsigned char c = static_cast<unsigned char>(id);
+      if (id >= 256) continue;
+      if (c == '\n') printed += "\\n";
+      else if (c == '\\') printed += "\\\\";
+      else if (c < 0x20 || c == 0x7f) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", c);
+        printed += hex;
+      }
+      else printed += static_cast<char>(c);
+    }
+    EXPECT_LE(count, 10) << i;
+    EXPECT_EQ(printed, t) << "the same draw as the text prompt: " << i;
+    ++compared;
+  }
+  EXPECT_FALSE(std::getline(text_lines, t)) << "as many lines";
+  EXPECT_EQ(compared, 3) << ids.out << text.out;
+  // Greedy with a custom EOS: no completion contains it.
+  RunResult custom = run_in(dir, base + " --prompt-ids \"256 97\" --temperature 0 --set rl.eos_id=98");
+  ASSERT_EQ(custom.exit_code, 0) << custom.err;
+  std::istringstream custom_ids(custom.out);
+  int id = 0;
+  while (custom_ids >> id) EXPECT_NE(id, 98) << custom.out;
+  RunResult beyond = run_in(dir, base + " --prompt-ids \"256 300\"");
+  EXPECT_EQ(beyond.exit_code, 2);
+  EXPECT_EQ(beyond.err, "shardrl: --prompt-ids: id 1 (\"300\") is outside the model's vocabulary (model.vocab_size = "
+                        "259)\n");
+  RunResult word = run_in(dir, base + " --prompt-ids \"256 x\"");
+  EXPECT_EQ(word.exit_code, 2);
+  EXPECT_EQ(word.err, "shardrl: --prompt-ids: id 1 (\"x\") is not a non-negative integer\n");
+  RunResult both = run_in(dir, base + " --prompt a --prompt-ids 1");
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+}
+
 // ---- Checkpoints, seen from the command line --------------------------------------------------
 
 // A small RL job that checkpoints: 2 ranks, the tiny model, 4 prompts x 4 samples.

@@ -72,7 +72,11 @@ int run_cli(int argc, char** argv) {
   gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
   gen->add_option("--set", gen_args.overrides, "Override one key (repeatable; later ones win)")
       ->type_name("SECTION.KEY=VALUE");
-  gen->add_option("--prompt", gen_args.prompt, "The prompt text")->required();
+  CLI::Option* text = gen->add_option("--prompt", gen_args.prompt, "The prompt text (byte tokenizer)");
+  CLI::Option* ids = gen->add_option("--prompt-ids", gen_args.prompt_ids,
+                                     "The prompt as token ids, e.g. \"151644 872 198\" (the model's own tokenizer)");
+  text->excludes(ids);
+  gen->require_option(1, 0);
   gen->add_option("--n", gen_args.samples, "Completions to draw")->check(CLI::Range(1, 4096));
   gen->add_option("--seed", seed_flag, "Same as --set run.seed=S");
   gen->add_option("--temperature", temperature_flag, "Same as --set rollout.temperature=T");

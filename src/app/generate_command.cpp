@@ -1,8 +1,10 @@
 #include "app/generate_command.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -10,6 +12,7 @@
 #include "app/job_config.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
+#include "config/model_shape.hpp"
 #include "core/log.hpp"
 #include "io/sharded_file.hpp"
 #include "model/dense_parameters.hpp"
@@ -32,6 +35,30 @@ std::string one_line(const std::string& text) {
     else out += static_cast<char>(c);
   }
   return out;
+}
+
+// "1 2 3" or "1,2,3": every id an integer in [0, vocab_size).
+std::vector<std::int32_t> parse_prompt_ids(const std::string& text, std::int64_t vocab_size) {
+  std::vector<std::int32_t> ids;
+  std::string token;
+  auto flush = [&] {
+    if (token.empty()) return;
+    const std::string where = fmt::format("--prompt-ids: id {} (\"{}\")", ids.size(), token);
+    if (token.find_first_not_of("0123456789") != std::string::npos || token.size() > 10)
+      throw InputError(where + " is not a non-negative integer");
+    const long long v = std::stoll(token);
+    if (v >= vocab_size)
+      throw InputError(fmt::format("{} is outside the model's vocabulary (model.vocab_size = {})", where, vocab_size));
+    ids.push_back(static_cast<std::int32_t>(v));
+    token.clear();
+  };
+  for (char c : text) {
+    if (c == ' ' || c == ',' || c == '\t') flush();
+    else token += c;
+  }
+  flush();
+  if (ids.empty()) throw InputError("--prompt-ids: no ids");
+  return ids;
 }
 
 }  // namespace
@@ -77,8 +104,24 @@ int run_generate(const GenerateArgs& args) {
   }
   KokkosRuntime kokkos(device.device_id);
 
-  std::vector<std::int32_t> prompt = {tokenizer::kBos};
-  for (std::int32_t t : tokenizer::encode(args.prompt)) prompt.push_back(t);
+  if (args.prompt.empty() == args.prompt_ids.empty()) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: generate needs --prompt TEXT or --prompt-ids \"ID ...\"\n";
+    return kExitUsage;
+  }
+  const bool by_ids = !args.prompt_ids.empty();
+  std::vector<std::int32_t> prompt;
+  if (by_ids) {
+    try {
+      prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
+    } catch (const InputError& e) {
+      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  } else {
+    prompt.push_back(tokenizer::kBos);
+    for (std::int32_t t : tokenizer::encode(args.prompt)) prompt.push_back(t);
+  }
+  const std::int32_t eos = cfg.rl.eos_id >= 0 ? static_cast<std::int32_t>(cfg.rl.eos_id) : tokenizer::kEos;
   const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
   ModelOptions model = model_options(cfg);
   const int max_len = static_cast<int>(prompt.size()) + max_new;
@@ -122,9 +165,14 @@ int run_generate(const GenerateArgs& args) {
   SamplingOptions sampling{static_cast<float>(cfg.rollout.temperature), static_cast<int>(cfg.rollout.top_k),
                            static_cast<float>(cfg.rollout.top_p)};
   std::vector<Completion> out = generator.generate(weights, rows, sampling, max_new,
-                                                   static_cast<std::uint64_t>(cfg.run.seed), 0, tokenizer::kEos);
+                                                   static_cast<std::uint64_t>(cfg.run.seed), 0, eos);
   if (layout.world_rank == 0)
-    for (const auto& c : out) std::cout << one_line(tokenizer::decode(c.tokens)) << "\n";
+    for (const auto& c : out) {
+      const auto end = std::find(c.tokens.begin(), c.tokens.end(), eos);
+      const std::vector<std::int32_t> kept(c.tokens.begin(), end);
+      if (by_ids) std::cout << fmt::format("{}", fmt::join(kept, " ")) << "\n";
+      else std::cout << one_line(tokenizer::decode_completion(kept)) << "\n";
+    }
   std::cout.flush();
   return kExitOk;
 }
