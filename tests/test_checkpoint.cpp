@@ -3,6 +3,7 @@
 //   (fp32 and bf16, warm-up, KL reference, optimizer counters included);
 // - a file saved by N ranks loads on M ranks (every N, M up to the world size): the weights are
 //   bitwise those saved, and the next iteration equals the saver's next iteration to rounding;
+// - saved with expert parallelism, loaded without (and the reverse): the same weights;
 // - a model of another shape and an unknown format version are refused, naming file and tensor.
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -249,6 +250,59 @@ TEST(Checkpoint, SavedOnAllRanksResumesOnTwoAndOne) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
   if (world_rank() == 0) fs::remove_all(dir);
+}
+
+// Expert parallelism keeps a rank's experts whole, sharding keeps 1 / W of each: the same
+// checkpoint either way. Saved with expert parallelism, loaded without (on all ranks and on one)
+// and the reverse: the weights bit for bit, the next step's loss and gradient norm as the saver's.
+TEST(Checkpoint, ExpertParallelAndShardedExpertsShareCheckpoints) {
+  Config c = small_config();
+  c.model.preset = "custom";
+  c.model.n_layers = 2;
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.d_ff_expert = 48;
+  c.model.moe_every = 2;
+  c.model.shared_expert = true;
+  c.rl.sft_steps = 3;
+  Config ep = c;
+  ep.fsdp.expert_parallel = true;
+  for (const bool saved_with_ep : {true, false}) {
+    const fs::path dir = fresh_dir(saved_with_ep ? "ep_saved" : "ep_loaded");
+    std::vector<std::vector<float>> saved;
+    double next_loss = 0, next_norm = 0;
+    {
+      Job job(saved_with_ep ? ep : c, MPI_COMM_WORLD);
+      job.warm_up();
+      run_iterations(job, 0, 1);
+      save(job, dir, 1, 3, MPI_COMM_WORLD);
+      saved = all_weights(job);
+      const TrainStats t = job.loop.train(job.loop.rollout(1));
+      next_loss = t.loss;
+      next_norm = t.grad_norm;
+    }
+    for (const bool one_rank : {false, true}) {
+      MPI_Comm loader = MPI_COMM_NULL;
+      MPI_Comm_split(MPI_COMM_WORLD, !one_rank || world_rank() == 0 ? 0 : MPI_UNDEFINED, world_rank(), &loader);
+      if (loader != MPI_COMM_NULL) {
+        Job job(saved_with_ep ? c : ep, loader);
+        load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
+        const std::vector<std::vector<float>> loaded = all_weights(job);
+        const TrainStats t = job.loop.train(job.loop.rollout(1));
+        const std::string what = std::string(saved_with_ep ? "saved with" : "saved without") +
+                                 " expert parallelism, loaded " + (saved_with_ep ? "without" : "with") + " on " +
+                                 (one_rank ? "1 rank" : "every rank");
+        if (world_rank() == 0) {
+          expect_bitwise(loaded, saved, what);
+          EXPECT_NEAR(t.loss, next_loss, 1e-4 * std::abs(next_loss) + 1e-7) << what;
+          EXPECT_NEAR(t.grad_norm, next_norm, 1e-4 * next_norm) << what;
+        }
+        MPI_Comm_free(&loader);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    if (world_rank() == 0) fs::remove_all(dir);
+  }
 }
 
 std::string load_error(Job& job, const fs::path& file) {
