@@ -236,6 +236,8 @@ TEST(Fsdp, ExpertParallelEqualsTheUnshardedReference) {
   ASSERT_TRUE(u.expert_parallel());
   EXPECT_EQ(u.dense * comm().size(), layer.experts_begin);
   EXPECT_EQ((u.shard - u.dense) * comm().size(), layer.numel - layer.experts_begin);
+  // A gather holds the dense part and this rank's experts only.
+  EXPECT_EQ(u.gathered, layer.experts_begin + (layer.numel - layer.experts_begin) / comm().size());
   const int mine = s.n_experts / comm().size();
   for (int e = 0; e < s.n_experts; ++e) {
     const ParamOverlap o = layout.overlap(1, layer.param(".experts." + std::to_string(e) + ".down_proj.weight"));

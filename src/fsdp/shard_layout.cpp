@@ -22,11 +22,13 @@ ShardLayout::ShardLayout(const std::vector<UnitSpec>& units, int world_size, int
       s.experts_begin = u.experts_begin;
       const std::int64_t mine = region / world_size;   // this rank's experts, whole
       s.shard = s.dense + mine;
+      s.gathered = u.experts_begin + mine;
       pieces.push_back({rank * s.dense, s.dense, 0});
       pieces.push_back({u.experts_begin + rank * mine, mine, s.dense});
     } else {
       s.padded = (u.numel + quantum - 1) / quantum * quantum;
       s.shard = s.padded / world_size;
+      s.gathered = s.padded;
       pieces.push_back({rank * s.shard, s.shard, 0});
     }
     std::vector<SliceRange> ranges;
@@ -56,6 +58,12 @@ ParamOverlap ShardLayout::overlap(int u, const ParamSpec& p) const {
 std::int64_t ShardLayout::max_padded() const {
   std::int64_t m = 0;
   for (const auto& s : shards_) m = std::max(m, s.padded);
+  return m;
+}
+
+std::int64_t ShardLayout::max_gathered() const {
+  std::int64_t m = 0;
+  for (const auto& s : shards_) m = std::max(m, s.gathered);
   return m;
 }
 

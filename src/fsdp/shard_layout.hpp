@@ -31,6 +31,10 @@ struct UnitShard {
   // the slice is this rank's experts.
   std::int64_t dense = 0;
   std::int64_t experts_begin = -1;
+  // Elements of the unit a training gather holds and its backward writes: the whole padded
+  // unit, or (expert-parallel) the dense part and then this rank's experts only, which is all
+  // the model reads and writes there (its expert 0 being this rank's first).
+  std::int64_t gathered = 0;
   bool expert_parallel() const { return experts_begin >= 0; }
 };
 
@@ -59,6 +63,7 @@ class ShardLayout {
   const std::vector<SliceRange>& ranges(int u) const { return ranges_[u]; }
   ParamOverlap overlap(int u, const ParamSpec& p) const;
   std::int64_t max_padded() const;
+  std::int64_t max_gathered() const;
   std::int64_t max_shard() const;
   std::int64_t total_shard() const;   // sum of this rank's slices: the persistent elements
   int world_size() const { return world_; }

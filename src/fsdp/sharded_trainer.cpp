@@ -83,7 +83,7 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   // gathered from forward to backward needs one per unit.
   const int units = model_.unit_count();
   const int slot_count = options_.reshard_after_forward ? 2 : units;
-  slots_ = std::make_unique<GatherSlots>(slot_count, layout_.max_padded(), model_.compute_type_size(),
+  slots_ = std::make_unique<GatherSlots>(slot_count, layout_.max_gathered(), model_.compute_type_size(),
                                          options_.check_released, model_.options().arena, space_);
   gathered_ = std::vector<DeviceEvent>(slot_count);
   last_handle_.resize(units);
@@ -95,15 +95,19 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   // other in backward and take buffer 0 (for llama-1b: 1.05 GB -> 0.25 GB, and as much again in
   // the receive buffers at one rank). A tied head computes the embedding's gradient beside its
   // own, so then both hold the largest unit.
-  capacity_[0] = layout_.max_padded();
+  std::int64_t slice[2] = {layout_.max_shard(), layout_.max_shard()};   // the receive buffers'
+  capacity_[0] = layout_.max_gathered();
   capacity_[1] = capacity_[0];
   if (!tied() && units > 2) {
-    capacity_[1] = 0;
-    for (int u = 1; u < units - 1; ++u) capacity_[1] = std::max(capacity_[1], layout_.unit(u).padded);
+    capacity_[1] = slice[1] = 0;
+    for (int u = 1; u < units - 1; ++u) {
+      capacity_[1] = std::max(capacity_[1], layout_.unit(u).gathered);
+      slice[1] = std::max(slice[1], layout_.unit(u).shard);
+    }
   }
   for (int b = 0; b < 2; ++b) {
     const auto padded = static_cast<std::size_t>(capacity_[b]);
-    const auto shard = static_cast<std::size_t>(capacity_[b] / layout_.world_size());
+    const auto shard = static_cast<std::size_t>(slice[b]);
     grad_full_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_full", padded);
     if (options_.reduce_dtype == GradDtype::bf16) {
       send_bf16_[b] = LedgerView<bf16>(at, MemoryCategory::workspace, "grad_send_bf16", padded);
@@ -161,11 +165,11 @@ GatheredUnit ShardedTrainer::gather(int u) {
   const std::int64_t es = static_cast<std::int64_t>(model_.compute_type_size());
   std::int64_t gathered = s.shard;
   if (s.expert_parallel()) {
-    // Only the dense pieces travel; this rank's own experts are copied into their place (on the
-    // compute stream, before the point the communication stream waits for), the other experts'
-    // places stay unwritten: the model reads only its own.
+    // Only the dense pieces travel; this rank's own experts are copied in after the dense part
+    // (on the compute stream, before the point the communication stream waits for), where the
+    // model reads its local experts.
     const std::int64_t mine = s.shard - s.dense;
-    char* at = static_cast<char*>(slots_->buffer(g.slot)) + (s.experts_begin + layout_.rank() * mine) * es;
+    char* at = static_cast<char*>(slots_->buffer(g.slot)) + s.experts_begin * es;
     const char* from = static_cast<const char*>(source) + s.dense * es;
     if (type == DataType::bf16)
       kernels::cast(space_, reinterpret_cast<const bf16*>(from), reinterpret_cast<bf16*>(at), mine);
@@ -230,12 +234,12 @@ void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit&
 
 int ShardedTrainer::take_grad_buffer(int unit) {
   int b = next_buffer_;
-  if (layout_.unit(unit).padded > capacity_[b]) b = 0;   // only buffer 0 holds the largest units
+  if (layout_.unit(unit).gathered > capacity_[b]) b = 0;   // only buffer 0 holds the largest units
   next_buffer_ = b ^ 1;
   if (pending_[b] >= 0) finish_reduce(b);
   // Only the unit's part (padding included: it is reduce-scattered too). Zeroing the whole
   // buffer, sized for the largest unit (the embedding), cost 34 ms of a 217 ms llama-1b step.
-  kernels::fill(space_, grad_full_[b].data(), 0.0f, layout_.unit(unit).padded);
+  kernels::fill(space_, grad_full_[b].data(), 0.0f, layout_.unit(unit).gathered);
   return b;
 }
 
@@ -246,9 +250,9 @@ void ShardedTrainer::reduce(int unit, int b) {
   // Expert-parallel units: the dense pieces are reduce-scattered; each of this rank's experts got
   // its whole gradient here (every rank's tokens came to it), copied into the slice after them.
   const std::int64_t reduced = s.expert_parallel() ? s.dense : s.shard, mine = s.shard - reduced;
-  const std::int64_t own_experts = s.expert_parallel() ? s.experts_begin + layout_.rank() * mine : 0;
+  const std::int64_t own_experts = s.expert_parallel() ? s.experts_begin : 0;   // where backward put them
   if (options_.reduce_dtype == GradDtype::bf16) {
-    kernels::cast(space_, grad_full_[b].data(), send_bf16_[b].data(), s.padded);
+    kernels::cast(space_, grad_full_[b].data(), send_bf16_[b].data(), s.gathered);
     if (mine > 0) kernels::cast(space_, send_bf16_[b].data() + own_experts, recv_bf16_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());

@@ -152,8 +152,10 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   kernels::moe_permute(space_, N, k, D, m.order.as<std::int32_t>(), h2, xp);
   // The experts this rank computes and their rows: every expert over xp, or (expert
   // parallelism) its own experts over the rows every rank sent them, local expert by expert.
+  // Either way the unit buffer holds those experts from the first expert's place on (the
+  // expert-parallel gather copies only this rank's there), so local expert j is at expert j's
+  // offsets.
   ExpertExchange* const ep = options_.expert_exchange;
-  const std::int64_t first = ep ? std::int64_t(ep->rank()) * (E / ep->ranks()) * o.expert_stride_in : 0;
   const std::vector<std::int32_t>& offsets = ep ? m.local_offsets : m.offsets;
   const T* x_rows = xp;
   T* y_rows = m.yp.as<T>();
@@ -167,14 +169,14 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   // y_e = swiglu(g_e, u_e) Wd_e^T.
   const auto rows_x = routed_rows<const T>(x_rows, D);
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x,
-                        expert_weights(w + o.expert_gate + first, o.expert_stride_in, D), 0.0f,
+                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f,
                         routed_rows(m.eg.as<T>(), Fe), offsets);
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x,
-                        expert_weights(w + o.expert_up + first, o.expert_stride_in, D), 0.0f,
+                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 0.0f,
                         routed_rows(m.eu.as<T>(), Fe), offsets);
   kernels::swiglu_forward(space_, m.eg.as<T>(), m.eu.as<T>(), m.ea.as<T>(), rows * Fe);
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, D, Fe, routed_rows<const T>(m.ea.as<T>(), Fe),
-                        expert_weights(w + o.expert_down + first, o.expert_stride_out, Fe), 0.0f,
+                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f,
                         routed_rows(y_rows, D), offsets);
   T* yp = m.yp.as<T>();
   if (ep) return_from_experts(m, y_rows, yp);
@@ -223,7 +225,6 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
   // This rank's experts and their rows, as in forward: the output gradients of every expert's
   // rows here, or (expert parallelism) sent to the experts' ranks and received from every rank.
   ExpertExchange* const ep = options_.expert_exchange;
-  const std::int64_t first = ep ? std::int64_t(ep->rank()) * (E / ep->ranks()) * o.expert_stride_in : 0;
   const std::vector<std::int32_t>& offsets = ep ? m.local_offsets : m.offsets;
   const T* dy_rows = dyp;
   const T* x_rows = m.xp.as<T>();
@@ -237,19 +238,19 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
   // Down: da_e = dy_e Wd_e; dWd_e += dy_e^T a_e.
   T* dea = b.moe_dea.as<T>();
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dy_rows, D),
-                        expert_weights(w + o.expert_down + first, o.expert_stride_out, Fe), 0.0f,
+                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f,
                         routed_rows(dea, Fe), offsets);
-  expert_weight_grads(dy_rows, D, m.ea.as<T>(), Fe, g, o.expert_down + first, o.expert_stride_out, D, Fe, offsets);
+  expert_weight_grads(dy_rows, D, m.ea.as<T>(), Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
   kernels::swiglu_backward(space_, m.eg.as<T>(), m.eu.as<T>(), dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), rows * Fe);
   // Gate and up: dx_e = dg_e Wg_e + du_e Wu_e; dW += d^T x_e.
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deg.as<T>(), Fe),
-                        expert_weights(w + o.expert_gate + first, o.expert_stride_in, D), 0.0f,
+                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f,
                         routed_rows(dx_rows, D), offsets);
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deu.as<T>(), Fe),
-                        expert_weights(w + o.expert_up + first, o.expert_stride_in, D), 1.0f,
+                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f,
                         routed_rows(dx_rows, D), offsets);
-  expert_weight_grads(b.moe_deg.as<T>(), Fe, x_rows, D, g, o.expert_gate + first, o.expert_stride_in, Fe, D, offsets);
-  expert_weight_grads(b.moe_deu.as<T>(), Fe, x_rows, D, g, o.expert_up + first, o.expert_stride_in, Fe, D, offsets);
+  expert_weight_grads(b.moe_deg.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
+  expert_weight_grads(b.moe_deu.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
   T* dxp = dyp;
   if (ep) return_from_experts(m, dx_rows, dxp);
   kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, shared);
