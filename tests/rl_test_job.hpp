@@ -35,6 +35,22 @@ inline Config small_config() {
   return c;
 }
 
+// small_config with a mixture-of-experts layer: 2 layers, the second MoE (4 experts, top 2, a
+// shared expert), a short warm-up.
+inline Config small_moe_config() {
+  Config c = small_config();
+  c.model.preset = "custom";
+  c.model.n_layers = 2;
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.d_ff_expert = 48;
+  c.model.moe_every = 2;
+  c.model.shared_expert = true;
+  c.model.aux_loss_coef = 0.01;
+  c.rl.sft_steps = 3;
+  return c;
+}
+
 // A whole job on `comm`, built as the train command builds it.
 struct Job {
   const Config config;

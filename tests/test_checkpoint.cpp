@@ -167,6 +167,49 @@ TEST(Checkpoint, InitFromHonoursTheJobsOwnOptions) {
   if (world_rank() == 0) fs::remove_all(dir);
 }
 
+// What a job saved and did next: its weights at the checkpoint, and its next training step.
+struct SavedRun {
+  std::vector<std::vector<float>> weights;
+  double next_loss = 0, next_norm = 0;
+};
+
+// A `config` job on `comm`: the warm-up (3 steps), one iteration, saved to `dir` as iteration 1,
+// then one more training step.
+SavedRun save_after_one_iteration(const Config& config, const fs::path& dir, MPI_Comm comm) {
+  SavedRun run;
+  Job job(config, comm);
+  job.warm_up();
+  run_iterations(job, 0, 1);
+  save(job, dir, 1, 3, comm);
+  run.weights = all_weights(job);
+  const TrainStats t = job.loop.train(job.loop.rollout(1));
+  run.next_loss = t.loss;
+  run.next_norm = t.grad_norm;
+  return run;
+}
+
+// `dir`'s iteration 1 loaded into a `config` job on the first `ranks` ranks: on rank 0 (in every
+// saver and loader) the weights are bitwise those saved and the next step is the saver's to
+// rounding. Collective over the world.
+void expect_resumes(const Config& config, const fs::path& dir, int ranks, const SavedRun& saved,
+                    const std::string& what) {
+  MPI_Comm loader = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &loader);
+  if (loader != MPI_COMM_NULL) {
+    Job job(config, loader);
+    load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
+    const std::vector<std::vector<float>> loaded = all_weights(job);
+    const TrainStats t = job.loop.train(job.loop.rollout(1));
+    if (world_rank() == 0) {
+      expect_bitwise(loaded, saved.weights, what);
+      EXPECT_NEAR(t.loss, saved.next_loss, 1e-4 * std::abs(saved.next_loss) + 1e-7) << what;
+      EXPECT_NEAR(t.grad_norm, saved.next_norm, 1e-4 * saved.next_norm) << what;
+    }
+    MPI_Comm_free(&loader);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(Checkpoint, LoadsOnAnyNumberOfRanks) {
   Config c = small_config();
   c.rl.sft_steps = 3;
@@ -175,132 +218,45 @@ TEST(Checkpoint, LoadsOnAnyNumberOfRanks) {
     const fs::path dir = fresh_dir("reshard_" + std::to_string(N));
     MPI_Comm saver = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, world_rank() < N ? 0 : MPI_UNDEFINED, world_rank(), &saver);
-    std::vector<std::vector<float>> saved;
-    double next_loss = 0, next_norm = 0;
+    SavedRun saved;
     if (saver != MPI_COMM_NULL) {
-      Job job(c, saver);
-      job.warm_up();
-      run_iterations(job, 0, 1);
-      save(job, dir, 1, 3, saver);
-      saved = all_weights(job);
-      const TrainStats t = job.loop.train(job.loop.rollout(1));
-      next_loss = t.loss;
-      next_norm = t.grad_norm;
+      saved = save_after_one_iteration(c, dir, saver);
       MPI_Comm_free(&saver);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int M = 1; M <= W; ++M) {
-      MPI_Comm loader = MPI_COMM_NULL;
-      MPI_Comm_split(MPI_COMM_WORLD, world_rank() < M ? 0 : MPI_UNDEFINED, world_rank(), &loader);
-      if (loader != MPI_COMM_NULL) {
-        Job job(c, loader);
-        load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
-        std::vector<std::vector<float>> loaded = all_weights(job);
-        const TrainStats t = job.loop.train(job.loop.rollout(1));
-        if (world_rank() == 0) {   // the one rank in every saver and loader
-          expect_bitwise(loaded, saved, "saved on " + std::to_string(N) + ", loaded on " + std::to_string(M));
-          EXPECT_NEAR(t.loss, next_loss, 1e-4 * std::abs(next_loss) + 1e-7) << N << " -> " << M;
-          EXPECT_NEAR(t.grad_norm, next_norm, 1e-4 * next_norm) << N << " -> " << M;
-        }
-        MPI_Comm_free(&loader);
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
-    }
+    for (int M = 1; M <= W; ++M)
+      expect_resumes(c, dir, M, saved, "saved on " + std::to_string(N) + ", loaded on " + std::to_string(M));
     if (world_rank() == 0) fs::remove_all(dir);
   }
 }
 
 // Resharding at scale (run at np 8 too, oversubscribed on the CPU): saved by every rank, loaded
-// on 2 and on 1, the weights bit for bit and the next training step's loss and gradient norm as
-// the saving job's own next step.
+// on 2 and on 1.
 TEST(Checkpoint, SavedOnAllRanksResumesOnTwoAndOne) {
   Config c = small_config();
   c.rl.sft_steps = 3;
   const int W = world_size();
   const fs::path dir = fresh_dir("reshard_down");
-  std::vector<std::vector<float>> saved;
-  double next_loss = 0, next_norm = 0;
-  {
-    Job job(c, MPI_COMM_WORLD);
-    job.warm_up();
-    run_iterations(job, 0, 1);
-    save(job, dir, 1, 3, MPI_COMM_WORLD);
-    saved = all_weights(job);
-    const TrainStats t = job.loop.train(job.loop.rollout(1));
-    next_loss = t.loss;
-    next_norm = t.grad_norm;
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  for (int M : {2, 1}) {
-    if (M > W) continue;
-    MPI_Comm loader = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, world_rank() < M ? 0 : MPI_UNDEFINED, world_rank(), &loader);
-    if (loader != MPI_COMM_NULL) {
-      Job job(c, loader);
-      load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
-      const std::vector<std::vector<float>> loaded = all_weights(job);
-      const TrainStats t = job.loop.train(job.loop.rollout(1));
-      if (world_rank() == 0) {
-        expect_bitwise(loaded, saved, "saved on " + std::to_string(W) + ", loaded on " + std::to_string(M));
-        EXPECT_NEAR(t.loss, next_loss, 1e-4 * std::abs(next_loss) + 1e-7) << W << " -> " << M;
-        EXPECT_NEAR(t.grad_norm, next_norm, 1e-4 * next_norm) << W << " -> " << M;
-      }
-      MPI_Comm_free(&loader);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
+  const SavedRun saved = save_after_one_iteration(c, dir, MPI_COMM_WORLD);
+  for (int M : {2, 1})
+    if (M <= W) expect_resumes(c, dir, M, saved, "saved on " + std::to_string(W) + ", loaded on " + std::to_string(M));
   if (world_rank() == 0) fs::remove_all(dir);
 }
 
 // Expert parallelism keeps a rank's experts whole, sharding keeps 1 / W of each: the same
 // checkpoint either way. Saved with expert parallelism, loaded without (on all ranks and on one)
-// and the reverse: the weights bit for bit, the next step's loss and gradient norm as the saver's.
+// and the reverse.
 TEST(Checkpoint, ExpertParallelAndShardedExpertsShareCheckpoints) {
-  Config c = small_config();
-  c.model.preset = "custom";
-  c.model.n_layers = 2;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.d_ff_expert = 48;
-  c.model.moe_every = 2;
-  c.model.shared_expert = true;
-  c.rl.sft_steps = 3;
+  const Config c = small_moe_config();
   Config ep = c;
   ep.fsdp.expert_parallel = true;
   for (const bool saved_with_ep : {true, false}) {
     const fs::path dir = fresh_dir(saved_with_ep ? "ep_saved" : "ep_loaded");
-    std::vector<std::vector<float>> saved;
-    double next_loss = 0, next_norm = 0;
-    {
-      Job job(saved_with_ep ? ep : c, MPI_COMM_WORLD);
-      job.warm_up();
-      run_iterations(job, 0, 1);
-      save(job, dir, 1, 3, MPI_COMM_WORLD);
-      saved = all_weights(job);
-      const TrainStats t = job.loop.train(job.loop.rollout(1));
-      next_loss = t.loss;
-      next_norm = t.grad_norm;
-    }
-    for (const bool one_rank : {false, true}) {
-      MPI_Comm loader = MPI_COMM_NULL;
-      MPI_Comm_split(MPI_COMM_WORLD, !one_rank || world_rank() == 0 ? 0 : MPI_UNDEFINED, world_rank(), &loader);
-      if (loader != MPI_COMM_NULL) {
-        Job job(saved_with_ep ? c : ep, loader);
-        load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
-        const std::vector<std::vector<float>> loaded = all_weights(job);
-        const TrainStats t = job.loop.train(job.loop.rollout(1));
-        const std::string what = std::string(saved_with_ep ? "saved with" : "saved without") +
-                                 " expert parallelism, loaded " + (saved_with_ep ? "without" : "with") + " on " +
-                                 (one_rank ? "1 rank" : "every rank");
-        if (world_rank() == 0) {
-          expect_bitwise(loaded, saved, what);
-          EXPECT_NEAR(t.loss, next_loss, 1e-4 * std::abs(next_loss) + 1e-7) << what;
-          EXPECT_NEAR(t.grad_norm, next_norm, 1e-4 * next_norm) << what;
-        }
-        MPI_Comm_free(&loader);
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
-    }
+    const SavedRun saved = save_after_one_iteration(saved_with_ep ? ep : c, dir, MPI_COMM_WORLD);
+    for (const int ranks : {world_size(), 1})
+      expect_resumes(saved_with_ep ? c : ep, dir, ranks, saved,
+                     std::string(saved_with_ep ? "saved with" : "saved without") + " expert parallelism, loaded " +
+                         (saved_with_ep ? "without" : "with") + " on " + std::to_string(ranks) + " rank(s)");
     if (world_rank() == 0) fs::remove_all(dir);
   }
 }

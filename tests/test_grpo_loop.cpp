@@ -122,15 +122,7 @@ TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
 // load-balancing loss on) runs the whole job: the warm-up learns, rollout decodes through the
 // experts, GRPO steps stay finite, and every rank ends with the same trajectory as one rank.
 TEST(GrpoLoop, MixtureOfExpertsPolicyRuns) {
-  Config c = small_config();
-  c.model.preset = "custom";
-  c.model.n_layers = 2;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.d_ff_expert = 48;
-  c.model.moe_every = 2;
-  c.model.shared_expert = true;
-  c.model.aux_loss_coef = 0.01;
+  Config c = small_moe_config();
   c.rl.sft_steps = 10;
   std::vector<double> warm_world, warm_one;
   std::vector<Record> world, one;
