@@ -1,0 +1,91 @@
+// The harness of the end-to-end tests (test_cli*.cpp): the shardrl executable run as users run
+// it, in a fresh directory per test (kept when the test fails), under a hard time limit.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace cli_test {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Directories of the running test; removed when it passes, kept (for inspection) when it fails.
+inline std::vector<fs::path>& test_dirs() {
+  static std::vector<fs::path> dirs;
+  return dirs;
+}
+struct RemoveDirsOfPassedTests : ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    for (const fs::path& d : test_dirs()) {
+      std::error_code ec;
+      if (info.result()->Passed()) fs::remove_all(d, ec);
+      else std::cerr << "kept for inspection: " << d.string() << "\n";
+    }
+    test_dirs().clear();
+  }
+};
+inline const bool kListenerInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new RemoveDirsOfPassedTests);
+  return true;
+}();
+
+// A fresh directory per test, so ctest may run tests in parallel.
+inline fs::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info->name();   // parametrised tests: "Test/param"
+  std::replace(name.begin(), name.end(), '/', '_');
+  fs::path d = fs::temp_directory_path() / ("shardrl_cli_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  test_dirs().push_back(d);
+  return d;
+}
+
+// Runs `args` in `dir` under a hard 120 s limit, capturing stdout and stderr.
+inline RunResult run_in(const fs::path& dir, const std::string& args) {
+  std::string cmd = "cd '" + dir.string() + "' && timeout -s KILL 120 " + args + " >stdout.txt 2>stderr.txt";
+  auto t0 = std::chrono::steady_clock::now();
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(dir / "stdout.txt");
+  r.err = slurp(dir / "stderr.txt");
+  return r;
+}
+
+inline std::string shardrl_binary() { return SHARDRL_BINARY; }
+// As CI runs it: as root, on a small machine, over shared memory.
+inline std::string mpirun(int np) {
+  return "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) + " -np " + std::to_string(np) +
+         " --oversubscribe --allow-run-as-root --mca btl self,vader"
+         " --mca btl_vader_single_copy_mechanism none " + shardrl_binary();
+}
+
+inline void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+}  // namespace cli_test

@@ -1,0 +1,277 @@
+// End-to-end checkpoint tests of the shardrl executable: a signal saves and the same command
+// continues; a corrupt checkpoint is named and refused; `convert` and `init_from` round-trip a
+// Hugging Face directory; a job killed while saving always resumes.
+#include <hdf5.h>
+
+#include <csignal>
+#include <cstdio>
+#include <random>
+
+#include "cli_harness.hpp"
+#include "core/bf16.hpp"
+#include "io/safetensors.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+// ---- Checkpoints, seen from the command line --------------------------------------------------
+
+// A small RL job that checkpoints: 2 ranks, the tiny model, 4 prompts x 4 samples.
+const char* kCheckpointJob =
+    "[run]\nname = \"ck\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n"
+    "[rl]\nprompts_per_iteration = 4\nsamples_per_prompt = 4\nsft_steps = 2\nkl_coef = 0.1\n";
+
+std::vector<std::int64_t> metric_iterations(const fs::path& file) {
+  std::vector<std::int64_t> its;
+  std::istringstream in(slurp(file));
+  for (std::string line; std::getline(in, line);) its.push_back(std::stoll(line.substr(line.find(':') + 1)));
+  return its;
+}
+
+// SIGUSR1 (Slurm's warning before the time limit) reaches every rank: the job
+// finishes its iteration, saves, exits 3; the same command continues where it stopped, and the
+// metrics hold every iteration once. `inspect` describes the checkpoint and verifies it.
+TEST(Cli, SignalSavesAndTheSameCommandContinues) {
+  fs::path dir = test_dir();
+  // Its own config name, so that the signal reaches this test's ranks only.
+  write(dir / "signalled.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
+  write(dir / "job.toml", kCheckpointJob);
+  const std::string train = mpirun(2) + " train --config signalled.toml --set run.name=ck --set run.iterations=100000";
+  // As Slurm does: the signal goes to every rank (whose command line starts with the binary).
+  write(dir / "stop.sh", "set -u\n" + train + " > out1.txt 2>&1 &\npid=$!\n"
+        "while [ \"$(cat runs/ck/metrics.jsonl 2>/dev/null | wc -l)\" -lt 3 ]; do sleep 0.05; done\n"
+        "pkill -USR1 -f '^[^ ]*shardrl train --config signalled.toml'\nwait $pid\necho $? > rc1.txt\n");
+  RunResult stop = run_in(dir, "bash stop.sh");
+  ASSERT_EQ(slurp(dir / "rc1.txt"), "3\n") << slurp(dir / "out1.txt");
+  const std::string out1 = slurp(dir / "out1.txt");
+  EXPECT_NE(out1.find("(stop requested by a signal)"), std::string::npos) << out1;
+  const std::vector<std::int64_t> first = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl");
+  ASSERT_GE(first.size(), 3u);
+  const std::string latest = slurp(dir / "runs" / "ck" / "checkpoints" / "latest");
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "iter_%08zu.h5", first.size());
+  EXPECT_EQ(latest.substr(0, latest.find('\n')), expected);
+
+  RunResult inspect = run_in(dir, shardrl_binary() + " inspect runs/ck/checkpoints/" + std::string(expected) + " --verify");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("written by shardrl"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("on 2 ranks"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("/model/model.layers.0.self_attn.q_proj.weight"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("float32 [64, 64]"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("/reference/model.norm.weight"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("checksums: all 100 tensors verified"), std::string::npos) << inspect.out;
+
+  // The checkpoint's policy samples, with the checkpoint's own config: the same lines twice.
+  const std::string gen = shardrl_binary() + " generate --checkpoint runs/ck/checkpoints/" + std::string(expected) +
+                          " --prompt 'sort: 3 1' --n 3 --max-new-tokens 6";
+  RunResult g1 = run_in(dir, gen), g2 = run_in(dir, gen);
+  ASSERT_EQ(g1.exit_code, 0) << g1.err;
+  EXPECT_EQ(std::count(g1.out.begin(), g1.out.end(), '\n'), 3) << g1.out;
+  EXPECT_EQ(g1.out, g2.out);
+
+  const std::size_t total = first.size() + 4;
+  RunResult more = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=" + std::to_string(total));
+  ASSERT_EQ(more.exit_code, 0) << more.out << more.err;
+  EXPECT_NE(more.out.find("resumed from runs/ck/checkpoints/" + std::string(expected)), std::string::npos) << more.out;
+  EXPECT_EQ(more.out.find("warm-up 1/"), std::string::npos) << "the warm-up is not repeated";
+  std::vector<std::int64_t> all = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl");
+  ASSERT_EQ(all.size(), total);
+  for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], static_cast<std::int64_t>(i));
+}
+
+// A checkpoint with one flipped byte in a tensor: resume and `inspect --verify` name the file
+// and the tensor, and exit 2 on every rank; --no-resume starts afresh regardless.
+TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const fs::path file = dir / "runs" / "ck" / "checkpoints" / "iter_00000002.h5";
+  ASSERT_TRUE(fs::exists(file));
+  // Flip one byte inside the data of the embedding's first moment (where HDF5 put it).
+  haddr_t at = HADDR_UNDEF;
+  {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "/optim/exp_avg/model.embed_tokens.weight", H5P_DEFAULT);
+    at = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  ASSERT_NE(at, HADDR_UNDEF);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    char b = 0;
+    f.seekg(static_cast<std::streamoff>(at + 1000));
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(at + 1000));
+    f.write(&b, 1);
+  }
+  RunResult resume = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=3");
+  EXPECT_EQ(resume.exit_code, 2) << resume.out;
+  EXPECT_NE(resume.err.find("shardrl: runs/ck/checkpoints/iter_00000002.h5: tensor /optim/exp_avg/model.embed_tokens.weight"),
+            std::string::npos)
+      << resume.err;
+  EXPECT_NE(resume.err.find("checksum mismatch"), std::string::npos) << resume.err;
+  RunResult verify = run_in(dir, shardrl_binary() + " inspect " + file.string() + " --verify");
+  EXPECT_EQ(verify.exit_code, 2);
+  EXPECT_NE(verify.err.find("fail their checksum"), std::string::npos) << verify.err;
+  RunResult fresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
+  RunResult truncated = run_in(dir, "truncate -s 1000 " + file.string() + " && " + mpirun(2) +
+                                        " train --config job.toml --resume-from " + file.string());
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_NE(truncated.err.find(file.string() + ": cannot open as a shardrl checkpoint"), std::string::npos)
+      << truncated.err;
+}
+
+// `convert` both ways and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
+// bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
+// a missing checkpoint is refused.
+TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const fs::path out = dir / (std::string("hf_") + dtype);
+    RunResult conv = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " + out.string() +
+                                     " --dtype " + dtype);
+    ASSERT_EQ(conv.exit_code, 0) << conv.err;
+    const std::string config = slurp(out / "config.json");
+    EXPECT_NE(config.find("\"model_type\": \"qwen3\""), std::string::npos) << config;
+    EXPECT_NE(config.find("\"rms_norm_eps\": 1e-06"), std::string::npos) << config;
+    shardrl::SafetensorsFile st(out / "model.safetensors");
+    hid_t f = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    int compared = 0;
+    for (const shardrl::StTensor& t : st.header().tensors) {
+      hid_t d = H5Dopen2(f, ("/model/" + t.name).c_str(), H5P_DEFAULT);
+      ASSERT_GE(d, 0) << t.name;
+      std::vector<float> want(static_cast<std::size_t>(t.numel()));
+      ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), 0);
+      H5Dclose(d);
+      const std::vector<float> got = st.read_f32(t.name);
+      ASSERT_EQ(got.size(), want.size()) << t.name;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const float expect = std::string(dtype) == "fp32" ? want[i] : static_cast<float>(shardrl::bf16(want[i]));
+        ASSERT_EQ(got[i], expect) << dtype << " " << t.name << "[" << i << "]";
+      }
+      ++compared;
+    }
+    H5Fclose(f);
+    EXPECT_EQ(compared, 25) << "every parameter of the tiny model";
+  }
+  // The fp32 export imported into a fresh job of no iterations (model.init_from, 2 ranks, each
+  // reading its slices) is the checkpoint's /model again, bit for bit.
+  RunResult import = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=imported --set run.iterations=0 "
+                                             "--set rl.sft_steps=0 --set model.init_from=" + (dir / "hf_fp32").string());
+  ASSERT_EQ(import.exit_code, 0) << import.err;
+  const fs::path again = dir / "runs" / "imported" / "checkpoints" / "iter_00000000.h5";
+  ASSERT_TRUE(fs::exists(again)) << import.out;
+  // And through `convert --from-safetensors --to` (2 ranks, a checkpoint at iteration 0).
+  const fs::path converted = dir / "converted.h5";
+  RunResult back = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
+                                   converted.string());
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_FALSE(fs::exists(converted.string() + ".convert.d"));
+  for (const fs::path& copy : {again, converted}) {
+    hid_t a = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), b = H5Fopen(copy.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(b, 0) << copy;
+    shardrl::SafetensorsFile st(dir / "hf_fp32" / "model.safetensors");
+    for (const shardrl::StTensor& t : st.header().tensors) {
+      std::vector<float> x(static_cast<std::size_t>(t.numel())), y(x.size());
+      for (auto [f, v] : {std::pair{a, &x}, std::pair{b, &y}}) {
+        hid_t d = H5Dopen2(f, ("/model/" + t.name).c_str(), H5P_DEFAULT);
+        ASSERT_GE(d, 0) << t.name;
+        ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v->data()), 0);
+        H5Dclose(d);
+      }
+      EXPECT_EQ(x, y) << copy << ": " << t.name;
+    }
+    H5Fclose(a);
+    H5Fclose(b);
+  }
+  RunResult neither = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to x.h5");
+  EXPECT_EQ(neither.exit_code, 2);
+  EXPECT_NE(neither.err.find("convert takes --from CKPT.h5 --to-safetensors DIR"), std::string::npos) << neither.err;
+  // And exported again: safetensors -> shardrl -> safetensors gives the same tensor bytes.
+  RunResult reexport = run_in(dir, shardrl_binary() + " convert --from " + again.string() + " --to-safetensors " +
+                                       (dir / "hf_again").string() + " --dtype fp32");
+  ASSERT_EQ(reexport.exit_code, 0) << reexport.err;
+  {
+    shardrl::SafetensorsFile first(dir / "hf_fp32" / "model.safetensors"), second(dir / "hf_again" / "model.safetensors");
+    ASSERT_EQ(first.header().tensors.size(), second.header().tensors.size());
+    for (const shardrl::StTensor& t : first.header().tensors)
+      EXPECT_EQ(second.read_bytes(t.name), first.read_bytes(t.name)) << t.name;
+  }
+  // A directory of another shape is refused, naming the difference.
+  RunResult other = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set model.preset=custom "
+                                            "--set model.d_ff=96 --set model.init_from=" + (dir / "hf_fp32").string());
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("config.json: describes another model than the job's: d_ff (intermediate_size) is 128 "
+                           "there and 96 in the job's [model]"),
+            std::string::npos)
+      << other.err;
+  RunResult missing = run_in(dir, shardrl_binary() + " convert --from nothing.h5 --to-safetensors x");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nothing.h5"), std::string::npos) << missing.err;
+}
+
+// SIGKILL at seeded random moments while the job saves (a pause between tensors makes saving
+// most of the run): every time, each committed checkpoint verifies and the next start resumes
+// from a complete one.
+TEST(Cli, KilledWhileSavingAlwaysResumes) {
+  fs::path dir = test_dir();
+  // Its own config name: pkill must not match the jobs of tests running beside this one.
+  write(dir / "killed.toml", std::string(kCheckpointJob) +
+                                 "[checkpoint]\ninterval = 1\nkeep_last = 2\n[debug]\nsave_pause_ms = 5\n");
+  // Kills land between the end of start-up and a few seconds of saving after it: start-up is
+  // timed here with a whole one-iteration job (elsewhere), since it varies with the machine and
+  // its load (MPI, CUDA and NCCL initialisation on a GPU machine shared by other tests).
+  fs::create_directories(dir / "timing");
+  fs::copy_file(dir / "killed.toml", dir / "timing" / "killed.toml");
+  const RunResult timing = run_in(dir / "timing", mpirun(2) + " train --config killed.toml --set run.iterations=1");
+  ASSERT_EQ(timing.exit_code, 0) << timing.err;
+  const int start_ms = std::max(1200, static_cast<int>(1000 * timing.seconds));
+  std::mt19937 rng(20261121);
+  std::uniform_int_distribution<int> delay_ms(start_ms, start_ms + 2800);
+  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints";
+  int resumed = 0, inside_a_save = 0;
+  for (int round = 0; round < 10; ++round) {
+    const int ms = delay_ms(rng);
+    write(dir / "round.sh", mpirun(2) + " train --config killed.toml --set run.iterations=100000 > out.txt 2>&1 &\n"
+                            "sleep " + std::to_string(ms / 1000.0) + "\npkill -KILL -f 'train --config killed.toml'\n"
+                            "wait\ngrep -c 'resumed from' out.txt\ntrue\n");
+    RunResult kill = run_in(dir, "bash round.sh");
+    resumed += std::atoi(kill.out.c_str());
+    if (fs::exists(ckpt))
+      for (const auto& f : fs::directory_iterator(ckpt))
+        if (f.path().extension() == ".partial") ++inside_a_save;
+    // Every file under a final name is complete; `latest`, when there is one, names one of them.
+    if (!fs::exists(ckpt)) continue;   // killed before the first save began
+    for (const auto& f : fs::directory_iterator(ckpt))
+      if (f.path().extension() == ".h5") {
+        RunResult verify = run_in(dir, shardrl_binary() + " inspect " + f.path().string() + " --verify");
+        EXPECT_EQ(verify.exit_code, 0) << "round " << round << " (" << ms << " ms): " << verify.err;
+      }
+    if (fs::exists(ckpt / "latest")) {
+      const std::string latest = slurp(ckpt / "latest");
+      EXPECT_TRUE(fs::exists(ckpt / latest.substr(0, latest.find('\n')))) << "round " << round;
+    }
+  }
+  EXPECT_GE(resumed, 5) << "most rounds should have started from an earlier round's checkpoint";
+  EXPECT_GE(inside_a_save, 4) << "most kills should land inside a save (a .partial left behind)";
+  ASSERT_TRUE(fs::exists(ckpt / "latest"));
+  const std::string latest = slurp(ckpt / "latest");
+  const std::int64_t done = std::stoll(latest.substr(5, 8));
+  RunResult finish = run_in(dir, mpirun(2) + " train --config killed.toml --set debug.save_pause_ms=0 --set run.iterations=" +
+                                     std::to_string(done + 1));
+  EXPECT_EQ(finish.exit_code, 0) << finish.out << finish.err;
+  EXPECT_NE(finish.out.find("resumed from runs/ck/checkpoints/" + latest.substr(0, latest.find('\n'))), std::string::npos)
+      << finish.out;
+}
+
+}  // namespace
