@@ -97,7 +97,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   // With expert parallelism this rank's experts may receive every rank's routed rows.
   ExpertExchange* const ep = any_moe ? options_.expert_exchange : nullptr;
   const std::size_t W = ep ? static_cast<std::size_t>(ep->ranks()) : 1, R = W * A;
-  SHARDRL_CHECK(!ep || (E % W == 0 && !options_.inference_only), "expert parallelism: the experts divide among the ranks");
+  SHARDRL_CHECK(!ep || E % W == 0, "expert parallelism: the experts must divide among the ranks");
+  SHARDRL_CHECK(!ep || !options_.inference_only, "expert parallelism is for training: decoding holds every expert");
   const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
