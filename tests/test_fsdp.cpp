@@ -110,11 +110,13 @@ std::vector<std::vector<float>> reference_weights(const ModelShape& s, const Opt
 // `steps` sharded steps; each rank trains its share of the global batch in `micro` micro-batches.
 std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpOptions& fo, const OptimizerOptions& oo,
                                                 int steps, const std::vector<GlobalBatch>& batches, int micro = 1,
-                                                StepMetrics* metrics = nullptr, MoeImpl impl = MoeImpl::grouped) {
+                                                StepMetrics* metrics = nullptr, MoeImpl impl = MoeImpl::grouped,
+                                                bool recompute = false) {
   if (kGlobalSequences % comm().size() != 0 || kGlobalSequences / comm().size() % micro != 0)
     throw std::runtime_error("test_fsdp: the global batch does not split into equal shares at this world size");
   const int per_rank = kGlobalSequences / comm().size(), rows = per_rank / micro;
   ModelOptions mo = model_opts(s, rows, Precision::fp32, impl);
+  mo.activation_recompute = recompute;
   std::unique_ptr<CommExpertExchange> exchange;
   if (fo.expert_parallel) {
     exchange = std::make_unique<CommExpertExchange>(comm(), ExecSpace(), s.n_experts / comm().size());
@@ -208,8 +210,8 @@ TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
 
 // Expert parallelism: each rank keeps 8 / W experts whole and the routed rows travel to them
 // (W = 1, 2, 4, 8; not 3). Against the same unsharded reference, with released weights poisoned
-// (the other ranks' experts are never gathered: reading them would read poison), micro-batches,
-// resharding on and off, both GEMM paths; and the slices hold exactly this rank's experts.
+// (the other ranks' experts are never gathered), micro-batches, resharding on and off, both GEMM
+// paths, activation recompute; and the slices hold exactly this rank's experts.
 TEST(Fsdp, ExpertParallelEqualsTheUnshardedReference) {
   ModelShape s = shape();
   s.n_experts = 8;
@@ -228,6 +230,12 @@ TEST(Fsdp, ExpertParallelEqualsTheUnshardedReference) {
       auto got = sharded_weights(s, fo, adamw(), 3, batches, per_rank % 2 == 0 ? 2 : 1, nullptr, impl);
       expect_close(got, want, 1e-5, impl == MoeImpl::grouped ? "expert parallel, grouped" : "expert parallel, loop");
     }
+  {   // with activation recompute: every layer's forward, exchanges included, runs again in backward
+    FsdpOptions fo = checked();
+    fo.expert_parallel = true;
+    auto got = sharded_weights(s, fo, adamw(), 3, batches, 1, nullptr, MoeImpl::grouped, true);
+    expect_close(got, want, 1e-5, "expert parallel, recompute");
+  }
   // The layout: a MoE unit's slice is 1 / W of its dense part and this rank's experts whole.
   Transformer model(model_opts(s, 1), ExecSpace());
   const ShardLayout layout(model.units(), comm().size(), comm().rank(), true);

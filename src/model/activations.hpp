@@ -41,13 +41,18 @@ struct MoeActivations {
   DeviceBytes expert, order, pos;            // (N, k), (A), (A) int32
   DeviceBytes xp, eg, eu, ea, yp;            // (A, D), (A, Fe) x 3, (A, D), compute type
   std::vector<std::int32_t> offsets;         // (E + 1) on the host: expert e's rows
-  // Expert parallelism (R: the rows this rank's experts received, at most ranks x A; eg, eu, ea
-  // then hold R rows): the received rows local expert by local expert, the permutations between
-  // that order and the order they arrived in (by source rank), and the exchange's row counts.
-  DeviceBytes xl;                            // (R, D) compute type
-  DeviceBytes to_local, to_source;           // (R) int32
+};
+
+// Expert parallelism's buffers, shared by the MoE layers: each layer's backward redoes its
+// dispatch and its experts' gate and up products, so nothing of the size below stays per layer.
+// R = ranks x A, the most rows this rank's experts can receive (every rank's to its experts).
+struct ExpertParallelScratch {
+  DeviceBytes rows_a, rows_b;                // (R, D) what the exchanges send and receive
+  DeviceBytes xl, eg, eu, ea;                // (R, D), (R, Fe) x 3: received rows by local expert, their products
+  DeviceBytes to_local, to_source;           // (R) int32: arrival order <-> local order
   std::vector<std::size_t> send_rows, send_first, recv_rows, recv_first;   // (ranks) each
   std::vector<std::int32_t> local_offsets;   // (E / ranks + 1): local expert j's rows of xl
+  std::vector<std::int32_t> send_counts, recv_counts, to_local_h, to_source_h;   // host scratch
 };
 
 // What one decoder layer keeps from forward for backward.
@@ -72,10 +77,7 @@ struct Transformer::Activations {
   // layer's load-balancing loss, then the weighted sum that aux_loss() reads.
   DeviceBytes moe_dyp, moe_dgate, moe_dea, moe_deg, moe_deu, moe_drouter, moe_counts, moe_aux;
   std::vector<std::int32_t> moe_expert_h, moe_order_h, moe_pos_h;
-  // Expert parallelism: two (ranks x A, D) row buffers the exchanges go through, and host room
-  // for the counts and the permutations.
-  DeviceBytes ep_rows_a, ep_rows_b;
-  std::vector<std::int32_t> ep_send_counts, ep_recv_counts, ep_to_local_h, ep_to_source_h;
+  ExpertParallelScratch ep;                   // with expert parallelism only
   // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
   // training only). model/gemm_attention.hpp gives the sizes.
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;

@@ -55,74 +55,87 @@ void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b
   }
 }
 
-// Expert parallelism, forward: the routed rows xp (grouped by expert, so by the experts' ranks)
-// go to their experts' ranks; this rank receives every rank's rows for its experts (by source
-// rank) and puts them local expert by local expert into xl. The counts, offsets and both
-// permutations stay in `m` for the way back and for backward.
+// Expert parallelism: the routed rows xp (grouped by expert, so by the experts' ranks) go to
+// their experts' ranks; this rank receives every rank's rows for its experts (by source rank)
+// and puts them local expert by local expert into the scratch's xl. The counts, offsets and both
+// permutations stay in the scratch for the way back. Backward calls it again for its layer (the
+// same xp and routing give the same exchange), so no layer keeps rows of the received size.
 template <class T>
-void Transformer::dispatch_to_experts(MoeActivations& m) {
+void Transformer::dispatch_to_experts(const MoeActivations& m) {
   ExpertExchange& ex = *options_.expert_exchange;
-  Activations& b = *act_;
+  ExpertParallelScratch& x = act_->ep;
   const int W = ex.ranks(), E = options_.shape.n_experts, El = E / W, D = options_.shape.d_model;
-  for (int e = 0; e < E; ++e) b.ep_send_counts[e] = m.offsets[e + 1] - m.offsets[e];
-  ex.exchange_counts(b.ep_send_counts.data(), b.ep_recv_counts.data(), El);
+  for (int e = 0; e < E; ++e) x.send_counts[e] = m.offsets[e + 1] - m.offsets[e];
+  ex.exchange_counts(x.send_counts.data(), x.recv_counts.data(), El);
   std::size_t received = 0;
-  std::fill(m.local_offsets.begin(), m.local_offsets.end(), 0);
+  std::fill(x.local_offsets.begin(), x.local_offsets.end(), 0);
   for (int q = 0; q < W; ++q) {
-    m.send_first[q] = static_cast<std::size_t>(m.offsets[q * El]);
-    m.send_rows[q] = static_cast<std::size_t>(m.offsets[(q + 1) * El] - m.offsets[q * El]);
-    m.recv_first[q] = received;
-    m.recv_rows[q] = 0;
+    x.send_first[q] = static_cast<std::size_t>(m.offsets[q * El]);
+    x.send_rows[q] = static_cast<std::size_t>(m.offsets[(q + 1) * El] - m.offsets[q * El]);
+    x.recv_first[q] = received;
+    x.recv_rows[q] = 0;
     for (int j = 0; j < El; ++j) {
-      m.recv_rows[q] += static_cast<std::size_t>(b.ep_recv_counts[q * El + j]);
-      m.local_offsets[j + 1] += b.ep_recv_counts[q * El + j];
+      x.recv_rows[q] += static_cast<std::size_t>(x.recv_counts[q * El + j]);
+      x.local_offsets[j + 1] += x.recv_counts[q * El + j];
     }
-    received += m.recv_rows[q];
+    received += x.recv_rows[q];
   }
-  for (int j = 0; j < El; ++j) m.local_offsets[j + 1] += m.local_offsets[j];
+  for (int j = 0; j < El; ++j) x.local_offsets[j + 1] += x.local_offsets[j];
   // Row i of the arrival order (source s, local expert j, in order) <-> row p of the local order.
-  std::vector<std::int32_t> cursor(m.local_offsets.begin(), m.local_offsets.end() - 1);
+  std::vector<std::int32_t> cursor(x.local_offsets.begin(), x.local_offsets.end() - 1);
   std::int32_t i = 0;
   for (int s = 0; s < W; ++s)
     for (int j = 0; j < El; ++j)
-      for (std::int32_t c = 0; c < b.ep_recv_counts[s * El + j]; ++c, ++i) {
-        b.ep_to_local_h[static_cast<std::size_t>(cursor[j])] = i;
-        b.ep_to_source_h[static_cast<std::size_t>(i)] = cursor[j]++;
+      for (std::int32_t c = 0; c < x.recv_counts[s * El + j]; ++c, ++i) {
+        x.to_local_h[static_cast<std::size_t>(cursor[j])] = i;
+        x.to_source_h[static_cast<std::size_t>(i)] = cursor[j]++;
       }
-  Kokkos::deep_copy(space_, DeviceInts(m.to_local.as<std::int32_t>(), received), HostInts(b.ep_to_local_h.data(), received));
-  Kokkos::deep_copy(space_, DeviceInts(m.to_source.as<std::int32_t>(), received),
-                    HostInts(b.ep_to_source_h.data(), received));
-  const bool half = std::is_same_v<T, bf16>;
-  ex.exchange_rows(m.xp.as<T>(), m.send_rows.data(), m.send_first.data(), b.ep_rows_a.as<T>(), m.recv_rows.data(),
-                   m.recv_first.data(), D, half);
-  kernels::moe_permute(space_, static_cast<int>(received), 1, D, m.to_local.as<std::int32_t>(), b.ep_rows_a.as<T>(),
-                       m.xl.as<T>());
-  space_.fence();   // the host permutations are rewritten by the next MoE layer
+  Kokkos::deep_copy(space_, DeviceInts(x.to_local.as<std::int32_t>(), received), HostInts(x.to_local_h.data(), received));
+  Kokkos::deep_copy(space_, DeviceInts(x.to_source.as<std::int32_t>(), received),
+                    HostInts(x.to_source_h.data(), received));
+  ex.exchange_rows(m.xp.as<T>(), x.send_rows.data(), x.send_first.data(), x.rows_a.as<T>(), x.recv_rows.data(),
+                   x.recv_first.data(), D, std::is_same_v<T, bf16>);
+  kernels::moe_permute(space_, static_cast<int>(received), 1, D, x.to_local.as<std::int32_t>(), x.rows_a.as<T>(),
+                       x.xl.as<T>());
+  space_.fence();   // the host permutations are rewritten by the next dispatch
 }
 
 // Rows in the local order (the experts' outputs, or in backward their inputs' gradients) back to
 // the ranks they came from, landing in `out` in that rank's routed order (xp's).
 template <class T>
-void Transformer::return_from_experts(MoeActivations& m, const T* local_rows, T* out) {
-  Activations& b = *act_;
+void Transformer::return_from_experts(const T* local_rows, T* out) {
+  ExpertParallelScratch& x = act_->ep;
   const int D = options_.shape.d_model;
-  T* arrival = local_rows == b.ep_rows_a.as<T>() ? b.ep_rows_b.as<T>() : b.ep_rows_a.as<T>();
-  kernels::moe_permute(space_, m.local_offsets.back(), 1, D, m.to_source.as<std::int32_t>(), local_rows, arrival);
-  options_.expert_exchange->exchange_rows(arrival, m.recv_rows.data(), m.recv_first.data(), out, m.send_rows.data(),
-                                          m.send_first.data(), D, std::is_same_v<T, bf16>);
+  T* arrival = local_rows == x.rows_a.as<T>() ? x.rows_b.as<T>() : x.rows_a.as<T>();
+  kernels::moe_permute(space_, x.local_offsets.back(), 1, D, x.to_source.as<std::int32_t>(), local_rows, arrival);
+  options_.expert_exchange->exchange_rows(arrival, x.recv_rows.data(), x.recv_first.data(), out, x.send_rows.data(),
+                                          x.send_first.data(), D, std::is_same_v<T, bf16>);
 }
 
 // Backward: the gradients of this rank's routed outputs (dyp, xp's order) to the experts' ranks;
-// returns the gradients of this rank's experts' outputs in the local order (ep_rows_b).
+// returns the gradients of this rank's experts' outputs in the local order (rows_b).
 template <class T>
-const T* Transformer::gradients_to_experts(MoeActivations& m, const T* dyp) {
-  Activations& b = *act_;
+const T* Transformer::gradients_to_experts(const T* dyp) {
+  ExpertParallelScratch& x = act_->ep;
   const int D = options_.shape.d_model;
-  options_.expert_exchange->exchange_rows(dyp, m.send_rows.data(), m.send_first.data(), b.ep_rows_a.as<T>(),
-                                          m.recv_rows.data(), m.recv_first.data(), D, std::is_same_v<T, bf16>);
-  kernels::moe_permute(space_, m.local_offsets.back(), 1, D, m.to_local.as<std::int32_t>(), b.ep_rows_a.as<T>(),
-                       b.ep_rows_b.as<T>());
-  return b.ep_rows_b.as<T>();
+  options_.expert_exchange->exchange_rows(dyp, x.send_rows.data(), x.send_first.data(), x.rows_a.as<T>(),
+                                          x.recv_rows.data(), x.recv_first.data(), D, std::is_same_v<T, bf16>);
+  kernels::moe_permute(space_, x.local_offsets.back(), 1, D, x.to_local.as<std::int32_t>(), x.rows_a.as<T>(),
+                       x.rows_b.as<T>());
+  return x.rows_b.as<T>();
+}
+
+// The experts' hidden products over their rows: g = x Wg^T, u = x Wu^T, a = swiglu(g, u).
+template <class T>
+void Transformer::expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows,
+                                const std::vector<std::int32_t>& offsets, T* eg, T* eu, T* ea) {
+  const int D = options_.shape.d_model, Fe = options_.shape.d_ff_expert;
+  const auto rows_x = routed_rows<const T>(x_rows, D);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x, expert_weights(w + o.expert_gate, o.expert_stride_in, D),
+                        0.0f, routed_rows(eg, Fe), offsets);
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x, expert_weights(w + o.expert_up, o.expert_stride_in, D),
+                        0.0f, routed_rows(eu, Fe), offsets);
+  kernels::swiglu_forward(space_, eg, eu, ea, long(offsets.back()) * Fe);
 }
 
 template <class T>
@@ -156,30 +169,19 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   // expert-parallel gather copies only this rank's there), so local expert j is at expert j's
   // offsets.
   ExpertExchange* const ep = options_.expert_exchange;
-  const std::vector<std::int32_t>& offsets = ep ? m.local_offsets : m.offsets;
-  const T* x_rows = xp;
-  T* y_rows = m.yp.as<T>();
-  if (ep) {
-    dispatch_to_experts<T>(m);
-    x_rows = m.xl.as<T>();
-    y_rows = b.ep_rows_b.as<T>();
-  }
-  const long rows = offsets.back();
-  // Expert e: g_e = x_e Wg_e^T, u_e = x_e Wu_e^T (rows of x_e: its tokens), then
-  // y_e = swiglu(g_e, u_e) Wd_e^T.
-  const auto rows_x = routed_rows<const T>(x_rows, D);
-  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x,
-                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f,
-                        routed_rows(m.eg.as<T>(), Fe), offsets);
-  expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x,
-                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 0.0f,
-                        routed_rows(m.eu.as<T>(), Fe), offsets);
-  kernels::swiglu_forward(space_, m.eg.as<T>(), m.eu.as<T>(), m.ea.as<T>(), rows * Fe);
-  expert_products<T, T>(Op::N, Op::T, RowsAre::m, D, Fe, routed_rows<const T>(m.ea.as<T>(), Fe),
-                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f,
-                        routed_rows(y_rows, D), offsets);
+  ExpertParallelScratch& x = b.ep;
+  if (ep) dispatch_to_experts<T>(m);
+  const std::vector<std::int32_t>& offsets = ep ? x.local_offsets : m.offsets;
+  T* ea = ep ? x.ea.as<T>() : m.ea.as<T>();
+  expert_hidden(w, o, ep ? x.xl.as<T>() : xp, offsets, ep ? x.eg.as<T>() : m.eg.as<T>(),
+                ep ? x.eu.as<T>() : m.eu.as<T>(), ea);
+  // y_e = a_e Wd_e^T.
   T* yp = m.yp.as<T>();
-  if (ep) return_from_experts(m, y_rows, yp);
+  T* y_rows = ep ? x.rows_b.as<T>() : yp;
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, D, Fe, routed_rows<const T>(ea, Fe),
+                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(y_rows, D),
+                        offsets);
+  if (ep) return_from_experts<T>(y_rows, yp);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
   if (track_aux) {   // the layer's load-balancing loss, for the metrics
     kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
@@ -223,36 +225,42 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
   kernels::moe_combine_backward(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), m.yp.as<T>(), dres,
                                 dyp, dgate);
   // This rank's experts and their rows, as in forward: the output gradients of every expert's
-  // rows here, or (expert parallelism) sent to the experts' ranks and received from every rank.
+  // rows here, or (expert parallelism) the dispatch and the gate and up products redone for
+  // this layer, then the output gradients sent to the experts' ranks.
   ExpertExchange* const ep = options_.expert_exchange;
-  const std::vector<std::int32_t>& offsets = ep ? m.local_offsets : m.offsets;
+  ExpertParallelScratch& x = b.ep;
+  const std::vector<std::int32_t>& offsets = ep ? x.local_offsets : m.offsets;
+  const T* x_rows = ep ? x.xl.as<T>() : m.xp.as<T>();
+  T* eg = ep ? x.eg.as<T>() : m.eg.as<T>();
+  T* eu = ep ? x.eu.as<T>() : m.eu.as<T>();
+  T* ea = ep ? x.ea.as<T>() : m.ea.as<T>();
   const T* dy_rows = dyp;
-  const T* x_rows = m.xp.as<T>();
-  T* dx_rows = dyp;   // the permuted input's gradient reuses dyp's buffer once dy is consumed
+  T* dx_rows = dyp;   // the routed inputs' gradient reuses dyp's buffer once dy is consumed
   if (ep) {
-    dy_rows = gradients_to_experts(m, dyp);
-    x_rows = m.xl.as<T>();
-    dx_rows = b.ep_rows_a.as<T>();
+    dispatch_to_experts<T>(m);
+    expert_hidden(w, o, x_rows, offsets, eg, eu, ea);
+    dy_rows = gradients_to_experts(dyp);
+    dx_rows = x.rows_a.as<T>();
   }
   const long rows = offsets.back();
   // Down: da_e = dy_e Wd_e; dWd_e += dy_e^T a_e.
   T* dea = b.moe_dea.as<T>();
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dy_rows, D),
-                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f,
-                        routed_rows(dea, Fe), offsets);
-  expert_weight_grads(dy_rows, D, m.ea.as<T>(), Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
-  kernels::swiglu_backward(space_, m.eg.as<T>(), m.eu.as<T>(), dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), rows * Fe);
+                        expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(dea, Fe),
+                        offsets);
+  expert_weight_grads(dy_rows, D, ea, Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
+  kernels::swiglu_backward(space_, eg, eu, dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), rows * Fe);
   // Gate and up: dx_e = dg_e Wg_e + du_e Wu_e; dW += d^T x_e.
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deg.as<T>(), Fe),
-                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f,
-                        routed_rows(dx_rows, D), offsets);
+                        expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f, routed_rows(dx_rows, D),
+                        offsets);
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deu.as<T>(), Fe),
-                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f,
-                        routed_rows(dx_rows, D), offsets);
+                        expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f, routed_rows(dx_rows, D),
+                        offsets);
   expert_weight_grads(b.moe_deg.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
   expert_weight_grads(b.moe_deu.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
   T* dxp = dyp;
-  if (ep) return_from_experts(m, dx_rows, dxp);
+  if (ep) return_from_experts<T>(dx_rows, dxp);
   kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, shared);
   // Router: through the gates (and the load-balancing loss) to its logits.
   const kernels::RouterShape rs{N, E, k};

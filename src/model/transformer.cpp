@@ -69,15 +69,15 @@ std::size_t Transformer::Activations::bytes() const {
                       du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
                       attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() + moe_dyp.bytes() + moe_dgate.bytes() +
                       moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
-                      moe_aux.bytes() + ep_rows_a.bytes() + ep_rows_b.bytes() +
+                      moe_aux.bytes() + ep.rows_a.bytes() + ep.rows_b.bytes() + ep.xl.bytes() + ep.eg.bytes() +
+                      ep.eu.bytes() + ep.ea.bytes() + ep.to_local.bytes() + ep.to_source.bytes() +
                       (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
     for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
                                  &l.a, &l.rstd1, &l.rstd_q, &l.rstd_k, &l.lse, &l.rstd2, &l.moe.router_logits,
                                  &l.moe.probs, &l.moe.gate, &l.moe.expert, &l.moe.order, &l.moe.pos, &l.moe.xp,
-                                 &l.moe.eg, &l.moe.eu, &l.moe.ea, &l.moe.yp, &l.moe.xl, &l.moe.to_local,
-                                 &l.moe.to_source})
+                                 &l.moe.eg, &l.moe.eu, &l.moe.ea, &l.moe.yp})
       total += b->bytes();
   return total;
 }
@@ -138,21 +138,13 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       m.order = DeviceBytes(at, "moe_order", A * sizeof(std::int32_t));
       m.pos = DeviceBytes(at, "moe_pos", A * sizeof(std::int32_t));
       m.xp = DeviceBytes(at, "moe_xp", A * D * es);
-      m.eg = DeviceBytes(at, "moe_g", R * Fe * es);
-      m.eu = DeviceBytes(at, "moe_u", R * Fe * es);
-      m.ea = DeviceBytes(at, "moe_a", R * Fe * es);
+      if (!ep) {   // with expert parallelism the experts' products live in the shared scratch
+        m.eg = DeviceBytes(at, "moe_g", A * Fe * es);
+        m.eu = DeviceBytes(at, "moe_u", A * Fe * es);
+        m.ea = DeviceBytes(at, "moe_a", A * Fe * es);
+      }
       m.yp = DeviceBytes(at, "moe_y", A * D * es);
       m.offsets.assign(E + 1, 0);
-      if (ep) {
-        m.xl = DeviceBytes(at, "moe_xl", R * D * es);
-        m.to_local = DeviceBytes(at, "moe_to_local", R * sizeof(std::int32_t));
-        m.to_source = DeviceBytes(at, "moe_to_source", R * sizeof(std::int32_t));
-        m.send_rows.assign(W, 0);
-        m.send_first.assign(W, 0);
-        m.recv_rows.assign(W, 0);
-        m.recv_first.assign(W, 0);
-        m.local_offsets.assign(E / W + 1, 0);
-      }
     }
     a.layers.push_back(std::move(la));
   }
@@ -229,12 +221,21 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.moe_order_h.resize(A);
     a.moe_pos_h.resize(A);
     if (ep) {
-      a.ep_rows_a = DeviceBytes(at, "moe_ep_rows_a", R * D * es);
-      a.ep_rows_b = DeviceBytes(at, "moe_ep_rows_b", R * D * es);
-      a.ep_send_counts.resize(E);
-      a.ep_recv_counts.resize(E);
-      a.ep_to_local_h.resize(R);
-      a.ep_to_source_h.resize(R);
+      ExpertParallelScratch& x = a.ep;
+      x.rows_a = DeviceBytes(at, "moe_ep_rows_a", R * D * es);
+      x.rows_b = DeviceBytes(at, "moe_ep_rows_b", R * D * es);
+      x.xl = DeviceBytes(at, "moe_ep_xl", R * D * es);
+      x.eg = DeviceBytes(at, "moe_ep_g", R * Fe * es);
+      x.eu = DeviceBytes(at, "moe_ep_u", R * Fe * es);
+      x.ea = DeviceBytes(at, "moe_ep_a", R * Fe * es);
+      x.to_local = DeviceBytes(at, "moe_ep_to_local", R * sizeof(std::int32_t));
+      x.to_source = DeviceBytes(at, "moe_ep_to_source", R * sizeof(std::int32_t));
+      for (auto* v : {&x.send_rows, &x.send_first, &x.recv_rows, &x.recv_first}) v->assign(W, 0);
+      x.local_offsets.assign(E / W + 1, 0);
+      x.send_counts.resize(E);
+      x.recv_counts.resize(E);
+      x.to_local_h.resize(R);
+      x.to_source_h.resize(R);
     }
   }
   a.targets_h = Kokkos::create_mirror_view(a.targets);

@@ -22,6 +22,7 @@
 namespace shardrl {
 
 struct LayerActivations;
+struct LayerOffsets;
 struct MoeActivations;
 
 struct ModelOptions {
@@ -158,9 +159,13 @@ class Transformer {
   template <class T> void moe_backward(int layer, const T* w, float* g, LayerActivations& la);
   // Expert parallelism's exchanges (moe_layer.cpp): routed rows to the experts' ranks, rows in
   // the local experts' order back to where they came from, output gradients to the experts.
-  template <class T> void dispatch_to_experts(MoeActivations& m);
-  template <class T> void return_from_experts(MoeActivations& m, const T* local_rows, T* out);
-  template <class T> const T* gradients_to_experts(MoeActivations& m, const T* dyp);
+  template <class T> void dispatch_to_experts(const MoeActivations& m);
+  template <class T> void return_from_experts(const T* local_rows, T* out);
+  template <class T> const T* gradients_to_experts(const T* dyp);
+  // The experts' gate and up products and their SwiGLU over rows grouped by expert.
+  template <class T>
+  void expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows, const std::vector<std::int32_t>& offsets,
+                     T* eg, T* eu, T* ea);
   // An operand of every expert's product: expert e's starts at base + e * per_expert + (its
   // first routed row) * per_row. Experts' weights advance per expert, routed activations per row.
   template <class T>
