@@ -274,4 +274,44 @@ TEST(Cli, KilledWhileSavingAlwaysResumes) {
       << finish.out;
 }
 
+// model.init_from with preset = "custom" and no shape keys: the shape is the directory's
+// config.json's (here a 1-layer, 32-wide model, not the keys' defaults), written into the job's
+// resolved config; the weights are the directory's. A directory without config.json is named.
+TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
+  fs::path dir = test_dir();
+  write(dir / "a.toml",
+        "[run]\nname = \"a\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
+        "[model]\npreset = \"custom\"\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\n"
+        "d_ff = 48\n");
+  RunResult a = run_in(dir, mpirun(1) + " train --config a.toml");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  RunResult conv = run_in(dir, shardrl_binary() + " convert --from runs/a/checkpoints/iter_00000000.h5 --to-safetensors hf "
+                                                  "--dtype fp32");
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  write(dir / "b.toml", "[run]\nname = \"b\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
+                        "[model]\npreset = \"custom\"\ninit_from = \"hf\"\n");
+  RunResult b = run_in(dir, mpirun(2) + " train --config b.toml");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const std::string resolved = slurp(dir / "runs" / "b" / "config.toml");
+  EXPECT_NE(resolved.find("d_model = 32"), std::string::npos) << resolved;
+  EXPECT_NE(resolved.find("n_layers = 1"), std::string::npos) << resolved;
+  EXPECT_NE(b.out.find("hf/config.json"), std::string::npos) << "the shape keys' origin in the config table: " << b.out;
+  // The imported job's weights are the exported ones: exported again, the same bytes.
+  RunResult again = run_in(dir, shardrl_binary() + " convert --from runs/b/checkpoints/iter_00000000.h5 "
+                                                   "--to-safetensors hf_again --dtype fp32");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  shardrl::SafetensorsFile first(dir / "hf" / "model.safetensors"), second(dir / "hf_again" / "model.safetensors");
+  ASSERT_EQ(first.header().tensors.size(), second.header().tensors.size());
+  for (const shardrl::StTensor& t : first.header().tensors)
+    EXPECT_EQ(first.read_f32(t.name), second.read_f32(t.name)) << t.name;
+
+  write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n");
+  RunResult c = run_in(dir, mpirun(2) + " train --config c.toml");
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.err.find("c.toml:3:13: model.init_from = \"missing\" with preset = \"custom\" and no shape keys takes "
+                       "the shape from 'missing/config.json', which cannot be read"),
+            std::string::npos)
+      << c.err;
+}
+
 }  // namespace

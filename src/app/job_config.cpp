@@ -1,14 +1,19 @@
 #include "app/job_config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include <fmt/format.h>
 
+#include "config/model_shape.hpp"
+#include "core/error.hpp"
 #include "mpi/host_exchange.hpp"
+#include "rl/hf_config.hpp"
 
 namespace shardrl {
 
@@ -33,7 +38,48 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
     return failed;
   }
   broadcast_string(world, text, 0);
-  return parse_job_config(text, args.config_path, args.overrides, world_size);
+  LoadedConfig loaded = parse_job_config(text, args.config_path, args.overrides, world_size);
+  // model.init_from with preset = "custom" and no shape key given: the directory's config.json
+  // gives the shape, as overrides (read on rank 0, like the file itself). The resolved config
+  // then holds the shape, so a resumed job needs the directory no more.
+  const ModelConfig& model = loaded.config.model;
+  const bool shape_given = std::any_of(model_shape_keys().begin(), model_shape_keys().end(), [&](const auto& k) {
+    const auto it = loaded.origin.find("model." + k);
+    return it != loaded.origin.end() && it->second != "default";
+  });
+  if (model.init_from.empty() || model.preset != "custom" || shape_given) return loaded;
+  const std::string json_path = (std::filesystem::path(model.init_from) / "config.json").string();
+  std::string json;
+  read_error.clear();
+  if (rank == 0) {
+    std::ifstream in(json_path, std::ios::binary);
+    if (!in) {
+      read_error = fmt::format("{}: model.init_from = \"{}\" with preset = \"custom\" and no shape keys takes the "
+                               "shape from '{}', which cannot be read: {}",
+                               loaded.origin.at("model.init_from"), model.init_from, json_path, std::strerror(errno));
+    } else {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      json = ss.str();
+    }
+  }
+  broadcast_string(world, read_error, 0);
+  broadcast_string(world, json, 0);
+  std::vector<std::string> overrides = args.overrides;
+  try {
+    if (read_error.empty())
+      for (std::string& kv : shape_overrides(shape_from_hf_config(json, json_path))) overrides.push_back(std::move(kv));
+  } catch (const InputError& e) {
+    read_error = e.what();
+  }
+  if (!read_error.empty()) {
+    loaded.errors.push_back(read_error);
+    return loaded;
+  }
+  loaded = parse_job_config(text, args.config_path, overrides, world_size);
+  for (const auto& k : model_shape_keys())
+    if (loaded.origin.count("model." + k)) loaded.origin["model." + k] = json_path;
+  return loaded;
 }
 
 LoadedConfig parse_job_config(const std::string& text, const std::string& source,

@@ -121,6 +121,23 @@ ModelConfig with_resolved_shape(const ModelConfig& model) {
   return m;
 }
 
+std::vector<std::string> shape_overrides(const ModelShape& s) {
+  std::vector<std::string> o = {
+      fmt::format("model.vocab_size={}", s.vocab_size),     fmt::format("model.d_model={}", s.d_model),
+      fmt::format("model.n_layers={}", s.n_layers),         fmt::format("model.n_heads={}", s.n_heads),
+      fmt::format("model.n_kv_heads={}", s.n_kv_heads),     fmt::format("model.head_dim={}", s.head_dim),
+      fmt::format("model.d_ff={}", s.d_ff),                 fmt::format("model.rope_theta={}", s.rope_theta),
+      fmt::format("model.norm_eps={}", s.norm_eps),         fmt::format("model.qk_norm={}", s.qk_norm),
+      fmt::format("model.tie_embeddings={}", s.tie_embeddings), fmt::format("model.max_seq_len={}", s.max_seq_len)};
+  if (s.n_experts > 0)
+    for (std::string kv : {fmt::format("model.n_experts={}", s.n_experts), fmt::format("model.top_k={}", s.top_k),
+                           fmt::format("model.d_ff_expert={}", s.d_ff_expert),
+                           fmt::format("model.moe_every={}", s.moe_every),
+                           fmt::format("model.shared_expert={}", s.shared_expert)})
+      o.push_back(std::move(kv));
+  return o;
+}
+
 std::vector<std::pair<std::string, std::string>> shape_problems(const ModelShape& s) {
   std::vector<std::pair<std::string, std::string>> out;
   if (s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads != 0)

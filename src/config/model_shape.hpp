@@ -49,6 +49,10 @@ ModelShape resolve_model_shape(const ModelConfig& model);
 // settings shows. (The job's Config itself keeps what the user wrote.)
 ModelConfig with_resolved_shape(const ModelConfig& model);
 
+// The shape as `--set` overrides of the shape keys ("model.d_model=1024", ...); the MoE keys only
+// for a model with experts (on a dense model they are refused).
+std::vector<std::string> shape_overrides(const ModelShape& shape);
+
 // Problems of a shape that no preset has but a custom shape may, each with the key it is
 // about ("model.head_dim", ...); empty when valid.
 std::vector<std::pair<std::string, std::string>> shape_problems(const ModelShape& shape);

@@ -173,8 +173,8 @@ std::vector<KeyDef> build_schema() {
   s.push_back(field("model", "init_from", VK::string,
                     "A Hugging Face model directory (config.json and model.safetensors, or the shards of "
                     "model.safetensors.index.json) whose weights a fresh job starts from instead of random ones; "
-                    "its config.json must describe the job's model. Empty: random initialisation. A resumed job "
-                    "reads its checkpoint instead.",
+                    "its config.json must describe the job's model, and gives the shape with preset = \"custom\" "
+                    "and no shape keys. Empty: random initialisation. A resumed job reads its checkpoint instead.",
                     &Config::model, &ModelConfig::init_from));
   s.push_back(with_min(field("model", "init_std", VK::real,
                              "Standard deviation of the normal initialisation of fresh matrices "
