@@ -2,6 +2,12 @@
 // came from, quoting, and that the resolved TOML reads back to the same Config.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
+#include <fstream>
+
+#include <filesystem>
+
 #include <algorithm>
 
 #include "config/load.hpp"
@@ -119,6 +125,43 @@ TEST(ConfigLoad, MixtureOfExpertsKeys) {
   LoadedConfig graphs = load_config(moe, "moe.toml", {"train.cuda_graph=full"}, kGpu);
   ASSERT_EQ(graphs.errors.size(), 1u);
   EXPECT_NE(graphs.errors[0].find("cannot capture mixture-of-experts layers"), std::string::npos) << graphs.errors[0];
+}
+
+// The configs shipped in configs/ load without a problem (a key renamed or a value tightened
+// would otherwise leave an example users copy broken). One that takes its shape from
+// model.init_from's config.json gets, as the job would, a shape's overrides: Qwen3-30B-A3B's.
+TEST(ConfigLoad, ShippedConfigsLoad) {
+  ModelShape qwen3_moe;
+  qwen3_moe.vocab_size = 151936;
+  qwen3_moe.d_model = 2048;
+  qwen3_moe.n_layers = 48;
+  qwen3_moe.n_heads = 32;
+  qwen3_moe.n_kv_heads = 4;
+  qwen3_moe.head_dim = 128;
+  qwen3_moe.d_ff = 6144;
+  qwen3_moe.rope_theta = 1e6f;
+  qwen3_moe.norm_eps = 1e-6f;
+  qwen3_moe.qk_norm = true;
+  qwen3_moe.max_seq_len = 40960;
+  qwen3_moe.n_experts = 128;
+  qwen3_moe.top_k = 8;
+  qwen3_moe.d_ff_expert = 768;
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(SHARDRL_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const bool from_dir = text.str().find("init_from") != std::string::npos;
+    const LoadedConfig l = load_config(text.str(), entry.path().filename().string(),
+                                       from_dir ? shape_overrides(qwen3_moe) : std::vector<std::string>{}, kGpu);
+    EXPECT_TRUE(l.ok()) << entry.path() << ": " << (l.errors.empty() ? "" : l.errors.front());
+    if (from_dir) {
+      EXPECT_TRUE(check_for_job(l, 8).empty()) << entry.path() << " on 8 ranks";
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);
 }
 
 TEST(ConfigLoad, DerivedValuesNeverRewriteTheConfig) {
