@@ -10,7 +10,6 @@
 #include "config/print.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
-#include "fsdp/comm_expert_exchange.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
 #include "io/sharded_file.hpp"
@@ -82,20 +81,15 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   KokkosRuntime kokkos(device.device_id);
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                 cfg.comm.timeout_s);
-  ModelOptions model_opts = model_options(cfg);
-  const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), model_opts);
-  Transformer model(model_opts, ExecSpace());
-  ShardedTrainer trainer(model, *comm, fsdp_options(cfg), optimizer_options(cfg));
-  trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
-  load_hf_weights(dir, trainer, model.units(), model.options().shape);
+  ImportedPolicy policy(cfg, *comm);   // cfg.model.init_from is `dir`
   // Saved as a job's checkpoint in a directory of its own beside `to`, then moved there.
   const std::filesystem::path staging = to.string() + ".convert.d";
-  save_job_checkpoint(staging, JobPosition{}, trainer, model.units(), cfg, to_toml(cfg), mpi.world());
+  save_job_checkpoint(staging, JobPosition{}, policy.trainer, policy.model.units(), cfg, to_toml(cfg), mpi.world());
   MPI_Barrier(mpi.world());
   if (layout.world_rank == 0) {
     std::filesystem::rename(checkpoint_path(staging, 0), to);
     std::filesystem::remove_all(staging);
-    std::cout << fmt::format("{} parameters from {} -> {}\n", model.options().shape.parameter_count(), dir.string(),
+    std::cout << fmt::format("{} parameters from {} -> {}\n", policy.model.options().shape.parameter_count(), dir.string(),
                              to.string());
   }
   return 0;

@@ -96,4 +96,13 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
   }
 }
 
+ImportedPolicy::ImportedPolicy(const Config& config, Communicator& comm)
+    : options(model_options(config)),
+      expert_exchange(make_expert_exchange(config, comm, ExecSpace(), options)),
+      model(options, ExecSpace()),
+      trainer(model, comm, fsdp_options(config), optimizer_options(config)) {
+  trainer.initialize(static_cast<std::uint64_t>(config.run.seed), static_cast<float>(config.model.init_std));
+  load_hf_weights(config.model.init_from, trainer, model.units(), model.options().shape);
+}
+
 }  // namespace shardrl

@@ -23,7 +23,6 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
-#include "fsdp/comm_expert_exchange.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "io/safetensors.hpp"
 #include "mpi/communicator.hpp"
@@ -112,12 +111,9 @@ int run(int argc, char** argv, MpiSession& mpi) {
   {
     auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                   cfg.comm.timeout_s);
-    ModelOptions model_opts = model_options(cfg);
-    const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), model_opts);
-    Transformer model(model_opts, ExecSpace());
-    ShardedTrainer trainer(model, *comm, fsdp_options(cfg), optimizer_options(cfg));
-    trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
-    load_hf_weights(cfg.model.init_from, trainer, model.units(), model.options().shape);
+    ImportedPolicy policy(cfg, *comm);
+    Transformer& model = policy.model;
+    ShardedTrainer& trainer = policy.trainer;
 
     // This rank's rows; targets are the next tokens, the last position has none (mask 0).
     std::vector<std::int32_t> tokens, targets;
