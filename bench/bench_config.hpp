@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/load.hpp"
+#include "job/options.hpp"
 
 namespace shardrl {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 #include "core/error.hpp"
 #include "io/sharded_file.hpp"
 #include "model/param_spec.hpp"

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-# The shapes of shardrl's presets (src/config/model_shape.cpp).
+# The shapes of shardrl's presets (src/config/model_presets.cpp).
 SHAPES = {
     "llama-1b": dict(kind="llama", vocab_size=128256, hidden_size=2048, num_hidden_layers=16,
                      num_attention_heads=32, num_key_value_heads=8, head_dim=64, intermediate_size=8192,

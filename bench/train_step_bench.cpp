@@ -19,7 +19,7 @@
 #include "bench_config.hpp"
 #include "core/kokkos.hpp"
 #include "core/memory_ledger.hpp"
-#include "fsdp/comm_expert_exchange.hpp"
+#include "job/policy.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "fsdp/train_step_graphs.hpp"
 #include "mpi/communicator.hpp"
@@ -68,16 +68,14 @@ std::array<double, 4> plain_collectives(Communicator& comm, const ShardLayout& l
 }
 
 int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool collectives, const ProcessLayout& layout) {
-  ModelOptions o = model_options(cfg);
-  const int B = o.max_batch, S = o.max_seq_len, rank = layout.world_rank, ranks = layout.world_size;
+  const int rank = layout.world_rank, ranks = layout.world_size;
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD,
                                 cfg.comm.timeout_s);
-  const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), o);
-  Transformer model(o, ExecSpace());
-  FsdpOptions fsdp = fsdp_options(cfg);
-  fsdp.profile = collectives;
-  ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));
-  trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+  Policy policy(cfg, *comm, PolicyUse{false, collectives});   // as `shardrl train` builds it
+  Transformer& model = policy.model();
+  ShardedTrainer& trainer = policy.trainer();
+  const ModelOptions& o = model.options();
+  const int B = o.max_batch, S = o.max_seq_len;
 
   std::mt19937 gen(static_cast<unsigned>(cfg.run.seed) + static_cast<unsigned>(rank));
   std::uniform_int_distribution<int> tok(0, o.shape.vocab_size - 1);

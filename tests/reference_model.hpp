@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 #include "model/param_spec.hpp"
 
 namespace shardrl::test {

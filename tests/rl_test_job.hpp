@@ -1,16 +1,14 @@
-// A small RL job for tests, built as `shardrl train` builds it (arena, model, trainer, loop),
-// on any communicator, and the configuration the RL-loop and checkpoint tests share.
+// A small RL job for tests, built through the job layer as `shardrl train` builds it (arena,
+// model, trainer, loop), on any communicator, and the configuration the RL-loop and checkpoint
+// tests share.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "config/config.hpp"
-#include "core/phase_arena.hpp"
-#include "fsdp/comm_expert_exchange.hpp"
-#include "fsdp/sharded_trainer.hpp"
+#include "job/policy.hpp"
 #include "mpi/communicator.hpp"
-#include "rl/grpo_loop.hpp"
 
 namespace shardrl {
 
@@ -51,31 +49,21 @@ inline Config small_moe_config() {
   return c;
 }
 
-// A whole job on `comm`, built as the train command builds it.
+// A whole job on `comm`, built by the job layer's one builder (job/policy.hpp), as `shardrl
+// train` builds it; the members name its parts.
 struct Job {
-  const Config config;
   std::unique_ptr<Communicator> comm;
-  PhaseArena arena;
-  std::unique_ptr<CommExpertExchange> expert_exchange;   // fsdp.expert_parallel only
-  Transformer model;
-  ShardedTrainer trainer;
-  GrpoLoop loop;
+  Policy policy;
+  const Config& config;
+  PhaseArena& arena;
+  Transformer& model;
+  ShardedTrainer& trainer;
+  GrpoLoop& loop;
 
-  ModelOptions placed(PhaseArena& a) {
-    ModelOptions o = model_options(config);
-    o.arena = ArenaPlacement{&a, Phase::train};
-    expert_exchange = make_expert_exchange(config, *comm, ExecSpace(), o);
-    return o;
-  }
   Job(const Config& c, MPI_Comm mpi_comm)
-      : config(c), comm(make_communicator(backend(), mpi_comm, 120.0)),
-        arena(ExecSpace(), c.debug.check_released), model(placed(arena), ExecSpace()),
-        trainer(model, *comm, fsdp_options(config), optimizer_options(config)),
-        loop(config, model, trainer, *comm, arena) {
-    arena.commit();
-    arena.enter(Phase::train);
-    trainer.initialize(static_cast<std::uint64_t>(config.run.seed), static_cast<float>(config.model.init_std));
-  }
+      : comm(make_communicator(backend(), mpi_comm, 120.0)), policy(c, *comm, PolicyUse{true, false}),
+        config(policy.config()), arena(policy.arena()), model(policy.model()), trainer(policy.trainer()),
+        loop(policy.loop()) {}
   std::vector<double> warm_up() {
     std::vector<double> losses;
     if (config.rl.sft_lr > 0) trainer.set_peak_lr(static_cast<float>(config.rl.sft_lr));

@@ -18,10 +18,10 @@
 
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
-#include "rl/hf_config.hpp"
-#include "rl/hf_weights.hpp"
+#include "job/hf_config.hpp"
+#include "job/hf_weights.hpp"
 #include "mpi/host_exchange.hpp"
-#include "rl/job_checkpoint.hpp"
+#include "job/job_checkpoint.hpp"
 #include "rl_test_job.hpp"
 
 namespace shardrl {
@@ -158,7 +158,7 @@ TEST(Checkpoint, InitFromHonoursTheJobsOwnOptions) {
   imported.train.gradient_accumulation_fusion = false;
   imported.model.init_from = dir.string();
   Job job(imported, MPI_COMM_WORLD);
-  load_hf_weights(imported.model.init_from, job.trainer, job.model.units(), job.model.options().shape);
+  job.policy.load_init_from();
   expect_bitwise(all_weights(job), source, "weights imported");
   EXPECT_EQ(job.model.compute_type_size(), 2u) << "bf16 compute on the imported path";
   job.loop.warmup_step(0);

@@ -11,7 +11,7 @@
 #include <algorithm>
 
 #include "config/load.hpp"
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 #include "config/print.hpp"
 #include "config/schema.hpp"
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "config/load.hpp"
+#include "config/model_presets.hpp"
 #include "core/error.hpp"
 #include "fsdp/comm_expert_exchange.hpp"
 #include "fsdp/sharded_trainer.hpp"
@@ -191,8 +191,9 @@ TEST(Fsdp, FiveStepsEqualTheUnshardedReference) {
 }
 
 // A mixture-of-experts model (every layer: 4 experts, top 2, a shared expert) sharded, with
-// released weights poisoned, resharding after forward and micro-batches, through the per-expert
-// loop, against the unsharded reference through the grouped path. (No load-balancing loss: it is
+// released weights poisoned, resharding after forward and micro-batches, through both expert GEMM
+// paths (grouped and the per-expert loop), against the unsharded reference through the grouped
+// path. (No load-balancing loss: it is
 // not a sum over tokens, so splitting the batch changes it; the model test checks its gradient.)
 TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
   ModelShape s = shape();
@@ -204,8 +205,10 @@ TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
   const int per_rank = kGlobalSequences / comm().size();
   const int micro = per_rank % 2 == 0 ? 2 : per_rank;
   auto want = reference_weights(s, adamw(), 3, batches);
-  auto got = sharded_weights(s, checked(), adamw(), 3, batches, micro, nullptr, MoeImpl::loop);
-  expect_close(got, want, 1e-5, "mixture of experts");
+  for (MoeImpl impl : {MoeImpl::grouped, MoeImpl::loop}) {
+    auto got = sharded_weights(s, checked(), adamw(), 3, batches, micro, nullptr, impl);
+    expect_close(got, want, 1e-5, impl == MoeImpl::grouped ? "mixture of experts, grouped" : "mixture of experts, loop");
+  }
 }
 
 // Expert parallelism: each rank keeps 8 / W experts whole and the routed rows travel to them

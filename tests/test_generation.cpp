@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "config/load.hpp"
+#include "config/model_presets.hpp"
 #include "model/dense_parameters.hpp"
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"

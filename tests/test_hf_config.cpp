@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "rl/hf_config.hpp"
+#include "job/hf_config.hpp"
 
 namespace {
 

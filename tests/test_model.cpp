@@ -9,6 +9,7 @@
 #include <random>
 
 #include "config/load.hpp"
+#include "job/options.hpp"
 #include "model/dense_parameters.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "config/load.hpp"
+#include "config/model_presets.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "model/dense_parameters.hpp"
 #include "mpi/host_exchange.hpp"

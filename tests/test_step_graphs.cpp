@@ -8,8 +8,9 @@
 
 #include <random>
 
-#include "config/load.hpp"
 #include "fsdp/train_step_graphs.hpp"
+#include "job/options.hpp"
+#include "job/policy.hpp"
 
 namespace shardrl {
 namespace {
@@ -22,24 +23,24 @@ Communicator& comm() {
   return *c;
 }
 
-ModelOptions model_opts(Precision p) {
-  ModelOptions o;
-  o.shape = resolve_model_shape(ModelConfig{});
-  o.precision = p;
-  o.max_batch = kRows;
-  o.max_seq_len = kS;
-  return o;
-}
-
-OptimizerOptions optim() {
-  OptimizerOptions o;
-  o.lr = 1e-3f;
-  o.weight_decay = 0.01f;
-  o.warmup_steps = 3;
-  o.schedule = LrSchedule::cosine;
-  o.decay_steps = 20;
-  o.clip_grad_norm = 0.5f;   // clipping active: the clip scale comes from the device
-  return o;
+// The job these tests step: the tiny model, kRows x kS micro-batches, clipping active (the clip
+// scale comes from the device), a cosine schedule; gradients and moments in `dtype`.
+Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32) {
+  Config c;
+  c.run.seed = 7;
+  c.model.precision = p;
+  c.train.micro_batch_size = kRows;
+  c.train.seq_len = kS;
+  c.fsdp.reshard_after_forward = reshard;
+  c.fsdp.main_grad_dtype = dtype;
+  c.optim.state_dtype = dtype;
+  c.optim.lr = 1e-3;
+  c.optim.weight_decay = 0.01;
+  c.optim.warmup_steps = 3;
+  c.optim.schedule = LrSchedule::cosine;
+  c.optim.decay_steps = 20;
+  c.optim.clip_grad_norm = 0.5;
+  return c;
 }
 
 // Everything a trainer holds, as fp32 on the host, and its counters.
@@ -68,26 +69,21 @@ void restore(ShardedTrainer& t, const State& s) {
   t.set_step_counters(s.metrics.step, s.metrics.skipped);
 }
 
-// One trainer with its model, its objective's mask and the step graphs (or none: eager).
+// One policy built by the job layer, its objective's mask and the step graphs (or none: eager).
 struct Job {
-  Transformer model;
-  ShardedTrainer trainer;
+  Policy policy;
+  Transformer& model;
+  ShardedTrainer& trainer;
   DeviceView<float> mask{"mask", kRows * kS}, loss{"loss", 1};
   MaskedNll objective{mask.data(), 1.0f, loss.data()};
   std::unique_ptr<TrainStepGraphs> graphs;
 
-  Job(Precision p, bool graphed, bool reshard = true)
-      : model(model_opts(p), ExecSpace()), trainer(model, comm(), fsdp(reshard), optim()) {
-    trainer.initialize(7, 0.02f);
+  Job(Precision p, bool graphed, bool reshard = true, GradDtype dtype = GradDtype::fp32)
+      : policy(config(p, reshard, dtype), comm()), model(policy.model()), trainer(policy.trainer()) {
     if (graphed)
       graphs = std::make_unique<TrainStepGraphs>(trainer, model,
                                                  std::vector<DeviceRegion>{{mask.data(), mask.extent(0) * sizeof(float)}},
                                                  kMicro, !CapturedGraph::native());
-  }
-  static FsdpOptions fsdp(bool reshard) {
-    FsdpOptions f;
-    f.reshard_after_forward = reshard;
-    return f;
   }
 
   // Step `step`'s inputs: different tokens, targets and weights per step, micro-batch and rank.
@@ -115,11 +111,21 @@ struct Job {
   }
 };
 
-class StepGraphs : public ::testing::TestWithParam<Precision> {};
+// The compute precision and the element type of the gradient slices and Adam moments. bf16 with
+// bf16 gradients and moments is the exact case of the CUDA-graph failure in the upstream stacks.
+struct Numerics {
+  Precision precision;
+  GradDtype state;
+};
+
+class StepGraphs : public ::testing::TestWithParam<Numerics> {};
 
 TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
   // The bucket's first step runs eagerly; then 10 steps replayed from the graph.
-  Job eager(GetParam(), false), graphed(GetParam(), true);
+  const Numerics n = GetParam();
+  Job eager(n.precision, false, true, n.state), graphed(n.precision, true, true, n.state);
+  ASSERT_EQ(graphed.trainer.options().main_grad_dtype, n.state);
+  ASSERT_EQ(graphed.trainer.options().state_dtype, n.state);
   for (int s = 0; s < kSteps + 1; ++s) {
     eager.step(s);
     graphed.step(s);
@@ -137,7 +143,8 @@ TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
 }
 
 TEST_P(StepGraphs, KeepingUnitsGatheredReplaysToo) {
-  Job eager(GetParam(), false, false), graphed(GetParam(), true, false);
+  const Numerics n = GetParam();
+  Job eager(n.precision, false, false, n.state), graphed(n.precision, true, false, n.state);
   for (int s = 0; s < 4; ++s) {
     eager.step(s);
     graphed.step(s);
@@ -145,8 +152,14 @@ TEST_P(StepGraphs, KeepingUnitsGatheredReplaysToo) {
   EXPECT_TRUE(state_of(eager.trainer) == state_of(graphed.trainer));
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, StepGraphs, ::testing::Values(Precision::fp32, Precision::bf16),
-                         [](const ::testing::TestParamInfo<Precision>& p) { return p.param == Precision::fp32 ? "fp32" : "bf16"; });
+INSTANTIATE_TEST_SUITE_P(Precisions, StepGraphs,
+                         ::testing::Values(Numerics{Precision::fp32, GradDtype::fp32},
+                                           Numerics{Precision::bf16, GradDtype::fp32},
+                                           Numerics{Precision::bf16, GradDtype::bf16}),
+                         [](const ::testing::TestParamInfo<Numerics>& p) {
+                           if (p.param.precision == Precision::fp32) return "fp32";
+                           return p.param.state == GradDtype::bf16 ? "bf16_with_bf16_grads_and_moments" : "bf16";
+                         });
 
 TEST(StepGraphBuckets, AddressesStayAndABucketIsCapturedOnce) {
   Job job(Precision::bf16, true);
@@ -198,7 +211,11 @@ TEST(StepGraphBuckets, PeakLearningRateChangeReachesACapturedStep) {
   }
   EXPECT_EQ(graphed.graphs->captures(), 1);
   const State a = state_of(eager.trainer), b = state_of(graphed.trainer);
-  EXPECT_FLOAT_EQ(a.metrics.lr, scheduled_lr([] { auto o = optim(); o.lr = 4e-4f; return o; }(), 6));
+  EXPECT_FLOAT_EQ(a.metrics.lr, scheduled_lr([] {
+                    OptimizerOptions o = optimizer_options(config(Precision::fp32, true));
+                    o.lr = 4e-4f;
+                    return o;
+                  }(), 6));
   EXPECT_TRUE(a == b);
 }
 

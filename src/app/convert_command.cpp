@@ -12,16 +12,16 @@
 #include "core/kokkos.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
-#include "io/sharded_file.hpp"
 #include "io/text_file.hpp"
 #include "model/param_spec.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
-#include "rl/hf_config.hpp"
-#include "rl/hf_weights.hpp"
-#include "rl/job_checkpoint.hpp"
+#include "job/checkpoint_format.hpp"
+#include "job/hf_config.hpp"
+#include "job/job_checkpoint.hpp"
+#include "job/policy.hpp"
 
 namespace shardrl {
 namespace {
@@ -34,9 +34,10 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
     std::cerr << "shardrl: convert --to-safetensors runs as one process (started with " << size << ")\n";
     return kExitUsage;
   }
-  ShardedFileReader checkpoint(args.from, mpi.world());
-  const LoadedConfig loaded =
-      parse_job_config(checkpoint.read_string("/meta/config"), args.from + ":/meta/config", {}, 1);
+  const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(args.from, mpi.world());
+  ShardedFileReader& checkpoint = *opened;
+  const LoadedConfig loaded = parse_job_config(checkpoint.read_string(checkpoint_format::kConfig),
+                                               args.from + ":" + checkpoint_format::kConfig, {}, 1);
   if (!loaded.ok()) {
     report_config_errors(loaded, 0);
     return kExitUsage;
@@ -50,7 +51,7 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   for (const UnitSpec& unit : model_units(shape))
     for (const ParamSpec& p : unit.params) {
       values.emplace_back(static_cast<std::size_t>(p.numel()));
-      checkpoint.read("/model/" + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
+      checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
                       static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
     }
   std::size_t i = 0;
@@ -81,15 +82,16 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   KokkosRuntime kokkos(device.device_id);
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                 cfg.comm.timeout_s);
-  ImportedPolicy policy(cfg, *comm);   // cfg.model.init_from is `dir`
+  Policy policy(cfg, *comm);
+  policy.load_init_from();   // cfg.model.init_from is `dir`
   // Saved as a job's checkpoint in a directory of its own beside `to`, then moved there.
   const std::filesystem::path staging = to.string() + ".convert.d";
-  save_job_checkpoint(staging, JobPosition{}, policy.trainer, policy.model.units(), cfg, to_toml(cfg), mpi.world());
+  save_job_checkpoint(staging, JobPosition{}, policy.trainer(), policy.model().units(), cfg, to_toml(cfg), mpi.world());
   MPI_Barrier(mpi.world());
   if (layout.world_rank == 0) {
     std::filesystem::rename(checkpoint_path(staging, 0), to);
     std::filesystem::remove_all(staging);
-    std::cout << fmt::format("{} parameters from {} -> {}\n", policy.model.options().shape.parameter_count(), dir.string(),
+    std::cout << fmt::format("{} parameters from {} -> {}\n", policy.model().options().shape.parameter_count(), dir.string(),
                              to.string());
   }
   return 0;

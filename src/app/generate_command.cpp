@@ -12,15 +12,21 @@
 #include "app/job_config.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
-#include "config/model_shape.hpp"
+#include "config/load.hpp"
+#include "config/model_presets.hpp"
 #include "core/log.hpp"
 #include "io/sharded_file.hpp"
-#include "model/dense_parameters.hpp"
+#include "job/checkpoint_format.hpp"
+#include "job/job_checkpoint.hpp"
+#include "job/options.hpp"
+#include "job/policy.hpp"
+#include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
 #include "rl/tokenizer.hpp"
 #include "rollout/generator.hpp"
+#include "rollout/weight_set.hpp"
 
 namespace shardrl {
 namespace {
@@ -76,15 +82,15 @@ int run_generate(const GenerateArgs& args) {
   std::unique_ptr<ShardedFileReader> checkpoint;
   LoadedConfig loaded;
   try {
-    if (!args.checkpoint.empty()) checkpoint = std::make_unique<ShardedFileReader>(args.checkpoint, mpi.world());
+    if (!args.checkpoint.empty()) checkpoint = open_checkpoint(args.checkpoint, mpi.world());
     if (!args.config_path.empty()) {
       TrainArgs job;
       job.config_path = args.config_path;
       job.overrides = args.overrides;
       loaded = read_job_config(mpi.world(), job, layout.world_size);
     } else {
-      loaded = parse_job_config(checkpoint->read_string("/meta/config"), args.checkpoint + ":/meta/config",
-                                args.overrides, layout.world_size);
+      loaded = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig),
+                                args.checkpoint + ":" + checkpoint_format::kConfig, args.overrides, layout.world_size);
     }
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
@@ -121,50 +127,44 @@ int run_generate(const GenerateArgs& args) {
     prompt.push_back(tokenizer::kBos);
     for (std::int32_t t : tokenizer::encode(args.prompt)) prompt.push_back(t);
   }
-  const std::int32_t eos = cfg.rl.eos_id >= 0 ? static_cast<std::int32_t>(cfg.rl.eos_id) : tokenizer::kEos;
+  const std::int32_t eos = eos_id(cfg);
   const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
-  ModelOptions model = model_options(cfg);
+  const int max_seq_len = resolve_model_shape(cfg.model).max_seq_len;
   const int max_len = static_cast<int>(prompt.size()) + max_new;
-  if (max_len > model.shape.max_seq_len) {
+  if (max_len > max_seq_len) {
     if (layout.world_rank == 0)
       std::cerr << "shardrl: the prompt (" << prompt.size() << " tokens) and rollout.max_new_tokens (" << max_new
-                << ") exceed the model's max_seq_len (" << model.shape.max_seq_len << ")\n";
+                << ") exceed the model's max_seq_len (" << max_seq_len << ")\n";
     return kExitUsage;
   }
-  Generator generator(model, args.samples, max_len, ExecSpace());
-  if (cfg.rollout.cuda_graph == RolloutGraph::decode) generator.use_decode_graphs();
-  DenseParameters params(generator.model(), ExecSpace());
-  params.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
-  if (checkpoint) {   // every parameter whole, on this process
-    try {
-      for (int u = 0; u < generator.model().unit_count(); ++u) {
-        std::vector<float> unit(static_cast<std::size_t>(params.numel(u)), 0.0f);
-        for (const ParamSpec& p : generator.model().units()[u].params)
-          checkpoint->read("/model/" + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
-                           static_cast<std::uint64_t>(p.numel()), unit.data() + p.offset,
-                           cfg.checkpoint.verify && layout.world_size == 1);   // verify needs disjoint ranges
-        Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                              params.main_weights(u), unit.size()),
-                          Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                              unit.data(), unit.size()));
-      }
-    } catch (const InputError& e) {
-      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
-      return kExitUsage;
-    }
-    params.refresh_compute_weights();
+  // The policy as every job path builds it: fresh weights from the seed, then the checkpoint's
+  // (any world size), or else model.init_from's directory.
+  checkpoint.reset();   // the policy's reader opens the file again, collectively
+  const DerivedConfig derived = derive(cfg, this_build());
+  auto comm = make_communicator(
+      derived.comm_backend == CommBackend::nccl ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
+      cfg.comm.timeout_s);
+  Policy policy(cfg, *comm);
+  try {
+    if (!args.checkpoint.empty())
+      load_policy_weights(args.checkpoint, policy.trainer(), policy.model().units(), cfg.checkpoint.verify, mpi.world());
+    else if (!cfg.model.init_from.empty())
+      policy.load_init_from();
+  } catch (const InputError& e) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
   }
-  std::vector<const void*> weights;
-  for (int u = 0; u < generator.model().unit_count(); ++u) weights.push_back(params.compute_weights(u));
+  WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size());
+  weights.materialize(policy.trainer());
+  Generator generator(policy.model().options(), args.samples, max_len, ExecSpace());
+  if (cfg.rollout.cuda_graph == RolloutGraph::decode) generator.use_decode_graphs();
 
   std::vector<GenerationRow> rows(args.samples);
   for (int i = 0; i < args.samples; ++i) {
     rows[i].prompt = prompt;
     rows[i].sample_index = i;
   }
-  SamplingOptions sampling{static_cast<float>(cfg.rollout.temperature), static_cast<int>(cfg.rollout.top_k),
-                           static_cast<float>(cfg.rollout.top_p)};
-  std::vector<Completion> out = generator.generate(weights, rows, sampling, max_new,
+  std::vector<Completion> out = generator.generate(weights.units(), rows, sampling_options(cfg), max_new,
                                                    static_cast<std::uint64_t>(cfg.run.seed), 0, eos);
   if (layout.world_rank == 0)
     for (const auto& c : out) {

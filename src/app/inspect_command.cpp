@@ -6,17 +6,11 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "io/sharded_file.hpp"
+#include "job/checkpoint_format.hpp"
 #include "mpi/session.hpp"
 
 namespace shardrl {
 namespace {
-
-bool is_tensor(const std::string& name) {
-  for (const char* group : {"/model/", "/optim/exp_avg/", "/optim/exp_avg_sq/", "/reference/"})
-    if (name.rfind(group, 0) == 0) return true;
-  return false;
-}
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
@@ -29,23 +23,25 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
 int run_inspect(const InspectArgs& args) {
   MpiSession mpi(nullptr, nullptr);
   try {
-    ShardedFileReader in(args.path, mpi.world());
+    namespace f = checkpoint_format;
+    const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(args.path, mpi.world());
+    ShardedFileReader& in = *opened;
     std::string out = fmt::format("checkpoint {}\n", args.path);
-    out += fmt::format("  format version {}, written by shardrl {} on {} ranks\n", in.read_int64("/meta/format_version"),
-                       in.read_string("/meta/shardrl_version"), in.read_int64("/meta/world_size"));
+    out += fmt::format("  format version {}, written by shardrl {} on {} ranks\n", in.read_int64(f::kFormatVersion),
+                       in.read_string(f::kShardrlVersion), in.read_int64(f::kWorldSize));
     out += fmt::format("  iterations done {}, warm-up steps done {}, optimizer steps {} ({} skipped), seed {}\n",
-                       in.read_int64("/data/iterations_done"), in.read_int64("/data/warmup_steps_done"),
-                       in.read_int64("/optim/step"), in.read_int64("/optim/skipped"), in.read_int64("/rng/seed"));
-    out += fmt::format("  task {}; model {}\n", in.read_string("/data/task"), in.read_string("/meta/model"));
+                       in.read_int64(f::kIterationsDone), in.read_int64(f::kWarmupStepsDone),
+                       in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped), in.read_int64(f::kSeed));
+    out += fmt::format("  task {}; model {}\n", in.read_string(f::kTask), in.read_string(f::kModelSummary));
     std::size_t tensors = 0;
     std::string table;
     for (const std::string& name : in.datasets())
-      if (is_tensor(name)) {
+      if (f::is_tensor(name)) {
         ++tensors;
         table += fmt::format("  {:<64} float32 {}\n", name, shape_text(in.shape(name)));
       }
     out += fmt::format("tensors ({}):\n{}", tensors, table);
-    out += "config:\n" + in.read_string("/meta/config");
+    out += "config:\n" + in.read_string(f::kConfig);
     std::cout << out << std::flush;
     if (args.verify) {
       const std::vector<std::string> bad = in.verify_all();

@@ -10,10 +10,10 @@
 
 #include <fmt/format.h>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 #include "core/error.hpp"
 #include "mpi/host_exchange.hpp"
-#include "rl/hf_config.hpp"
+#include "job/hf_config.hpp"
 
 namespace shardrl {
 

@@ -1,5 +1,6 @@
-// `shardrl train`, in the order of DESIGN.md's "What a job does". The RL phases arrive with
-// later issues; today each iteration is one sharded train step on the pattern workload.
+// `shardrl train`, in the order of DESIGN.md's "What a job does": runtime, configuration, the
+// policy (job/policy.hpp), resume, the supervised warm-up, then RL iterations (rollout, train,
+// log, save) until run.iterations, and a checkpoint at the end.
 #include "app/train_command.hpp"
 
 #include <fmt/format.h>
@@ -13,7 +14,6 @@
 #include "app/progress.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
-#include "rl/hf_weights.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
 #include "core/memory_ledger.hpp"
@@ -21,7 +21,6 @@
 #include "core/stop_request.hpp"
 #include "core/version.hpp"
 #include "core/watchdog.hpp"
-#include "fsdp/comm_expert_exchange.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
 #include "io/text_file.hpp"
@@ -31,8 +30,9 @@
 #include "mpi/layout.hpp"
 #include "mpi/memory_report.hpp"
 #include "mpi/session.hpp"
+#include "job/job_checkpoint.hpp"
+#include "job/policy.hpp"
 #include "rl/grpo_loop.hpp"
-#include "rl/job_checkpoint.hpp"
 
 namespace shardrl {
 namespace {
@@ -146,31 +146,24 @@ int run_train(const TrainArgs& args) {
       mpi.world(), cfg.comm.timeout_s);
   check_collectives(*comm, cfg.model.precision);
 
-  // Policy: the model, sharded across the ranks; fresh weights from the seed. Its transient
-  // buffers go into the train phase of the arena.
-  PhaseArena arena(ExecSpace(), cfg.debug.check_released);
-  ModelOptions model_opts = model_options(cfg);
-  model_opts.arena = ArenaPlacement{&arena, Phase::train};
-  const auto expert_exchange = make_expert_exchange(cfg, *comm, ExecSpace(), model_opts);
-  Transformer model(model_opts, ExecSpace());
-  FsdpOptions fsdp = fsdp_options(cfg);
-  fsdp.profile = args.profile;
-  ShardedTrainer trainer(model, *comm, fsdp, optimizer_options(cfg));
-  // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
-  std::unique_ptr<GrpoLoop> rl;
+  // Policy: the model, sharded across the ranks, and the RL loop; fresh weights from the seed.
+  // Transient buffers of both phases share one arena.
+  std::unique_ptr<Policy> policy;
   try {
-    rl = std::make_unique<GrpoLoop>(cfg, model, trainer, *comm, arena);
+    policy = std::make_unique<Policy>(cfg, *comm, PolicyUse{true, args.profile});
   } catch (const InputError& e) {   // the task's options or dataset: the same on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
   }
-  arena.commit();
-  arena.enter(Phase::train);
-  trainer.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
+  Transformer& model = policy->model();
+  ShardedTrainer& trainer = policy->trainer();
+  GrpoLoop* rl = &policy->loop();
+  PhaseArena& arena = policy->arena();
   spdlog::info("model {}: {} parameters in {} units, {} per rank; arena {:.2f} MiB (train {:.2f}, rollout {:.2f})",
                cfg.model.preset, model.options().shape.parameter_count(), model.unit_count(),
                trainer.layout().total_shard(), arena.bytes() / double(1 << 20),
                arena.phase_bytes(Phase::train) / double(1 << 20), arena.phase_bytes(Phase::rollout) / double(1 << 20));
+  log_lines("build:\n" + policy->build_report());
   log_lines(memory_report(mpi.world()));
   Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
@@ -185,7 +178,7 @@ int run_train(const TrainArgs& args) {
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
     } else if (!cfg.model.init_from.empty()) {
-      load_hf_weights(cfg.model.init_from, trainer, model.units(), model.options().shape);
+      policy->load_init_from();
       spdlog::info("weights from {}", cfg.model.init_from);
     }
     auto save = [&](const char* why) {

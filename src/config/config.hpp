@@ -8,9 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
+#include "core/lr_schedule.hpp"
+#include "core/moe_impl.hpp"
+#include "rl/loss_choices.hpp"
+
 namespace shardrl {
 
-enum class Precision { bf16, fp32 };
 enum class CommBackend { automatic, nccl, mpi };
 
 struct RunConfig {
@@ -19,10 +23,6 @@ struct RunConfig {
   std::int64_t seed = 1234;
   std::int64_t iterations = 10;
 };
-
-// How an MoE layer runs its experts' GEMMs: all experts in one grouped call per matrix, or one
-// expert at a time. Both read the experts from the layer's one gathered unit.
-enum class MoeImpl { grouped, loop };
 
 // The shape keys hold the `tiny` preset's values; with a named preset they must stay unset
 // (the preset decides), with preset = "custom" they are the shape.
@@ -67,9 +67,6 @@ struct TrainConfig {
   TrainGraph cuda_graph = TrainGraph::none;
 };
 
-enum class GradDtype { fp32, bf16 };
-enum class LrScheduleKind { constant, cosine };
-
 struct FsdpConfig {
   bool reshard_after_forward = true;     // free each unit's gathered weights after its forward
   GradDtype reduce_dtype = GradDtype::fp32;      // element type of the reduce-scatter
@@ -84,7 +81,7 @@ struct OptimConfig {
   double eps = 1e-8;
   double weight_decay = 0.01;
   bool decay_norms_and_embeddings = false;
-  LrScheduleKind schedule = LrScheduleKind::constant;
+  LrSchedule schedule = LrSchedule::constant;
   std::int64_t warmup_steps = 0;
   std::int64_t decay_steps = 0;
   double min_lr_ratio = 0.1;
@@ -100,8 +97,6 @@ struct RolloutConfig {
   RolloutGraph cuda_graph = RolloutGraph::none;
 };
 
-enum class LossAggregation { token, sequence };
-enum class OldLogp { recompute, rollout };
 struct RlConfig {
   std::string task = "sort";           // sort | add | reverse | jsonl
   std::int64_t difficulty = 4;

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 #include "config/schema.hpp"
 
 namespace shardrl {
@@ -292,7 +292,7 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.train.seq_len > shape.max_seq_len)
     out.errors.push_back(fmt::format("{}: train.seq_len = {} exceeds the model's max_seq_len = {}",
                                      where("train.seq_len"), c.train.seq_len, shape.max_seq_len));
-  if (c.optim.schedule == LrScheduleKind::cosine && c.optim.decay_steps == 0)
+  if (c.optim.schedule == LrSchedule::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));
   if ((c.rl.task == "jsonl") != !c.rl.dataset.empty())

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 
 #include "config/schema.hpp"
 

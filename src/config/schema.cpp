@@ -2,7 +2,7 @@
 // docs/config.md (the docs test fails until all three agree).
 #include "config/schema.hpp"
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -103,8 +103,8 @@ std::vector<KeyDef> build_schema() {
                              &RunConfig::seed),
                        0));
   s.push_back(with_min(field("run", "iterations", VK::integer,
-                             "Iterations of the job's main loop (the smoke job: rounds of "
-                             "checked collectives).",
+                             "RL iterations (rollout, then `rl.minibatches` optimizer steps) after the "
+                             "warm-up; a resumed run continues up to this count.",
                              &Config::run, &RunConfig::iterations),
                        0));
 
@@ -119,8 +119,8 @@ std::vector<KeyDef> build_schema() {
   s.push_back(preset);
   s.push_back(choice("model", "precision",
                      "Compute precision: `bf16` (bf16 weights/activations, fp32 accumulation) or "
-                     "`fp32` (everything fp32, for tests). The smoke job runs its collective "
-                     "checks in this type.",
+                     "`fp32` (everything fp32, for tests). The start-up check of the collectives "
+                     "runs in this type.",
                      &Config::model, &ModelConfig::precision,
                      std::vector<std::string>{"bf16", "fp32"}));
 

@@ -42,13 +42,4 @@ void CommExpertExchange::exchange_rows(const void* send, const std::size_t* send
                      stream_of(space_));
 }
 
-std::unique_ptr<CommExpertExchange> make_expert_exchange(const Config& config, Communicator& comm,
-                                                         const ExecSpace& space, ModelOptions& model) {
-  model.expert_exchange = nullptr;
-  if (!config.fsdp.expert_parallel || model.shape.n_experts == 0) return nullptr;
-  auto exchange = std::make_unique<CommExpertExchange>(comm, space, model.shape.n_experts / comm.size());
-  model.expert_exchange = exchange.get();
-  return exchange;
-}
-
 }  // namespace shardrl

@@ -6,7 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "config/config.hpp"
 #include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
 #include "model/expert_exchange.hpp"
@@ -31,11 +30,5 @@ class CommExpertExchange final : public ExpertExchange {
   int max_per_;
   LedgerView<std::int32_t> counts_;   // (2, ranks, max_per): what is sent, then what is received
 };
-
-// With fsdp.expert_parallel (and MoE layers): the exchange the job's policy needs, set into
-// `model` (the options the policy is then built from); it must outlive the model. Null
-// otherwise. Every job path builds its policy this way, so the key cannot be ignored on one.
-std::unique_ptr<CommExpertExchange> make_expert_exchange(const Config& config, Communicator& comm,
-                                                         const ExecSpace& space, ModelOptions& model);
 
 }  // namespace shardrl

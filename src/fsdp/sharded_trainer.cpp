@@ -22,34 +22,6 @@ std::vector<LedgerView<T>> per_unit(const ShardLayout& layout, MemoryCategory ca
 
 }  // namespace
 
-FsdpOptions fsdp_options(const Config& c) {
-  FsdpOptions o;
-  o.reshard_after_forward = c.fsdp.reshard_after_forward;
-  o.reduce_dtype = c.fsdp.reduce_dtype;
-  o.main_grad_dtype = c.fsdp.main_grad_dtype;
-  o.state_dtype = c.optim.state_dtype;
-  o.decay_norms_and_embeddings = c.optim.decay_norms_and_embeddings;
-  o.check_released = c.debug.check_released;
-  o.keep_reference = c.rl.kl_coef > 0;
-  o.expert_parallel = c.fsdp.expert_parallel;
-  return o;
-}
-
-OptimizerOptions optimizer_options(const Config& c) {
-  OptimizerOptions o;
-  o.lr = static_cast<float>(c.optim.lr);
-  o.beta1 = static_cast<float>(c.optim.beta1);
-  o.beta2 = static_cast<float>(c.optim.beta2);
-  o.eps = static_cast<float>(c.optim.eps);
-  o.weight_decay = static_cast<float>(c.optim.weight_decay);
-  o.schedule = c.optim.schedule == LrScheduleKind::cosine ? LrSchedule::cosine : LrSchedule::constant;
-  o.warmup_steps = c.optim.warmup_steps;
-  o.decay_steps = c.optim.decay_steps;
-  o.min_lr_ratio = static_cast<float>(c.optim.min_lr_ratio);
-  o.clip_grad_norm = static_cast<float>(c.optim.clip_grad_norm);
-  return o;
-}
-
 ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const FsdpOptions& options,
                                const OptimizerOptions& optimizer)
     : model_(model), comm_(comm), options_(options), space_(model.space()),

@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "config/config.hpp"
 #include "core/device_stream.hpp"
+#include "core/dtype.hpp"
 #include "core/ledger_view.hpp"
 #include "fsdp/gather_slots.hpp"
 #include "fsdp/shard_layout.hpp"
@@ -45,9 +45,6 @@ enum class WeightSource { policy, reference };
 
 // The per-rank state a checkpoint holds, slice by slice.
 enum class SliceState { main, exp_avg, exp_avg_sq, reference };
-
-FsdpOptions fsdp_options(const Config& config);
-OptimizerOptions optimizer_options(const Config& config);
 
 // Per-step breakdown (seconds only with FsdpOptions::profile) and bytes moved per collective.
 struct StepProfile {
@@ -93,6 +90,8 @@ class ShardedTrainer {
   // A replayed CUDA graph ran a step's collectives without its host code: count them.
   void add_replayed_profile(const StepProfile& step);
   bool profiling() const { return options_.profile; }   // fences inside the step: not capturable
+  const FsdpOptions& options() const { return options_; }
+  const OptimizerOptions& optimizer_options() const { return optimizer_.options(); }
   // Every persistent and transient device buffer of the trainer (weights, their compute copies,
   // gradients, moments, reference, gather slots, gradient and receive buffers): fixed from
   // construction on, as a captured step needs.

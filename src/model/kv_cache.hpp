@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "config/model_shape.hpp"
+#include "model/model_shape.hpp"
 #include "core/ledger_view.hpp"
 
 namespace shardrl {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "config/model_shape.hpp"
+#include "model/model_shape.hpp"
 
 namespace shardrl {
 

@@ -49,19 +49,6 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
 
 }  // namespace
 
-ModelOptions model_options(const Config& config) {
-  ModelOptions o;
-  o.shape = resolve_model_shape(config.model);
-  o.precision = config.model.precision;
-  o.gradient_accumulation_fusion = config.train.gradient_accumulation_fusion;
-  o.activation_recompute = config.train.activation_recompute;
-  o.max_batch = static_cast<int>(config.train.micro_batch_size);
-  o.max_seq_len = static_cast<int>(config.train.seq_len);
-  o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);
-  o.moe_impl = config.model.moe_impl;
-  return o;
-}
-
 std::size_t Transformer::Activations::bytes() const {
   std::size_t total = recompute_out.bytes() + hf.bytes() + logits.bytes() + rstd_f.bytes() + lse_tok.bytes() +
                       logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +

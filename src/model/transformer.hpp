@@ -2,7 +2,7 @@
 // (the unsharded trainer, the FSDP schedule, generation) decides where each unit's weights come
 // from: forward_unit / backward_unit take the unit's weights as a flat buffer in the compute
 // type and its fp32 gradient as a flat buffer. No autograd, no hooks: backward is written by
-// hand in backward_layer.cpp. Activations live in buffers allocated once, at construction.
+// hand in backward.cpp. Activations live in buffers allocated once, at construction.
 #pragma once
 
 #include <cstdint>
@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "blas/gemm.hpp"
-#include "config/config.hpp"
-#include "config/model_shape.hpp"
 #include "core/device_region.hpp"
+#include "core/dtype.hpp"
 #include "core/kokkos.hpp"
+#include "core/moe_impl.hpp"
 #include "core/phase_arena.hpp"
 #include "model/expert_exchange.hpp"
 #include "model/kv_cache.hpp"
+#include "model/model_shape.hpp"
 #include "model/param_spec.hpp"
 
 namespace shardrl {
@@ -46,9 +47,6 @@ struct ModelOptions {
   // here, from the gathered unit.
   ExpertExchange* expert_exchange = nullptr;
 };
-
-// Options of the model from the one Config (every build path uses this).
-ModelOptions model_options(const Config& config);
 
 // How MoE layers issued their experts' GEMMs, counted per call: proof that moe_impl took effect.
 struct MoeCallCounters {

@@ -10,10 +10,9 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "core/lr_schedule.hpp"
 
 namespace shardrl {
-
-enum class LrSchedule { constant, cosine };
 
 struct OptimizerOptions {
   float lr = 3e-4f;             // peak learning rate

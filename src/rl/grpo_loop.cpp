@@ -54,16 +54,6 @@ std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_
   return tokenizer::decode_completion(std::vector<std::int32_t>(tokens.begin(), end));
 }
 
-TaskOptions task_options(const RlConfig& rl) {
-  TaskOptions o;
-  o.name = rl.task;
-  o.difficulty = static_cast<int>(rl.difficulty);
-  o.partial_credit = rl.partial_credit;
-  o.dataset_path = rl.dataset;
-  o.eos_id = rl.eos_id;
-  return o;
-}
-
 }  // namespace
 
 // Device inputs of one micro-batch, allocated once (micro_batch_size x seq_len each).
@@ -72,11 +62,11 @@ struct GrpoLoop::Staging {
   DeviceView<double> reduce;
   Kokkos::View<float*, MemSpace>::HostMirror mask_h, old_h, ref_h, adv_h, weight_h, logp_h, stats_h, loss_h;
   Kokkos::View<double*, MemSpace>::HostMirror reduce_h;
-  static constexpr int kReduce = 64;
-  explicit Staging(std::size_t n)
+  // n: positions of a micro-batch; reduced: the most values one sum_over_ranks call adds up.
+  Staging(std::size_t n, std::size_t reduced)
       : mask("mask", n), old_logp("old_logp", n), ref_logp("ref_logp", n), advantage("advantage", n),
         weight("weight", n), logp("logp", n), stats("grpo_stats", kGrpoStats), loss("loss", 1),
-        reduce("metrics", kReduce) {
+        reduce("metrics", reduced) {
     mask_h = Kokkos::create_mirror_view(mask);
     old_h = Kokkos::create_mirror_view(old_logp);
     ref_h = Kokkos::create_mirror_view(ref_logp);
@@ -89,23 +79,24 @@ struct GrpoLoop::Staging {
   }
 };
 
-GrpoLoop::GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
+GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
                    PhaseArena& arena)
-    : config_(config), model_(model), trainer_(trainer), comm_(comm), arena_(arena),
-      task_(make_task(task_options(config.rl))),
-      prompts_per_minibatch_(static_cast<int>(config.rl.prompts_per_iteration / config.rl.minibatches)),
-      group_(static_cast<int>(config.rl.samples_per_prompt)), minibatches_(static_cast<int>(config.rl.minibatches)),
+    : options_(options), model_(model), trainer_(trainer), comm_(comm), arena_(arena),
+      task_(make_task(options.task)), prompts_per_minibatch_(options.prompts_per_iteration / options.minibatches),
+      group_(options.samples_per_prompt), minibatches_(options.minibatches),
       micro_rows_(model.options().max_batch), seq_len_(model.options().max_seq_len),
-      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
-      eos_id_(config.rl.eos_id >= 0 ? static_cast<std::int32_t>(config.rl.eos_id) : tokenizer::kEos),
+      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)), eos_id_(options.eos_id),
       pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
   const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
   weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
                                          ArenaPlacement{&arena, Phase::rollout});
   generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena);
-  if (config.rollout.cuda_graph == RolloutGraph::decode) generator_->use_decode_graphs();
-  staging_ = std::make_unique<Staging>(std::size_t(micro_rows_) * seq_len_);
-  if (config.train.cuda_graph == TrainGraph::full) {
+  if (options.decode_graphs) generator_->use_decode_graphs();
+  // The sums reduced over the ranks: the rollout's 4 statistics and each minibatch's token count,
+  // the train phase's 6 statistics, the warm-up's loss.
+  const std::size_t reduced = std::max<std::size_t>(6, 4 + static_cast<std::size_t>(minibatches_));
+  staging_ = std::make_unique<Staging>(std::size_t(micro_rows_) * seq_len_, reduced);
+  if (options.train_graph) {
     if (trainer.profiling())
       throw InputError("train.cuda_graph = \"full\" and --profile: the profile fences between the phases of a "
                        "step, which a captured step cannot do (profile with train.cuda_graph = \"none\")");
@@ -114,7 +105,7 @@ GrpoLoop::GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& tra
     for (auto* v : {&st.mask, &st.old_logp, &st.ref_logp, &st.advantage, &st.weight})
       inputs.push_back(DeviceRegion{v->data(), v->extent(0) * sizeof(float)});
     const int rl_micro = ceil_div(ceil_div(prompts_per_minibatch_, comm.size()) * group_, micro_rows_);
-    const int sft_micro = ceil_div(ceil_div(config.rl.sft_batch_size, comm.size()), micro_rows_);
+    const int sft_micro = ceil_div(ceil_div(options.sft_batch_size, comm.size()), micro_rows_);
     step_graphs_ = std::make_unique<TrainStepGraphs>(trainer, model, std::move(inputs), std::max(rl_micro, sft_micro));
   }
 }
@@ -131,9 +122,11 @@ void GrpoLoop::finish_step(const char* bucket, int count, const TokenObjective& 
 
 GrpoLoop::~GrpoLoop() = default;
 
+bool GrpoLoop::decode_graphs() const { return generator_->decode_graphs(); }
+
 double GrpoLoop::sum_over_ranks(std::vector<double>& values) {
-  SHARDRL_CHECK(values.size() <= Staging::kReduce, "too many values to reduce");
   Staging& s = *staging_;
+  SHARDRL_CHECK(values.size() <= s.reduce.extent(0), "more values to reduce than the staging buffer holds");
   for (std::size_t i = 0; i < values.size(); ++i) s.reduce_h(i) = values[i];
   Kokkos::deep_copy(s.reduce, s.reduce_h);
   comm_.all_reduce(s.reduce.data(), s.reduce.data(), values.size(), ReduceOp::sum, stream_of(model_.space()));
@@ -152,8 +145,8 @@ void GrpoLoop::set_micro_batch(const std::vector<Sequence>& seqs, int first, int
 TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::train);
-  const std::int64_t B = config_.rl.sft_batch_size;
-  const auto seed = static_cast<std::uint64_t>(config_.run.seed) + 1;   // warm-up examples apart from RL prompts
+  const std::int64_t B = options_.sft_batch_size;
+  const auto seed = options_.seed + 1;   // warm-up examples apart from RL prompts
   const auto [begin, end] = prompts_of_rank(B, comm_.size(), comm_.rank());
   // Every rank builds the whole batch (cheap, host) to know the global token count without a
   // collective, and checks every length alike, so a too-long example stops every rank.
@@ -212,8 +205,8 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
 RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::rollout);
-  const auto seed = static_cast<std::uint64_t>(config_.run.seed);
-  const int max_new = static_cast<int>(config_.rollout.max_new_tokens);
+  const std::uint64_t seed = options_.seed;
+  const int max_new = options_.max_new_tokens;
   RolloutBatch b;
   b.iteration = iteration;
 
@@ -244,13 +237,9 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   b.minibatch_begin.push_back(static_cast<int>(rows.size()));
 
   weights_->materialize(trainer_);
-  SamplingOptions sampling;
-  sampling.temperature = static_cast<float>(config_.rollout.temperature);
-  sampling.top_k = static_cast<int>(config_.rollout.top_k);
-  sampling.top_p = static_cast<float>(config_.rollout.top_p);
   std::vector<Completion> out;
   if (!rows.empty())
-    out = generator_->generate(weights_->units(), rows, sampling, max_new, seed, iteration, eos_id_);
+    out = generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
 
   // Rewards, group advantages, sequences for training; sums for the global statistics.
   std::vector<double> rewards(rows.size());
@@ -272,10 +261,10 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
     b.sequences.push_back(std::move(s));
     b.logp.push_back(std::move(out[r].logp));
   }
-  std::vector<float> adv = group_advantages(rewards, group_, config_.rl.scale_by_std, config_.rl.adv_eps);
+  std::vector<float> adv = group_advantages(rewards, group_, options_.scale_by_std, options_.adv_eps);
   b.advantage = adv;
   sum_over_ranks(sums);
-  const double n = static_cast<double>(config_.rl.prompts_per_iteration) * group_;
+  const double n = static_cast<double>(options_.prompts_per_iteration) * group_;
   b.tokens = 0;
   for (int k = 0; k < minibatches_; ++k) {
     b.minibatch_tokens.push_back(sums[4 + k]);
@@ -294,8 +283,8 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::train);
   Staging& st = *staging_;
-  const bool kl = config_.rl.kl_coef > 0;
-  const bool recompute = config_.rl.old_logp == OldLogp::recompute;
+  const bool kl = options_.loss.kl_coef > 0;
+  const bool recompute = options_.old_logp == OldLogp::recompute;
   const int micro = ceil_div(ceil_div(prompts_per_minibatch_, comm_.size()) * group_, micro_rows_);
   const std::size_t rows = b.sequences.size();
 
@@ -320,12 +309,8 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   if (recompute) forward_into(WeightSource::policy, old_logp);
   if (kl) forward_into(WeightSource::reference, ref_logp);
 
-  GrpoLossOptions loss_options;
-  loss_options.clip_low = static_cast<float>(config_.rl.clip_low);
-  loss_options.clip_high = static_cast<float>(config_.rl.clip_high);
-  loss_options.kl_coef = static_cast<float>(config_.rl.kl_coef);
   GrpoObjective objective(st.old_logp.data(), kl ? st.ref_logp.data() : nullptr, st.advantage.data(),
-                          st.weight.data(), loss_options, st.stats.data());
+                          st.weight.data(), options_.loss, st.stats.data());
   const double sequences_per_minibatch = double(prompts_per_minibatch_) * group_;
   model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
   model_.reset_aux_loss();   // after the forward-only passes above: training forwards only
@@ -340,7 +325,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
       for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
         const Sequence& s = b.sequences[first + r];
         trained_ids += static_cast<double>(s.ids.size());
-        const double w = config_.rl.loss_aggregation == LossAggregation::token
+        const double w = options_.loss_aggregation == LossAggregation::token
                              ? 1.0 / b.minibatch_tokens[k]
                              : 1.0 / (sequences_per_minibatch * s.trained());
         for (int t = 0; t < s.trained(); ++t) {

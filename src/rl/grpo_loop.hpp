@@ -14,15 +14,16 @@
 #include <memory>
 #include <vector>
 
-#include "config/config.hpp"
 #include "core/phase_arena.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "fsdp/train_step_graphs.hpp"
 #include "mpi/communicator.hpp"
 #include "rl/grpo.hpp"
+#include "rl/loss_choices.hpp"
 #include "rl/sequence.hpp"
 #include "rl/task.hpp"
 #include "rollout/generator.hpp"
+#include "rollout/sampling.hpp"
 #include "rollout/weight_set.hpp"
 
 namespace shardrl {
@@ -50,10 +51,32 @@ struct TrainStats {
   double seconds = 0;
 };
 
+// What the loop runs: the [rl] and [rollout] keys and the seed, as the job's Config gives them
+// (job/options.hpp fills this from the Config; nothing here is read from anywhere else).
+struct GrpoLoopOptions {
+  TaskOptions task;
+  std::uint64_t seed = 0;                     // run.seed: prompts, samples, warm-up examples
+  int prompts_per_iteration = 16;             // global, split into the minibatches
+  int samples_per_prompt = 8;                 // G
+  int minibatches = 1;                        // optimizer steps per rollout
+  std::int64_t sft_batch_size = 32;           // global demonstrations per warm-up step
+  std::int32_t eos_id = 257;                  // ends completions and demonstrations
+  SamplingOptions sampling;
+  int max_new_tokens = 64;
+  bool decode_graphs = false;                 // rollout.cuda_graph = "decode"
+  bool train_graph = false;                   // train.cuda_graph = "full"
+  bool scale_by_std = true;                   // advantages divided by the group's std
+  double adv_eps = 1e-6;
+  GrpoLossOptions loss;                       // clip range and the KL weight (0: no reference)
+  LossAggregation loss_aggregation = LossAggregation::token;
+  OldLogp old_logp = OldLogp::recompute;
+};
+
 class GrpoLoop {
  public:
   // Builds the generator and the weight set in the arena's rollout region: call before commit().
-  GrpoLoop(const Config& config, Transformer& model, ShardedTrainer& trainer, Communicator& comm, PhaseArena& arena);
+  GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
+           PhaseArena& arena);
   ~GrpoLoop();
 
   // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
@@ -66,6 +89,9 @@ class GrpoLoop {
   // K optimizer steps of the GRPO objective on the batch.
   TrainStats train(const RolloutBatch& batch);
 
+  const GrpoLoopOptions& options() const { return options_; }
+  // Whether decode steps replay captured graphs (rollout.cuda_graph = "decode").
+  bool decode_graphs() const;
   // The captured train steps (train.cuda_graph = "full"), else null.
   const TrainStepGraphs* step_graphs() const { return step_graphs_.get(); }
 
@@ -78,7 +104,7 @@ class GrpoLoop {
   void finish_step(const char* bucket, int count, const TokenObjective& objective);
   double sum_over_ranks(std::vector<double>& values);   // in place; returns values[0]
 
-  const Config& config_;
+  const GrpoLoopOptions options_;
   Transformer& model_;
   ShardedTrainer& trainer_;
   Communicator& comm_;

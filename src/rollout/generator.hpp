@@ -52,6 +52,7 @@ class Generator {
   // only with host_replay_for_tests (see core/captured_graph.hpp).
   void use_decode_graphs(bool host_replay_for_tests = false);
   int decode_graph_captures() const;
+  bool decode_graphs() const { return graphs_on_; }
 
  private:
   // The decode step's work on the device: every unit and the draw for `rows` rows.

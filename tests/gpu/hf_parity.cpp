@@ -29,8 +29,8 @@
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
-#include "rl/hf_config.hpp"
-#include "rl/hf_weights.hpp"
+#include "job/hf_config.hpp"
+#include "job/policy.hpp"
 
 namespace {
 
@@ -111,9 +111,10 @@ int run(int argc, char** argv, MpiSession& mpi) {
   {
     auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                   cfg.comm.timeout_s);
-    ImportedPolicy policy(cfg, *comm);
-    Transformer& model = policy.model;
-    ShardedTrainer& trainer = policy.trainer;
+    Policy policy(cfg, *comm);
+    policy.load_init_from();
+    Transformer& model = policy.model();
+    ShardedTrainer& trainer = policy.trainer();
 
     // This rank's rows; targets are the next tokens, the last position has none (mask 0).
     std::vector<std::int32_t> tokens, targets;

@@ -1,4 +1,4 @@
-#include "rl/hf_config.hpp"
+#include "job/hf_config.hpp"
 
 #include <fmt/format.h>
 

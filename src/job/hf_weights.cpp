@@ -1,4 +1,4 @@
-#include "rl/hf_weights.hpp"
+#include "job/hf_weights.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,7 +12,7 @@
 #include "core/error.hpp"
 #include "io/json_parse_message.hpp"
 #include "io/safetensors.hpp"
-#include "rl/hf_config.hpp"
+#include "job/hf_config.hpp"
 
 namespace shardrl {
 namespace {
@@ -94,15 +94,6 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     }
     trainer.write_slice(u, SliceState::main, slice);
   }
-}
-
-ImportedPolicy::ImportedPolicy(const Config& config, Communicator& comm)
-    : options(model_options(config)),
-      expert_exchange(make_expert_exchange(config, comm, ExecSpace(), options)),
-      model(options, ExecSpace()),
-      trainer(model, comm, fsdp_options(config), optimizer_options(config)) {
-  trainer.initialize(static_cast<std::uint64_t>(config.run.seed), static_cast<float>(config.model.init_std));
-  load_hf_weights(config.model.init_from, trainer, model.units(), model.options().shape);
 }
 
 }  // namespace shardrl

@@ -1,4 +1,4 @@
-#include "rl/job_checkpoint.hpp"
+#include "job/job_checkpoint.hpp"
 
 #include <fmt/format.h>
 
@@ -6,14 +6,17 @@
 #include <chrono>
 #include <thread>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/sharded_file.hpp"
+#include "job/checkpoint_format.hpp"
 
 namespace shardrl {
 namespace {
+
+namespace f = checkpoint_format;
 
 // The states a checkpoint holds per parameter, and their group in the file.
 struct StateGroup {
@@ -21,10 +24,10 @@ struct StateGroup {
   const char* group;
 };
 std::vector<StateGroup> state_groups(const ShardedTrainer& trainer) {
-  std::vector<StateGroup> g{{SliceState::main, "/model/"},
-                            {SliceState::exp_avg, "/optim/exp_avg/"},
-                            {SliceState::exp_avg_sq, "/optim/exp_avg_sq/"}};
-  if (trainer.keeps_reference()) g.push_back({SliceState::reference, "/reference/"});
+  std::vector<StateGroup> g{{SliceState::main, f::kModel},
+                            {SliceState::exp_avg, f::kExpAvg},
+                            {SliceState::exp_avg_sq, f::kExpAvgSq}};
+  if (trainer.keeps_reference()) g.push_back({SliceState::reference, f::kReference});
   return g;
 }
 
@@ -52,22 +55,22 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
   const auto pause = std::chrono::milliseconds(config.debug.save_pause_ms);
   {
     ShardedFileWriter file(checkpoint_partial_path(dir, position.iterations_done), comm);
-    file.write_int64("/meta/format_version", kCheckpointFormatVersion);
-    file.write_string("/meta/shardrl_version", kVersion);
-    file.write_int64("/meta/world_size", world);
-    file.write_int64("/meta/iteration", position.iterations_done);
-    file.write_string("/meta/model", config.model.preset + ": " + shape_summary(resolve_model_shape(config.model)));
-    file.write_string("/meta/config", config_toml);
-    file.write_int64("/rng/seed", config.run.seed);
-    file.write_string("/rng/scheme",
+    file.write_int64(f::kFormatVersion, f::kVersion);
+    file.write_string(f::kShardrlVersion, kVersion);
+    file.write_int64(f::kWorldSize, world);
+    file.write_int64(f::kIteration, position.iterations_done);
+    file.write_string(f::kModelSummary, config.model.preset + ": " + shape_summary(resolve_model_shape(config.model)));
+    file.write_string(f::kConfig, config_toml);
+    file.write_int64(f::kSeed, config.run.seed);
+    file.write_string(f::kRngScheme,
                       "counter-based: every draw is a function of (seed, iteration, prompt, sample, token); "
                       "no generator state");
-    file.write_string("/data/task", config.rl.task);
-    file.write_int64("/data/iterations_done", position.iterations_done);
-    file.write_int64("/data/warmup_steps_done", position.warmup_steps_done);
+    file.write_string(f::kTask, config.rl.task);
+    file.write_int64(f::kIterationsDone, position.iterations_done);
+    file.write_int64(f::kWarmupStepsDone, position.warmup_steps_done);
     const StepMetrics m = trainer.metrics();
-    file.write_int64("/optim/step", m.step);
-    file.write_int64("/optim/skipped", m.skipped);
+    file.write_int64(f::kOptimStep, m.step);
+    file.write_int64(f::kOptimSkipped, m.skipped);
     for (const StateGroup& g : state_groups(trainer))
       for (int u = 0; u < static_cast<int>(units.size()); ++u) {
         const std::vector<float> slice = trainer.read_slice(u, g.state);
@@ -89,14 +92,8 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
 
 JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
                                 const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm) {
-  ShardedFileReader in(file, comm);
-  const std::string where = file.string();
-  if (!in.has("/meta/format_version"))
-    throw InputError(fmt::format("{}: not a shardrl checkpoint (no /meta/format_version)", where));
-  const std::int64_t version = in.read_int64("/meta/format_version");
-  if (version != kCheckpointFormatVersion)
-    throw InputError(fmt::format("{}: checkpoint format version {} is not one this shardrl reads (it reads {})", where,
-                                 version, kCheckpointFormatVersion));
+  const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(file, comm);
+  ShardedFileReader& in = *opened;
   for (const StateGroup& g : state_groups(trainer))
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       const UnitShard& s = trainer.layout().unit(u);
@@ -108,11 +105,25 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
       }
       trainer.write_slice(u, g.state, slice);
     }
-  trainer.set_step_counters(in.read_int64("/optim/step"), in.read_int64("/optim/skipped"));
+  trainer.set_step_counters(in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped));
   JobPosition position;
-  position.iterations_done = in.read_int64("/data/iterations_done");
-  position.warmup_steps_done = in.read_int64("/data/warmup_steps_done");
+  position.iterations_done = in.read_int64(f::kIterationsDone);
+  position.warmup_steps_done = in.read_int64(f::kWarmupStepsDone);
   return position;
+}
+
+void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
+                         bool verify, MPI_Comm comm) {
+  const std::unique_ptr<ShardedFileReader> in = open_checkpoint(file, comm);
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    std::vector<float> slice(static_cast<std::size_t>(trainer.layout().unit(u).shard), 0.0f);
+    for (const ParamSpec& p : units[u].params) {
+      const ParamOverlap o = trainer.layout().overlap(u, p);
+      in->read(f::kModel + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
+               static_cast<std::uint64_t>(o.count), slice.data() + o.at, verify);
+    }
+    trainer.write_slice(u, SliceState::main, slice);
+  }
 }
 
 }  // namespace shardrl

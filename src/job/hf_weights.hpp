@@ -6,11 +6,9 @@
 #pragma once
 
 #include <filesystem>
-#include <memory>
 #include <vector>
 
-#include "config/model_shape.hpp"
-#include "fsdp/comm_expert_exchange.hpp"
+#include "config/model_presets.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "model/param_spec.hpp"
 
@@ -18,16 +16,5 @@ namespace shardrl {
 
 void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
                      const ModelShape& shape);
-
-// A job's policy holding its model.init_from directory's weights, built as the train command
-// builds its policy (the Config's model options, the expert exchange, the sharded trainer):
-// what `convert --from-safetensors` saves and the transformers comparison runs.
-struct ImportedPolicy {
-  ImportedPolicy(const Config& config, Communicator& comm);
-  ModelOptions options;
-  std::unique_ptr<CommExpertExchange> expert_exchange;   // fsdp.expert_parallel only
-  Transformer model;
-  ShardedTrainer trainer;
-};
 
 }  // namespace shardrl

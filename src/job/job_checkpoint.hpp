@@ -18,8 +18,6 @@
 
 namespace shardrl {
 
-inline constexpr std::int64_t kCheckpointFormatVersion = 1;
-
 // Where the job stands: what a resumed job skips.
 struct JobPosition {
   std::int64_t iterations_done = 0;     // RL iterations finished
@@ -39,5 +37,10 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
 // every rank, naming the file and the tensor.
 JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
                                 const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm);
+
+// Collective. The policy's main weights alone from `file` (the optimizer state and counters stay
+// as they are): what `generate` samples from. Errors as load_job_checkpoint's.
+void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
+                         bool verify, MPI_Comm comm);
 
 }  // namespace shardrl

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "config/model_shape.hpp"
+#include "config/model_presets.hpp"
 
 namespace shardrl {
 

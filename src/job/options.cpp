@@ -1,0 +1,94 @@
+#include "job/options.hpp"
+
+#include "config/model_presets.hpp"
+#include "rl/tokenizer.hpp"
+
+namespace shardrl {
+
+ModelOptions model_options(const Config& config) {
+  ModelOptions o;
+  o.shape = resolve_model_shape(config.model);
+  o.precision = config.model.precision;
+  o.gradient_accumulation_fusion = config.train.gradient_accumulation_fusion;
+  o.activation_recompute = config.train.activation_recompute;
+  o.max_batch = static_cast<int>(config.train.micro_batch_size);
+  o.max_seq_len = static_cast<int>(config.train.seq_len);
+  o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);
+  o.moe_impl = config.model.moe_impl;
+  return o;
+}
+
+FsdpOptions fsdp_options(const Config& c) {
+  FsdpOptions o;
+  o.reshard_after_forward = c.fsdp.reshard_after_forward;
+  o.reduce_dtype = c.fsdp.reduce_dtype;
+  o.main_grad_dtype = c.fsdp.main_grad_dtype;
+  o.state_dtype = c.optim.state_dtype;
+  o.decay_norms_and_embeddings = c.optim.decay_norms_and_embeddings;
+  o.check_released = c.debug.check_released;
+  o.keep_reference = c.rl.kl_coef > 0;
+  o.expert_parallel = c.fsdp.expert_parallel;
+  return o;
+}
+
+OptimizerOptions optimizer_options(const Config& c) {
+  OptimizerOptions o;
+  o.lr = static_cast<float>(c.optim.lr);
+  o.beta1 = static_cast<float>(c.optim.beta1);
+  o.beta2 = static_cast<float>(c.optim.beta2);
+  o.eps = static_cast<float>(c.optim.eps);
+  o.weight_decay = static_cast<float>(c.optim.weight_decay);
+  o.schedule = c.optim.schedule;
+  o.warmup_steps = c.optim.warmup_steps;
+  o.decay_steps = c.optim.decay_steps;
+  o.min_lr_ratio = static_cast<float>(c.optim.min_lr_ratio);
+  o.clip_grad_norm = static_cast<float>(c.optim.clip_grad_norm);
+  return o;
+}
+
+SamplingOptions sampling_options(const Config& c) {
+  SamplingOptions o;
+  o.temperature = static_cast<float>(c.rollout.temperature);
+  o.top_k = static_cast<int>(c.rollout.top_k);
+  o.top_p = static_cast<float>(c.rollout.top_p);
+  return o;
+}
+
+TaskOptions task_options(const Config& c) {
+  TaskOptions o;
+  o.name = c.rl.task;
+  o.difficulty = static_cast<int>(c.rl.difficulty);
+  o.partial_credit = c.rl.partial_credit;
+  o.dataset_path = c.rl.dataset;
+  o.eos_id = c.rl.eos_id;
+  return o;
+}
+
+std::int32_t eos_id(const Config& c) {
+  return c.rl.eos_id >= 0 ? static_cast<std::int32_t>(c.rl.eos_id) : tokenizer::kEos;
+}
+
+GrpoLoopOptions grpo_loop_options(const Config& c) {
+  GrpoLoopOptions o;
+  o.task = task_options(c);
+  o.seed = static_cast<std::uint64_t>(c.run.seed);
+  o.prompts_per_iteration = static_cast<int>(c.rl.prompts_per_iteration);
+  o.samples_per_prompt = static_cast<int>(c.rl.samples_per_prompt);
+  o.minibatches = static_cast<int>(c.rl.minibatches);
+  o.sft_batch_size = c.rl.sft_batch_size;
+  o.eos_id = eos_id(c);
+  o.sampling = sampling_options(c);
+  o.max_new_tokens = static_cast<int>(c.rollout.max_new_tokens);
+  o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
+  o.train_graph = c.train.cuda_graph == TrainGraph::full;
+  o.scale_by_std = c.rl.scale_by_std;
+  o.adv_eps = c.rl.adv_eps;
+  o.loss.clip_low = static_cast<float>(c.rl.clip_low);
+  o.loss.clip_high = static_cast<float>(c.rl.clip_high);
+  o.loss.kl_coef = static_cast<float>(c.rl.kl_coef);
+  o.loss_aggregation = c.rl.loss_aggregation;
+  o.old_logp = c.rl.old_logp;
+  return o;
+}
+
+}  // namespace shardrl

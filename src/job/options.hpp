@@ -1,0 +1,27 @@
+// The one Config read into the options structs of the layers below the job (DESIGN.md invariant
+// 1): no layer under src/job sees the Config, so every key reaches them through these functions
+// and every entry point that builds a policy (job/policy.hpp) calls the same ones.
+#pragma once
+
+#include "config/config.hpp"
+#include "fsdp/sharded_trainer.hpp"
+#include "model/transformer.hpp"
+#include "optim/optimizer.hpp"
+#include "rl/grpo_loop.hpp"
+#include "rl/task.hpp"
+#include "rollout/sampling.hpp"
+
+namespace shardrl {
+
+// The model's shape, precision and buffers (micro-batch x seq_len), the MoE choices. Placement
+// in an arena and the expert exchange are the policy's to set.
+ModelOptions model_options(const Config& config);
+FsdpOptions fsdp_options(const Config& config);
+OptimizerOptions optimizer_options(const Config& config);
+SamplingOptions sampling_options(const Config& config);
+TaskOptions task_options(const Config& config);
+// The id that ends a completion: rl.eos_id, or the byte tokenizer's EOS when it is unset.
+std::int32_t eos_id(const Config& config);
+GrpoLoopOptions grpo_loop_options(const Config& config);
+
+}  // namespace shardrl

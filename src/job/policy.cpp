@@ -1,0 +1,84 @@
+#include "job/policy.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "job/hf_weights.hpp"
+#include "job/options.hpp"
+
+namespace shardrl {
+namespace {
+
+const char* name_of(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+const char* name_of(GradDtype d) { return d == GradDtype::bf16 ? "bf16" : "fp32"; }
+const char* name_of(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : "constant"; }
+
+}  // namespace
+
+ModelOptions Policy::placed_model_options() {
+  ModelOptions o = model_options(config_);
+  o.arena = ArenaPlacement{&arena_, Phase::train};
+  // With fsdp.expert_parallel (and MoE layers) the model computes its own experts for every
+  // rank's tokens through this exchange; the trainer refuses a model built without it.
+  if (config_.fsdp.expert_parallel && o.shape.n_experts > 0) {
+    expert_exchange_ = std::make_unique<CommExpertExchange>(comm_, ExecSpace(), o.shape.n_experts / comm_.size());
+    o.expert_exchange = expert_exchange_.get();
+  }
+  return o;
+}
+
+Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
+    : config_(config), comm_(comm), arena_(ExecSpace(), config.debug.check_released),
+      model_(placed_model_options(), ExecSpace()), trainer_(model_, comm_, [&] {
+        FsdpOptions f = fsdp_options(config_);
+        f.profile = use.profile;
+        return f;
+      }(), optimizer_options(config_)) {
+  // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
+  if (use.rl_loop) loop_ = std::make_unique<GrpoLoop>(grpo_loop_options(config_), model_, trainer_, comm_, arena_);
+  arena_.commit();
+  arena_.enter(Phase::train);
+  trainer_.initialize(static_cast<std::uint64_t>(config_.run.seed), static_cast<float>(config_.model.init_std));
+}
+
+Policy::~Policy() = default;
+
+GrpoLoop& Policy::loop() {
+  SHARDRL_CHECK(loop_ != nullptr, "the policy was built without its RL loop (PolicyUse::rl_loop)");
+  return *loop_;
+}
+
+void Policy::load_init_from() {
+  SHARDRL_CHECK(!config_.model.init_from.empty(), "load_init_from without model.init_from");
+  load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape);
+}
+
+std::string Policy::build_report() const {
+  const ModelOptions& m = model_.options();
+  const FsdpOptions& f = trainer_.options();
+  const OptimizerOptions& o = trainer_.optimizer_options();
+  std::string out;
+  auto line = [&](const char* name, const std::string& value) { out += fmt::format("  {:<24} {}\n", name, value); };
+  line("compute precision", name_of(m.precision));
+  line("weight gradients", m.gradient_accumulation_fusion ? "fused (GEMM accumulates into the fp32 gradient)"
+                                                          : "unfused (GEMM into a buffer, then added)");
+  line("attention", "batched GEMMs (scores materialised per block)");
+  line("activation recompute", m.activation_recompute ? "on" : "off");
+  if (m.shape.n_experts > 0) {
+    line("MoE expert GEMMs", m.moe_impl == MoeImpl::grouped ? "grouped" : "loop (expert by expert)");
+    line("expert parallelism", m.expert_exchange ? fmt::format("on ({} ranks)", m.expert_exchange->ranks()) : "off");
+  }
+  line("reshard after forward", f.reshard_after_forward ? "on" : "off");
+  line("reduce-scatter dtype", name_of(f.reduce_dtype));
+  line("main gradient dtype", name_of(f.main_grad_dtype));
+  line("Adam moment dtype", name_of(f.state_dtype));
+  line("lr schedule", fmt::format("{} (peak {}, warm-up {} steps)", name_of(o.schedule), o.lr, o.warmup_steps));
+  line("reference policy", trainer_.keeps_reference() ? "kept (rl.kl_coef > 0)" : "none");
+  if (loop_) {
+    line("train step", loop_->step_graphs() ? "CUDA graph (train.cuda_graph = \"full\")" : "eager");
+    line("decode step", loop_->decode_graphs() ? "CUDA graphs (rollout.cuda_graph = \"decode\")" : "eager");
+  }
+  return out;
+}
+
+}  // namespace shardrl

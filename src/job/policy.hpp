@@ -1,0 +1,70 @@
+// A job's policy, built from the one Config exactly once for every entry point (`train`,
+// `generate`, `convert --from-safetensors`, the benchmarks, the tests that run jobs): the phase
+// arena, the expert exchange (fsdp.expert_parallel), the model, the sharded trainer with fresh
+// weights from the seed, and for the train command the RL loop. No other place constructs a
+// Transformer and a ShardedTrainer together, so a key cannot take effect on one path and be
+// ignored on another (DESIGN.md invariant 1).
+//
+// Construction order is the one the memory plan needs: every buffer of both phases is reserved
+// before the arena is allocated, then the arena enters the train phase and the weights are
+// initialised (counter-based on the seed, the same at any world size).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+#include "core/phase_arena.hpp"
+#include "fsdp/comm_expert_exchange.hpp"
+#include "fsdp/sharded_trainer.hpp"
+#include "model/transformer.hpp"
+#include "mpi/communicator.hpp"
+#include "rl/grpo_loop.hpp"
+
+namespace shardrl {
+
+// What the policy is built for, beyond the Config.
+struct PolicyUse {
+  bool rl_loop = false;   // the train command: the RL loop's generator and staging in the arena
+  bool profile = false;   // --profile: the trainer fences between phases and times them
+};
+
+class Policy {
+ public:
+  // A task's options or dataset that cannot be used: InputError (the same on every rank).
+  Policy(const Config& config, Communicator& comm, const PolicyUse& use = {});
+  ~Policy();
+  Policy(const Policy&) = delete;
+  Policy& operator=(const Policy&) = delete;
+
+  const Config& config() const { return config_; }
+  Communicator& comm() { return comm_; }
+  PhaseArena& arena() { return arena_; }
+  Transformer& model() { return model_; }
+  ShardedTrainer& trainer() { return trainer_; }
+  // The RL loop (PolicyUse::rl_loop only).
+  GrpoLoop& loop();
+  bool has_loop() const { return loop_ != nullptr; }
+
+  // Replaces the fresh weights with those of model.init_from's Hugging Face directory
+  // (job/hf_weights.hpp). Collective.
+  void load_init_from();
+
+  // The paths this build takes, one "name: value" per line: what --print-build and the start-up
+  // report show, read from the built objects (not from the Config), so a key that did not reach
+  // them shows its default here.
+  std::string build_report() const;
+
+ private:
+  ModelOptions placed_model_options();
+
+  const Config config_;
+  Communicator& comm_;
+  PhaseArena arena_;
+  std::unique_ptr<CommExpertExchange> expert_exchange_;   // fsdp.expert_parallel with MoE layers
+  Transformer model_;
+  ShardedTrainer trainer_;
+  std::unique_ptr<GrpoLoop> loop_;
+};
+
+}  // namespace shardrl

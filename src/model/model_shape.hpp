@@ -1,0 +1,35 @@
+// The shape of a decoder-only transformer (Llama / Qwen3 / Qwen3-MoE style): what every layer
+// that sizes a buffer or a parameter reads. Where a shape comes from (a preset, the [model] keys,
+// a Hugging Face config.json) is the job's business (config/model_presets.hpp).
+#pragma once
+
+#include <cstdint>
+
+namespace shardrl {
+
+struct ModelShape {
+  int vocab_size = 0;
+  int d_model = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int d_ff = 0;
+  float rope_theta = 0;
+  float norm_eps = 0;
+  bool qk_norm = false;
+  bool tie_embeddings = false;
+  int max_seq_len = 0;
+  // Mixture of experts: n_experts = 0 for a dense model.
+  int n_experts = 0;
+  int top_k = 0;
+  int d_ff_expert = 0;
+  int moe_every = 1;
+  bool shared_expert = false;
+
+  // Decoder layer l's MLP is a mixture of experts.
+  bool moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
+  std::int64_t parameter_count() const;
+};
+
+}  // namespace shardrl
