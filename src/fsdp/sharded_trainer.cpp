@@ -12,11 +12,14 @@
 namespace shardrl {
 namespace {
 
-template <class T>
-std::vector<LedgerView<T>> per_unit(const ShardLayout& layout, MemoryCategory category, const char* label) {
-  std::vector<LedgerView<T>> out;
-  for (int u = 0; u < layout.unit_count(); ++u)
-    out.emplace_back(category, label, static_cast<std::size_t>(layout.unit(u).shard));
+using DeviceFloats = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// The first `n` elements of a device staging buffer on the host, once the device is done.
+std::vector<float> to_host(const ExecSpace& space, const LedgerView<float>& staging, std::size_t n) {
+  space.fence();
+  std::vector<float> out(n);
+  Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(out.data(), n),
+                    DeviceFloats(staging.data(), n));
   return out;
 }
 
@@ -30,26 +33,14 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   SHARDRL_CHECK(options.expert_parallel == (model.options().expert_exchange != nullptr),
                 "fsdp.expert_parallel needs the model built with an ExpertExchange (make_expert_exchange), and "
                 "an ExpertExchange needs fsdp.expert_parallel");
-  const bool half = model_.options().precision == Precision::bf16;
-  main_ = per_unit<float>(layout_, MemoryCategory::weights, "main_weights");
-  if (half) compute_ = per_unit<bf16>(layout_, MemoryCategory::weights, "compute_slice");
-  if (options_.main_grad_dtype == GradDtype::fp32)
-    grad_f32_ = per_unit<float>(layout_, MemoryCategory::grads, "main_grads");
-  else
-    grad_bf16_ = per_unit<bf16>(layout_, MemoryCategory::grads, "main_grads");
+  const GradDtype compute_type = model_.options().precision == Precision::bf16 ? GradDtype::bf16 : GradDtype::fp32;
+  main_ = UnitSlices(layout_, GradDtype::fp32, MemoryCategory::weights, "main_weights");
+  if (compute_type == GradDtype::bf16) compute_ = UnitSlices(layout_, GradDtype::bf16, MemoryCategory::weights, "compute_slice");
+  grad_ = UnitSlices(layout_, options_.main_grad_dtype, MemoryCategory::grads, "main_grads");
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);   // nothing accumulated yet
-  if (options_.state_dtype == GradDtype::fp32) {
-    m_f32_ = per_unit<float>(layout_, MemoryCategory::optimizer, "adam_m");
-    v_f32_ = per_unit<float>(layout_, MemoryCategory::optimizer, "adam_v");
-  } else {
-    m_bf16_ = per_unit<bf16>(layout_, MemoryCategory::optimizer, "adam_m");
-    v_bf16_ = per_unit<bf16>(layout_, MemoryCategory::optimizer, "adam_v");
-  }
-
-  if (options_.keep_reference)
-    for (int u = 0; u < layout_.unit_count(); ++u)
-      reference_.emplace_back(MemoryCategory::weights, "reference_slice",
-                              static_cast<std::size_t>(layout_.unit(u).shard) * model_.compute_type_size());
+  m_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_m");
+  v_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_v");
+  if (options_.keep_reference) reference_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "reference_slice");
 
   // Two slots let the next unit's all-gather overlap this unit's compute; keeping every unit
   // gathered from forward to backward needs one per unit.
@@ -92,6 +83,21 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
 
 ShardedTrainer::~ShardedTrainer() = default;
 
+const UnitSlices& ShardedTrainer::slices(SliceState state) const {
+  switch (state) {
+    case SliceState::main: return main_;
+    case SliceState::exp_avg: return m_;
+    case SliceState::exp_avg_sq: return v_;
+    case SliceState::reference: break;
+  }
+  SHARDRL_CHECK(!reference_.empty(), "the reference slices, but the trainer keeps none (FsdpOptions::keep_reference)");
+  return reference_;
+}
+
+const void* ShardedTrainer::compute_slice(int u) const {
+  return compute_.empty() ? main_.address(u) : compute_.address(u);
+}
+
 bool ShardedTrainer::tied() const { return model_.options().shape.tie_embeddings; }
 
 StreamHandle ShardedTrainer::compute_stream() const { return stream_of(space_).handle; }
@@ -105,18 +111,14 @@ void ShardedTrainer::initialize(std::uint64_t seed, float std) {
     const UnitShard& s = layout_.unit(u);
     for (const SlicePiece& piece : layout_.pieces(u)) {
       const std::int64_t end = std::min(piece.flat_begin + piece.length, s.numel);
-      float* out = main_[u].data() + piece.slice_offset;
+      float* out = main_.as<float>(u) + piece.slice_offset;
       if (piece.flat_begin < end) init_unit_slice(space_, model_.units()[u], seed, std, piece.flat_begin, end, out);
       const std::int64_t written = std::max<std::int64_t>(0, end - piece.flat_begin);
       kernels::fill(space_, out + written, 0.0f, piece.length - written);   // padding beyond the unit
     }
-    if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), s.shard);
-    if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, s.shard);
-    if (!grad_bf16_.empty()) kernels::fill(space_, grad_bf16_[u].data(), 0.0f, s.shard);
-    for (auto* st : {&m_f32_, &v_f32_})
-      if (!st->empty()) kernels::fill(space_, (*st)[u].data(), 0.0f, s.shard);
-    for (auto* st : {&m_bf16_, &v_bf16_})
-      if (!st->empty()) kernels::fill(space_, (*st)[u].data(), 0.0f, s.shard);
+    if (!compute_.empty()) kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), s.shard);
+    for (const UnitSlices* zeroed : {&grad_, &m_, &v_})
+      zeroed->visit(u, [&](auto* p) { kernels::fill(space_, p, 0.0f, s.shard); });
   }
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);
   optimizer_.set_counters(0, 0);
@@ -129,8 +131,7 @@ GatheredUnit ShardedTrainer::gather(int u) {
   const double t = now();
   GatheredUnit g = slots_->claim(u);
   const UnitShard& s = layout_.unit(u);
-  const void* source = compute_.empty() ? static_cast<const void*>(main_[u].data()) : compute_[u].data();
-  if (source_ == WeightSource::reference) source = reference_[u].data();
+  const void* source = source_ == WeightSource::reference ? reference_.address(u) : compute_slice(u);
   const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
   // The communication stream starts after everything computed so far: the own slice is up to
   // date and the slot's previous unit is no longer read.
@@ -255,13 +256,10 @@ void ShardedTrainer::finish_reduce(int b) {
   // The first gradient since the optimizer step is copied, later ones (micro-batches, the tied
   // embedding's second share) are added.
   auto take = [&](const auto* reduced) {
-    if (grad_empty_[u]) {
-      if (!grad_f32_.empty()) kernels::cast(space_, reduced, grad_f32_[u].data(), n);
-      else kernels::cast(space_, reduced, grad_bf16_[u].data(), n);
-    } else {
-      if (!grad_f32_.empty()) kernels::add_scaled(space_, reduced, grad_f32_[u].data(), 1.0f, n);
-      else kernels::add_scaled(space_, reduced, grad_bf16_[u].data(), 1.0f, n);
-    }
+    grad_.visit(u, [&](auto* g) {
+      if (grad_empty_[u]) kernels::cast(space_, reduced, g, n);
+      else kernels::add_scaled(space_, reduced, g, 1.0f, n);
+    });
     grad_empty_[u] = 0;
   };
   if (options_.reduce_dtype == GradDtype::bf16) take(recv_bf16_[b].data());
@@ -294,8 +292,10 @@ void ShardedTrainer::snapshot_reference() {
   SHARDRL_CHECK(!reference_.empty(), "snapshot_reference without FsdpOptions::keep_reference");
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const long n = static_cast<long>(layout_.unit(u).shard);
-    if (compute_.empty()) kernels::cast(space_, main_[u].data(), reinterpret_cast<float*>(reference_[u].data()), n);
-    else kernels::cast(space_, compute_[u].data(), reinterpret_cast<bf16*>(reference_[u].data()), n);
+    reference_.visit(u, [&](auto* r) {
+      using T = std::remove_pointer_t<decltype(r)>;   // the compute type
+      kernels::cast(space_, static_cast<const T*>(compute_slice(u)), r, n);
+    });
   }
 }
 
@@ -342,14 +342,12 @@ void ShardedTrainer::optimizer_step() {
   for (int u = 0; u < layout_.unit_count(); ++u)   // no gradient since the last step: zero
     if (grad_empty_[u]) {
       const long n = static_cast<long>(layout_.unit(u).shard);
-      if (!grad_f32_.empty()) kernels::fill(space_, grad_f32_[u].data(), 0.0f, n);
-      else kernels::fill(space_, grad_bf16_[u].data(), 0.0f, n);
+      grad_.visit(u, [&](auto* g) { kernels::fill(space_, g, 0.0f, n); });
     }
   optimizer_.begin_norm();
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const long n = static_cast<long>(layout_.unit(u).shard);
-    if (!grad_f32_.empty()) optimizer_.accumulate_sumsq(grad_f32_[u].data(), n);
-    else optimizer_.accumulate_sumsq(grad_bf16_[u].data(), n);
+    grad_.visit(u, [&](const auto* g) { optimizer_.accumulate_sumsq(g, n); });
   }
   comm_.all_reduce(optimizer_.sumsq(), optimizer_.sumsq(), 1, ReduceOp::sum, stream_of(space_));
   profile_.all_reduce_bytes += sizeof(*optimizer_.sumsq());
@@ -359,19 +357,16 @@ void ShardedTrainer::optimizer_step() {
     for (const SliceRange& r : layout_.ranges(u)) {
       const long n = static_cast<long>(r.end - r.begin);
       const float decay = (r.no_decay && !options_.decay_norms_and_embeddings) ? 0.0f : wd;
-      float* w = main_[u].data() + r.begin;
-      if (!grad_f32_.empty()) {
-        const float* g = grad_f32_[u].data() + r.begin;
-        if (!m_f32_.empty()) optimizer_.update(w, g, m_f32_[u].data() + r.begin, v_f32_[u].data() + r.begin, n, decay);
-        else optimizer_.update(w, g, m_bf16_[u].data() + r.begin, v_bf16_[u].data() + r.begin, n, decay);
-      } else {
-        const bf16* g = grad_bf16_[u].data() + r.begin;
-        if (!m_f32_.empty()) optimizer_.update(w, g, m_f32_[u].data() + r.begin, v_f32_[u].data() + r.begin, n, decay);
-        else optimizer_.update(w, g, m_bf16_[u].data() + r.begin, v_bf16_[u].data() + r.begin, n, decay);
-      }
+      float* w = main_.as<float>(u) + r.begin;
+      grad_.visit(u, [&](const auto* g) {
+        m_.visit(u, [&](auto* m) {
+          using State = std::remove_pointer_t<decltype(m)>;   // the moments share one type
+          optimizer_.update(w, g + r.begin, m + r.begin, v_.as<State>(u) + r.begin, n, decay);
+        });
+      });
     }
     const long n = static_cast<long>(layout_.unit(u).shard);
-    if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), n);
+    if (!compute_.empty()) kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), n);
     grad_empty_[u] = 1;
   }
   if (options_.profile) {
@@ -390,18 +385,9 @@ void ShardedTrainer::add_replayed_profile(const StepProfile& step) {
 
 std::vector<const void*> ShardedTrainer::buffer_addresses() const {
   std::vector<const void*> out;
-  auto add = [&](const auto& per_unit) {
-    for (const auto& v : per_unit) out.push_back(v.data());
-  };
-  add(main_);
-  add(compute_);
-  add(grad_f32_);
-  add(grad_bf16_);
-  add(m_f32_);
-  add(v_f32_);
-  add(m_bf16_);
-  add(v_bf16_);
-  add(reference_);
+  for (const UnitSlices* per_unit : {&main_, &compute_, &grad_, &m_, &v_, &reference_})
+    if (!per_unit->empty())
+      for (int u = 0; u < layout_.unit_count(); ++u) out.push_back(per_unit->address(u));
   for (int slot = 0; slot < slots_->count(); ++slot) out.push_back(slots_->buffer(slot));
   for (int b = 0; b < 2; ++b)
     for (const void* p : {static_cast<const void*>(grad_full_[b].data()), static_cast<const void*>(send_bf16_[b].data()),
@@ -415,8 +401,7 @@ void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
   SHARDRL_CHECK(static_cast<int>(out.size()) == layout_.unit_count(), "one output buffer per unit");
   const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
   for (int u = 0; u < layout_.unit_count(); ++u) {
-    const void* source = compute_.empty() ? static_cast<const void*>(main_[u].data()) : compute_[u].data();
-    all_gather_unit(u, source, out[u], type, stream_of(space_));
+    all_gather_unit(u, compute_slice(u), out[u], type, stream_of(space_));
     profile_.all_gathers += 1;
     profile_.all_gather_bytes += layout_.unit(u).padded * static_cast<std::int64_t>(model_.compute_type_size());
   }
@@ -437,77 +422,39 @@ void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataT
 
 std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
   const long n = static_cast<long>(layout_.unit(u).shard);
-  DeviceView<float> staging("checkpoint_slice", static_cast<std::size_t>(n));
-  const bool half_state = !m_bf16_.empty();
-  switch (state) {
-    case SliceState::main: kernels::cast(space_, main_[u].data(), staging.data(), n); break;
-    case SliceState::exp_avg:
-      if (half_state) kernels::cast(space_, m_bf16_[u].data(), staging.data(), n);
-      else kernels::cast(space_, m_f32_[u].data(), staging.data(), n);
-      break;
-    case SliceState::exp_avg_sq:
-      if (half_state) kernels::cast(space_, v_bf16_[u].data(), staging.data(), n);
-      else kernels::cast(space_, v_f32_[u].data(), staging.data(), n);
-      break;
-    case SliceState::reference:
-      SHARDRL_CHECK(!reference_.empty(), "read_slice of a reference the trainer does not keep");
-      if (compute_.empty()) kernels::cast(space_, reinterpret_cast<const float*>(reference_[u].data()), staging.data(), n);
-      else kernels::cast(space_, reinterpret_cast<const bf16*>(reference_[u].data()), staging.data(), n);
-      break;
-  }
-  space_.fence();
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), staging);
-  return std::vector<float>(host.data(), host.data() + n);
+  LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
+  slices(state).visit(u, [&](const auto* p) { kernels::cast(space_, p, staging.data(), n); });
+  return to_host(space_, staging, static_cast<std::size_t>(n));
 }
 
 std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {
   const long n = static_cast<long>(layout_.unit(u).shard);
   if (grad_empty_[static_cast<std::size_t>(u)]) return std::vector<float>(static_cast<std::size_t>(n), 0.0f);
-  DeviceView<float> staging("gradient_slice", static_cast<std::size_t>(n));
-  if (!grad_f32_.empty()) kernels::cast(space_, grad_f32_[u].data(), staging.data(), n);
-  else kernels::cast(space_, grad_bf16_[u].data(), staging.data(), n);
-  space_.fence();
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), staging);
-  return std::vector<float>(host.data(), host.data() + n);
+  LedgerView<float> staging(MemoryCategory::workspace, "gradient_slice", static_cast<std::size_t>(n));
+  grad_.visit(u, [&](const auto* g) { kernels::cast(space_, g, staging.data(), n); });
+  return to_host(space_, staging, static_cast<std::size_t>(n));
 }
 
 void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<float>& values) {
   const long n = static_cast<long>(layout_.unit(u).shard);
   SHARDRL_CHECK(static_cast<long>(values.size()) == n, "write_slice: one value per element of the slice");
-  DeviceView<float> staging("checkpoint_slice", static_cast<std::size_t>(n));
-  Kokkos::deep_copy(staging, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                                 values.data(), values.size()));
-  const bool half_state = !m_bf16_.empty();
-  switch (state) {
-    case SliceState::main:
-      kernels::cast(space_, staging.data(), main_[u].data(), n);
-      if (!compute_.empty()) kernels::cast(space_, main_[u].data(), compute_[u].data(), n);
-      break;
-    case SliceState::exp_avg:
-      if (half_state) kernels::cast(space_, staging.data(), m_bf16_[u].data(), n);
-      else kernels::cast(space_, staging.data(), m_f32_[u].data(), n);
-      break;
-    case SliceState::exp_avg_sq:
-      if (half_state) kernels::cast(space_, staging.data(), v_bf16_[u].data(), n);
-      else kernels::cast(space_, staging.data(), v_f32_[u].data(), n);
-      break;
-    case SliceState::reference:
-      SHARDRL_CHECK(!reference_.empty(), "write_slice of a reference the trainer does not keep");
-      if (compute_.empty()) kernels::cast(space_, staging.data(), reinterpret_cast<float*>(reference_[u].data()), n);
-      else kernels::cast(space_, staging.data(), reinterpret_cast<bf16*>(reference_[u].data()), n);
-      break;
-  }
+  LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
+  Kokkos::deep_copy(DeviceFloats(staging.data(), values.size()),
+                    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        values.data(), values.size()));
+  slices(state).visit(u, [&](auto* p) { kernels::cast(space_, staging.data(), p, n); });
+  if (state == SliceState::main && !compute_.empty())   // the compute copy follows its main weights
+    kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), n);
   space_.fence();
 }
 
 std::vector<float> ShardedTrainer::gather_main_weights(int u) {
   const UnitShard& s = layout_.unit(u);
-  DeviceView<float> full("gathered_main", static_cast<std::size_t>(s.padded));
+  LedgerView<float> full(MemoryCategory::workspace, "gathered_main", static_cast<std::size_t>(s.padded));
   space_.fence();
-  all_gather_unit(u, main_[u].data(), full.data(), DataType::f32, stream_of(space_));
+  all_gather_unit(u, main_.address(u), full.data(), DataType::f32, stream_of(space_));
   comm_.synchronize(stream_of(space_));
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
-  return std::vector<float>(host.data(), host.data() + s.numel);
+  return to_host(space_, full, static_cast<std::size_t>(s.numel));
 }
 
 void ShardedTrainer::forward_with_stale_handle_for_test(int u) { compute_forward(last_handle_[u], GatheredUnit{}); }

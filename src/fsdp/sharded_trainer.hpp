@@ -16,6 +16,7 @@
 #include "core/ledger_view.hpp"
 #include "fsdp/gather_slots.hpp"
 #include "fsdp/shard_layout.hpp"
+#include "fsdp/unit_slices.hpp"
 #include "model/token_objective.hpp"
 #include "model/transformer.hpp"
 #include "mpi/communicator.hpp"
@@ -144,14 +145,17 @@ class ShardedTrainer {
   ShardLayout layout_;
   Optimizer optimizer_;
 
-  // Persistent, sharded: one entry per unit, `shard` elements each.
-  std::vector<LedgerView<float>> main_;        // fp32 main weights
-  std::vector<LedgerView<bf16>> compute_;      // bf16 copy of the own slice (bf16 mode only)
-  std::vector<LedgerView<float>> grad_f32_;    // main gradients, if fp32
-  std::vector<LedgerView<bf16>> grad_bf16_;    // main gradients, if bf16
-  std::vector<LedgerView<float>> m_f32_, v_f32_;
-  std::vector<LedgerView<bf16>> m_bf16_, v_bf16_;
-  std::vector<LedgerView<char>> reference_;    // frozen compute-type slices, if kept
+  // The per-unit state a checkpoint holds as `state` (the reference only when kept).
+  const UnitSlices& slices(SliceState state) const;
+  // Unit u's own slice in the compute type: what an all-gather of the policy reads.
+  const void* compute_slice(int u) const;
+
+  // Persistent, sharded: one buffer per unit, `shard` elements each, in the type they carry.
+  UnitSlices main_;        // fp32 main weights
+  UnitSlices compute_;     // bf16 copy of the own slice (bf16 mode only; fp32 mode gathers main_)
+  UnitSlices grad_;        // main gradients (fsdp.main_grad_dtype)
+  UnitSlices m_, v_;       // Adam moments (optim.state_dtype)
+  UnitSlices reference_;   // frozen compute-type slices, if kept
   WeightSource source_ = WeightSource::policy; // what gather() reads
 
   // Transient, allocated once.
