@@ -78,6 +78,9 @@ class Communicator {
                             void* recv, const std::size_t* recv_counts, const std::size_t* recv_offsets,
                             DataType type, StreamRef stream) = 0;
   virtual void barrier() = 0;
+  // Device bytes this communicator holds outside Kokkos' allocations (counted in the memory
+  // ledger all the same): what an allocation hook on Kokkos does not see.
+  virtual std::int64_t device_bytes_outside_kokkos() const { return 0; }
   // Waits for everything enqueued on `stream`, within the timeout.
   virtual void synchronize(StreamRef stream) = 0;
 

@@ -71,11 +71,13 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_
   ncclResult_t init = ncclCommInitRankConfig(&raw, size_, id, rank_, &config);
   comm_ = NcclComm(raw);
   settle(init, "ncclCommInitRankConfig");
-  SHARDRL_CHECK_CUDA(cudaMalloc(&barrier_word_, sizeof(float)));
+  barrier_word_ = CudaBuffer(MemoryCategory::workspace, sizeof(float));
 }
 
-NcclCommunicator::~NcclCommunicator() {
-  if (barrier_word_) cudaFree(barrier_word_);
+NcclCommunicator::~NcclCommunicator() = default;
+
+std::int64_t NcclCommunicator::device_bytes_outside_kokkos() const {
+  return static_cast<std::int64_t>(barrier_word_.bytes());
 }
 
 cudaStream_t NcclCommunicator::stream(StreamRef s) const {
@@ -155,7 +157,8 @@ void NcclCommunicator::all_to_all_v(const void* send, const std::size_t* send_co
 
 void NcclCommunicator::barrier() {
   // A one-element all-reduce on our own stream, then a bounded wait: a device-side barrier.
-  settle(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_.get(), own_stream_.get()),
+  settle(ncclAllReduce(barrier_word_.data(), barrier_word_.data(), 1, ncclFloat32, ncclSum, comm_.get(),
+                       own_stream_.get()),
          "ncclAllReduce (barrier)");
   synchronize(StreamRef{});
 }

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "core/cuda_buffer.hpp"
 #include "core/cuda_stream.hpp"
 #include "mpi/communicator.hpp"
 
@@ -50,6 +51,7 @@ class NcclCommunicator final : public Communicator {
                     const std::size_t* recv_counts, const std::size_t* recv_offsets, DataType type,
                     StreamRef s) override;
   void barrier() override;
+  std::int64_t device_bytes_outside_kokkos() const override;
   void synchronize(StreamRef s) override;
 
  private:
@@ -63,7 +65,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   CudaStream own_stream_;
   NcclComm comm_;
-  void* barrier_word_ = nullptr;   // one float on the device, all-reduced by barrier()
+  CudaBuffer barrier_word_;   // one float on the device, all-reduced by barrier()
 };
 
 }  // namespace shardrl

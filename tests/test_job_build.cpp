@@ -19,7 +19,9 @@
 
 #include "config/load.hpp"
 #include "config/print.hpp"
+#include "core/captured_graph.hpp"
 #include "core/memory_ledger.hpp"
+#include "device_allocation_counter.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
 #include "job/hf_config.hpp"
@@ -238,6 +240,32 @@ TEST(JobBuild, PersistentMemoryAfterThreeIterationsIsTheShardedState) {
           << "weights: fp32 main + bf16 own slice + bf16 reference slice, no other copy";
     }
     EXPECT_EQ(MemoryLedger::instance().persistent(), before) << "the job's state is released with it";
+  }
+}
+
+// Every device allocation of a job goes through the memory ledger: over start-up, the warm-up and
+// three RL iterations the device bytes alive (seen by Kokkos' allocation hooks, plus the
+// communicator's few bytes outside Kokkos) equal the ledger's total, and nothing is allocated
+// after the first iteration.
+TEST(JobBuild, EveryDeviceAllocationIsInTheLedger) {
+  for (bool graphs : {false, true}) {
+    Config c = small_config();
+    c.model.precision = Precision::bf16;
+    c.rl.sft_steps = 2;
+    c.rl.kl_coef = 0.1;
+    if (graphs && CapturedGraph::native()) c.train.cuda_graph = TrainGraph::full;
+    const std::int64_t ledger_before = MemoryLedger::instance().total();
+    test::DeviceAllocationCounter allocations;
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    for (int it = 0; it < 3; ++it) {
+      job.loop.train(job.loop.rollout(it));
+      if (it == 0) allocations.reset();
+    }
+    EXPECT_EQ(allocations.count(), 0u) << "allocated after the first iteration: " << allocations.describe();
+    EXPECT_EQ(allocations.live_bytes() + job.comm->device_bytes_outside_kokkos(),
+              MemoryLedger::instance().total() - ledger_before)
+        << "device allocations alive: " << allocations.describe_live();
   }
 }
 

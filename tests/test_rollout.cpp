@@ -156,11 +156,15 @@ TEST(Rollout, PhasesShareOneArenaAndGiveTheSameResults) {
   AlternatingJob job(*comm, true);
   const PhaseArena& arena = *job.arena;
   EXPECT_EQ(arena.bytes(), std::max(arena.phase_bytes(Phase::train), arena.phase_bytes(Phase::rollout)));
-  EXPECT_EQ(job.ledger_delta - job.persistent_delta, arena.bytes());
+  // Outside the arena, the same in both jobs: the batch's ids, the draw buffers, the optimizer's
+  // scalars (a few KiB).
+  const std::int64_t outside = job.ledger_delta - job.persistent_delta - arena.bytes();
+  EXPECT_GT(outside, 0);
+  EXPECT_LT(outside, arena.bytes() / 100);
   std::int64_t both = 0;
   for (int c = 0; c < kMemoryCategories; ++c)
     for (Phase p : {Phase::train, Phase::rollout}) both += arena.phase_bytes(p, static_cast<MemoryCategory>(c));
-  EXPECT_EQ(separate_transient, both) << "the separate job holds both phases' buffers";
+  EXPECT_EQ(separate_transient - outside, both) << "the separate job holds both phases' buffers";
   EXPECT_LT(arena.bytes(), both);
   EXPECT_GT(arena.phase_bytes(Phase::rollout, MemoryCategory::kv_cache), 0);
   EXPECT_GT(arena.phase_bytes(Phase::rollout, MemoryCategory::gather), 0);

@@ -20,16 +20,19 @@ static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessibl
               "the host GEMM backend needs tensors in host-accessible memory");
 
 struct Gemm::Backend {
-  std::vector<float> workspace;   // fp32 copies of bf16 operands: A as stored, then B, then C
+  // fp32 copies of bf16 operands: A as stored, then B, then C. A Kokkos allocation in the device
+  // space (the host on these builds), so allocation hooks see it as they see every other buffer.
+  Kokkos::View<float*, MemSpace> workspace;
 };
 
 namespace {
 
-float* grow(std::vector<float>& workspace, std::size_t floats) {
+float* grow(Kokkos::View<float*, MemSpace>& workspace, std::size_t floats) {
   if (workspace.size() < floats) {
     MemoryLedger::instance().add(MemoryCategory::workspace,
                                  static_cast<std::int64_t>((floats - workspace.size()) * sizeof(float)));
-    workspace.resize(floats);
+    workspace = Kokkos::View<float*, MemSpace>();   // contents are scratch: free before allocating anew
+    workspace = Kokkos::View<float*, MemSpace>(Kokkos::view_alloc("gemm_workspace", Kokkos::WithoutInitializing), floats);
   }
   return workspace.data();
 }
@@ -47,7 +50,7 @@ constexpr bool is_bf16 = std::is_same_v<T, bf16>;
 
 // One product; arguments already checked, m > 0 and n > 0.
 template <class TA, class TB, class TC>
-void host_gemm(std::vector<float>& workspace, Op opA, Op opB, int m, int n, int k, float alpha, const TA* A,
+void host_gemm(Kokkos::View<float*, MemSpace>& workspace, Op opA, Op opB, int m, int n, int k, float alpha, const TA* A,
                int lda, const TB* B, int ldb, float beta, TC* C, int ldc) {
   static_assert(std::is_same_v<TA, TB> && (std::is_same_v<TA, float> || is_bf16<TA>),
                 "operands are both float or both bf16");

@@ -23,7 +23,7 @@ class LedgerView {
       offset_ = at_.arena->reserve(at_.phase, category, n * sizeof(T));
     } else {
       view_ = DeviceView<T>(label, n);
-      MemoryLedger::instance().add(category_, bytes());
+      MemoryLedger::instance().add(category_, allocated_bytes());
     }
   }
   ~LedgerView() { release(); }
@@ -42,13 +42,20 @@ class LedgerView {
     if (at_.arena) return reinterpret_cast<T*>(at_.arena->address(at_.phase, offset_, label_.c_str()));
     return view_.data();
   }
+  // The buffer as a Kokkos view (not owning: this object does), for deep_copy and mirrors.
+  Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view() const {
+    return Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(data(), n_);
+  }
   std::size_t size() const { return n_; }
   std::int64_t bytes() const { return static_cast<std::int64_t>(n_ * sizeof(T)); }
   bool in_arena() const { return at_.arena != nullptr; }
 
  private:
+  // What an own allocation takes: Kokkos rounds every allocation up to a multiple of 8 bytes, and
+  // the ledger counts what is allocated.
+  std::int64_t allocated_bytes() const { return (bytes() + 7) / 8 * 8; }
   void release() {
-    if (view_.data()) MemoryLedger::instance().add(category_, -bytes());
+    if (view_.data()) MemoryLedger::instance().add(category_, -allocated_bytes());
     view_ = DeviceView<T>();
     at_ = ArenaPlacement{};
     n_ = 0;

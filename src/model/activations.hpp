@@ -85,11 +85,11 @@ struct Transformer::Activations {
   AttentionWorkspace attention_workspace() const {
     return {attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()};
   }
-  Kokkos::View<std::int32_t*, MemSpace> tokens, targets, positions, slots;
+  LedgerView<std::int32_t> tokens, targets, positions, slots;   // (N) each
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h, slots_h;
   // The batch's tokens grouped by id (kernels::group_tokens) for the embedding's backward:
   // positions in (id, position) order, then each group's start, N + 1 and the group count.
-  Kokkos::View<std::int32_t*, MemSpace> token_order, token_starts;   // (N), (N + 2)
+  LedgerView<std::int32_t> token_order, token_starts;   // (N), (N + 2); training only
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror token_order_h, token_starts_h;
   bool decode_slots = false;                  // decode step rows address cache slots
 

@@ -58,7 +58,7 @@ std::size_t Transformer::Activations::bytes() const {
                       moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
                       moe_aux.bytes() + ep.rows_a.bytes() + ep.rows_b.bytes() + ep.xl.bytes() + ep.eg.bytes() +
                       ep.eu.bytes() + ep.ea.bytes() + ep.to_local.bytes() + ep.to_source.bytes() +
-                      (4 * tokens.extent(0) + token_order.extent(0) + token_starts.extent(0)) * sizeof(std::int32_t);
+                      (4 * tokens.size() + token_order.size() + token_starts.size()) * sizeof(std::int32_t);
   for (const auto& r : residual) total += r.bytes();
   for (const auto& l : layers)
     for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
@@ -189,17 +189,17 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     }
     if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
   }
-  a.tokens = Kokkos::View<std::int32_t*, MemSpace>("tokens", N);
-  a.targets = Kokkos::View<std::int32_t*, MemSpace>("targets", N);
-  a.positions = Kokkos::View<std::int32_t*, MemSpace>("positions", N);
-  a.slots = Kokkos::View<std::int32_t*, MemSpace>("cache_slots", N);
-  a.slots_h = Kokkos::create_mirror_view(a.slots);
-  a.tokens_h = Kokkos::create_mirror_view(a.tokens);
+  a.tokens = LedgerView<std::int32_t>(MemoryCategory::activations, "tokens", N);
+  a.targets = LedgerView<std::int32_t>(MemoryCategory::activations, "targets", N);
+  a.positions = LedgerView<std::int32_t>(MemoryCategory::activations, "positions", N);
+  a.slots = LedgerView<std::int32_t>(MemoryCategory::activations, "cache_slots", N);
+  a.slots_h = Kokkos::create_mirror_view(a.slots.view());
+  a.tokens_h = Kokkos::create_mirror_view(a.tokens.view());
   if (!inference) {
-    a.token_order = Kokkos::View<std::int32_t*, MemSpace>("token_order", N);
-    a.token_starts = Kokkos::View<std::int32_t*, MemSpace>("token_starts", N + 2);
-    a.token_order_h = Kokkos::create_mirror_view(a.token_order);
-    a.token_starts_h = Kokkos::create_mirror_view(a.token_starts);
+    a.token_order = LedgerView<std::int32_t>(MemoryCategory::activations, "token_order", N);
+    a.token_starts = LedgerView<std::int32_t>(MemoryCategory::activations, "token_starts", N + 2);
+    a.token_order_h = Kokkos::create_mirror_view(a.token_order.view());
+    a.token_starts_h = Kokkos::create_mirror_view(a.token_starts.view());
   }
   if (any_moe) {
     a.moe_counts = DeviceBytes(at, "moe_counts", E * sizeof(std::int32_t));
@@ -225,8 +225,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       x.to_source_h.resize(R);
     }
   }
-  a.targets_h = Kokkos::create_mirror_view(a.targets);
-  a.positions_h = Kokkos::create_mirror_view(a.positions);
+  a.targets_h = Kokkos::create_mirror_view(a.targets.view());
+  a.positions_h = Kokkos::create_mirror_view(a.positions.view());
 
   for (int l = 0; l < s.n_layers; ++l) a.offsets.push_back(layer_offsets(units_[1 + l]));
   a.head_norm = units_.back().param("model.norm.weight").offset;
@@ -273,15 +273,15 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   }
   a.decode_slots = false;
   // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
-  Kokkos::deep_copy(space_, a.tokens, a.tokens_h);
-  Kokkos::deep_copy(space_, a.targets, a.targets_h);
-  Kokkos::deep_copy(space_, a.positions, a.positions_h);
-  Kokkos::deep_copy(space_, a.slots, a.slots_h);
-  if (a.token_order.extent(0) > 0) {   // training: the embedding backward's grouping
+  Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
+  Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);
+  Kokkos::deep_copy(space_, a.positions.view(), a.positions_h);
+  Kokkos::deep_copy(space_, a.slots.view(), a.slots_h);
+  if (a.token_order.size() > 0) {   // training: the embedding backward's grouping
     const int N = B * S;
     a.token_starts_h(N + 1) = kernels::group_tokens(a.tokens_h.data(), N, a.token_order_h.data(), a.token_starts_h.data());
-    Kokkos::deep_copy(space_, a.token_order, a.token_order_h);
-    Kokkos::deep_copy(space_, a.token_starts, a.token_starts_h);
+    Kokkos::deep_copy(space_, a.token_order.view(), a.token_order_h);
+    Kokkos::deep_copy(space_, a.token_starts.view(), a.token_starts_h);
   }
 }
 
@@ -289,7 +289,7 @@ std::vector<DeviceRegion> Transformer::batch_inputs() const {
   Activations& a = *act_;
   std::vector<DeviceRegion> out;
   for (const auto* v : {&a.tokens, &a.targets, &a.positions, &a.slots, &a.token_order, &a.token_starts})
-    if (v->extent(0) > 0) out.push_back(DeviceRegion{v->data(), v->extent(0) * sizeof(std::int32_t)});
+    if (v->size() > 0) out.push_back(DeviceRegion{v->data(), v->size() * sizeof(std::int32_t)});
   return out;
 }
 
@@ -310,10 +310,10 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
     a.slots_h(r) = slots ? slots[r] : r;
   }
   a.decode_slots = slots != nullptr;
-  Kokkos::deep_copy(space_, a.tokens, a.tokens_h);
-  Kokkos::deep_copy(space_, a.targets, a.targets_h);
-  Kokkos::deep_copy(space_, a.positions, a.positions_h);
-  Kokkos::deep_copy(space_, a.slots, a.slots_h);
+  Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
+  Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);
+  Kokkos::deep_copy(space_, a.positions.view(), a.positions_h);
+  Kokkos::deep_copy(space_, a.slots.view(), a.slots_h);
 }
 
 void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding) {

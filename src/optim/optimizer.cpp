@@ -31,27 +31,27 @@ using OneThread = Kokkos::RangePolicy<ExecSpace>;
 }  // namespace
 
 Optimizer::Optimizer(const OptimizerOptions& options, const ExecSpace& space)
-    : options_(options), space_(space), scalars_("optimizer_scalars", kSlotCount) {
+    : options_(options), space_(space), scalars_(MemoryCategory::workspace, "optimizer_scalars", kSlotCount) {
   SHARDRL_CHECK(options_.warmup_steps >= 0 && options_.decay_steps >= 0,
                 "warm-up and decay step counts must not be negative");
   SHARDRL_CHECK(options_.schedule != LrSchedule::cosine || options_.decay_steps > 0,
                 "the cosine schedule needs decay_steps > 0");
   SHARDRL_CHECK(options_.clip_grad_norm >= 0.0f, "clip_grad_norm must be >= 0 (0 disables clipping)");
-  host_scalars_ = Kokkos::create_mirror_view(scalars_);
+  host_scalars_ = Kokkos::create_mirror_view(scalars_.view());
   set_peak_lr(options_.lr);
   space_.fence();
 }
 
 void Optimizer::set_peak_lr(float lr) {
   options_.lr = lr;
-  auto s = scalars_;
+  auto s = scalars_.view();
   const double peak = lr;
   Kokkos::parallel_for(
       "optimizer_set_peak_lr", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) { s(kPeakLr) = peak; });
 }
 
 void Optimizer::begin_norm() {
-  auto s = scalars_;
+  auto s = scalars_.view();
   Kokkos::parallel_for(
       "optimizer_begin_norm", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) { s(kSumsq) = 0.0; });
 }
@@ -59,7 +59,7 @@ void Optimizer::begin_norm() {
 template <class G>
 void Optimizer::accumulate_sumsq(const G* g, long n) {
   if (n <= 0) return;
-  auto s = scalars_;
+  auto s = scalars_.view();
   // A reduction overwrites its result, so it lands in a scratch slot (a device View: no fence,
   // no host copy) and a one-thread kernel adds it to the accumulator.
   auto partial = Kokkos::subview(s, static_cast<int>(kPartialSumsq));
@@ -78,7 +78,7 @@ void Optimizer::accumulate_sumsq(const G* g, long n) {
 double* Optimizer::sumsq() const { return scalars_.data() + kSumsq; }
 
 void Optimizer::prepare_step() {
-  auto s = scalars_;
+  auto s = scalars_.view();
   const OptimizerOptions options = options_;
   Kokkos::parallel_for(
       "optimizer_prepare_step", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) {
@@ -109,7 +109,7 @@ void Optimizer::prepare_step() {
 template <class G, class S>
 void Optimizer::update(float* w, const G* g, S* m, S* v, long n, float weight_decay) {
   if (n <= 0) return;
-  auto s = scalars_;
+  auto s = scalars_.view();
   const float beta1 = options_.beta1, beta2 = options_.beta2, eps = options_.eps;
   Kokkos::parallel_for(
       "optimizer_update", Kokkos::RangePolicy<ExecSpace>(space_, 0, n), KOKKOS_LAMBDA(const long i) {
@@ -121,7 +121,7 @@ void Optimizer::update(float* w, const G* g, S* m, S* v, long n, float weight_de
 }
 
 StepMetrics Optimizer::read_metrics() const {
-  Kokkos::deep_copy(space_, host_scalars_, scalars_);
+  Kokkos::deep_copy(space_, host_scalars_, scalars_.view());
   space_.fence();
   StepMetrics out;
   out.step = static_cast<std::int64_t>(host_scalars_(kStep));
@@ -134,7 +134,7 @@ StepMetrics Optimizer::read_metrics() const {
 
 void Optimizer::set_counters(std::int64_t step, std::int64_t skipped) {
   SHARDRL_CHECK(step >= 0 && skipped >= 0, "step counters must not be negative");
-  auto s = scalars_;
+  auto s = scalars_.view();
   const double step_d = static_cast<double>(step), skipped_d = static_cast<double>(skipped);
   Kokkos::parallel_for(
       "optimizer_set_counters", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) {

@@ -10,6 +10,7 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "core/ledger_view.hpp"
 #include "core/lr_schedule.hpp"
 
 namespace shardrl {
@@ -79,7 +80,7 @@ class Optimizer {
   // [0] sumsq, [1] grad_norm, [2] clip, [3] lr, [4] skip (0/1); counters as doubles are exact
   // to 2^53: [5] step, [6] skipped; [7] one accumulate_sumsq's partial sum; [8] 1 - beta1^step,
   // [9] 1 - beta2^step; [10] the peak lr. Allocated once, never re-pointed.
-  Kokkos::View<double*, MemSpace> scalars_;
+  LedgerView<double> scalars_;
   // read_metrics' staging copy (the same memory as scalars_ where the device is the host).
   Kokkos::View<double*, MemSpace>::HostMirror host_scalars_;
 };

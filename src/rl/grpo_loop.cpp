@@ -56,27 +56,31 @@ std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_
 
 }  // namespace
 
-// Device inputs of one micro-batch, allocated once (micro_batch_size x seq_len each).
+// Device inputs of one micro-batch, allocated once (micro_batch_size x seq_len each), in the
+// ledger as workspace.
 struct GrpoLoop::Staging {
-  DeviceView<float> mask, old_logp, ref_logp, advantage, weight, logp, stats, loss;
-  DeviceView<double> reduce;
+  LedgerView<float> mask, old_logp, ref_logp, advantage, weight, logp;   // (n) each
+  LedgerView<float> stats;    // (kGrpoStats): the GRPO loss's sums
+  LedgerView<float> loss;     // (1)
+  LedgerView<double> reduce;  // (reduced): the values one sum_over_ranks call adds up
   Kokkos::View<float*, MemSpace>::HostMirror mask_h, old_h, ref_h, adv_h, weight_h, logp_h, stats_h, loss_h;
   Kokkos::View<double*, MemSpace>::HostMirror reduce_h;
   // n: positions of a micro-batch; reduced: the most values one sum_over_ranks call adds up.
   Staging(std::size_t n, std::size_t reduced)
-      : mask("mask", n), old_logp("old_logp", n), ref_logp("ref_logp", n), advantage("advantage", n),
-        weight("weight", n), logp("logp", n), stats("grpo_stats", kGrpoStats), loss("loss", 1),
-        reduce("metrics", reduced) {
-    mask_h = Kokkos::create_mirror_view(mask);
-    old_h = Kokkos::create_mirror_view(old_logp);
-    ref_h = Kokkos::create_mirror_view(ref_logp);
-    adv_h = Kokkos::create_mirror_view(advantage);
-    weight_h = Kokkos::create_mirror_view(weight);
-    logp_h = Kokkos::create_mirror_view(logp);
-    stats_h = Kokkos::create_mirror_view(stats);
-    loss_h = Kokkos::create_mirror_view(loss);
-    reduce_h = Kokkos::create_mirror_view(reduce);
+      : mask(kCategory, "mask", n), old_logp(kCategory, "old_logp", n), ref_logp(kCategory, "ref_logp", n),
+        advantage(kCategory, "advantage", n), weight(kCategory, "weight", n), logp(kCategory, "logp", n),
+        stats(kCategory, "grpo_stats", kGrpoStats), loss(kCategory, "loss", 1), reduce(kCategory, "metrics", reduced) {
+    mask_h = Kokkos::create_mirror_view(mask.view());
+    old_h = Kokkos::create_mirror_view(old_logp.view());
+    ref_h = Kokkos::create_mirror_view(ref_logp.view());
+    adv_h = Kokkos::create_mirror_view(advantage.view());
+    weight_h = Kokkos::create_mirror_view(weight.view());
+    logp_h = Kokkos::create_mirror_view(logp.view());
+    stats_h = Kokkos::create_mirror_view(stats.view());
+    loss_h = Kokkos::create_mirror_view(loss.view());
+    reduce_h = Kokkos::create_mirror_view(reduce.view());
   }
+  static constexpr MemoryCategory kCategory = MemoryCategory::workspace;
 };
 
 GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
@@ -103,7 +107,7 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
     Staging& st = *staging_;
     std::vector<DeviceRegion> inputs;
     for (auto* v : {&st.mask, &st.old_logp, &st.ref_logp, &st.advantage, &st.weight})
-      inputs.push_back(DeviceRegion{v->data(), v->extent(0) * sizeof(float)});
+      inputs.push_back(DeviceRegion{v->data(), v->size() * sizeof(float)});
     const int rl_micro = ceil_div(ceil_div(prompts_per_minibatch_, comm.size()) * group_, micro_rows_);
     const int sft_micro = ceil_div(ceil_div(options.sft_batch_size, comm.size()), micro_rows_);
     step_graphs_ = std::make_unique<TrainStepGraphs>(trainer, model, std::move(inputs), std::max(rl_micro, sft_micro));
@@ -126,12 +130,12 @@ bool GrpoLoop::decode_graphs() const { return generator_->decode_graphs(); }
 
 double GrpoLoop::sum_over_ranks(std::vector<double>& values) {
   Staging& s = *staging_;
-  SHARDRL_CHECK(values.size() <= s.reduce.extent(0), "more values to reduce than the staging buffer holds");
+  SHARDRL_CHECK(values.size() <= s.reduce.size(), "more values to reduce than the staging buffer holds");
   for (std::size_t i = 0; i < values.size(); ++i) s.reduce_h(i) = values[i];
-  Kokkos::deep_copy(s.reduce, s.reduce_h);
+  Kokkos::deep_copy(s.reduce.view(), s.reduce_h);
   comm_.all_reduce(s.reduce.data(), s.reduce.data(), values.size(), ReduceOp::sum, stream_of(model_.space()));
   comm_.synchronize(stream_of(model_.space()));
-  Kokkos::deep_copy(s.reduce_h, s.reduce);
+  Kokkos::deep_copy(s.reduce_h, s.reduce.view());
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = s.reduce_h(i);
   return values.empty() ? 0.0 : values[0];
 }
@@ -169,7 +173,7 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
     if (i >= begin && i < end) mine.push_back(std::move(s));
   }
   Staging& st = *staging_;
-  Kokkos::deep_copy(st.loss, 0.0f);
+  Kokkos::deep_copy(st.loss.view(), 0.0f);
   // The mean over the global batch's tokens is in the mask's weights, not in the objective's
   // scale: the objective stays the same from step to step (one captured graph for all).
   const auto weight = static_cast<float>(1.0 / tokens);
@@ -185,11 +189,11 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
       const Sequence& s = mine[first + r];
       for (int k = 0; k < s.trained(); ++k) st.mask_h(std::size_t(r) * seq_len_ + s.position_of(k)) = weight;
     }
-    Kokkos::deep_copy(st.mask, st.mask_h);
+    Kokkos::deep_copy(st.mask.view(), st.mask_h);
     micro_batch_ready(m, objective);
   }
   finish_step("warm-up", micro, objective);
-  Kokkos::deep_copy(st.loss_h, st.loss);
+  Kokkos::deep_copy(st.loss_h, st.loss.view());
   std::vector<double> loss{st.loss_h(0)};
   TrainStats out;
   out.loss = sum_over_ranks(loss);
@@ -297,7 +301,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
         const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
         set_micro_batch(b.sequences, first, end);
         trainer_.forward_logp(st.logp.data(), source);
-        Kokkos::deep_copy(st.logp_h, st.logp);
+        Kokkos::deep_copy(st.logp_h, st.logp.view());
         for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
           const Sequence& s = b.sequences[first + r];
           std::vector<float>& d = dst[first + r];
@@ -314,7 +318,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const double sequences_per_minibatch = double(prompts_per_minibatch_) * group_;
   model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
   model_.reset_aux_loss();   // after the forward-only passes above: training forwards only
-  Kokkos::deep_copy(st.stats, 0.0f);
+  Kokkos::deep_copy(st.stats.view(), 0.0f);
   TrainStats out;
   double trained_ids = 0;
   for (int k = 0; k < minibatches_; ++k) {
@@ -336,16 +340,16 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
           if (kl) st.ref_h(i) = ref_logp[first + r][t];
         }
       }
-      Kokkos::deep_copy(st.weight, st.weight_h);
-      Kokkos::deep_copy(st.advantage, st.adv_h);
-      Kokkos::deep_copy(st.old_logp, st.old_h);
-      if (kl) Kokkos::deep_copy(st.ref_logp, st.ref_h);
+      Kokkos::deep_copy(st.weight.view(), st.weight_h);
+      Kokkos::deep_copy(st.advantage.view(), st.adv_h);
+      Kokkos::deep_copy(st.old_logp.view(), st.old_h);
+      if (kl) Kokkos::deep_copy(st.ref_logp.view(), st.ref_h);
       micro_batch_ready(m, objective);
     }
     finish_step("grpo", micro, objective);
     out.skipped += trainer_.metrics().last_skipped ? 1 : 0;
   }
-  Kokkos::deep_copy(st.stats_h, st.stats);
+  Kokkos::deep_copy(st.stats_h, st.stats.view());
   std::vector<double> sums{st.stats_h(kGrpoLoss), st.stats_h(kGrpoKl), st.stats_h(kGrpoClipped),
                            st.stats_h(kGrpoWeight), trained_ids, model_.aux_loss()};
   sum_over_ranks(sums);

@@ -27,8 +27,8 @@ Generator::Generator(const ModelOptions& model, int rows, int max_len, const Exe
     : model_(generation_options(model, rows, max_len, arena), space),
       cache_(model.shape, rows, max_len, model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float),
              ArenaPlacement{arena, Phase::rollout}),
-      max_rows_(rows), max_len_(max_len), keys_("draw_keys", rows), drawn_("drawn", rows),
-      drawn_logp_("drawn_logp", rows) {
+      max_rows_(rows), max_len_(max_len), keys_(MemoryCategory::workspace, "draw_keys", rows),
+      drawn_(MemoryCategory::workspace, "drawn", rows), drawn_logp_(MemoryCategory::workspace, "drawn_logp", rows) {
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");
 }
 
@@ -96,9 +96,9 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   for (int r = 0; r < R; ++r) active[r] = r;
   std::vector<std::int32_t> input(R);
   for (int r = 0; r < R; ++r) input[r] = rows[r].prompt.back();
-  auto keys_h = Kokkos::create_mirror_view(keys_);
-  auto drawn_h = Kokkos::create_mirror_view(drawn_);
-  auto logp_h = Kokkos::create_mirror_view(drawn_logp_);
+  auto keys_h = Kokkos::create_mirror_view(keys_.view());
+  auto drawn_h = Kokkos::create_mirror_view(drawn_.view());
+  auto logp_h = Kokkos::create_mirror_view(drawn_logp_.view());
   while (!active.empty()) {
     const int n = static_cast<int>(active.size());
     // With graphs the step runs for a bucket of rows; rows past n are padding.
@@ -127,7 +127,7 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
       keys_h(i) = 0;
     }
     model_.set_decode_step(step_input.data(), step_position.data(), rows_in_step, step_slot.data());
-    Kokkos::deep_copy(keys_, keys_h);
+    Kokkos::deep_copy(keys_.view(), keys_h);
     if (graphs_on_) {
       std::string key = fmt::format("{} rows | sampling {} {} {}", rows_in_step, sampling.temperature, sampling.top_k,
                                     sampling.top_p);
@@ -150,8 +150,8 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
     } else {
       decode_step(weights, sampling, n);
     }
-    Kokkos::deep_copy(drawn_h, drawn_);
-    Kokkos::deep_copy(logp_h, drawn_logp_);
+    Kokkos::deep_copy(drawn_h, drawn_.view());
+    Kokkos::deep_copy(logp_h, drawn_logp_.view());
     std::vector<int> still;
     for (int i = 0; i < n; ++i) {
       const int r = active[i];

@@ -61,9 +61,9 @@ class Generator {
   Transformer model_;
   KvCache cache_;
   int max_rows_, max_len_;
-  Kokkos::View<std::uint64_t*, MemSpace> keys_;
-  Kokkos::View<std::int32_t*, MemSpace> drawn_;
-  DeviceView<float> drawn_logp_;
+  LedgerView<std::uint64_t> keys_;   // (rows): each row's draw key of the step
+  LedgerView<std::int32_t> drawn_;   // (rows): the token drawn
+  LedgerView<float> drawn_logp_;     // (rows): its log-probability
   bool graphs_on_ = false;
   std::map<std::string, std::unique_ptr<CapturedGraph>> graphs_;   // per bucket, weights and sampling
   // What a host replay of a decode graph runs with (the current call's).
