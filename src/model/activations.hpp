@@ -25,6 +25,27 @@ struct DeviceBytes {
   std::size_t bytes() const { return buffer.size(); }
 };
 
+// Allocates a model's buffers in its placement and keeps their total, so each buffer's size is
+// written once, where it is allocated (its shape beside its declaration).
+struct BufferMaker {
+  ArenaPlacement at;
+  std::size_t total = 0;
+  DeviceBytes operator()(const char* label, std::size_t bytes, MemoryCategory category = MemoryCategory::activations) {
+    total += bytes;
+    return DeviceBytes(at, label, bytes, category);
+  }
+  // A buffer of its own allocation (not in the arena): kept across the phases.
+  DeviceBytes kept(const char* label, std::size_t bytes, MemoryCategory category = MemoryCategory::activations) {
+    total += bytes;
+    return DeviceBytes(ArenaPlacement{}, label, bytes, category);
+  }
+  // A batch's int32 ids, never in the arena (set_batch fills them before each use).
+  LedgerView<std::int32_t> ids(const char* label, std::size_t n) {
+    total += n * sizeof(std::int32_t);
+    return LedgerView<std::int32_t>(MemoryCategory::activations, label, n);
+  }
+};
+
 // Offsets (elements) of a decoder layer's parameters in its unit buffer; -1 when absent.
 struct LayerOffsets {
   std::int64_t input_norm, q, k, v, o, q_norm = -1, k_norm = -1, post_norm;
@@ -34,32 +55,10 @@ struct LayerOffsets {
   std::int64_t expert_stride_in = 0, expert_stride_out = 0;   // gate/up (Fe, D); down (D, Fe)
 };
 
-// What an MoE layer keeps from forward for backward (A = tokens x top_k routed rows).
-struct MoeActivations {
-  DeviceBytes router_logits;                 // (N, E) compute type
-  DeviceBytes probs, gate;                   // (N, E), (N, k) fp32
-  DeviceBytes expert, order, pos;            // (N, k), (A), (A) int32
-  DeviceBytes xp, eg, eu, ea, yp;            // (A, D), (A, Fe) x 3, (A, D), compute type
-  std::vector<std::int32_t> offsets;         // (E + 1) on the host: expert e's rows
-};
-
-// Expert parallelism's buffers, shared by the MoE layers: each layer's backward redoes its
-// dispatch and its experts' gate and up products, so nothing of the size below stays per layer.
-// R = ranks x A, the most rows this rank's experts can receive (every rank's to its experts).
-struct ExpertParallelScratch {
-  DeviceBytes rows_a, rows_b;                // (R, D) what the exchanges send and receive
-  DeviceBytes xl, eg, eu, ea;                // (R, D), (R, Fe) x 3: received rows by local expert, their products
-  DeviceBytes to_local, to_source;           // (R) int32: arrival order <-> local order
-  std::vector<std::size_t> send_rows, send_first, recv_rows, recv_first;   // (ranks) each
-  std::vector<std::int32_t> local_offsets;   // (E / ranks + 1): local expert j's rows of xl
-  std::vector<std::int32_t> send_counts, recv_counts, to_local_h, to_source_h;   // host scratch
-};
-
 // What one decoder layer keeps from forward for backward.
 struct LayerActivations {
   DeviceBytes h1, q_raw, k_raw, q, k, v, attn, xmid, h2, g, u, a;   // compute type
   DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;                      // fp32
-  MoeActivations moe;                                                 // MoE layers only
 };
 
 struct Transformer::Activations {
@@ -72,12 +71,6 @@ struct Transformer::Activations {
   std::size_t head_tokens = 0;                // tokens the head buffers hold
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
-  DeviceBytes wgrad_tmp;                      // fp32, largest weight: the unfused path only
-  // MoE backward scratch, shared by the layers, and the routing's host copies; moe_aux: one
-  // layer's load-balancing loss, then the weighted sum that aux_loss() reads.
-  DeviceBytes moe_dyp, moe_dgate, moe_dea, moe_deg, moe_deu, moe_drouter, moe_counts, moe_aux;
-  std::vector<std::int32_t> moe_expert_h, moe_order_h, moe_pos_h;
-  ExpertParallelScratch ep;                   // with expert parallelism only
   // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
   // training only). model/gemm_attention.hpp gives the sizes.
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;
@@ -96,7 +89,7 @@ struct Transformer::Activations {
   std::vector<LayerOffsets> offsets;          // per layer
   std::int64_t head_norm = 0, head_lm = -1, embed = 0;
 
-  std::size_t bytes() const;
+  std::size_t bytes = 0;                      // every buffer above (BufferMaker's total)
 };
 
 }  // namespace shardrl

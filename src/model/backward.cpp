@@ -9,21 +9,14 @@
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
 #include "model/gemm_attention.hpp"
+#include "model/moe_layers.hpp"
+#include "model/weight_gradients.hpp"
 
 namespace shardrl {
 
 template <class T>
 void Transformer::weight_grad(const T* dY, const T* X, float* dW, int out, int in) {
-  const int N = B_ * S_;
-  if (options_.gradient_accumulation_fusion) {
-    gemm_->gemm(Op::T, Op::N, out, in, N, 1.0f, dY, out, X, in, 1.0f, dW, in);
-    ++wgrad_.fused;
-  } else {
-    float* tmp = act_->wgrad_tmp.as<float>();
-    gemm_->gemm(Op::T, Op::N, out, in, N, 1.0f, dY, out, X, in, 0.0f, tmp, in);
-    kernels::add_scaled(space_, tmp, dW, 1.0f, long(out) * in);
-    ++wgrad_.unfused;
-  }
+  wgrad_->add(dY, X, dW, out, in, B_ * S_);
 }
 
 template <class T>
@@ -48,13 +41,15 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
   const LayerOffsets& o = act_->offsets[layer];
   if (options_.activation_recompute) layer_forward(layer, w, /*recompute=*/true);
-  LayerActivations& a = act_->layers[act_->layers.size() == 1 ? 0 : layer];   // one shared set: recompute, inference
+  const int set = act_->layers.size() == 1 ? 0 : layer;   // one shared set: recompute, inference
+  LayerActivations& a = act_->layers[set];
   Activations& b = *act_;
   T* dres = b.dres.as<T>();
   Gemm& mm = *gemm_;
 
   if (s.moe_layer(layer)) {
-    moe_backward(layer, w, g, a);
+    moe_->backward(set, o, w, g, a.h2.as<T>(), dres, b.dh.as<T>(), {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()},
+                   {b.da.as<T>(), b.dg.as<T>(), b.du.as<T>()}, N);
   } else {
     // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid).
     mm.gemm(Op::N, Op::N, N, F, D, 1.0f, dres, D, w + o.down, F, 0.0f, b.da.as<T>(), F);

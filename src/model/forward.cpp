@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "model/activations.hpp"
 #include "model/gemm_attention.hpp"
+#include "model/moe_layers.hpp"
 
 namespace shardrl {
 
@@ -26,7 +27,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
   const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
   const LayerOffsets& o = act_->offsets[layer];
-  LayerActivations& a = act_->layers[act_->layers.size() == 1 ? 0 : layer];   // one shared set: recompute, inference
+  const int set = act_->layers.size() == 1 ? 0 : layer;   // one shared set: recompute, inference
+  LayerActivations& a = act_->layers[set];
   const T* x = residual<T>(layer);
   // In backward's recompute only the internals matter: the output goes to scratch.
   T* out = recompute ? act_->recompute_out.as<T>() : residual<T>(layer + 1);
@@ -76,7 +78,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
                            s.norm_eps);
   if (s.moe_layer(layer)) {
     kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
-    moe_forward(layer, w, a, out, /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only);
+    moe_->forward(set, o, w, a.h2.as<const T>(), out, {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()}, N,
+                  /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only);
     return;
   }
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.gate, D, 0.0f, a.g.as<T>(), F);

@@ -10,6 +10,8 @@
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "model/activations.hpp"
+#include "model/moe_layers.hpp"
+#include "model/weight_gradients.hpp"
 
 namespace shardrl {
 namespace {
@@ -49,29 +51,11 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
 
 }  // namespace
 
-std::size_t Transformer::Activations::bytes() const {
-  std::size_t total = recompute_out.bytes() + hf.bytes() + logits.bytes() + rstd_f.bytes() + lse_tok.bytes() +
-                      logp.bytes() + dlogp.bytes() + dres.bytes() + dh.bytes() + dq.bytes() + dk.bytes() +
-                      dv.bytes() + dq_raw.bytes() + dk_raw.bytes() + dattn.bytes() + da.bytes() + dg.bytes() +
-                      du.bytes() + dlogits.bytes() + wgrad_tmp.bytes() + attn_scores.bytes() + attn_probs.bytes() +
-                      attn_dk.bytes() + attn_dv.bytes() + norm_scratch.bytes() + moe_dyp.bytes() + moe_dgate.bytes() +
-                      moe_dea.bytes() + moe_deg.bytes() + moe_deu.bytes() + moe_drouter.bytes() + moe_counts.bytes() +
-                      moe_aux.bytes() + ep.rows_a.bytes() + ep.rows_b.bytes() + ep.xl.bytes() + ep.eg.bytes() +
-                      ep.eu.bytes() + ep.ea.bytes() + ep.to_local.bytes() + ep.to_source.bytes() +
-                      (4 * tokens.size() + token_order.size() + token_starts.size()) * sizeof(std::int32_t);
-  for (const auto& r : residual) total += r.bytes();
-  for (const auto& l : layers)
-    for (const DeviceBytes* b : {&l.h1, &l.q_raw, &l.k_raw, &l.q, &l.k, &l.v, &l.attn, &l.xmid, &l.h2, &l.g, &l.u,
-                                 &l.a, &l.rstd1, &l.rstd_q, &l.rstd_k, &l.lse, &l.rstd2, &l.moe.router_logits,
-                                 &l.moe.probs, &l.moe.gate, &l.moe.expert, &l.moe.order, &l.moe.pos, &l.moe.xp,
-                                 &l.moe.eg, &l.moe.eu, &l.moe.ea, &l.moe.yp})
-      total += b->bytes();
-  return total;
-}
-
 Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     : options_(options), space_(space), units_(model_units(options.shape)),
-      gemm_(std::make_unique<Gemm>(space, options.arena)), act_(std::make_unique<Activations>()) {
+      gemm_(std::make_unique<Gemm>(space, options.arena)),
+      wgrad_(std::make_unique<WeightGradients>(options.gradient_accumulation_fusion, *gemm_, space)),
+      act_(std::make_unique<Activations>()) {
   const ModelShape& s = options_.shape;
   SHARDRL_CHECK(options_.max_seq_len <= s.max_seq_len, "sequence length beyond the model's max_seq_len");
   const std::size_t N = std::size_t(options_.max_batch) * options_.max_seq_len;
@@ -80,99 +64,68 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   const std::size_t F = std::max<std::size_t>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
   bool any_moe = false;
   for (int l = 0; l < s.n_layers; ++l) any_moe |= s.moe_layer(l);
-  const std::size_t E = s.n_experts, K = s.top_k, Fe = s.d_ff_expert, A = N * K;
-  // With expert parallelism this rank's experts may receive every rank's routed rows.
-  ExpertExchange* const ep = any_moe ? options_.expert_exchange : nullptr;
-  const std::size_t W = ep ? static_cast<std::size_t>(ep->ranks()) : 1, R = W * A;
-  SHARDRL_CHECK(!ep || E % W == 0, "expert parallelism: the experts must divide among the ranks");
-  SHARDRL_CHECK(!ep || !options_.inference_only, "expert parallelism is for training: decoding holds every expert");
   const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
-  const ArenaPlacement at = options_.arena;
+  BufferMaker make{options_.arena};
 
   const bool inference = options_.inference_only;
   SHARDRL_CHECK(!(inference && options_.activation_recompute), "inference_only models keep no activations to recompute");
-  for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.emplace_back(at, "residual", N * D * es);
+  for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.push_back(make("residual", N * D * es));
   const int stored = (options_.activation_recompute || inference) ? 1 : s.n_layers;
   for (int l = 0; l < stored; ++l) {
     LayerActivations la;
-    la.h1 = DeviceBytes(at, "h1", N * D * es);
+    la.h1 = make("h1", N * D * es);
     if (s.qk_norm) {
-      la.q_raw = DeviceBytes(at, "q_raw", N * Hq * es);
-      la.k_raw = DeviceBytes(at, "k_raw", N * Hkv * es);
-      la.rstd_q = DeviceBytes(at, "rstd_q", N * s.n_heads * f4);
-      la.rstd_k = DeviceBytes(at, "rstd_k", N * s.n_kv_heads * f4);
+      la.q_raw = make("q_raw", N * Hq * es);
+      la.k_raw = make("k_raw", N * Hkv * es);
+      la.rstd_q = make("rstd_q", N * s.n_heads * f4);
+      la.rstd_k = make("rstd_k", N * s.n_kv_heads * f4);
     }
-    la.q = DeviceBytes(at, "q", N * Hq * es);
-    la.k = DeviceBytes(at, "k", N * Hkv * es);
-    la.v = DeviceBytes(at, "v", N * Hkv * es);
-    la.attn = DeviceBytes(at, "attn", N * Hq * es);
-    la.lse = DeviceBytes(at, "lse", N * s.n_heads * f4);
-    la.xmid = DeviceBytes(at, "xmid", N * D * es);
-    la.h2 = DeviceBytes(at, "h2", N * D * es);
-    la.g = DeviceBytes(at, "g", N * F * es);
-    la.u = DeviceBytes(at, "u", N * F * es);
-    la.a = DeviceBytes(at, "a", N * F * es);
-    la.rstd1 = DeviceBytes(at, "rstd1", N * f4);
-    la.rstd2 = DeviceBytes(at, "rstd2", N * f4);
-    if (stored == 1 ? any_moe : s.moe_layer(l)) {
-      MoeActivations& m = la.moe;
-      m.router_logits = DeviceBytes(at, "router_logits", N * E * es);
-      m.probs = DeviceBytes(at, "router_probs", N * E * f4);
-      m.gate = DeviceBytes(at, "router_gate", A * f4);
-      m.expert = DeviceBytes(at, "router_expert", A * sizeof(std::int32_t));
-      m.order = DeviceBytes(at, "moe_order", A * sizeof(std::int32_t));
-      m.pos = DeviceBytes(at, "moe_pos", A * sizeof(std::int32_t));
-      m.xp = DeviceBytes(at, "moe_xp", A * D * es);
-      if (!ep) {   // with expert parallelism the experts' products live in the shared scratch
-        m.eg = DeviceBytes(at, "moe_g", A * Fe * es);
-        m.eu = DeviceBytes(at, "moe_u", A * Fe * es);
-        m.ea = DeviceBytes(at, "moe_a", A * Fe * es);
-      }
-      m.yp = DeviceBytes(at, "moe_y", A * D * es);
-      m.offsets.assign(E + 1, 0);
-    }
+    la.q = make("q", N * Hq * es);
+    la.k = make("k", N * Hkv * es);
+    la.v = make("v", N * Hkv * es);
+    la.attn = make("attn", N * Hq * es);
+    la.lse = make("lse", N * s.n_heads * f4);
+    la.xmid = make("xmid", N * D * es);
+    la.h2 = make("h2", N * D * es);
+    la.g = make("g", N * F * es);
+    la.u = make("u", N * F * es);
+    la.a = make("a", N * F * es);
+    la.rstd1 = make("rstd1", N * f4);
+    la.rstd2 = make("rstd2", N * f4);
     a.layers.push_back(std::move(la));
   }
-  if (options_.activation_recompute) a.recompute_out = DeviceBytes(at, "recompute_out", N * D * es);
+  if (options_.activation_recompute) a.recompute_out = make("recompute_out", N * D * es);
   // The head runs on every token in training, on one token per row in generation.
   const std::size_t H = inference ? std::size_t(options_.max_batch) : N;
-  a.hf = DeviceBytes(at, "hf", H * D * es);
-  a.logits = DeviceBytes(at, "logits", H * V * es);
-  a.rstd_f = DeviceBytes(at, "rstd_f", H * f4);
-  a.lse_tok = DeviceBytes(at, "lse_tok", H * f4);
-  a.logp = DeviceBytes(at, "logp", H * f4);
-  a.dlogp = DeviceBytes(at, "dlogp", H * f4);
+  a.hf = make("hf", H * D * es);
+  a.logits = make("logits", H * V * es);
+  a.rstd_f = make("rstd_f", H * f4);
+  a.lse_tok = make("lse_tok", H * f4);
+  a.logp = make("logp", H * f4);
+  a.dlogp = make("dlogp", H * f4);
   a.head_tokens = H;
   if (!inference) {   // backward scratch
-    a.dres = DeviceBytes(at, "dres", N * D * es);
-    a.dh = DeviceBytes(at, "dh", N * D * es);
-    a.dq = DeviceBytes(at, "dq", N * Hq * es);
-    a.dk = DeviceBytes(at, "dk", N * Hkv * es);
-    a.dv = DeviceBytes(at, "dv", N * Hkv * es);
+    a.dres = make("dres", N * D * es);
+    a.dh = make("dh", N * D * es);
+    a.dq = make("dq", N * Hq * es);
+    a.dk = make("dk", N * Hkv * es);
+    a.dv = make("dv", N * Hkv * es);
     if (s.qk_norm) {
-      a.dq_raw = DeviceBytes(at, "dq_raw", N * Hq * es);
-      a.dk_raw = DeviceBytes(at, "dk_raw", N * Hkv * es);
+      a.dq_raw = make("dq_raw", N * Hq * es);
+      a.dk_raw = make("dk_raw", N * Hkv * es);
     }
-    a.dattn = DeviceBytes(at, "dattn", N * Hq * es);
-    a.da = DeviceBytes(at, "da", N * F * es);
-    a.dg = DeviceBytes(at, "dg", N * F * es);
-    a.du = DeviceBytes(at, "du", N * F * es);
-    a.dlogits = DeviceBytes(at, "dlogits", N * V * es);
-    if (any_moe) {
-      a.moe_dyp = DeviceBytes(at, "moe_dyp", A * D * es);   // also the permuted input's gradient
-      a.moe_dgate = DeviceBytes(at, "moe_dgate", A * f4);
-      a.moe_dea = DeviceBytes(at, "moe_da", R * Fe * es);
-      a.moe_deg = DeviceBytes(at, "moe_dg", R * Fe * es);
-      a.moe_deu = DeviceBytes(at, "moe_du", R * Fe * es);
-      a.moe_drouter = DeviceBytes(at, "moe_drouter", N * E * es);
-    }
+    a.dattn = make("dattn", N * Hq * es);
+    a.da = make("da", N * F * es);
+    a.dg = make("dg", N * F * es);
+    a.du = make("du", N * F * es);
+    a.dlogits = make("dlogits", N * V * es);
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
       for (const auto& u : units_)
         for (const auto& p : u.params) largest = std::max<std::size_t>(largest, p.numel());
-      a.wgrad_tmp = DeviceBytes(at, "wgrad_tmp", largest * f4, MemoryCategory::workspace);
+      wgrad_->allocate_scratch(make, largest);
     }
   }
   {
@@ -180,50 +133,26 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     const kernels::AttentionShape largest{options_.max_batch, options_.max_seq_len, s.n_heads, s.n_kv_heads,
                                           s.head_dim};
     const AttentionWorkspaceSizes w = attention_workspace_bytes(largest, es, !inference);
-    a.attn_scores = DeviceBytes(at, "attn_scores", w.scores, MemoryCategory::workspace);
-    a.attn_probs = DeviceBytes(at, "attn_probs", w.probs, MemoryCategory::workspace);
+    a.attn_scores = make("attn_scores", w.scores, MemoryCategory::workspace);
+    a.attn_probs = make("attn_probs", w.probs, MemoryCategory::workspace);
     if (!inference) {
-      a.attn_dk = DeviceBytes(at, "attn_dk", w.dkv, MemoryCategory::workspace);
-      a.attn_dv = DeviceBytes(at, "attn_dv", w.dkv, MemoryCategory::workspace);
-      a.norm_scratch = DeviceBytes(at, "norm_scratch", kernels::kRmsnormDwScratch * f4, MemoryCategory::workspace);
+      a.attn_dk = make("attn_dk", w.dkv, MemoryCategory::workspace);
+      a.attn_dv = make("attn_dv", w.dkv, MemoryCategory::workspace);
+      a.norm_scratch = make("norm_scratch", kernels::kRmsnormDwScratch * f4, MemoryCategory::workspace);
     }
     if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
   }
-  a.tokens = LedgerView<std::int32_t>(MemoryCategory::activations, "tokens", N);
-  a.targets = LedgerView<std::int32_t>(MemoryCategory::activations, "targets", N);
-  a.positions = LedgerView<std::int32_t>(MemoryCategory::activations, "positions", N);
-  a.slots = LedgerView<std::int32_t>(MemoryCategory::activations, "cache_slots", N);
+  a.tokens = make.ids("tokens", N);
+  a.targets = make.ids("targets", N);
+  a.positions = make.ids("positions", N);
+  a.slots = make.ids("cache_slots", N);
   a.slots_h = Kokkos::create_mirror_view(a.slots.view());
   a.tokens_h = Kokkos::create_mirror_view(a.tokens.view());
   if (!inference) {
-    a.token_order = LedgerView<std::int32_t>(MemoryCategory::activations, "token_order", N);
-    a.token_starts = LedgerView<std::int32_t>(MemoryCategory::activations, "token_starts", N + 2);
+    a.token_order = make.ids("token_order", N);
+    a.token_starts = make.ids("token_starts", N + 2);
     a.token_order_h = Kokkos::create_mirror_view(a.token_order.view());
     a.token_starts_h = Kokkos::create_mirror_view(a.token_starts.view());
-  }
-  if (any_moe) {
-    a.moe_counts = DeviceBytes(at, "moe_counts", E * sizeof(std::int32_t));
-    a.moe_aux = DeviceBytes(ArenaPlacement{}, "moe_aux", 2 * f4);   // kept across phases: not in the arena
-    a.moe_expert_h.resize(A);
-    a.moe_order_h.resize(A);
-    a.moe_pos_h.resize(A);
-    if (ep) {
-      ExpertParallelScratch& x = a.ep;
-      x.rows_a = DeviceBytes(at, "moe_ep_rows_a", R * D * es);
-      x.rows_b = DeviceBytes(at, "moe_ep_rows_b", R * D * es);
-      x.xl = DeviceBytes(at, "moe_ep_xl", R * D * es);
-      x.eg = DeviceBytes(at, "moe_ep_g", R * Fe * es);
-      x.eu = DeviceBytes(at, "moe_ep_u", R * Fe * es);
-      x.ea = DeviceBytes(at, "moe_ep_a", R * Fe * es);
-      x.to_local = DeviceBytes(at, "moe_ep_to_local", R * sizeof(std::int32_t));
-      x.to_source = DeviceBytes(at, "moe_ep_to_source", R * sizeof(std::int32_t));
-      for (auto* v : {&x.send_rows, &x.send_first, &x.recv_rows, &x.recv_first}) v->assign(W, 0);
-      x.local_offsets.assign(E / W + 1, 0);
-      x.send_counts.resize(E);
-      x.recv_counts.resize(E);
-      x.to_local_h.resize(R);
-      x.to_source_h.resize(R);
-    }
   }
   a.targets_h = Kokkos::create_mirror_view(a.targets.view());
   a.positions_h = Kokkos::create_mirror_view(a.positions.view());
@@ -232,7 +161,11 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.head_norm = units_.back().param("model.norm.weight").offset;
   if (!s.tie_embeddings) a.head_lm = units_.back().param("lm_head.weight").offset;
 
-  if (any_moe) gemm_->reserve_groups(s.n_experts);
+  if (any_moe) {
+    gemm_->reserve_groups(s.n_experts);
+    moe_ = std::make_unique<MoeLayers>(options_, space_, *gemm_, *wgrad_, N, stored, !inference, make);
+  }
+  a.bytes = make.total;
   // The host GEMM backend widens bf16 operands in a workspace: size it now, not in a step.
   // Every product involves one weight (out, in) and N tokens: forward (N, out, in), input
   // gradient (N, in, out) and weight gradient (out, in, N) need the same N*in + in*out + N*out.
@@ -248,7 +181,26 @@ std::size_t Transformer::compute_type_size() const {
   return options_.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float);
 }
 
-std::size_t Transformer::activation_bytes() const { return act_->bytes(); }
+std::size_t Transformer::activation_bytes() const { return act_->bytes; }
+
+const WgradCounters& Transformer::wgrad_counters() const { return wgrad_->counters(); }
+
+void Transformer::add_replayed_counts(const WgradCounters& replayed) { wgrad_->count(replayed); }
+
+const MoeCallCounters& Transformer::moe_calls() const {
+  static const MoeCallCounters none;
+  return moe_ ? moe_->calls() : none;
+}
+
+void Transformer::set_aux_loss_weight(float weight) {
+  if (moe_) moe_->set_aux_loss_weight(weight);
+}
+
+void Transformer::reset_aux_loss() {
+  if (moe_) moe_->reset_aux_loss();
+}
+
+double Transformer::aux_loss() const { return moe_ ? moe_->aux_loss() : 0.0; }
 
 void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
                             const std::int32_t* positions) {

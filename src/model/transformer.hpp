@@ -24,7 +24,8 @@ namespace shardrl {
 
 struct LayerActivations;
 struct LayerOffsets;
-struct MoeActivations;
+class MoeLayers;
+class WeightGradients;
 
 struct ModelOptions {
   ModelShape shape;
@@ -118,21 +119,18 @@ class Transformer {
   // Logits of the last head forward, (B*S, vocab) in the compute type.
   const void* logits() const;
 
-  const WgradCounters& wgrad_counters() const { return wgrad_; }
-  const MoeCallCounters& moe_calls() const { return moe_calls_; }
+  const WgradCounters& wgrad_counters() const;
+  const MoeCallCounters& moe_calls() const;
   // The weight of this micro-batch's load-balancing loss relative to aux_loss_coef (1 by
   // default); the caller divides by the micro-batches and ranks a step averages over.
-  void set_aux_loss_weight(float weight) { aux_loss_weight_ = weight; }
+  void set_aux_loss_weight(float weight);
   // The load-balancing losses of the training forwards since the reset (not recomputations),
   // summed over MoE layers, each forward's weighted as set above (without aux_loss_coef): what
   // the metrics report. Reading synchronises with the device; 0 for a dense model.
   void reset_aux_loss();
   double aux_loss() const;
   // Weight-gradient GEMMs a replayed CUDA graph ran without this object's host code.
-  void add_replayed_counts(const WgradCounters& replayed) {
-    wgrad_.fused += replayed.fused;
-    wgrad_.unfused += replayed.unfused;
-  }
+  void add_replayed_counts(const WgradCounters& replayed);
   Gemm& gemm() { return *gemm_; }
   std::size_t activation_bytes() const;
 
@@ -151,50 +149,14 @@ class Transformer {
   template <class T> void embed_backward(float* g);
   // dW (out, in) += dY^T X with dY (N, out), X (N, in): fused or unfused as configured.
   template <class T> void weight_grad(const T* dY, const T* X, float* dW, int out, int in);
-  // Mixture-of-experts MLP of an MoE layer (moe_layer.cpp): forward adds into `out` (which
-  // holds the attention block's output); backward turns dres into dh (the gradient at h2).
-  template <class T> void moe_forward(int layer, const T* w, LayerActivations& la, T* out, bool track_aux);
-  template <class T> void moe_backward(int layer, const T* w, float* g, LayerActivations& la);
-  // Expert parallelism's exchanges (moe_layer.cpp): routed rows to the experts' ranks, rows in
-  // the local experts' order back to where they came from, output gradients to the experts.
-  template <class T> void dispatch_to_experts(const MoeActivations& m);
-  template <class T> void return_from_experts(const T* local_rows, T* out);
-  template <class T> const T* gradients_to_experts(const T* dyp);
-  // The experts' gate and up products and their SwiGLU over rows grouped by expert.
-  template <class T>
-  void expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows, const std::vector<std::int32_t>& offsets,
-                     T* eg, T* eu, T* ea);
-  // An operand of every expert's product: expert e's starts at base + e * per_expert + (its
-  // first routed row) * per_row. Experts' weights advance per expert, routed activations per row.
-  template <class T>
-  struct ExpertOperand {
-    T* base;
-    long per_expert, per_row;
-    int ld;
-  };
-  template <class T>
-  static ExpertOperand<T> expert_weights(T* first, long stride, int ld) { return {first, stride, 0, ld}; }
-  template <class T> static ExpertOperand<T> routed_rows(T* base, int ld) { return {base, 0, ld, ld}; }
-  // Which size of expert e's product is its routed row count: m (forward and input gradients,
-  // the other two sizes `a`, `b` being n and k) or k (weight gradients: `a`, `b` are m and n).
-  enum class RowsAre { m, k };
-  // One product per expert; grouped: one call, loop: expert by expert.
-  template <class TA, class TC>
-  void expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
-                       ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
-                       const std::vector<std::int32_t>& offsets);
-  template <class T>
-  void expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
-                           std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets);
 
   ModelOptions options_;
   ExecSpace space_;
   std::vector<UnitSpec> units_;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<WeightGradients> wgrad_;
   std::unique_ptr<Activations> act_;
-  WgradCounters wgrad_;
-  MoeCallCounters moe_calls_;
-  float aux_loss_weight_ = 1.0f;
+  std::unique_ptr<MoeLayers> moe_;   // models with MoE layers
   int B_ = 0, S_ = 0;
 };
 

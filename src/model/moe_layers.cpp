@@ -16,7 +16,7 @@
 #include "kernels/moe_permute.hpp"
 #include "kernels/moe_router.hpp"
 #include "kernels/swiglu.hpp"
-#include "model/activations.hpp"
+#include "model/moe_layers.hpp"
 
 namespace shardrl {
 namespace {
@@ -26,8 +26,71 @@ using DeviceInts = Kokkos::View<std::int32_t*, MemSpace, Kokkos::MemoryTraits<Ko
 
 }  // namespace
 
+MoeLayers::MoeLayers(const ModelOptions& options, const ExecSpace& space, Gemm& gemm, WeightGradients& wgrad,
+                     std::size_t tokens, int sets, bool training, BufferMaker& make)
+    : options_(options), space_(space), gemm_(gemm), wgrad_(wgrad) {
+  const ModelShape& s = options_.shape;
+  const std::size_t N = tokens, D = s.d_model, E = s.n_experts, K = s.top_k, Fe = s.d_ff_expert, A = N * K;
+  const std::size_t es = options_.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float), f4 = sizeof(float);
+  const std::size_t i4 = sizeof(std::int32_t);
+  // With expert parallelism this rank's experts may receive every rank's routed rows.
+  ExpertExchange* const ep = options_.expert_exchange;
+  const std::size_t W = ep ? static_cast<std::size_t>(ep->ranks()) : 1, R = W * A;
+  SHARDRL_CHECK(!ep || E % W == 0, "expert parallelism: the experts must divide among the ranks");
+  SHARDRL_CHECK(!ep || training, "expert parallelism is for training: decoding holds every expert");
+  sets_.resize(static_cast<std::size_t>(sets));
+  for (int l = 0; l < sets; ++l) {
+    if (sets > 1 && !s.moe_layer(l)) continue;   // a dense layer's set
+    LayerBuffers& m = sets_[static_cast<std::size_t>(l)];
+    m.router_logits = make("router_logits", N * E * es);
+    m.probs = make("router_probs", N * E * f4);
+    m.gate = make("router_gate", A * f4);
+    m.expert = make("router_expert", A * i4);
+    m.order = make("moe_order", A * i4);
+    m.pos = make("moe_pos", A * i4);
+    m.xp = make("moe_xp", A * D * es);
+    if (!ep) {   // with expert parallelism the experts' products live in the exchange buffers
+      m.eg = make("moe_g", A * Fe * es);
+      m.eu = make("moe_u", A * Fe * es);
+      m.ea = make("moe_a", A * Fe * es);
+    }
+    m.yp = make("moe_y", A * D * es);
+    m.offsets.assign(E + 1, 0);
+  }
+  if (training) {
+    dyp_ = make("moe_dyp", A * D * es);   // also the permuted input's gradient
+    dgate_ = make("moe_dgate", A * f4);
+    dea_ = make("moe_da", R * Fe * es);
+    deg_ = make("moe_dg", R * Fe * es);
+    deu_ = make("moe_du", R * Fe * es);
+    drouter_ = make("moe_drouter", N * E * es);
+  }
+  counts_ = make("moe_counts", E * i4);
+  aux_ = make.kept("moe_aux", 2 * f4);
+  expert_h_.resize(A);
+  order_h_.resize(A);
+  pos_h_.resize(A);
+  if (ep) {
+    ExchangeBuffers& x = ep_;
+    x.rows_a = make("moe_ep_rows_a", R * D * es);
+    x.rows_b = make("moe_ep_rows_b", R * D * es);
+    x.xl = make("moe_ep_xl", R * D * es);
+    x.eg = make("moe_ep_g", R * Fe * es);
+    x.eu = make("moe_ep_u", R * Fe * es);
+    x.ea = make("moe_ep_a", R * Fe * es);
+    x.to_local = make("moe_ep_to_local", R * i4);
+    x.to_source = make("moe_ep_to_source", R * i4);
+    for (auto* v : {&x.send_rows, &x.send_first, &x.recv_rows, &x.recv_first}) v->assign(W, 0);
+    x.local_offsets.assign(E / W + 1, 0);
+    x.send_counts.resize(E);
+    x.recv_counts.resize(E);
+    x.to_local_h.resize(R);
+    x.to_source_h.resize(R);
+  }
+}
+
 template <class TA, class TC>
-void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
+void MoeLayers::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
                                   ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
                                   const std::vector<std::int32_t>& offsets) {
   const int E = static_cast<int>(offsets.size()) - 1;   // all experts, or this rank's
@@ -45,13 +108,13 @@ void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b
     cp[e] = C.base + e * C.per_expert + first * C.per_row;
   }
   if (options_.moe_impl == MoeImpl::grouped) {
-    gemm_->gemm_grouped(opA, opB, m, n, k, 1.0f, ap, A.ld, bp, B.ld, beta, cp, C.ld);
-    ++moe_calls_.grouped;
+    gemm_.gemm_grouped(opA, opB, m, n, k, 1.0f, ap, A.ld, bp, B.ld, beta, cp, C.ld);
+    ++calls_.grouped;
   } else {
     for (int e = 0; e < E; ++e)
       if (m[e] > 0 && n[e] > 0)
-        gemm_->gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], A.ld, bp[e], B.ld, beta, cp[e], C.ld);
-    ++moe_calls_.loop;
+        gemm_.gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], A.ld, bp[e], B.ld, beta, cp[e], C.ld);
+    ++calls_.loop;
   }
 }
 
@@ -61,9 +124,9 @@ void Transformer::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b
 // permutations stay in the scratch for the way back. Backward calls it again for its layer (the
 // same xp and routing give the same exchange), so no layer keeps rows of the received size.
 template <class T>
-void Transformer::dispatch_to_experts(const MoeActivations& m) {
+void MoeLayers::dispatch_to_experts(const LayerBuffers& m) {
   ExpertExchange& ex = *options_.expert_exchange;
-  ExpertParallelScratch& x = act_->ep;
+  ExchangeBuffers& x = ep_;
   const int W = ex.ranks(), E = options_.shape.n_experts, El = E / W, D = options_.shape.d_model;
   for (int e = 0; e < E; ++e) x.send_counts[e] = m.offsets[e + 1] - m.offsets[e];
   ex.exchange_counts(x.send_counts.data(), x.recv_counts.data(), El);
@@ -103,8 +166,8 @@ void Transformer::dispatch_to_experts(const MoeActivations& m) {
 // Rows in the local order (the experts' outputs, or in backward their inputs' gradients) back to
 // the ranks they came from, landing in `out` in that rank's routed order (xp's).
 template <class T>
-void Transformer::return_from_experts(const T* local_rows, T* out) {
-  ExpertParallelScratch& x = act_->ep;
+void MoeLayers::return_from_experts(const T* local_rows, T* out) {
+  ExchangeBuffers& x = ep_;
   const int D = options_.shape.d_model;
   T* arrival = local_rows == x.rows_a.as<T>() ? x.rows_b.as<T>() : x.rows_a.as<T>();
   kernels::moe_permute(space_, x.local_offsets.back(), 1, D, x.to_source.as<std::int32_t>(), local_rows, arrival);
@@ -115,8 +178,8 @@ void Transformer::return_from_experts(const T* local_rows, T* out) {
 // Backward: the gradients of this rank's routed outputs (dyp, xp's order) to the experts' ranks;
 // returns the gradients of this rank's experts' outputs in the local order (rows_b).
 template <class T>
-const T* Transformer::gradients_to_experts(const T* dyp) {
-  ExpertParallelScratch& x = act_->ep;
+const T* MoeLayers::gradients_to_experts(const T* dyp) {
+  ExchangeBuffers& x = ep_;
   const int D = options_.shape.d_model;
   options_.expert_exchange->exchange_rows(dyp, x.send_rows.data(), x.send_first.data(), x.rows_a.as<T>(),
                                           x.recv_rows.data(), x.recv_first.data(), D, std::is_same_v<T, bf16>);
@@ -127,7 +190,7 @@ const T* Transformer::gradients_to_experts(const T* dyp) {
 
 // The experts' hidden products over their rows: g = x Wg^T, u = x Wu^T, a = swiglu(g, u).
 template <class T>
-void Transformer::expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows,
+void MoeLayers::expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows,
                                 const std::vector<std::int32_t>& offsets, T* eg, T* eu, T* ea) {
   const int D = options_.shape.d_model, Fe = options_.shape.d_ff_expert;
   const auto rows_x = routed_rows<const T>(x_rows, D);
@@ -139,26 +202,24 @@ void Transformer::expert_hidden(const T* w, const LayerOffsets& o, const T* x_ro
 }
 
 template <class T>
-void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* out, bool track_aux) {
+void MoeLayers::forward(int set, const LayerOffsets& o, const T* w, const T* h2, T* out, const SharedExpert& shared,
+                        int N, bool track_aux) {
   const ModelShape& s = options_.shape;
-  const int N = B_ * S_, D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
-  const LayerOffsets& o = act_->offsets[layer];
-  MoeActivations& m = la.moe;
-  Activations& b = *act_;
-  Gemm& mm = *gemm_;
-  const T* h2 = la.h2.as<T>();
+  const int D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
+  LayerBuffers& m = sets_[static_cast<std::size_t>(set)];
+  Gemm& mm = gemm_;
   const long A = static_cast<long>(N) * k;
 
   mm.gemm(Op::N, Op::T, N, E, D, 1.0f, h2, D, w + o.router, D, 0.0f, m.router_logits.as<T>(), E);
   const kernels::RouterShape rs{N, E, k};
   kernels::router_forward(space_, rs, true, m.router_logits.as<T>(), m.probs.as<float>(), m.expert.as<std::int32_t>(),
                           m.gate.as<float>());
-  Kokkos::deep_copy(space_, HostInts(b.moe_expert_h.data(), A), DeviceInts(m.expert.as<std::int32_t>(), A));
+  Kokkos::deep_copy(space_, HostInts(expert_h_.data(), A), DeviceInts(m.expert.as<std::int32_t>(), A));
   space_.fence();
-  kernels::build_expert_permutation(b.moe_expert_h.data(), N, k, E, b.moe_order_h.data(), b.moe_pos_h.data(),
+  kernels::build_expert_permutation(expert_h_.data(), N, k, E, order_h_.data(), pos_h_.data(),
                                     m.offsets.data());
-  Kokkos::deep_copy(space_, DeviceInts(m.order.as<std::int32_t>(), A), HostInts(b.moe_order_h.data(), A));
-  Kokkos::deep_copy(space_, DeviceInts(m.pos.as<std::int32_t>(), A), HostInts(b.moe_pos_h.data(), A));
+  Kokkos::deep_copy(space_, DeviceInts(m.order.as<std::int32_t>(), A), HostInts(order_h_.data(), A));
+  Kokkos::deep_copy(space_, DeviceInts(m.pos.as<std::int32_t>(), A), HostInts(pos_h_.data(), A));
   space_.fence();   // the host arrays are refilled by the next MoE layer
 
   T* xp = m.xp.as<T>();
@@ -169,7 +230,7 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   // expert-parallel gather copies only this rank's there), so local expert j is at expert j's
   // offsets.
   ExpertExchange* const ep = options_.expert_exchange;
-  ExpertParallelScratch& x = b.ep;
+  ExchangeBuffers& x = ep_;
   if (ep) dispatch_to_experts<T>(m);
   const std::vector<std::int32_t>& offsets = ep ? x.local_offsets : m.offsets;
   T* ea = ep ? x.ea.as<T>() : m.ea.as<T>();
@@ -184,51 +245,53 @@ void Transformer::moe_forward(int layer, const T* w, LayerActivations& la, T* ou
   if (ep) return_from_experts<T>(y_rows, yp);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
   if (track_aux) {   // the layer's load-balancing loss, for the metrics
-    kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
-    kernels::router_aux_loss(space_, rs, 1.0f, m.probs.as<float>(), b.moe_counts.as<std::int32_t>(),
-                             b.moe_aux.as<float>());
-    kernels::add_scaled(space_, b.moe_aux.as<float>(), b.moe_aux.as<float>() + 1, aux_loss_weight_, 1);
+    kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), counts_.as<std::int32_t>());
+    kernels::router_aux_loss(space_, rs, 1.0f, m.probs.as<float>(), counts_.as<std::int32_t>(),
+                             aux_.as<float>());
+    kernels::add_scaled(space_, aux_.as<float>(), aux_.as<float>() + 1, aux_loss_weight_, 1);
   }
   if (o.gate >= 0) {   // the shared expert, on every token
-    mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.gate, D, 0.0f, la.g.as<T>(), Fe);
-    mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.up, D, 0.0f, la.u.as<T>(), Fe);
-    kernels::swiglu_forward(space_, la.g.as<T>(), la.u.as<T>(), la.a.as<T>(), long(N) * Fe);
-    mm.gemm(Op::N, Op::T, N, D, Fe, 1.0f, la.a.as<T>(), Fe, w + o.down, Fe, 1.0f, out, D);
+    T* g = static_cast<T*>(shared.g);
+    T* u = static_cast<T*>(shared.u);
+    T* a = static_cast<T*>(shared.a);
+    mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.gate, D, 0.0f, g, Fe);
+    mm.gemm(Op::N, Op::T, N, Fe, D, 1.0f, h2, D, w + o.up, D, 0.0f, u, Fe);
+    kernels::swiglu_forward(space_, g, u, a, long(N) * Fe);
+    mm.gemm(Op::N, Op::T, N, D, Fe, 1.0f, a, Fe, w + o.down, Fe, 1.0f, out, D);
   }
 }
 
 template <class T>
-void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations& la) {
+void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, const T* h2, const T* dres, T* dh,
+                         const SharedExpert& shared, const SharedExpertGrads& grads, int N) {
   const ModelShape& s = options_.shape;
-  const int N = B_ * S_, D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
-  const LayerOffsets& o = act_->offsets[layer];
-  MoeActivations& m = la.moe;
-  Activations& b = *act_;
-  Gemm& mm = *gemm_;
-  const T* h2 = la.h2.as<T>();
-  const T* dres = b.dres.as<T>();
-  T* dh = b.dh.as<T>();
+  const int D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
+  LayerBuffers& m = sets_[static_cast<std::size_t>(set)];
+  Gemm& mm = gemm_;
 
-  const bool shared = o.gate >= 0;
-  if (shared) {
-    mm.gemm(Op::N, Op::N, N, Fe, D, 1.0f, dres, D, w + o.down, Fe, 0.0f, b.da.as<T>(), Fe);
-    weight_grad(dres, la.a.as<T>(), g + o.down, D, Fe);
-    kernels::swiglu_backward(space_, la.g.as<T>(), la.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
+  const bool has_shared = o.gate >= 0;
+  if (has_shared) {
+    T* da = static_cast<T*>(grads.da);
+    T* dg = static_cast<T*>(grads.dg);
+    T* du = static_cast<T*>(grads.du);
+    mm.gemm(Op::N, Op::N, N, Fe, D, 1.0f, dres, D, w + o.down, Fe, 0.0f, da, Fe);
+    wgrad_.add(dres, static_cast<const T*>(shared.a), g + o.down, D, Fe, N);
+    kernels::swiglu_backward(space_, static_cast<const T*>(shared.g), static_cast<const T*>(shared.u), da, dg, du,
                              long(N) * Fe);
-    mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, b.dg.as<T>(), Fe, w + o.gate, D, 0.0f, dh, D);
-    mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, b.du.as<T>(), Fe, w + o.up, D, 1.0f, dh, D);
-    weight_grad(b.dg.as<T>(), h2, g + o.gate, Fe, D);
-    weight_grad(b.du.as<T>(), h2, g + o.up, Fe, D);
+    mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, dg, Fe, w + o.gate, D, 0.0f, dh, D);
+    mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, du, Fe, w + o.up, D, 1.0f, dh, D);
+    wgrad_.add(static_cast<const T*>(dg), h2, g + o.gate, Fe, D, N);
+    wgrad_.add(static_cast<const T*>(du), h2, g + o.up, Fe, D, N);
   }
-  T* dyp = b.moe_dyp.as<T>();
-  float* dgate = b.moe_dgate.as<float>();
+  T* dyp = dyp_.as<T>();
+  float* dgate = dgate_.as<float>();
   kernels::moe_combine_backward(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), m.yp.as<T>(), dres,
                                 dyp, dgate);
   // This rank's experts and their rows, as in forward: the output gradients of every expert's
   // rows here, or (expert parallelism) the dispatch and the gate and up products redone for
   // this layer, then the output gradients sent to the experts' ranks.
   ExpertExchange* const ep = options_.expert_exchange;
-  ExpertParallelScratch& x = b.ep;
+  ExchangeBuffers& x = ep_;
   const std::vector<std::int32_t>& offsets = ep ? x.local_offsets : m.offsets;
   const T* x_rows = ep ? x.xl.as<T>() : m.xp.as<T>();
   T* eg = ep ? x.eg.as<T>() : m.eg.as<T>();
@@ -244,75 +307,71 @@ void Transformer::moe_backward(int layer, const T* w, float* g, LayerActivations
   }
   const long rows = offsets.back();
   // Down: da_e = dy_e Wd_e; dWd_e += dy_e^T a_e.
-  T* dea = b.moe_dea.as<T>();
+  T* dea = dea_.as<T>();
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dy_rows, D),
                         expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(dea, Fe),
                         offsets);
   expert_weight_grads(dy_rows, D, ea, Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
-  kernels::swiglu_backward(space_, eg, eu, dea, b.moe_deg.as<T>(), b.moe_deu.as<T>(), rows * Fe);
+  kernels::swiglu_backward(space_, eg, eu, dea, deg_.as<T>(), deu_.as<T>(), rows * Fe);
   // Gate and up: dx_e = dg_e Wg_e + du_e Wu_e; dW += d^T x_e.
-  expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deg.as<T>(), Fe),
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(deg_.as<T>(), Fe),
                         expert_weights(w + o.expert_gate, o.expert_stride_in, D), 0.0f, routed_rows(dx_rows, D),
                         offsets);
-  expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(b.moe_deu.as<T>(), Fe),
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(deu_.as<T>(), Fe),
                         expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f, routed_rows(dx_rows, D),
                         offsets);
-  expert_weight_grads(b.moe_deg.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
-  expert_weight_grads(b.moe_deu.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
+  expert_weight_grads(deg_.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
+  expert_weight_grads(deu_.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
   T* dxp = dyp;
   if (ep) return_from_experts<T>(dx_rows, dxp);
-  kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, shared);
+  kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, has_shared);
   // Router: through the gates (and the load-balancing loss) to its logits.
   const kernels::RouterShape rs{N, E, k};
   const float aux = options_.aux_loss_coef * aux_loss_weight_;
-  if (aux != 0.0f) kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), b.moe_counts.as<std::int32_t>());
-  T* drouter = b.moe_drouter.as<T>();
+  if (aux != 0.0f) kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), counts_.as<std::int32_t>());
+  T* drouter = drouter_.as<T>();
   kernels::router_backward(space_, rs, true, aux, m.probs.as<float>(), m.expert.as<std::int32_t>(),
-                           m.gate.as<float>(), b.moe_counts.as<std::int32_t>(), dgate, drouter);
+                           m.gate.as<float>(), counts_.as<std::int32_t>(), dgate, drouter);
   mm.gemm(Op::N, Op::N, N, D, E, 1.0f, drouter, E, w + o.router, D, 1.0f, dh, D);
-  weight_grad(drouter, h2, g + o.router, E, D);
+  wgrad_.add(static_cast<const T*>(drouter), h2, g + o.router, E, D, N);
 }
 
 // dW_e (out, in) += dY_e^T X_e over expert e's rows, for every expert: fused, one grouped (or
 // per-expert) product with beta = 1 into the fp32 gradient; unfused, per expert into the
 // scratch and then added. Counted like every other weight gradient.
 template <class T>
-void Transformer::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
+void MoeLayers::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
                                       std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets) {
   const int E = static_cast<int>(offsets.size()) - 1;
-  if (options_.gradient_accumulation_fusion) {
+  if (wgrad_.fused()) {
     expert_products<T, float>(Op::T, Op::N, RowsAre::k, out, in, routed_rows(dY, ld_dy), routed_rows(X, ld_x), 1.0f,
                               expert_weights(g + first, stride, in), offsets);
-    wgrad_.fused += E;
+    wgrad_.count_fused(E);
     return;
   }
-  float* tmp = act_->wgrad_tmp.as<float>();
-  for (int e = 0; e < E; ++e) {
-    const int rows = offsets[e + 1] - offsets[e];
-    gemm_->gemm(Op::T, Op::N, out, in, rows, 1.0f, dY + long(offsets[e]) * ld_dy, ld_dy, X + long(offsets[e]) * ld_x,
-                ld_x, 0.0f, tmp, in);
-    kernels::add_scaled(space_, tmp, g + first + e * stride, 1.0f, long(out) * in);
-    ++wgrad_.unfused;
-  }
+  for (int e = 0; e < E; ++e)
+    wgrad_.add(dY + long(offsets[e]) * ld_dy, ld_dy, X + long(offsets[e]) * ld_x, ld_x, g + first + e * stride, out, in,
+               offsets[e + 1] - offsets[e]);
 }
 
-void Transformer::reset_aux_loss() {
-  if (act_->moe_aux.bytes() > 0) kernels::fill(space_, act_->moe_aux.as<float>(), 0.0f, 2);
-}
+void MoeLayers::reset_aux_loss() { kernels::fill(space_, aux_.as<float>(), 0.0f, 2); }
 
-double Transformer::aux_loss() const {
-  if (act_->moe_aux.bytes() == 0) return 0.0;
+double MoeLayers::aux_loss() const {
   float sum = 0.0f;
   Kokkos::deep_copy(space_, Kokkos::View<float, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&sum),
                     Kokkos::View<const float, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                        act_->moe_aux.as<float>() + 1));
+                        aux_.as<float>() + 1));
   space_.fence();
   return sum;
 }
 
-template void Transformer::moe_forward<float>(int, const float*, LayerActivations&, float*, bool);
-template void Transformer::moe_forward<bf16>(int, const bf16*, LayerActivations&, bf16*, bool);
-template void Transformer::moe_backward<float>(int, const float*, float*, LayerActivations&);
-template void Transformer::moe_backward<bf16>(int, const bf16*, float*, LayerActivations&);
+template void MoeLayers::forward<float>(int, const LayerOffsets&, const float*, const float*, float*,
+                                        const SharedExpert&, int, bool);
+template void MoeLayers::forward<bf16>(int, const LayerOffsets&, const bf16*, const bf16*, bf16*, const SharedExpert&,
+                                       int, bool);
+template void MoeLayers::backward<float>(int, const LayerOffsets&, const float*, float*, const float*, const float*,
+                                         float*, const SharedExpert&, const SharedExpertGrads&, int);
+template void MoeLayers::backward<bf16>(int, const LayerOffsets&, const bf16*, float*, const bf16*, const bf16*, bf16*,
+                                        const SharedExpert&, const SharedExpertGrads&, int);
 
 }  // namespace shardrl
