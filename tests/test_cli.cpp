@@ -342,6 +342,24 @@ TEST(Cli, ProfilePrintsThePerStepBreakdown) {
   EXPECT_NE(r.out.find("all-reduce 8 B"), std::string::npos) << r.out;
 }
 
+// The binary reports the paths its built objects took (the job layer's build report), so a key
+// that did not reach them shows: here the flipped weight-gradient path and state dtypes.
+TEST(Cli, StartUpReportShowsThePathsTheBuildTook) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 0\n");
+  RunResult plain = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=plain");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_NE(plain.out.find("weight gradients         fused"), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("main gradient dtype      fp32"), std::string::npos) << plain.out;
+  RunResult flipped = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=flipped"
+                                              " --set train.gradient_accumulation_fusion=false"
+                                              " --set fsdp.main_grad_dtype='\"bf16\"' --set optim.state_dtype='\"bf16\"'");
+  ASSERT_EQ(flipped.exit_code, 0) << flipped.out << flipped.err;
+  EXPECT_NE(flipped.out.find("weight gradients         unfused"), std::string::npos) << flipped.out;
+  EXPECT_NE(flipped.out.find("main gradient dtype      bf16"), std::string::npos) << flipped.out;
+  EXPECT_NE(flipped.out.find("Adam moment dtype        bf16"), std::string::npos) << flipped.out;
+}
+
 TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\nseed = 3\n");
