@@ -127,11 +127,29 @@ std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
   if (name->empty()) throw InputError(fmt::format("'{}' is empty: it should name a checkpoint file", latest.string()));
   if (name->find('/') != std::string::npos || name->find('\n') != std::string::npos || *name == "." || *name == "..")
     throw InputError(fmt::format("'{}' holds '{}', which is not a checkpoint file name", latest.string(), *name));
+  if (parse_name(*name, kPartialSuffix))
+    throw InputError(fmt::format("'{}' names '{}', an uncommitted checkpoint (a save that did not finish): it is "
+                                 "never loaded",
+                                 latest.string(), *name));
   const std::filesystem::path target = dir / *name;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(target, ec))
     throw InputError(fmt::format("'{}' names '{}', but '{}' does not exist", latest.string(), *name, target.string()));
   return target;
+}
+
+std::vector<std::filesystem::path> committed_checkpoints(const std::filesystem::path& dir) {
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return {};
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (auto iteration = parse_name(it->path().filename().string(), ""))
+      if (it->is_regular_file(ec)) found.emplace_back(*iteration, it->path());
+  if (ec) throw InputError(fmt::format("cannot list '{}': {}", dir.string(), ec.message()));
+  std::sort(found.begin(), found.end());
+  std::vector<std::filesystem::path> out;
+  for (auto& [iteration, path] : found) out.push_back(std::move(path));
+  return out;
 }
 
 void apply_retention(const std::filesystem::path& dir, std::int64_t keep_last, std::int64_t keep_every) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <vector>
 
 namespace shardrl {
 
@@ -22,9 +23,14 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, std::int
 void commit_checkpoint(const std::filesystem::path& dir, std::int64_t iteration);
 
 // <dir>/<the file `latest` names>, or an empty path when there is no `latest`. A `latest` that
-// names a missing file, is empty, or holds something other than a file name -> InputError
-// naming both.
+// names a missing file, is empty, holds something other than a file name, or names an
+// uncommitted `.partial` file -> InputError naming both.
 std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
+
+// The committed checkpoints in `dir` (iter_*.h5, not .partial), oldest first; none when `dir`
+// does not exist. A crash between committing a file and replacing `latest` leaves the newest of
+// these without `latest` naming it.
+std::vector<std::filesystem::path> committed_checkpoints(const std::filesystem::path& dir);
 
 // Deletes the committed checkpoints other than the newest `keep_last` and those whose iteration
 // is a multiple of `keep_every` (0: none kept for that reason), and any stale iter_*.h5.partial

@@ -81,7 +81,7 @@ TEST(Cli, SignalSavesAndTheSameCommandContinues) {
 }
 
 // A checkpoint with one flipped byte in a tensor: resume and `inspect --verify` name the file
-// and the tensor, and exit 2 on every rank; --no-resume starts afresh regardless.
+// and the tensor, and exit 2 on every rank; --no-resume --overwrite starts afresh regardless.
 TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
@@ -117,13 +117,65 @@ TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
   RunResult verify = run_in(dir, shardrl_binary() + " inspect " + file.string() + " --verify");
   EXPECT_EQ(verify.exit_code, 2);
   EXPECT_NE(verify.err.find("fail their checksum"), std::string::npos) << verify.err;
-  RunResult fresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
+  RunResult fresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume --overwrite");
   EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   RunResult truncated = run_in(dir, "truncate -s 1000 " + file.string() + " && " + mpirun(2) +
                                         " train --config job.toml --resume-from " + file.string());
   EXPECT_EQ(truncated.exit_code, 2);
   EXPECT_NE(truncated.err.find(file.string() + ": cannot open as a shardrl checkpoint"), std::string::npos)
       << truncated.err;
+}
+
+// A crash between committing a checkpoint and replacing `latest` leaves no `latest`: the job
+// resumes from the newest committed file (never starts afresh over the run), and the metrics
+// hold every iteration once. --no-resume on that run is refused (nothing is touched) unless
+// --overwrite; an uncommitted `.partial` file is never loaded, named by --resume-from or by
+// `latest`.
+TEST(Cli, AnExistingRunIsNeverOverwritten) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const fs::path checkpoints = dir / "runs" / "ck" / "checkpoints";
+  const fs::path second = checkpoints / "iter_00000002.h5";
+  ASSERT_TRUE(fs::exists(second));
+  const std::string second_bytes = slurp(second);
+  fs::remove(checkpoints / "latest");
+
+  RunResult resumed = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=3");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resuming from the newest committed checkpoint iter_00000002.h5"), std::string::npos)
+      << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from runs/ck/checkpoints/iter_00000002.h5"), std::string::npos) << resumed.out;
+  EXPECT_EQ(slurp(second), second_bytes) << "the committed checkpoint was rewritten";
+  std::vector<std::int64_t> its = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl");
+  ASSERT_EQ(its.size(), 3u);
+  for (std::size_t i = 0; i < its.size(); ++i) EXPECT_EQ(its[i], static_cast<std::int64_t>(i));
+
+  RunResult refused = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("--no-resume: the run directory runs/ck already holds"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--overwrite"), std::string::npos) << refused.err;
+  EXPECT_TRUE(fs::exists(checkpoints / "iter_00000003.h5"));
+  EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u) << "the metrics were touched";
+
+  fs::copy_file(second, checkpoints / "iter_00000004.h5.partial");
+  RunResult partial = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=5 --resume-from " +
+                                      (checkpoints / "iter_00000004.h5.partial").string());
+  EXPECT_EQ(partial.exit_code, 2) << partial.out;
+  EXPECT_NE(partial.err.find("iter_00000004.h5.partial: an uncommitted checkpoint"), std::string::npos) << partial.err;
+  write(checkpoints / "latest", "iter_00000004.h5.partial\n");
+  RunResult pointed = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=5");
+  EXPECT_EQ(pointed.exit_code, 2) << pointed.out;
+  EXPECT_NE(pointed.err.find("an uncommitted checkpoint"), std::string::npos) << pointed.err;
+  RunResult inspect = run_in(dir, shardrl_binary() + " inspect " + (checkpoints / "iter_00000004.h5.partial").string());
+  EXPECT_EQ(inspect.exit_code, 2) << inspect.out;
+
+  RunResult fresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume --overwrite");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
+  EXPECT_FALSE(fs::exists(second)) << "--overwrite deletes the old checkpoints";
+  EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
 }
 
 // `convert` both ways and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,

@@ -41,8 +41,12 @@ int run_cli(int argc, char** argv) {
   train->add_flag("--profile", train_args.profile,
                   "Print a per-step breakdown: all-gather, compute, reduce-scatter, optimizer, bytes moved "
                   "(fences between phases, so steps run slower)");
-  CLI::Option* no_resume =
-      train->add_flag("--no-resume", train_args.no_resume, "Start fresh even if the run directory has checkpoints");
+  CLI::Option* no_resume = train->add_flag(
+      "--no-resume", train_args.no_resume,
+      "Start fresh; refused where the run directory has checkpoints (another run.name, or --overwrite)");
+  train->add_flag("--overwrite", train_args.overwrite,
+                  "With --no-resume: delete the run's checkpoints and metrics, then start fresh")
+      ->needs(no_resume);
   train->add_option("--resume-from", train_args.resume_from, "Resume from this checkpoint file")
       ->type_name("PATH")
       ->excludes(no_resume);

@@ -13,7 +13,8 @@ struct TrainArgs {
   std::vector<std::string> overrides;   // "section.key=value"
   bool log_all_ranks = false;
   bool profile = false;   // per-step breakdown (fences between phases)
-  bool no_resume = false;          // start fresh even if the run has checkpoints
+  bool no_resume = false;          // start fresh (refused where the run has checkpoints, unless overwrite)
+  bool overwrite = false;          // with no_resume: delete the run's checkpoints and metrics first
   std::string resume_from;         // this checkpoint instead of the run's latest
 };
 

@@ -71,23 +71,50 @@ void inject_failure(const DebugConfig& debug, std::int64_t iteration) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
-// The checkpoint to resume from: --resume-from, else the run's latest (found by rank 0, which
-// tells every rank, problems included), else none (--no-resume, or a fresh run).
+// The checkpoint to resume from: --resume-from, else the run's latest, else (a crash between a
+// commit and `latest`) its newest committed checkpoint, else none. Rank 0 looks and tells every
+// rank, problems included. --no-resume on a run that has checkpoints is refused unless
+// --overwrite, which deletes them and the run's metrics first: a run is never overwritten by
+// accident.
 std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
-                                  const std::filesystem::path& checkpoints) {
-  if (args.no_resume) return {};
+                                  const std::filesystem::path& run_dir) {
   if (!args.resume_from.empty()) return args.resume_from;
-  std::string found, problem;
+  const std::filesystem::path checkpoints = run_dir / "checkpoints";
+  std::string found, problem, note;
   if (rank == 0) {
     try {
-      found = latest_checkpoint(checkpoints).string();
+      const std::vector<std::filesystem::path> committed = committed_checkpoints(checkpoints);
+      if (args.no_resume) {
+        if (!committed.empty() && !args.overwrite)
+          problem = fmt::format("--no-resume: the run directory {} already holds {} checkpoint(s), the newest {}; "
+                                "run without --no-resume to continue it, choose another run.name, or add "
+                                "--overwrite to delete them and start afresh",
+                                run_dir.string(), committed.size(), committed.back().filename().string());
+        else if (args.overwrite) {
+          std::filesystem::remove_all(checkpoints);
+          std::filesystem::remove(run_dir / "metrics.jsonl");
+          if (!committed.empty()) note = fmt::format("--overwrite: deleted {} checkpoint(s) and the metrics of {}",
+                                                     committed.size(), run_dir.string());
+        }
+      } else {
+        found = latest_checkpoint(checkpoints).string();
+        if (found.empty() && !committed.empty()) {
+          found = committed.back().string();
+          note = fmt::format("{} has no `latest` (a crash between a commit and its pointer?): resuming from the "
+                             "newest committed checkpoint {}",
+                             checkpoints.string(), committed.back().filename().string());
+        }
+      }
     } catch (const InputError& e) {
+      problem = e.what();
+    } catch (const std::filesystem::filesystem_error& e) {
       problem = e.what();
     }
   }
   broadcast_string(world, problem, 0);
   broadcast_string(world, found, 0);
   if (!problem.empty()) throw InputError(problem);
+  if (!note.empty()) spdlog::warn("{}", note);
   return found;
 }
 
@@ -172,7 +199,7 @@ int run_train(const TrainArgs& args) {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
     bool resumed = false;
-    if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, checkpoints); !from.empty()) {
+    if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, derived.run_dir); !from.empty()) {
       resumed = true;
       position = load_job_checkpoint(from, trainer, model.units(), cfg, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
@@ -249,7 +276,7 @@ int run_train(const TrainArgs& args) {
     // weights (the way to turn model.init_from's directory into a checkpoint).
     if (first >= cfg.run.iterations && !warmed_up && resumed) {
       spdlog::info("nothing to do: the run has finished its {} iterations (raise run.iterations to continue, or "
-                   "start afresh with --no-resume)",
+                   "start afresh with --no-resume --overwrite)",
                    cfg.run.iterations);
       return kExitOk;
     }

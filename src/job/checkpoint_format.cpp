@@ -17,8 +17,13 @@ bool is_tensor(const std::string& name) {
 
 std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& path, MPI_Comm comm) {
   namespace f = checkpoint_format;
-  auto in = std::make_unique<ShardedFileReader>(path, comm);
   const std::string where = path.string();
+  const std::string partial = ".partial";
+  if (where.size() > partial.size() && where.compare(where.size() - partial.size(), partial.size(), partial) == 0)
+    throw InputError(fmt::format("{}: an uncommitted checkpoint (a save that did not finish) is never loaded; use a "
+                                 "committed iter_*.h5",
+                                 where));
+  auto in = std::make_unique<ShardedFileReader>(path, comm);
   if (!in->has(f::kFormatVersion))
     throw InputError(fmt::format("{}: not a shardrl checkpoint (no {})", where, f::kFormatVersion));
   const std::int64_t version = in->read_int64(f::kFormatVersion);

@@ -44,9 +44,10 @@ bool is_tensor(const std::string& name);
 
 }  // namespace checkpoint_format
 
-// Collective. Opens `path` as a job checkpoint. InputError naming the file when it cannot be
-// opened, is not a shardrl checkpoint (no format version), has a format version this build does
-// not read, or lacks any of the scalars and strings every checkpoint holds.
+// Collective. Opens `path` as a job checkpoint. InputError naming the file when it is an
+// uncommitted `.partial` file, cannot be opened, is not a shardrl checkpoint (no format version),
+// has a format version this build does not read, or lacks any of the scalars and strings every
+// checkpoint holds.
 std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& path, MPI_Comm comm);
 
 }  // namespace shardrl
