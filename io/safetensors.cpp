@@ -9,6 +9,7 @@
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "io/text_file.hpp"
 
 namespace shardrl {
@@ -40,6 +41,7 @@ float half_to_float(std::uint16_t h) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
+  require_input_file(path_, "safetensors file");
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw InputError("cannot open '" + path_.string() + "'");
   std::error_code ec;

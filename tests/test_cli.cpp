@@ -162,6 +162,23 @@ TEST(Cli, MissingConfigFileNamesIt) {
             "  cannot read config file 'nowhere.toml': No such file or directory\n");
 }
 
+// A directory as --config used to run the job with defaults, and a FIFO as the dataset blocked
+// every rank forever: both are refused by name at once.
+TEST(Cli, InputPathsMustBeRegularFiles) {
+  fs::path dir = test_dir();
+  fs::create_directories(dir / "conf.d");
+  RunResult config = run_in(dir, mpirun(2) + " train --config conf.d");
+  EXPECT_EQ(config.exit_code, 2) << config.out;
+  EXPECT_NE(config.err.find("cannot read config file 'conf.d': Is a directory"), std::string::npos) << config.err;
+  write(dir / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"pipe.jsonl\"\n");
+  RunResult fifo = run_in(dir, "mkfifo pipe.jsonl && " + mpirun(2) + " train --config job.toml");
+  EXPECT_EQ(fifo.exit_code, 2) << fifo.out;
+  EXPECT_NE(fifo.err.find("cannot read dataset 'pipe.jsonl': a FIFO (named pipe), not a regular file"),
+            std::string::npos)
+      << fifo.err;
+  EXPECT_LT(fifo.seconds, 60.0);
+}
+
 TEST(Cli, UsageErrorsExit2) {
   fs::path dir = test_dir();
   RunResult r = run_in(dir, shardrl_binary() + " train");

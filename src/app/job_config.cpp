@@ -12,6 +12,7 @@
 
 #include "config/model_presets.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "mpi/host_exchange.hpp"
 #include "job/hf_config.hpp"
 
@@ -22,13 +23,10 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   MPI_Comm_rank(world, &rank);
   std::string text, read_error;
   if (rank == 0) {
-    std::ifstream in(args.config_path, std::ios::binary);
-    if (!in) {
-      read_error = fmt::format("cannot read config file '{}': {}", args.config_path, std::strerror(errno));
-    } else {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
+    try {
+      text = read_input_file(args.config_path, "config file");
+    } catch (const InputError& e) {
+      read_error = e.what();
     }
   }
   broadcast_string(world, read_error, 0);
@@ -52,16 +50,12 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   std::string json;
   read_error.clear();
   if (rank == 0) {
-    std::ifstream in(json_path, std::ios::binary);
-    if (!in) {
+    if (const std::string problem = input_file_problem(json_path); !problem.empty())
       read_error = fmt::format("{}: model.init_from = \"{}\" with preset = \"custom\" and no shape keys takes the "
                                "shape from '{}', which cannot be read: {}",
-                               loaded.origin.at("model.init_from"), model.init_from, json_path, std::strerror(errno));
-    } else {
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      json = ss.str();
-    }
+                               loaded.origin.at("model.init_from"), model.init_from, json_path, problem);
+    else
+      json = read_input_file(json_path, "model config");
   }
   broadcast_string(world, read_error, 0);
   broadcast_string(world, json, 0);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "io/json_parse_message.hpp"
 
 namespace shardrl {
@@ -129,11 +130,8 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
 }
 
 std::string hf_job_config_toml(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "config.json");
-  if (!in) throw InputError("cannot open '" + (dir / "config.json").string() + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const ModelShape s = shape_from_hf_config(text.str(), (dir / "config.json").string());
+  const std::string text = read_input_file(dir / "config.json", "model config");
+  const ModelShape s = shape_from_hf_config(text, (dir / "config.json").string());
   std::string t = fmt::format(
       "[model]\npreset = \"custom\"\nvocab_size = {}\nd_model = {}\nn_layers = {}\nn_heads = {}\nn_kv_heads = {}\n"
       "head_dim = {}\nd_ff = {}\nrope_theta = {}\nnorm_eps = {}\nqk_norm = {}\ntie_embeddings = {}\nmax_seq_len = {}\n",

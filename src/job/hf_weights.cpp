@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "io/json_parse_message.hpp"
 #include "io/safetensors.hpp"
 #include "job/hf_config.hpp"
@@ -17,13 +18,7 @@
 namespace shardrl {
 namespace {
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  if (!in) throw InputError("cannot open '" + p.string() + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string slurp(const std::filesystem::path& p) { return read_input_file(p, "model file"); }
 
 // The first difference between the directory's shape and the job's, or "".
 std::string shape_difference(const ModelShape& dir, const ModelShape& job) {

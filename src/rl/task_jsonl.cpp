@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/task_common.hpp"
 
@@ -40,6 +41,7 @@ struct Dataset {
 };
 
 std::string read_file_or_throw(const std::string& path) {
+  require_input_file(path, "dataset");   // a FIFO would block the job forever
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr)
     throw InputError(fmt::format("cannot read dataset '{}': {}", path, std::strerror(errno)));
