@@ -90,9 +90,10 @@ std::optional<std::string> read_latest_name(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(std::filesystem::symlink_status(latest, ec))) return std::nullopt;
   std::ifstream in(latest, std::ios::binary);
   if (!in) fail("read", latest, errno);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  // A file name and a newline: whatever is beyond a few KiB is not one, and is never read whole.
+  std::string text(4096, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
   const auto last = text.find_last_not_of(" \t\r\n");
   text.erase(last == std::string::npos ? 0 : last + 1);
   return text;
@@ -126,7 +127,8 @@ std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
   const std::filesystem::path latest = dir / kLatest;
   if (name->empty()) throw InputError(fmt::format("'{}' is empty: it should name a checkpoint file", latest.string()));
   if (name->find('/') != std::string::npos || name->find('\n') != std::string::npos || *name == "." || *name == "..")
-    throw InputError(fmt::format("'{}' holds '{}', which is not a checkpoint file name", latest.string(), *name));
+    throw InputError(
+        fmt::format("'{}' holds '{}', which is not a checkpoint file name", latest.string(), excerpt(*name)));
   if (parse_name(*name, kPartialSuffix))
     throw InputError(fmt::format("'{}' names '{}', an uncommitted checkpoint (a save that did not finish): it is "
                                  "never loaded",
@@ -134,7 +136,8 @@ std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
   const std::filesystem::path target = dir / *name;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(target, ec))
-    throw InputError(fmt::format("'{}' names '{}', but '{}' does not exist", latest.string(), *name, target.string()));
+    throw InputError(fmt::format("'{}' names '{}', but '{}' does not exist", latest.string(), excerpt(*name),
+                                 (dir / excerpt(*name)).string()));
   return target;
 }
 

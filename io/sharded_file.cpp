@@ -15,14 +15,15 @@
 #include "core/error.hpp"
 #include "io/sharded_file_detail.hpp"
 #include "io/tensor_checksum.hpp"
+#include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 
 using namespace sharded_file_detail;
 
 ShardedFileWriter::ShardedFileWriter(const std::filesystem::path& path, MPI_Comm comm) : path_(path), comm_(comm) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  SHARDRL_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   QuietHdf5 quiet;
   H5Handle fapl = make_fapl(comm_, true);
   std::string error;
@@ -114,7 +115,7 @@ void ShardedFileWriter::write(const std::string& name, const std::vector<std::ui
   if (crc_thread.joinable()) crc_thread.join();
   std::vector<std::uint64_t> crcs(static_cast<std::size_t>(size_));
   const std::uint64_t my_crc64 = my_crc;
-  MPI_Allgather(&my_crc64, 1, MPI_UINT64_T, crcs.data(), 1, MPI_UINT64_T, comm_);
+  SHARDRL_CHECK_MPI(MPI_Allgather(&my_crc64, 1, MPI_UINT64_T, crcs.data(), 1, MPI_UINT64_T, comm_));
   for (std::size_t i = 0; i < slices.size(); ++i) slices[i].crc = crcs[i];
   const std::uint32_t crc = combine_slices(slices, total, dname);
 

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "io/flat_range.hpp"
+#include "mpi/mpi_check.hpp"
 
 namespace shardrl::sharded_file_detail {
 namespace {
@@ -27,13 +28,13 @@ float g_empty_buffer[1];   // a valid pointer for transfers of no elements
 void agree(MPI_Comm comm, int rank, const std::string& error) {
   int mine = error.empty() ? INT_MAX : rank;
   int first = INT_MAX;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  SHARDRL_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == INT_MAX) return;
   std::string message = rank == first ? error : std::string();
   unsigned long long n = message.size();
-  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, comm);
+  SHARDRL_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
   message.resize(n);
-  MPI_Bcast(message.data(), static_cast<int>(n), MPI_CHAR, first, comm);
+  SHARDRL_CHECK_MPI(MPI_Bcast(message.data(), static_cast<int>(n), MPI_CHAR, first, comm));
   throw InputError(message);
 }
 

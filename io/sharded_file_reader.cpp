@@ -14,14 +14,15 @@
 #include "core/error.hpp"
 #include "io/sharded_file_detail.hpp"
 #include "io/tensor_checksum.hpp"
+#include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 
 using namespace sharded_file_detail;
 
 ShardedFileReader::ShardedFileReader(const std::filesystem::path& path, MPI_Comm comm) : path_(path), comm_(comm) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  SHARDRL_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   QuietHdf5 quiet;
   const std::string prefix = path_.string() + ": cannot open as a shardrl checkpoint (";
   std::string why;
@@ -99,7 +100,7 @@ void ShardedFileReader::read(const std::string& name, const std::vector<std::uin
   agree(comm_, rank_, error);
 
   std::uint64_t my_rounds = rounds_for(count), rounds = 0;
-  MPI_Allreduce(&my_rounds, &rounds, 1, MPI_UINT64_T, MPI_MAX, comm_);
+  SHARDRL_CHECK_MPI(MPI_Allreduce(&my_rounds, &rounds, 1, MPI_UINT64_T, MPI_MAX, comm_));
   const std::vector<hsize_t> dims(expected_shape.begin(), expected_shape.end());
   for (std::uint64_t r = 0; r < rounds; ++r) {
     const std::uint64_t off = std::min(count, r * kMaxTransferElements);
@@ -307,7 +308,7 @@ std::vector<std::string> ShardedFileReader::verify_all() {
       const std::uint64_t n = std::min(count - off, chunk);
       const bool failed = !transfer(false, dset.get(), dxpl_.get(), dims, begin + off, n, buf.data()).empty();
       int any = failed ? 1 : 0, any_failed = 0;
-      MPI_Allreduce(&any, &any_failed, 1, MPI_INT, MPI_MAX, comm_);
+      SHARDRL_CHECK_MPI(MPI_Allreduce(&any, &any_failed, 1, MPI_INT, MPI_MAX, comm_));
       read_failed = any_failed != 0;
       crc = crc_of(buf.data(), n, crc);
     }

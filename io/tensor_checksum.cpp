@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "mpi/mpi_check.hpp"
 
 // x86-64 host code gets a PCLMULQDQ crc32 (chosen at run time); other hosts and nvcc use zlib's.
 #if defined(__x86_64__) && !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
@@ -97,7 +98,7 @@ std::uint32_t crc32_bytes(std::uint32_t crc, const unsigned char* buf, std::size
 
 std::vector<Slice> gather_slices(MPI_Comm comm, int size, const Slice& mine) {
   std::vector<Slice> all(static_cast<std::size_t>(size));
-  MPI_Allgather(&mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, comm);
+  SHARDRL_CHECK_MPI(MPI_Allgather(&mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, comm));
   return all;
 }
 

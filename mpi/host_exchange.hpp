@@ -5,8 +5,11 @@
 
 #include <mpi.h>
 
+#include <exception>
 #include <string>
 #include <vector>
+
+#include "core/error.hpp"
 
 namespace shardrl {
 
@@ -18,5 +21,27 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, 
 
 // True on every rank when `flag` is true on any rank.
 bool any_rank(MPI_Comm comm, bool flag);
+
+// A section only `root` runs (directory creation, a commit, `latest`, retention, the metrics
+// log, run files), ended by an agreement: an exception there (InputError, a filesystem_error,
+// any std::exception) becomes an InputError with root's message on every rank, so no rank goes
+// on into a collective that root will never enter and every rank stops within seconds with the
+// cause. Collective.
+template <class Section>
+void run_on_root(MPI_Comm comm, int root, Section&& section) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string problem;
+  if (rank == root) {
+    try {
+      section();
+    } catch (const std::exception& e) {
+      problem = e.what();
+      if (problem.empty()) problem = "an error without a message";
+    }
+  }
+  broadcast_string(comm, problem, root);
+  if (!problem.empty()) throw InputError(problem);
+}
 
 }  // namespace shardrl

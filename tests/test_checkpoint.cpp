@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,20 @@ TEST(Checkpoint, ResumeWithCapturedStepsIsBitExact) {
 // whose options differ (bf16 compute, unfused weight gradients): the weights arrive bit for bit
 // (fp32 files) and the importing job runs with its own config's options, which the counters
 // show (the first upstream failure was an option lost on exactly such a path).
+// `weights` (every unit whole, as all_weights gives them) as a Hugging Face directory of `job`'s
+// shape, written by rank 0 and readable by every rank on return.
+void write_hf_directory(Job& job, const std::vector<std::vector<float>>& weights, const fs::path& dir) {
+  if (world_rank() == 0) {
+    std::vector<StWrite> tensors;
+    for (int u = 0; u < job.model.unit_count(); ++u)
+      for (const ParamSpec& p : job.model.units()[u].params)
+        tensors.push_back({p.name, p.shape, StDtype::f32, weights[u].data() + p.offset});
+    write_safetensors(dir / "model.safetensors", tensors);
+    std::ofstream(dir / "config.json") << hf_config_json(job.model.options().shape, "float32");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(Checkpoint, InitFromHonoursTheJobsOwnOptions) {
   Config c = small_config();
   c.rl.sft_steps = 2;
@@ -143,28 +158,82 @@ TEST(Checkpoint, InitFromHonoursTheJobsOwnOptions) {
     Job job(c, MPI_COMM_WORLD);
     job.warm_up();
     source = all_weights(job);
-    if (world_rank() == 0) {
-      std::vector<StWrite> tensors;
-      for (int u = 0; u < job.model.unit_count(); ++u)
-        for (const ParamSpec& p : job.model.units()[u].params)
-          tensors.push_back({p.name, p.shape, StDtype::f32, source[u].data() + p.offset});
-      write_safetensors(dir / "model.safetensors", tensors);
-      std::ofstream(dir / "config.json") << hf_config_json(job.model.options().shape, "float32");
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    write_hf_directory(job, source, dir);
   }
   Config imported = c;
   imported.model.precision = Precision::bf16;
   imported.train.gradient_accumulation_fusion = false;
   imported.model.init_from = dir.string();
   Job job(imported, MPI_COMM_WORLD);
-  job.policy.load_init_from();
+  job.policy.load_init_from(MPI_COMM_WORLD);
   expect_bitwise(all_weights(job), source, "weights imported");
   EXPECT_EQ(job.model.compute_type_size(), 2u) << "bf16 compute on the imported path";
   job.loop.warmup_step(0);
   EXPECT_GT(job.model.wgrad_counters().unfused, 0);
   EXPECT_EQ(job.model.wgrad_counters().fused, 0) << "gradient_accumulation_fusion = false on the imported path";
   if (world_rank() == 0) fs::remove_all(dir);
+}
+
+// A NaN or an Inf in an imported model is refused naming the file, the tensor and the element,
+// on every rank, though only the rank whose slice holds it reads it.
+TEST(Checkpoint, NonFiniteImportedWeightsAreRefused) {
+  Config c = small_config();
+  c.rl.sft_steps = 0;
+  const fs::path dir = fresh_dir("nan");
+  {
+    Job job(c, MPI_COMM_WORLD);
+    std::vector<std::vector<float>> w = all_weights(job);
+    const ParamSpec& last = job.model.units().back().params.back();   // lm_head.weight: the last rank's slice
+    const std::int64_t element = last.numel() - 3;
+    w.back()[static_cast<std::size_t>(last.offset + element)] = std::numeric_limits<float>::quiet_NaN();
+    write_hf_directory(job, w, dir);
+    Config imported = c;
+    imported.model.init_from = dir.string();
+    Job target(imported, MPI_COMM_WORLD);
+    std::string error;
+    try {
+      target.policy.load_init_from(MPI_COMM_WORLD);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error, (dir / "model.safetensors").string() + ": tensor '" + last.name + "' holds nan at element " +
+                         std::to_string(element) + ": a model's weights are finite");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+// A sharded index's weight_map names files of the model directory only: a path that leaves it
+// (`../x`, an absolute path, a subdirectory) is refused naming the index and the tensor, on every
+// rank, before any file it names is opened.
+TEST(Checkpoint, AnIndexNamingFilesOutsideTheDirectoryIsRefused) {
+  Config c = small_config();
+  c.rl.sft_steps = 0;
+  for (const std::string target : {"../elsewhere.safetensors", "/etc/passwd", "sub/model.safetensors"}) {
+    const fs::path dir = fresh_dir("index");
+    {
+      Job job(c, MPI_COMM_WORLD);
+      if (world_rank() == 0) {
+        std::ofstream(dir / "config.json") << hf_config_json(job.model.options().shape, "float32");
+        std::ofstream(dir / "model.safetensors.index.json")
+            << "{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": \"" << target << "\"}}";
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    Config imported = c;
+    imported.model.init_from = dir.string();
+    Job job(imported, MPI_COMM_WORLD);
+    std::string error;
+    try {
+      job.policy.load_init_from(MPI_COMM_WORLD);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error, (dir / "model.safetensors.index.json").string() + ": weight_map of 'model.norm.weight' names \"" +
+                         target + "\", which is not a file of the model directory");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(dir);
+  }
 }
 
 // What a job saved and did next: its weights at the checkpoint, and its next training step.

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "app/printable_line.hpp"
 #include "cli_harness.hpp"
 
 namespace fs = std::filesystem;
@@ -108,6 +109,10 @@ const BadConfig kBadConfigs[] = {
     {"seq_len_beyond_model", "[train]\nseq_len = 1000\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:11: train.seq_len = 1000 exceeds the model's max_seq_len = 256\n"},
+    {"completion_beyond_seq_len", "[rollout]\nmax_new_tokens = 2147483647\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:18: rollout.max_new_tokens = 2147483647 does not fit train.seq_len = 128 (a prompt of one token "
+     "and the completion need train.seq_len >= rollout.max_new_tokens)\n"},
     {"integer_too_large", "[model]\npreset = \"custom\"\nvocab_size = 99999999999\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:3:14: model.vocab_size: must be <= 2147483647, got 99999999999\n"},
@@ -413,32 +418,23 @@ TEST(Cli, GenerateFromTokenIds) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
   std::istringstream text_lines(text.out), id_lines(ids.out);
-  // Each id line, as `generate` prints text: the bytes (BOS and PAD dropped), newline, backslash
-  // and control bytes escaped.
+  // Each id line, as `generate` prints text: the bytes (BOS and PAD dropped) as one printable
+  // line (app/printable_line.hpp, unit-tested on its own).
   std::string t, i;
   int compared = 0;
   while (std::getline(id_lines, i)) {
     ASSERT_TRUE(std::getline(text_lines, t));
     std::istringstream in(i);
-    std::string printed;
+    std::string bytes;
     int id = 0, count = 0;
     while (in >> id) {
       ASSERT_LT(id, 259) << i;
       ASSERT_NE(id, 257) << "the completion ends before EOS: " << i;
       ++count;
-      const unsigned char c = static_cast<unsigned char>(id);
-      if (id >= 256) continue;
-      if (c == '\n') printed += "\\n";
-      else if (c == '\\') printed += "\\\\";
-      else if (c < 0x20 || c == 0x7f) {
-        char hex[8];
-        std::snprintf(hex, sizeof hex, "\\x%02x", c);
-        printed += hex;
-      }
-      else printed += static_cast<char>(c);
+      if (id < 256) bytes += static_cast<char>(id);
     }
     EXPECT_LE(count, 10) << i;
-    EXPECT_EQ(printed, t) << "the same draw as the text prompt: " << i;
+    EXPECT_EQ(shardrl::printable_line(bytes), t) << "the same draw as the text prompt: " << i;
     ++compared;
   }
   EXPECT_FALSE(std::getline(text_lines, t)) << "as many lines";
@@ -458,6 +454,48 @@ TEST(Cli, GenerateFromTokenIds) {
   EXPECT_EQ(word.err, "shardrl: --prompt-ids: id 1 (\"x\") is not a non-negative integer\n");
   RunResult both = run_in(dir, base + " --prompt a --prompt-ids 1");
   EXPECT_EQ(both.exit_code, 2) << both.err;
+}
+
+// A section only rank 0 runs fails as a full disk would: the metrics record mid-run, or the commit
+// of a checkpoint. Every rank stops within seconds with rank 0's message (not after the watchdog's
+// comm.timeout_s, blaming a peer), exit 2, and the run keeps what was committed before.
+TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 5\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
+                          "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 120\n");
+  RunResult metrics = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=m --set debug.fail_io='\"metrics\"'"
+                                              " --set debug.fail_io_iteration=3");
+  EXPECT_EQ(metrics.exit_code, 2) << metrics.out << metrics.err;
+  EXPECT_LT(metrics.seconds, 60.0);
+  EXPECT_NE(metrics.err.find("metrics.jsonl': No space left on device (injected"), std::string::npos) << metrics.err;
+  EXPECT_EQ(metrics.err.find("did not complete within"), std::string::npos) << "the watchdog fired: " << metrics.err;
+  EXPECT_TRUE(fs::exists(dir / "runs" / "m" / "checkpoints" / "iter_00000002.h5"));
+  RunResult commit = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=c --set debug.fail_io='\"commit\"'"
+                                             " --set debug.fail_io_iteration=2");
+  EXPECT_EQ(commit.exit_code, 2) << commit.out << commit.err;
+  EXPECT_LT(commit.seconds, 60.0);
+  EXPECT_NE(commit.err.find("iter_00000002.h5.partial': No space left on device (injected"), std::string::npos)
+      << commit.err;
+  EXPECT_EQ(commit.err.find("did not complete within"), std::string::npos) << "the watchdog fired: " << commit.err;
+  EXPECT_TRUE(fs::exists(dir / "runs" / "c" / "checkpoints" / "iter_00000001.h5"));
+  EXPECT_FALSE(fs::exists(dir / "runs" / "c" / "checkpoints" / "iter_00000002.h5"));
+  // The same command without the fault resumes from the last committed checkpoint.
+  RunResult resumed = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=c");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from runs/c/checkpoints/iter_00000001.h5"), std::string::npos) << resumed.out;
+}
+
+// A batch far beyond any machine's memory (2^31 - 1 samples per prompt) ended in an uncaught
+// exception (SIGABRT, no cause). Now every rank names the failed allocation and the job ends at
+// once. (A memory plan that refuses it before allocating is still to come: issue 21.)
+TEST(Cli, AnImpossibleAllocationEndsTheJobWithItsCause) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 1\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set rl.samples_per_prompt=2147483647");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_LT(r.seconds, 60.0);
+  EXPECT_NE(r.err.find("shardrl: fatal error on rank 0 (host "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("failed to allocate memory"), std::string::npos) << r.err;
 }
 
 // A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.

@@ -4,6 +4,8 @@
 #include <hdf5.h>
 
 #include <csignal>
+#include <functional>
+#include <limits>
 #include <cstdio>
 #include <random>
 
@@ -128,7 +130,8 @@ TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
 
 // A crash between committing a checkpoint and replacing `latest` leaves no `latest`: the job
 // resumes from the newest committed file (never starts afresh over the run), and the metrics
-// hold every iteration once. --no-resume on that run is refused (nothing is touched) unless
+// hold every iteration once. --no-resume on that run is refused (nothing is touched, config.toml
+// included) unless
 // --overwrite; an uncommitted `.partial` file is never loaded, named by --resume-from or by
 // `latest`.
 TEST(Cli, AnExistingRunIsNeverOverwritten) {
@@ -152,6 +155,7 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   ASSERT_EQ(its.size(), 3u);
   for (std::size_t i = 0; i < its.size(); ++i) EXPECT_EQ(its[i], static_cast<std::int64_t>(i));
 
+  const std::string config_before = slurp(dir / "runs" / "ck" / "config.toml");
   RunResult refused = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_NE(refused.err.find("--no-resume: the run directory runs/ck already holds"), std::string::npos)
@@ -159,6 +163,7 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_NE(refused.err.find("--overwrite"), std::string::npos) << refused.err;
   EXPECT_TRUE(fs::exists(checkpoints / "iter_00000003.h5"));
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u) << "the metrics were touched";
+  EXPECT_EQ(slurp(dir / "runs" / "ck" / "config.toml"), config_before) << "a refused start rewrote config.toml";
 
   fs::copy_file(second, checkpoints / "iter_00000004.h5.partial");
   RunResult partial = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=5 --resume-from " +
@@ -176,6 +181,85 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
   EXPECT_FALSE(fs::exists(second)) << "--overwrite deletes the old checkpoints";
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
+}
+
+// Two jobs on one run directory would interleave metrics and checkpoints: while one runs, a
+// second is refused at once, naming the holder's host and pid, and touches nothing; after the
+// first ends (even killed) the directory is free again.
+TEST(Cli, ASecondJobOnTheSameRunIsRefused) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
+  write(dir / "second.sh",
+        "set -u\n" + mpirun(2) + " train --config job.toml --set run.iterations=100000 > first.txt 2>&1 &\n"
+        "pid=$!\n"
+        "while [ \"$(cat runs/ck/metrics.jsonl 2>/dev/null | wc -l)\" -lt 1 ]; do sleep 0.05; done\n" +
+        mpirun(2) + " train --config job.toml --set run.iterations=2 > second.txt 2>&1\n"
+        "echo $? > rc2.txt\n"
+        "pkill -KILL -f 'shardrl train --config job.toml --set run.iterations=100000'\nwait $pid\n");
+  run_in(dir, "bash second.sh");
+  EXPECT_EQ(slurp(dir / "rc2.txt"), "2\n") << slurp(dir / "second.txt");
+  const std::string second = slurp(dir / "second.txt");
+  EXPECT_NE(second.find("is in use by another job ("), std::string::npos) << second;
+  EXPECT_NE(second.find(" pid "), std::string::npos) << second;
+  EXPECT_EQ(second.find("iter 1/"), std::string::npos) << "the second job ran";
+  RunResult after = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume --overwrite");
+  EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
+}
+
+// Sets the int64 scalar `name` of an HDF5 file (a checkpoint's metadata) to `value`.
+void set_int64(const fs::path& file, const char* name, std::int64_t value) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  ASSERT_GE(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value), 0) << name;
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+// One completeness check for resume and `inspect --verify`: a checkpoint missing a tensor its job
+// needs, of another format version, or with counters out of range is refused by both, naming the
+// file and what is wrong (inspect --verify passed such files before).
+TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const fs::path good = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  struct Damage {
+    const char* name;
+    std::function<void(const fs::path&)> apply;
+    std::string message;
+  };
+  const std::vector<Damage> damages = {
+      {"no_tensor",
+       [](const fs::path& f) {
+         hid_t h = H5Fopen(f.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+         H5Ldelete(h, "/reference/model.norm.weight", H5P_DEFAULT);
+         H5Fclose(h);
+       },
+       "incomplete checkpoint: 1 tensor(s)"},
+      {"version", [](const fs::path& f) { set_int64(f, "/meta/format_version", 99); },
+       "checkpoint format version 99 is not one this shardrl reads"},
+      {"world", [](const fs::path& f) { set_int64(f, "/meta/world_size", -5); },
+       "/meta/world_size = -5 is not a value a checkpoint holds"},
+      {"step", [](const fs::path& f) { set_int64(f, "/optim/step", std::numeric_limits<std::int64_t>::min()); },
+       "/optim/step = -9223372036854775808 is not a value a checkpoint holds"},
+      {"iteration", [](const fs::path& f) { set_int64(f, "/meta/iteration", 7); },
+       "/data/iterations_done = 1 is not a value a checkpoint holds (/meta/iteration = 7)"},
+  };
+  for (const Damage& d : damages) {
+    const fs::path file = dir / (std::string(d.name) + ".h5");
+    fs::copy_file(good, file, fs::copy_options::overwrite_existing);
+    d.apply(file);
+    RunResult inspect = run_in(dir, shardrl_binary() + " inspect " + file.string() + " --verify");
+    EXPECT_EQ(inspect.exit_code, 2) << d.name << ": " << inspect.out;
+    EXPECT_NE(inspect.err.find(d.message), std::string::npos) << d.name << ": " << inspect.err;
+    RunResult resume = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --resume-from " +
+                                       file.string());
+    EXPECT_EQ(resume.exit_code, 2) << d.name << ": " << resume.out;
+    EXPECT_NE(resume.err.find(d.message), std::string::npos) << d.name << ": " << resume.err;
+  }
+  RunResult intact = run_in(dir, shardrl_binary() + " inspect " + good.string() + " --verify");
+  EXPECT_EQ(intact.exit_code, 0) << intact.err;
 }
 
 // `convert` both ways and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
@@ -246,6 +330,25 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
     H5Fclose(a);
     H5Fclose(b);
   }
+  // Existing outputs are never replaced without --force; a directory as --to is named.
+  const std::string converted_bytes = slurp(converted);
+  RunResult again_to = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
+                                       converted.string());
+  EXPECT_EQ(again_to.exit_code, 2) << again_to.out;
+  EXPECT_NE(again_to.err.find("converted.h5' exists; pass --force to replace it"), std::string::npos) << again_to.err;
+  EXPECT_EQ(slurp(converted), converted_bytes);
+  RunResult forced = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
+                                     converted.string() + " --force");
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  RunResult to_dir = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
+                                     (dir / "hf_fp32").string());
+  EXPECT_EQ(to_dir.exit_code, 2) << to_dir.out;
+  EXPECT_NE(to_dir.err.find("is a directory; name the checkpoint file to write"), std::string::npos) << to_dir.err;
+  RunResult over_hf = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " +
+                                      (dir / "hf_fp32").string());
+  EXPECT_EQ(over_hf.exit_code, 2) << over_hf.out;
+  EXPECT_NE(over_hf.err.find("model.safetensors' exists; pass --force to replace it"), std::string::npos)
+      << over_hf.err;
   RunResult neither = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to x.h5");
   EXPECT_EQ(neither.exit_code, 2);
   EXPECT_NE(neither.err.find("convert takes --from CKPT.h5 --to-safetensors DIR"), std::string::npos) << neither.err;

@@ -69,6 +69,11 @@ TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
   EXPECT_NE(missing.find("hidden_size: missing"), std::string::npos) << missing;
   const std::string json = refusal("{\"model_type\": ");
   EXPECT_NE(json.find("dir/config.json: not valid JSON"), std::string::npos) << json;
+  // Integers are read in 64 bits and the value given is named (2^40 was reported as 0).
+  const std::string huge = refusal(R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 1099511627776})");
+  EXPECT_NE(huge.find("hidden_size = 1099511627776: out of range (0 to 2147483647)"), std::string::npos) << huge;
+  const std::string negative = refusal(R"({"model_type": "llama", "vocab_size": -3})");
+  EXPECT_NE(negative.find("vocab_size = -3: out of range"), std::string::npos) << negative;
 }
 
 TEST(HfConfig, ExportedConfigReadsBackAsTheSameShape) {

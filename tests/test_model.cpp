@@ -398,7 +398,7 @@ TEST(Model, StepsAllocateNothing) {
 TEST(Model, EveryOptionComesFromTheOneConfig) {
   LoadedConfig l = load_config(
       "[model]\nprecision = \"fp32\"\n[train]\ngradient_accumulation_fusion = false\n"
-      "activation_recompute = true\nmicro_batch_size = 3\nseq_len = 11\n",
+      "activation_recompute = true\nmicro_batch_size = 3\nseq_len = 11\n[rollout]\nmax_new_tokens = 8\n",
       "f", {}, this_build());
   ASSERT_TRUE(l.ok());
   ModelOptions o = model_options(l.config);

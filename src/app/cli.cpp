@@ -1,6 +1,8 @@
 #include "app/cli.hpp"
 
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,7 @@
 #include "app/train_command.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
+#include "mpi/session.hpp"
 
 namespace shardrl {
 namespace {
@@ -68,6 +71,7 @@ int run_cli(int argc, char** argv) {
   convert->add_option("--from-safetensors", convert_args.from_safetensors,
                       "Hugging Face model directory (config.json, *.safetensors) to import");
   convert->add_option("--to", convert_args.to, "Checkpoint file (.h5) to write the imported weights to");
+  convert->add_flag("--force", convert_args.force, "Replace an existing output (refused otherwise)");
   convert->add_option("--dtype", convert_args.dtype, "Element type of the exported tensors")
       ->check(CLI::IsMember({"bf16", "fp32"}));
 
@@ -99,16 +103,27 @@ int run_cli(int argc, char** argv) {
       std::cerr << "shardrl: " << e.what() << "\nRun 'shardrl --help' for usage.\n";
     return kExitUsage;
   }
-  if (train->parsed()) return run_train(train_args);
-  if (inspect->parsed()) return run_inspect(inspect_args);
-  if (convert->parsed()) return run_convert(convert_args);
-  if (gen->parsed()) {
-    // The sampling flags are overrides like any other: one validation, one set of messages.
-    for (auto [flag, key] : {std::pair{&seed_flag, "run.seed"}, std::pair{&temperature_flag, "rollout.temperature"},
-                             std::pair{&top_k_flag, "rollout.top_k"}, std::pair{&top_p_flag, "rollout.top_p"},
-                             std::pair{&max_new_flag, "rollout.max_new_tokens"}})
-      if (!flag->empty()) gen_args.overrides.push_back(std::string(key) + "=" + *flag);
-    return run_generate(gen_args);
+  // Every command runs with MPI alive around it, so that an exception it lets through (out of
+  // memory, a file-system error, a bug) ends every rank at once with its cause, rather than
+  // std::terminate on one rank while its peers wait in a collective.
+  MpiSession mpi(nullptr, nullptr);
+  try {
+    if (train->parsed()) return run_train(train_args);
+    if (inspect->parsed()) return run_inspect(inspect_args);
+    if (convert->parsed()) return run_convert(convert_args);
+    if (gen->parsed()) {
+      // The sampling flags are overrides like any other: one validation, one set of messages.
+      for (auto [flag, key] : {std::pair{&seed_flag, "run.seed"}, std::pair{&temperature_flag, "rollout.temperature"},
+                               std::pair{&top_k_flag, "rollout.top_k"}, std::pair{&top_p_flag, "rollout.top_p"},
+                               std::pair{&max_new_flag, "rollout.max_new_tokens"}})
+        if (!flag->empty()) gen_args.overrides.push_back(std::string(key) + "=" + *flag);
+      return run_generate(gen_args);
+    }
+  } catch (const std::bad_alloc&) {
+    SHARDRL_FATAL("out of host memory: the job asks for more than this machine holds (a shape or batch too large "
+                  "for it? docs/memory.md has the formula)");
+  } catch (const std::exception& e) {
+    SHARDRL_FATAL(std::string("unexpected error: ") + e.what());
   }
   return kExitUsage;
 }

@@ -29,6 +29,7 @@ struct ConvertArgs {
   std::string dtype = "bf16";     // bf16 | fp32 (export)
   std::string from_safetensors;   // Hugging Face directory -> to
   std::string to;                 // checkpoint file
+  bool force = false;             // replace an existing output
 };
 
 // Runs the command line; returns the process exit code (see core/error.hpp).

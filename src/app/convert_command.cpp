@@ -16,6 +16,7 @@
 #include "model/param_spec.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
+#include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
 #include "job/checkpoint_format.hpp"
@@ -59,6 +60,10 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
     for (const ParamSpec& p : unit.params)
       tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
   const std::filesystem::path dir(args.to_safetensors);
+  for (const char* name : {"model.safetensors", "config.json"})
+    if (std::filesystem::exists(dir / name) && !args.force)
+      throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
+                                   (dir / name).string()));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
   write_text_atomically(dir / "config.json", config_json);
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
@@ -78,22 +83,28 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
     return kExitUsage;
   }
   const Config& cfg = loaded.config;
+  run_on_root(mpi.world(), 0, [&] {
+    std::error_code ec;
+    if (std::filesystem::is_directory(to, ec))
+      throw InputError(fmt::format("--to: '{}' is a directory; name the checkpoint file to write", to.string()));
+    if (std::filesystem::exists(to, ec) && !args.force)
+      throw InputError(fmt::format("--to: '{}' exists; pass --force to replace it", to.string()));
+  });
   const DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                 cfg.comm.timeout_s);
   Policy policy(cfg, *comm);
-  policy.load_init_from();   // cfg.model.init_from is `dir`
+  policy.load_init_from(mpi.world());   // cfg.model.init_from is `dir`
   // Saved as a job's checkpoint in a directory of its own beside `to`, then moved there.
   const std::filesystem::path staging = to.string() + ".convert.d";
   save_job_checkpoint(staging, JobPosition{}, policy.trainer(), policy.model().units(), cfg, to_toml(cfg), mpi.world());
-  MPI_Barrier(mpi.world());
-  if (layout.world_rank == 0) {
+  run_on_root(mpi.world(), 0, [&] {
     std::filesystem::rename(checkpoint_path(staging, 0), to);
     std::filesystem::remove_all(staging);
     std::cout << fmt::format("{} parameters from {} -> {}\n", policy.model().options().shape.parameter_count(), dir.string(),
                              to.string());
-  }
+  });
   return 0;
 }
 
@@ -116,6 +127,9 @@ int run_convert(const ConvertArgs& args) {
     return to_hf ? export_safetensors(args, mpi) : import_safetensors(args, mpi);
   } catch (const InputError& e) {   // raised alike on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::filesystem::filesystem_error& e) {   // export runs on one process
+    std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
   }
 }

@@ -10,6 +10,7 @@
 
 #include "app/cli.hpp"
 #include "app/job_config.hpp"
+#include "app/printable_line.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "config/load.hpp"
@@ -30,18 +31,6 @@
 
 namespace shardrl {
 namespace {
-
-// One line per completion: newlines, backslashes and other control bytes escaped.
-std::string one_line(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\\') out += "\\\\";
-    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out += static_cast<char>(c);
-  }
-  return out;
-}
 
 // "1 2 3" or "1,2,3": every id an integer in [0, vocab_size).
 std::vector<std::int32_t> parse_prompt_ids(const std::string& text, std::int64_t vocab_size) {
@@ -149,7 +138,7 @@ int run_generate(const GenerateArgs& args) {
     if (!args.checkpoint.empty())
       load_policy_weights(args.checkpoint, policy.trainer(), policy.model().units(), cfg.checkpoint.verify, mpi.world());
     else if (!cfg.model.init_from.empty())
-      policy.load_init_from();
+      policy.load_init_from(mpi.world());
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
@@ -171,7 +160,7 @@ int run_generate(const GenerateArgs& args) {
       const auto end = std::find(c.tokens.begin(), c.tokens.end(), eos);
       const std::vector<std::int32_t> kept(c.tokens.begin(), end);
       if (by_ids) std::cout << fmt::format("{}", fmt::join(kept, " ")) << "\n";
-      else std::cout << one_line(tokenizer::decode_completion(kept)) << "\n";
+      else std::cout << printable_line(tokenizer::decode_completion(kept)) << "\n";
     }
   std::cout.flush();
   return kExitOk;

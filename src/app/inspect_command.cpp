@@ -6,7 +6,9 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "app/job_config.hpp"
 #include "job/checkpoint_format.hpp"
+#include "job/job_checkpoint.hpp"
 #include "mpi/session.hpp"
 
 namespace shardrl {
@@ -44,6 +46,19 @@ int run_inspect(const InspectArgs& args) {
     out += "config:\n" + in.read_string(f::kConfig);
     std::cout << out << std::flush;
     if (args.verify) {
+      // Complete as resume requires: every tensor the checkpoint's own job needs is there.
+      const LoadedConfig saved = parse_job_config(in.read_string(f::kConfig), args.path + ":" + f::kConfig, {}, 1);
+      if (!saved.ok()) {
+        report_config_errors(saved, 0);
+        return kExitUsage;
+      }
+      if (const std::vector<std::string> missing = missing_tensors(in, saved.config); !missing.empty()) {
+        std::cerr << fmt::format("shardrl: {}: incomplete checkpoint: {} tensor(s) its job needs are missing:",
+                                 args.path, missing.size());
+        for (std::size_t i = 0; i < missing.size() && i < 8; ++i) std::cerr << " " << missing[i];
+        std::cerr << (missing.size() > 8 ? " ...\n" : "\n");
+        return kExitUsage;
+      }
       const std::vector<std::string> bad = in.verify_all();
       if (!bad.empty()) {
         std::cerr << fmt::format("shardrl: {}: {} tensor(s) fail their checksum:", args.path, bad.size());

@@ -23,6 +23,7 @@
 #include "core/watchdog.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
+#include "io/run_lock.hpp"
 #include "io/text_file.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
@@ -161,9 +162,23 @@ int run_train(const TrainArgs& args) {
                layout.node_count, execution_space_name(),
                derived.comm_backend == CommBackend::nccl ? "nccl" : "mpi");
   log_lines(format_config_table(loaded));
-  if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty()) {
-    if (rank == 0) std::cerr << "shardrl: run directory: " << problem << "\n";
-    return kExitUsage;
+  // One job per run directory: rank 0 holds its lock until the job ends; a second job stops here,
+  // every rank with the holder's name, before touching anything of the run.
+  std::unique_ptr<RunLock> run_lock;
+  {
+    std::string problem;
+    if (rank == 0) {
+      try {
+        run_lock = std::make_unique<RunLock>(derived.run_dir);
+      } catch (const InputError& e) {
+        problem = e.what();
+      }
+    }
+    broadcast_string(mpi.world(), problem, 0);
+    if (!problem.empty()) {
+      if (rank == 0) std::cerr << "shardrl: " << problem << "\n";
+      return kExitUsage;
+    }
   }
   spdlog::info("run directory: {}", derived.run_dir.string());
   log_lines("devices:\n" + device_report(layout, device));
@@ -205,9 +220,13 @@ int run_train(const TrainArgs& args) {
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
     } else if (!cfg.model.init_from.empty()) {
-      policy->load_init_from();
+      policy->load_init_from(mpi.world());
       spdlog::info("weights from {}", cfg.model.init_from);
     }
+    // The job has started cleanly: only now is the run's config.toml (re)written, so a start that
+    // fails (a bad checkpoint, a busy run) leaves the run's files as they were.
+    if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty())
+      throw InputError("run directory: " + problem);
     auto save = [&](const char* why) {
       watchdog.arm(cfg.comm.timeout_s, "checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
@@ -216,12 +235,17 @@ int run_train(const TrainArgs& args) {
       spdlog::info("checkpoint {} ({}) in {:.2f}s", checkpoint_path(checkpoints, position.iterations_done).string(),
                    why, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     };
-    // Ranks agree on a stop request (SIGUSR1/SIGTERM) between steps; then save and exit.
-    auto stop_now = [&] {
-      if (!any_rank(mpi.world(), stop_requested())) return false;
+    // Ranks agree on a stop request (SIGUSR1/SIGTERM) between steps, inside the step's deadline
+    // (an agreement is a collective: it must never wait unwatched); then save and exit.
+    auto stop_agreed = [&](bool more_to_do) {
+      const bool stop = more_to_do && any_rank(mpi.world(), stop_requested());
+      watchdog.disarm();
+      return stop;
+    };
+    auto stop_after_save = [&] {
       save("stop requested by a signal");
       spdlog::warn("stopped by a signal after a checkpoint: run the same command again to continue");
-      return true;
+      return kExitStoppedBySignal;
     };
 
     // Supervised warm-up on the task's demonstrations, then the reference policy is frozen.
@@ -231,11 +255,10 @@ int run_train(const TrainArgs& args) {
       for (std::int64_t step = position.warmup_steps_done; step < cfg.rl.sft_steps; ++step) {
         watchdog.arm(cfg.comm.timeout_s, fmt::format("warm-up step {}", step + 1));
         const TrainStats s = rl->warmup_step(step);
-        watchdog.disarm();
         position.warmup_steps_done = step + 1;
         if (step == 0 || (step + 1) % 10 == 0 || step + 1 == cfg.rl.sft_steps)
           spdlog::info("{}", warmup_line(step, cfg.rl.sft_steps, s));
-        if (step + 1 < cfg.rl.sft_steps && stop_now()) return kExitStoppedBySignal;
+        if (stop_agreed(step + 1 < cfg.rl.sft_steps)) return stop_after_save();
       }
       if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
     } else if (cfg.rl.kl_coef > 0 && position.warmup_steps_done == 0 && position.iterations_done == 0) {
@@ -243,8 +266,10 @@ int run_train(const TrainArgs& args) {
     }
     trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
 
-    std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file
-    if (rank == 0) metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
+    std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
+    run_on_root(mpi.world(), 0, [&] {
+      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
+    });
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t first = position.iterations_done;
     RolloutBatch last;
@@ -257,20 +282,24 @@ int run_train(const TrainArgs& args) {
       r.total = cfg.run.iterations;
       r.rollout = rl->rollout(it);
       r.train = rl->train(r.rollout);
-      watchdog.disarm();
       position.iterations_done = it + 1;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       r.eta_s = elapsed / double(it + 1 - first) * double(cfg.run.iterations - it - 1);
       r.mem_peak_bytes = MemoryLedger::instance().peak();
       spdlog::info("{}", progress_line(r));
       if (std::string p = profile_line(trainer.profile()); !p.empty()) spdlog::info("{}", p);
-      if (metrics) metrics->write(metrics_record(r));
+      // Rank 0 writes the record; a failure there (a full disk) stops every rank with its cause.
+      run_on_root(mpi.world(), 0, [&] {
+        if (cfg.debug.fail_io == FailIo::metrics && position.iterations_done == cfg.debug.fail_io_iteration)
+          throw InputError(fmt::format("cannot write '{}': No space left on device (injected: debug.fail_io = "
+                                       "\"metrics\")",
+                                       (derived.run_dir / "metrics.jsonl").string()));
+        metrics->write(metrics_record(r));
+      });
       last = std::move(r.rollout);
       const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
-      if (it + 1 < cfg.run.iterations) {
-        if (stop_now()) return kExitStoppedBySignal;
-        if (periodic) save("interval");
-      }
+      if (stop_agreed(it + 1 < cfg.run.iterations)) return stop_after_save();
+      if (it + 1 < cfg.run.iterations && periodic) save("interval");
     }
     // A finished run resumed has nothing to add; a fresh job of no iterations saves its initial
     // weights (the way to turn model.init_from's directory into a checkpoint).

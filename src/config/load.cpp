@@ -292,6 +292,12 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.train.seq_len > shape.max_seq_len)
     out.errors.push_back(fmt::format("{}: train.seq_len = {} exceeds the model's max_seq_len = {}",
                                      where("train.seq_len"), c.train.seq_len, shape.max_seq_len));
+  // A prompt has at least one token: a completion of max_new_tokens needs seq_len >= that many
+  // positions after it (in 64 bits: the sum of the two must not wrap).
+  if (c.rollout.max_new_tokens > c.train.seq_len)
+    out.errors.push_back(fmt::format("{}: rollout.max_new_tokens = {} does not fit train.seq_len = {} (a prompt of one "
+                                     "token and the completion need train.seq_len >= rollout.max_new_tokens)",
+                                     where("rollout.max_new_tokens"), c.rollout.max_new_tokens, c.train.seq_len));
   if (c.optim.schedule == LrSchedule::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));

@@ -387,6 +387,15 @@ std::vector<KeyDef> build_schema() {
                                       &Config::debug, &DebugConfig::save_pause_ms),
                                 0),
                        kMaxInt));
+  s.push_back(choice("debug", "fail_io",
+                     "Fault injection: a section only rank 0 runs fails as a full disk would, once "
+                     "`fail_io_iteration` iterations are done: `metrics` (the metrics record), `commit` "
+                     "(committing a checkpoint), `none`.",
+                     &Config::debug, &DebugConfig::fail_io, std::vector<std::string>{"none", "metrics", "commit"}));
+  s.push_back(with_min(field("debug", "fail_io_iteration", VK::integer,
+                             "The iteration count at which `fail_io` fails (1: after the first iteration).",
+                             &Config::debug, &DebugConfig::fail_io_iteration),
+                       0));
   return s;
 }
 

@@ -1,6 +1,8 @@
 // Fatal-error reporting shared by every check macro in the project.
 #include "core/error.hpp"
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,6 +37,17 @@ void set_job_abort(JobAbortFn abort_fn) { g_abort = abort_fn; }
 std::string origin_string() {
   std::string rank = g_rank >= 0 ? std::to_string(g_rank) : std::string("?");
   return "rank " + rank + " (host " + error_origin_host() + ")";
+}
+
+std::string excerpt(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') out += static_cast<char>(c);
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
 }
 
 void fatal(std::string_view what, const char* file, int line) {

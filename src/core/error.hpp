@@ -31,6 +31,11 @@ std::string origin_string();
 // and aborts the job with kExitFatal.
 [[noreturn]] void fatal(std::string_view what, const char* file, int line);
 
+// At most `max_bytes` of `text` for an error message, bytes outside printable ASCII escaped
+// (\xNN) and "..." added when cut: a message quotes user data, never copies it (a 50 MB file, a
+// binary one, /etc/passwd behind a link).
+std::string excerpt(std::string_view text, std::size_t max_bytes = 64);
+
 // An error that the caller can report and recover from (bad input found by validation).
 class InputError : public std::runtime_error {
  public:

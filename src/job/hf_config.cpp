@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -76,7 +79,13 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     fail("model_type \"" + type + "\": shardrl builds llama, qwen3 and qwen3_moe models");
   auto integer = [&](const char* key) -> int {
     if (!j.contains(key) || !j[key].is_number_integer()) fail(std::string(key) + ": missing or not an integer");
-    return j[key].get<int>();
+    // Read in 64 bits (unsigned too) and range-check, naming the value given: a silent cast to int
+    // would report 2^40 as 0.
+    const bool fits = j[key].is_number_unsigned() ? j[key].get<std::uint64_t>() <= std::uint64_t(INT_MAX)
+                                                  : j[key].get<std::int64_t>() >= 0 &&
+                                                        j[key].get<std::int64_t>() <= INT_MAX;
+    if (!fits) fail(fmt::format("{} = {}: out of range (0 to {})", key, j[key].dump(), INT_MAX));
+    return static_cast<int>(j[key].get<std::int64_t>());
   };
   auto real = [&](const char* key, double fallback) -> double {
     if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -140,7 +149,11 @@ std::string hf_job_config_toml(const std::filesystem::path& dir) {
   if (s.n_experts > 0)
     t += fmt::format("n_experts = {}\ntop_k = {}\nd_ff_expert = {}\nmoe_every = {}\n", s.n_experts, s.top_k,
                      s.d_ff_expert, s.moe_every);
-  t += fmt::format("init_from = \"{}\"\n[train]\nseq_len = 1\n", dir.string());
+  // A conversion trains nothing: small buffers, as long as the default completion (rollout.max_new_tokens
+  // = 64), which `generate` from the converted checkpoint draws.
+  const int seq_len = std::min(64, s.max_seq_len);
+  t += fmt::format("init_from = \"{}\"\n[train]\nseq_len = {}\n", dir.string(), seq_len);
+  if (seq_len < 64) t += fmt::format("[rollout]\nmax_new_tokens = {}\n", seq_len);
   return t;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "io/json_parse_message.hpp"
 #include "io/safetensors.hpp"
 #include "job/hf_config.hpp"
+#include "mpi/host_exchange.hpp"
 
 namespace shardrl {
 namespace {
@@ -39,7 +41,7 @@ std::string shape_difference(const ModelShape& dir, const ModelShape& job) {
 }  // namespace
 
 void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                     const ModelShape& shape) {
+                     const ModelShape& shape, MPI_Comm comm) {
   const std::filesystem::path config = dir / "config.json";
   const ModelShape theirs = shape_from_hf_config(slurp(config), config.string());
   if (const std::string d = shape_difference(theirs, shape); !d.empty())
@@ -60,7 +62,12 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string())
         throw InputError(index.string() + ": weight_map of '" + it.key() + "' is not a file name");
-      file_of[it.key()] = dir / it.value().get<std::string>();
+      // A shard is a file of the directory itself: never a path that leaves it.
+      const std::filesystem::path shard(it.value().get<std::string>());
+      if (shard.empty() || shard.is_absolute() || shard.has_parent_path() || shard == "." || shard == "..")
+        throw InputError(fmt::format("{}: weight_map of '{}' names {}, which is not a file of the model directory",
+                                     index.string(), it.key(), it.value().dump()));
+      file_of[it.key()] = dir / shard;
     }
   }
   std::map<std::filesystem::path, std::unique_ptr<SafetensorsFile>> open_files;
@@ -72,6 +79,7 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     return *f;
   };
   const ShardLayout& layout = trainer.layout();
+  std::string not_finite;   // the first tensor of this rank's slices holding a NaN or an Inf
   for (int u = 0; u < layout.unit_count(); ++u) {
     const UnitShard& s = layout.unit(u);
     std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
@@ -85,10 +93,24 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
                                      fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
       if (o.count == 0) continue;   // not in this rank's slice
       const std::vector<float> values = f.read_f32(p.name, o.first, o.count);
+      if (not_finite.empty())
+        for (std::size_t k = 0; k < values.size(); ++k)
+          if (!std::isfinite(values[k])) {
+            not_finite = fmt::format("{}: tensor '{}' holds {} at element {}: a model's weights are finite",
+                                     f.path().string(), p.name, values[k], static_cast<std::uint64_t>(o.first) + k);
+            break;
+          }
       std::copy(values.begin(), values.end(), slice.begin() + o.at);
     }
     trainer.write_slice(u, SliceState::main, slice);
   }
+  // Only the rank whose slice holds it sees a bad value: the lowest such rank's message goes to all.
+  const std::vector<std::string> found = gather_strings(comm, not_finite, 0);
+  std::string first;
+  for (const std::string& m : found)
+    if (first.empty() && !m.empty()) first = m;
+  broadcast_string(comm, first, 0);
+  if (!first.empty()) throw InputError(first);
 }
 
 }  // namespace shardrl

@@ -5,6 +5,8 @@
 // InputError naming the file and the tensor or key.
 #pragma once
 
+#include <mpi.h>
+
 #include <filesystem>
 #include <vector>
 
@@ -14,7 +16,9 @@
 
 namespace shardrl {
 
+// Collective over `comm` (the ranks of the trainer): a weight that is not finite (NaN, Inf) stops
+// every rank with an InputError naming the file and the tensor, whichever rank's slice holds it.
 void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                     const ModelShape& shape);
+                     const ModelShape& shape, MPI_Comm comm);
 
 }  // namespace shardrl

@@ -12,6 +12,7 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/sharded_file.hpp"
 #include "job/checkpoint_format.hpp"
+#include "mpi/host_exchange.hpp"
 
 namespace shardrl {
 namespace {
@@ -44,14 +45,23 @@ std::string shape_summary(const ModelShape& s) {
 
 }  // namespace
 
+std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Config& config) {
+  std::vector<const char*> groups{f::kModel, f::kExpAvg, f::kExpAvgSq};
+  if (config.rl.kl_coef > 0) groups.push_back(f::kReference);
+  std::vector<std::string> missing;
+  for (const UnitSpec& unit : model_units(resolve_model_shape(config.model)))
+    for (const ParamSpec& p : unit.params)
+      for (const char* g : groups)
+        if (!in.has(g + p.name)) missing.push_back(g + p.name);
+  return missing;
+}
+
 void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, ShardedTrainer& trainer,
                          const std::vector<UnitSpec>& units, const Config& config, const std::string& config_toml,
                          MPI_Comm comm) {
-  int rank = 0, world = 1;
-  MPI_Comm_rank(comm, &rank);
+  int world = 1;
   MPI_Comm_size(comm, &world);
-  if (rank == 0) std::filesystem::create_directories(dir);
-  MPI_Barrier(comm);
+  run_on_root(comm, 0, [&] { std::filesystem::create_directories(dir); });
   const auto pause = std::chrono::milliseconds(config.debug.save_pause_ms);
   {
     ShardedFileWriter file(checkpoint_partial_path(dir, position.iterations_done), comm);
@@ -83,17 +93,24 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
       }
     file.close();
   }
-  if (rank == 0) {
+  // Every rank returns once the checkpoint is committed, or throws rank 0's reason.
+  run_on_root(comm, 0, [&] {
+    if (config.debug.fail_io == FailIo::commit && position.iterations_done == config.debug.fail_io_iteration)
+      throw InputError(fmt::format("cannot commit '{}': No space left on device (injected: debug.fail_io = "
+                                   "\"commit\")",
+                                   checkpoint_partial_path(dir, position.iterations_done).string()));
     commit_checkpoint(dir, position.iterations_done);
     apply_retention(dir, config.checkpoint.keep_last, config.checkpoint.keep_every);
-  }
-  MPI_Barrier(comm);   // every rank returns once the checkpoint is committed
+  });
 }
 
 JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
                                 const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm) {
   const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(file, comm);
   ShardedFileReader& in = *opened;
+  if (const std::vector<std::string> missing = missing_tensors(in, config); !missing.empty())
+    throw InputError(fmt::format("{}: incomplete checkpoint: {} tensor(s) this job needs are missing, the first {}",
+                                 file.string(), missing.size(), missing.front()));
   for (const StateGroup& g : state_groups(trainer))
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       const UnitShard& s = trainer.layout().unit(u);

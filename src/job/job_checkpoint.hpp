@@ -15,6 +15,7 @@
 
 #include "config/config.hpp"
 #include "fsdp/sharded_trainer.hpp"
+#include "io/sharded_file.hpp"
 
 namespace shardrl {
 
@@ -37,6 +38,10 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
 // every rank, naming the file and the tensor.
 JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
                                 const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm);
+
+// The tensors a checkpoint of `config`'s job holds that `in` lacks (their full names), empty when
+// it is complete: the one completeness check of resume and `inspect --verify`.
+std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Config& config);
 
 // Collective. The policy's main weights alone from `file` (the optimizer state and counters stay
 // as they are): what `generate` samples from. Errors as load_job_checkpoint's.

@@ -48,9 +48,9 @@ GrpoLoop& Policy::loop() {
   return *loop_;
 }
 
-void Policy::load_init_from() {
+void Policy::load_init_from(MPI_Comm world) {
   SHARDRL_CHECK(!config_.model.init_from.empty(), "load_init_from without model.init_from");
-  load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape);
+  load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape, world);
 }
 
 std::string Policy::build_report() const {

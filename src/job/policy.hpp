@@ -47,8 +47,8 @@ class Policy {
   bool has_loop() const { return loop_ != nullptr; }
 
   // Replaces the fresh weights with those of model.init_from's Hugging Face directory
-  // (job/hf_weights.hpp). Collective.
-  void load_init_from();
+  // (job/hf_weights.hpp). Collective over `world`, the ranks of the policy's communicator.
+  void load_init_from(MPI_Comm world);
 
   // The paths this build takes, one "name: value" per line: what --print-build and the start-up
   // report show, read from the built objects (not from the Config), so a key that did not reach

@@ -226,7 +226,7 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
       TaskExample ex = task_->example(seed, iteration, index);
       check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "prompt", index, "iteration", iteration);
       std::vector<std::int32_t> ids = prompt_ids(ex);
-      if (static_cast<int>(ids.size()) + max_new > gen_len_)
+      if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
         throw InputError(fmt::format(
             "prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
             "(now {})",

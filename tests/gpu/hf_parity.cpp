@@ -112,7 +112,7 @@ int run(int argc, char** argv, MpiSession& mpi) {
     auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                   cfg.comm.timeout_s);
     Policy policy(cfg, *comm);
-    policy.load_init_from();
+    policy.load_init_from(mpi.world());
     Transformer& model = policy.model();
     ShardedTrainer& trainer = policy.trainer();
 
