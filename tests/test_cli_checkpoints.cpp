@@ -183,6 +183,35 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
 }
 
+// Resuming lists every key that differs from the checkpoint's configuration; a change to what
+// the run computes (the seed, the batch) is refused unless --allow-config-change, a change to how
+// long or where it runs is not.
+TEST(Cli, ConfigChangesOnResumeAreListedAndTrajectoryChangesRefused) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  RunResult refused =
+      run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --set run.seed=7"
+                              " --set rl.samples_per_prompt=2");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("with a configuration that changes the run's trajectory:\n  run.seed = 1234 -> 7\n"
+                             "  rl.samples_per_prompt = 4 -> 2\n"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--allow-config-change"), std::string::npos) << refused.err;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
+  RunResult free = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --set checkpoint.keep_last=5");
+  ASSERT_EQ(free.exit_code, 0) << free.out << free.err;
+  EXPECT_NE(free.out.find("config change since iter_00000001.h5: run.iterations = 1 -> 2"), std::string::npos)
+      << free.out;
+  EXPECT_NE(free.out.find("checkpoint.keep_last = 3 -> 5"), std::string::npos) << free.out;
+  RunResult allowed = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=3 --set run.seed=7"
+                                              " --allow-config-change");
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+  EXPECT_NE(allowed.out.find("run.seed = 1234 -> 7 (changes the run's trajectory)"), std::string::npos) << allowed.out;
+}
+
 // Two jobs on one run directory would interleave metrics and checkpoints: while one runs, a
 // second is refused at once, naming the holder's host and pid, and touches nothing; after the
 // first ends (even killed) the directory is free again.

@@ -50,6 +50,9 @@ int run_cli(int argc, char** argv) {
   train->add_flag("--overwrite", train_args.overwrite,
                   "With --no-resume: delete the run's checkpoints and metrics, then start fresh")
       ->needs(no_resume);
+  train->add_flag("--allow-config-change", train_args.allow_config_change,
+                  "Resume although keys that shape the run (seed, task, batch, model, optimizer...) differ from "
+                  "the checkpoint's");
   train->add_option("--resume-from", train_args.resume_from, "Resume from this checkpoint file")
       ->type_name("PATH")
       ->excludes(no_resume);

@@ -15,6 +15,7 @@ struct TrainArgs {
   bool profile = false;   // per-step breakdown (fences between phases)
   bool no_resume = false;          // start fresh (refused where the run has checkpoints, unless overwrite)
   bool overwrite = false;          // with no_resume: delete the run's checkpoints and metrics first
+  bool allow_config_change = false;   // resume although keys that shape the trajectory changed
   std::string resume_from;         // this checkpoint instead of the run's latest
 };
 

@@ -12,6 +12,7 @@
 #include "app/collective_smoke.hpp"
 #include "app/job_config.hpp"
 #include "app/progress.hpp"
+#include "config/changes.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
@@ -31,6 +32,7 @@
 #include "mpi/layout.hpp"
 #include "mpi/memory_report.hpp"
 #include "mpi/session.hpp"
+#include "job/checkpoint_format.hpp"
 #include "job/job_checkpoint.hpp"
 #include "job/policy.hpp"
 #include "rl/grpo_loop.hpp"
@@ -117,6 +119,38 @@ std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& arg
   if (!problem.empty()) throw InputError(problem);
   if (!note.empty()) spdlog::warn("{}", note);
   return found;
+}
+
+// A resumed run continues exactly only if nothing that shapes it changed: every key that differs
+// from the checkpoint's configuration is listed; those that change the trajectory stop the job
+// unless --allow-config-change. Collective.
+void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed,
+                          int world_size) {
+  std::string saved_text;
+  {
+    const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint, world);
+    saved_text = in->read_string(checkpoint_format::kConfig);
+  }
+  const LoadedConfig saved = parse_job_config(saved_text, checkpoint.string() + ":" + checkpoint_format::kConfig,
+                                              {}, world_size);
+  if (!saved.ok()) {   // a checkpoint of an older schema: nothing to compare key by key
+    spdlog::warn("the configuration saved in {} does not load in this shardrl ({}); its keys are not compared",
+                 checkpoint.string(), saved.errors.front());
+    return;
+  }
+  std::vector<std::string> breaking;
+  for (const ConfigChange& c : config_changes(saved.config, cfg)) {
+    spdlog::info("config change since {}: {} = {} -> {}{}", checkpoint.filename().string(), c.key, c.before, c.after,
+                 c.keeps_trajectory ? "" : " (changes the run's trajectory)");
+    if (!c.keeps_trajectory) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
+  }
+  if (breaking.empty() || allowed) return;
+  std::string list;
+  for (const std::string& b : breaking) list += "\n  " + b;
+  throw InputError(fmt::format("resuming {} with a configuration that changes the run's trajectory:{}\nresume with "
+                               "the checkpoint's values, start another run (another run.name), or pass "
+                               "--allow-config-change",
+                               checkpoint.string(), list));
 }
 
 void log_lines(const std::string& text) {
@@ -216,6 +250,7 @@ int run_train(const TrainArgs& args) {
     bool resumed = false;
     if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, derived.run_dir); !from.empty()) {
       resumed = true;
+      check_config_changes(mpi.world(), from, cfg, args.allow_config_change, layout.world_size);
       position = load_job_checkpoint(from, trainer, model.units(), cfg, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);

@@ -1,0 +1,32 @@
+#include "config/changes.hpp"
+
+#include <set>
+
+#include "config/schema.hpp"
+
+namespace shardrl {
+namespace {
+
+// Keys a resumed run may change and still compute what it would have: the run's length and
+// place, checkpointing, communication and debugging, and the ways of running the same step that
+// tests prove bit-identical (CUDA graphs, resharding after forward). model.init_from only seeds a
+// fresh run.
+bool keeps_trajectory(const KeyDef& d) {
+  static const std::set<std::string> sections{"checkpoint", "comm", "debug"};
+  static const std::set<std::string> keys{"run.iterations", "run.name", "run.dir", "train.cuda_graph",
+                                          "rollout.cuda_graph", "fsdp.reshard_after_forward", "model.init_from"};
+  return sections.count(d.section) > 0 || keys.count(d.full_name()) > 0;
+}
+
+}  // namespace
+
+std::vector<ConfigChange> config_changes(const Config& before, const Config& after) {
+  std::vector<ConfigChange> out;
+  for (const KeyDef& d : config_schema()) {
+    const std::string a = to_toml_literal(d.get(before)), b = to_toml_literal(d.get(after));
+    if (a != b) out.push_back({d.full_name(), a, b, keeps_trajectory(d)});
+  }
+  return out;
+}
+
+}  // namespace shardrl
