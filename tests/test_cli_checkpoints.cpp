@@ -183,6 +183,31 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
 }
 
+// As slurm/README.md documents for `mpirun` launches: SIGUSR1 or SIGTERM sent to mpirun reaches
+// the ranks, which save; mpirun exits 3 after SIGUSR1 and 1 after SIGTERM (Open MPI's choice).
+// The GPU machines' Ubuntu Open MPI 4.1.6 was seen not to forward SIGUSR1, so there only SIGTERM.
+TEST(Cli, SignalsToMpirunReachTheRanks) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
+#ifdef SHARDRL_ENABLE_CUDA
+  const std::vector<std::string> signals{"TERM"};
+#else
+  const std::vector<std::string> signals{"USR1", "TERM"};
+#endif
+  for (const std::string& signal : signals) {
+    const std::string name = "sig" + signal;
+    write(dir / "stop.sh", "set -u\n" + mpirun(2) + " train --config job.toml --set run.name=" + name +
+                               " --set run.iterations=100000 > out.txt 2>&1 &\npid=$!\n"
+                               "while [ \"$(cat runs/" + name + "/metrics.jsonl 2>/dev/null | wc -l)\" -lt 2 ]; do "
+                               "sleep 0.05; done\nkill -" + signal + " $pid\nwait $pid\necho $? > rc.txt\n");
+    run_in(dir, "bash stop.sh");
+    EXPECT_EQ(slurp(dir / "rc.txt"), signal == "USR1" ? "3\n" : "1\n") << signal << ": " << slurp(dir / "out.txt");
+    EXPECT_NE(slurp(dir / "out.txt").find("(stop requested by a signal)"), std::string::npos)
+        << signal << ": " << slurp(dir / "out.txt");
+    EXPECT_TRUE(fs::exists(dir / "runs" / name / "checkpoints" / "latest")) << signal;
+  }
+}
+
 // Resuming lists every key that differs from the checkpoint's configuration; a change to what
 // the run computes (the seed, the batch) is refused unless --allow-config-change, a change to how
 // long or where it runs is not.
