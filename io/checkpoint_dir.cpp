@@ -87,7 +87,9 @@ void write_and_fsync(const std::filesystem::path& path, const std::string& text)
 std::optional<std::string> read_latest_name(const std::filesystem::path& dir) {
   const std::filesystem::path latest = dir / kLatest;
   std::error_code ec;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(latest, ec))) return std::nullopt;
+  const std::filesystem::file_status st = std::filesystem::symlink_status(latest, ec);
+  if (st.type() == std::filesystem::file_type::not_found) return std::nullopt;
+  if (ec) fail("inspect", latest, ec.value());   // unreadable is not missing
   std::ifstream in(latest, std::ios::binary);
   if (!in) fail("read", latest, errno);
   // A file name and a newline: whatever is beyond a few KiB is not one, and is never read whole.
@@ -144,10 +146,16 @@ std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
 std::vector<std::filesystem::path> committed_checkpoints(const std::filesystem::path& dir) {
   std::vector<std::pair<std::int64_t, std::filesystem::path>> found;
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return {};
+  const std::filesystem::file_status st = std::filesystem::status(dir, ec);
+  if (st.type() == std::filesystem::file_type::not_found) return {};   // no run yet
+  if (ec) fail("inspect", dir, ec.value());   // unreadable is not empty: never start afresh over it
+  if (!std::filesystem::is_directory(st))
+    throw InputError(fmt::format("'{}' is not a directory: it is where the run's checkpoints go", dir.string()));
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (auto iteration = parse_name(it->path().filename().string(), ""))
-      if (it->is_regular_file(ec)) found.emplace_back(*iteration, it->path());
+    if (auto iteration = parse_name(it->path().filename().string(), "")) {
+      std::error_code entry;   // a dangling link named like a checkpoint is no checkpoint
+      if (it->is_regular_file(entry)) found.emplace_back(*iteration, it->path());
+    }
   if (ec) throw InputError(fmt::format("cannot list '{}': {}", dir.string(), ec.message()));
   std::sort(found.begin(), found.end());
   std::vector<std::filesystem::path> out;

@@ -42,6 +42,12 @@ RunLock::RunLock(const std::filesystem::path& dir) {
   if (fd_ < 0) throw InputError(fmt::format("cannot open '{}': {}", path.string(), std::strerror(errno)));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
+      warning_ = fmt::format("the file system of '{}' takes no locks ({}): nothing stops a second job on this run "
+                             "directory",
+                             dir.string(), std::strerror(err));
+      return;
+    }
     const std::string holder = err == EWOULDBLOCK ? holder_of(fd_) : "";
     ::close(fd_);
     fd_ = -1;

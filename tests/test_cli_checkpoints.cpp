@@ -155,6 +155,19 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   ASSERT_EQ(its.size(), 3u);
   for (std::size_t i = 0; i < its.size(); ++i) EXPECT_EQ(its[i], static_cast<std::int64_t>(i));
 
+  // `latest` decides (it may name an older checkpoint on purpose), but a newer committed file is
+  // pointed out with the way to take it.
+  write(checkpoints / "latest", "iter_00000002.h5\n");
+  fs::create_symlink("nowhere.h5", checkpoints / "iter_00000009.h5");   // dangling: no checkpoint
+  RunResult behind = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=3");
+  ASSERT_EQ(behind.exit_code, 0) << behind.out << behind.err;
+  EXPECT_NE(behind.out.find("resuming from iter_00000002.h5, which `latest` names, though the newer iter_00000003.h5 "
+                            "exists"),
+            std::string::npos)
+      << behind.out;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u);
+  fs::remove(checkpoints / "iter_00000009.h5");
+
   const std::string config_before = slurp(dir / "runs" / "ck" / "config.toml");
   RunResult refused = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
@@ -181,6 +194,21 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
   EXPECT_FALSE(fs::exists(second)) << "--overwrite deletes the old checkpoints";
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
+}
+
+// A checkpoint's saved configuration is read as the job that saved it wrote it, not checked
+// against the reader's world size: a checkpoint saved by 2 ranks with debug.fail_rank = 1 is
+// inspected, verified and exported by one process.
+TEST(Cli, SavedConfigsAreReadAsTheirJobWroteThem) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult saved = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=0 --set debug.fail_rank=1");
+  ASSERT_EQ(saved.exit_code, 0) << saved.out << saved.err;
+  const std::string file = (dir / "runs" / "ck" / "checkpoints" / "iter_00000000.h5").string();
+  RunResult verify = run_in(dir, shardrl_binary() + " inspect " + file + " --verify");
+  EXPECT_EQ(verify.exit_code, 0) << verify.err;
+  RunResult exported = run_in(dir, shardrl_binary() + " convert --from " + file + " --to-safetensors hf");
+  EXPECT_EQ(exported.exit_code, 0) << exported.err;
 }
 
 // As slurm/README.md documents for `mpirun` launches: SIGUSR1 or SIGTERM sent to mpirun reaches

@@ -37,8 +37,8 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   }
   const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(args.from, mpi.world());
   ShardedFileReader& checkpoint = *opened;
-  const LoadedConfig loaded = parse_job_config(checkpoint.read_string(checkpoint_format::kConfig),
-                                               args.from + ":" + checkpoint_format::kConfig, {}, 1);
+  const LoadedConfig loaded = parse_saved_config(checkpoint.read_string(checkpoint_format::kConfig),
+                                                 args.from + ":" + checkpoint_format::kConfig);
   if (!loaded.ok()) {
     report_config_errors(loaded, 0);
     return kExitUsage;

@@ -47,7 +47,7 @@ int run_inspect(const InspectArgs& args) {
     std::cout << out << std::flush;
     if (args.verify) {
       // Complete as resume requires: every tensor the checkpoint's own job needs is there.
-      const LoadedConfig saved = parse_job_config(in.read_string(f::kConfig), args.path + ":" + f::kConfig, {}, 1);
+      const LoadedConfig saved = parse_saved_config(in.read_string(f::kConfig), args.path + ":" + f::kConfig);
       if (!saved.ok()) {
         report_config_errors(saved, 0);
         return kExitUsage;

@@ -55,7 +55,11 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
                                "shape from '{}', which cannot be read: {}",
                                loaded.origin.at("model.init_from"), model.init_from, json_path, problem);
     else
-      json = read_input_file(json_path, "model config");
+      try {
+        json = read_input_file(json_path, "model config");
+      } catch (const InputError& e) {   // the file changed since the check: still every rank's error
+        read_error = e.what();
+      }
   }
   broadcast_string(world, read_error, 0);
   broadcast_string(world, json, 0);
@@ -82,6 +86,12 @@ LoadedConfig parse_job_config(const std::string& text, const std::string& source
   if (loaded.ok())
     for (auto& e : check_for_job(loaded, world_size)) loaded.errors.push_back(std::move(e));
   return loaded;
+}
+
+LoadedConfig parse_saved_config(const std::string& text, const std::string& source) {
+  BuildInfo any_build;
+  any_build.has_cuda = true;
+  return load_config(text, source, {}, any_build);
 }
 
 void report_config_errors(const LoadedConfig& loaded, int rank) {

@@ -16,6 +16,11 @@ LoadedConfig parse_job_config(const std::string& text, const std::string& source
                               const std::vector<std::string>& overrides, int world_size);
 
 // Rank 0 prints "shardrl: invalid configuration (N problems):" and one line per problem.
+// The configuration a checkpoint saved, read back to be compared or to learn its model: the
+// schema's checks only, as any build would have accepted them (no world-size checks: it was
+// saved by another job, on any number of ranks, perhaps a GPU build).
+LoadedConfig parse_saved_config(const std::string& text, const std::string& source);
+
 void report_config_errors(const LoadedConfig& loaded, int rank);
 
 }  // namespace shardrl

@@ -101,6 +101,15 @@ std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& arg
         }
       } else {
         found = latest_checkpoint(checkpoints).string();
+        // `latest` decides (a run resumed from an older checkpoint leaves newer files of the
+        // abandoned course), but a newer committed file may also be a crash between its commit
+        // and the pointer: say so.
+        if (!found.empty() && !committed.empty() &&   // committed: oldest first, `latest` among them
+            committed.back().filename() != std::filesystem::path(found).filename())
+          note = fmt::format("resuming from {}, which `latest` names, though the newer {} exists (a crash between its "
+                             "commit and `latest`, or a run resumed from an older checkpoint); --resume-from {} takes it",
+                             std::filesystem::path(found).filename().string(), committed.back().filename().string(),
+                             committed.back().string());
         if (found.empty() && !committed.empty()) {
           found = committed.back().string();
           note = fmt::format("{} has no `latest` (a crash between a commit and its pointer?): resuming from the "
@@ -124,16 +133,14 @@ std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& arg
 // A resumed run continues exactly only if nothing that shapes it changed: every key that differs
 // from the checkpoint's configuration is listed; those that change the trajectory stop the job
 // unless --allow-config-change. Collective.
-void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed,
-                          int world_size) {
+void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed) {
   std::string saved_text;
   {
     const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint, world);
     saved_text = in->read_string(checkpoint_format::kConfig);
   }
-  const LoadedConfig saved = parse_job_config(saved_text, checkpoint.string() + ":" + checkpoint_format::kConfig,
-                                              {}, world_size);
-  if (!saved.ok()) {   // a checkpoint of an older schema: nothing to compare key by key
+  const LoadedConfig saved = parse_saved_config(saved_text, checkpoint.string() + ":" + checkpoint_format::kConfig);
+  if (!saved.ok()) {   // written by a shardrl with another schema: nothing to compare key by key
     spdlog::warn("the configuration saved in {} does not load in this shardrl ({}); its keys are not compared",
                  checkpoint.string(), saved.errors.front());
     return;
@@ -213,6 +220,7 @@ int run_train(const TrainArgs& args) {
       if (rank == 0) std::cerr << "shardrl: " << problem << "\n";
       return kExitUsage;
     }
+    if (run_lock && !run_lock->warning().empty()) spdlog::warn("{}", run_lock->warning());
   }
   spdlog::info("run directory: {}", derived.run_dir.string());
   log_lines("devices:\n" + device_report(layout, device));
@@ -250,7 +258,7 @@ int run_train(const TrainArgs& args) {
     bool resumed = false;
     if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, derived.run_dir); !from.empty()) {
       resumed = true;
-      check_config_changes(mpi.world(), from, cfg, args.allow_config_change, layout.world_size);
+      check_config_changes(mpi.world(), from, cfg, args.allow_config_change);
       position = load_job_checkpoint(from, trainer, model.units(), cfg, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
@@ -302,9 +310,11 @@ int run_train(const TrainArgs& args) {
     trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
 
     std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
+    watchdog.arm(cfg.comm.timeout_s, "opening the metrics log");   // its agreement must not wait unwatched
     run_on_root(mpi.world(), 0, [&] {
       metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
     });
+    watchdog.disarm();
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t first = position.iterations_done;
     RolloutBatch last;

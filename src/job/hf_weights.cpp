@@ -79,7 +79,8 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     return *f;
   };
   const ShardLayout& layout = trainer.layout();
-  std::string not_finite;   // the first tensor of this rank's slices holding a NaN or an Inf
+  // This rank's first problem with its own slices: a read that failed, or a NaN or an Inf.
+  std::string not_finite;
   for (int u = 0; u < layout.unit_count(); ++u) {
     const UnitShard& s = layout.unit(u);
     std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
@@ -92,7 +93,15 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
         throw InputError(fmt::format("{}: tensor '{}': shape ({}), the model's is ({})", f.path().string(), p.name,
                                      fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
       if (o.count == 0) continue;   // not in this rank's slice
-      const std::vector<float> values = f.read_f32(p.name, o.first, o.count);
+      // Only this rank reads these elements: a failure here must reach the others through the
+      // agreement below, not leave them waiting in it.
+      std::vector<float> values;
+      try {
+        values = f.read_f32(p.name, o.first, o.count);
+      } catch (const std::exception& e) {
+        if (not_finite.empty()) not_finite = e.what();
+        continue;
+      }
       if (not_finite.empty())
         for (std::size_t k = 0; k < values.size(); ++k)
           if (!std::isfinite(values[k])) {
@@ -104,7 +113,7 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     }
     trainer.write_slice(u, SliceState::main, slice);
   }
-  // Only the rank whose slice holds it sees a bad value: the lowest such rank's message goes to all.
+  // Only the rank whose slice holds it sees such a problem: the lowest such rank's message goes to all.
   const std::vector<std::string> found = gather_strings(comm, not_finite, 0);
   std::string first;
   for (const std::string& m : found)
