@@ -172,6 +172,7 @@ TEST(Cli, MissingConfigFileNamesIt) {
 TEST(Cli, InputPathsMustBeRegularFiles) {
   fs::path dir = test_dir();
   fs::create_directories(dir / "conf.d");
+  write(dir / "conf.toml", "[run]\niterations = 1\n");
   RunResult config = run_in(dir, mpirun(2) + " train --config conf.d");
   EXPECT_EQ(config.exit_code, 2) << config.out;
   EXPECT_NE(config.err.find("cannot read config file 'conf.d': Is a directory"), std::string::npos) << config.err;
@@ -182,6 +183,14 @@ TEST(Cli, InputPathsMustBeRegularFiles) {
             std::string::npos)
       << fifo.err;
   EXPECT_LT(fifo.seconds, 60.0);
+  // The run's checkpoint directory as a regular file ended in an uncaught filesystem_error.
+  fs::create_directories(dir / "runs" / "f");
+  write(dir / "runs" / "f" / "checkpoints", "");
+  RunResult file = run_in(dir, mpirun(2) + " train --config conf.toml --set run.name=f");
+  EXPECT_EQ(file.exit_code, 2) << file.out;
+  EXPECT_NE(file.err.find("'runs/f/checkpoints' is not a directory: it is where the run's checkpoints go"),
+            std::string::npos)
+      << file.err;
 }
 
 TEST(Cli, UsageErrorsExit2) {
