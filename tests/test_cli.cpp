@@ -529,6 +529,10 @@ TEST(Cli, HangingRankIsDetectedByTimeout) {
   EXPECT_LT(r.seconds, 30.0);
   EXPECT_NE(r.err.find("shardrl: fatal error on rank 0 (host "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("did not complete within comm.timeout_s = 3 s"), std::string::npos) << r.err;
+  // The message names the rank the others wait for, from the ranks' heartbeat files.
+  EXPECT_NE(r.err.find("shardrl: iteration 1 waits for: rank 1 (last entered: opening the metrics log)"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "core/watchdog.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
+#include "io/rank_heartbeats.hpp"
 #include "io/run_lock.hpp"
 #include "io/text_file.hpp"
 #include "mpi/communicator.hpp"
@@ -249,7 +250,15 @@ int run_train(const TrainArgs& args) {
                arena.phase_bytes(Phase::train) / double(1 << 20), arena.phase_bytes(Phase::rollout) / double(1 << 20));
   log_lines("build:\n" + policy->build_report());
   log_lines(memory_report(mpi.world()));
+  // Every rank records the watched phases it enters, so that a phase that overruns names the ranks
+  // it waits for; declared before the watchdog, which reads them until it stops.
+  RankHeartbeats heartbeats(derived.run_dir, rank, layout.world_size);
   Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
+  std::int64_t phase = 0;   // the same count on every rank: each enters the same phases in order
+  auto watch = [&](const std::string& what) {
+    heartbeats.enter(++phase, what);
+    watchdog.arm(cfg.comm.timeout_s, what, [&heartbeats, seq = phase] { return heartbeats.behind(seq); });
+  };
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);
   try {
@@ -271,7 +280,7 @@ int run_train(const TrainArgs& args) {
     if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty())
       throw InputError("run directory: " + problem);
     auto save = [&](const char* why) {
-      watchdog.arm(cfg.comm.timeout_s, "checkpoint save");
+      watch("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
       save_job_checkpoint(checkpoints, position, trainer, model.units(), cfg, config_toml, mpi.world());
       watchdog.disarm();
@@ -296,7 +305,7 @@ int run_train(const TrainArgs& args) {
     if (warmed_up) {
       if (cfg.rl.sft_lr > 0) trainer.set_peak_lr(static_cast<float>(cfg.rl.sft_lr));
       for (std::int64_t step = position.warmup_steps_done; step < cfg.rl.sft_steps; ++step) {
-        watchdog.arm(cfg.comm.timeout_s, fmt::format("warm-up step {}", step + 1));
+        watch(fmt::format("warm-up step {}", step + 1));
         const TrainStats s = rl->warmup_step(step);
         position.warmup_steps_done = step + 1;
         if (step == 0 || (step + 1) % 10 == 0 || step + 1 == cfg.rl.sft_steps)
@@ -310,7 +319,7 @@ int run_train(const TrainArgs& args) {
     trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
 
     std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
-    watchdog.arm(cfg.comm.timeout_s, "opening the metrics log");   // its agreement must not wait unwatched
+    watch("opening the metrics log");   // its agreement must not wait unwatched
     run_on_root(mpi.world(), 0, [&] {
       metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
     });
@@ -320,7 +329,7 @@ int run_train(const TrainArgs& args) {
     RolloutBatch last;
     for (std::int64_t it = first; it < cfg.run.iterations; ++it) {
       if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
-      watchdog.arm(cfg.comm.timeout_s, fmt::format("iteration {}", it + 1));
+      watch(fmt::format("iteration {}", it + 1));
       trainer.reset_profile();
       IterationReport r;
       r.iteration = it;

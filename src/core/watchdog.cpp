@@ -20,7 +20,7 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::arm(double seconds, std::string what) {
+void Watchdog::arm(double seconds, std::string what, std::function<std::string()> waiting_for) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     armed_ = true;
@@ -28,6 +28,7 @@ void Watchdog::arm(double seconds, std::string what) {
     deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                        std::chrono::duration<double>(seconds));
     what_ = std::move(what);
+    waiting_for_ = std::move(waiting_for);
   }
   wake_.notify_all();
 }
@@ -52,6 +53,9 @@ void Watchdog::watch() {
           "shardrl: fatal error on {}: {} did not complete within comm.timeout_s = {} s: a peer rank failed or is "
           "stuck\n",
           origin_string(), what_, seconds_);
+      if (waiting_for_)
+        if (const std::string behind = waiting_for_(); !behind.empty())
+          msg += fmt::format("shardrl: {} waits for: {}\n", what_, behind);
       std::fflush(stdout);
       std::fputs(msg.c_str(), stderr);
       std::fflush(stderr);

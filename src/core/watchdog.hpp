@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,7 +22,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // From now on, `what` must finish within `seconds`, or this process exits with kExitFatal.
-  void arm(double seconds, std::string what);
+  // `waiting_for` (called from the watchdog's thread, never MPI) may name what the phase waits
+  // for, e.g. the ranks that never entered it; its text is added to the message.
+  void arm(double seconds, std::string what, std::function<std::string()> waiting_for = {});
   void disarm();
 
  private:
@@ -33,6 +36,7 @@ class Watchdog {
   double seconds_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::string what_;
+  std::function<std::string()> waiting_for_;
   std::thread thread_;
 };
 
