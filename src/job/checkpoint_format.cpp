@@ -36,7 +36,7 @@ std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& 
       throw InputError(fmt::format("{}: incomplete checkpoint: no {} (every checkpoint of format version {} has it)",
                                    where, name, f::kVersion));
   // The counters carry no checksum: each must be in its range and agree with the others.
-  auto bad = [&](const char* name, std::int64_t value, const char* rule) {
+  auto bad = [&](const char* name, std::int64_t value, const std::string& rule) {
     return InputError(fmt::format("{}: {} = {} is not a value a checkpoint holds ({})", where, name, value, rule));
   };
   const std::int64_t world = in->read_int64(f::kWorldSize), iteration = in->read_int64(f::kIteration),
@@ -44,10 +44,10 @@ std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& 
                      step = in->read_int64(f::kOptimStep), skipped = in->read_int64(f::kOptimSkipped);
   if (world < 1) throw bad(f::kWorldSize, world, ">= 1");
   if (iteration < 0) throw bad(f::kIteration, iteration, ">= 0");
-  if (done != iteration) throw bad(f::kIterationsDone, done, fmt::format("{} = {}", f::kIteration, iteration).c_str());
+  if (done != iteration) throw bad(f::kIterationsDone, done, fmt::format("{} = {}", f::kIteration, iteration));
   if (warmup < 0) throw bad(f::kWarmupStepsDone, warmup, ">= 0");
   if (step < 0) throw bad(f::kOptimStep, step, ">= 0");
-  if (skipped < 0 || skipped > step) throw bad(f::kOptimSkipped, skipped, fmt::format("0 .. {}", step).c_str());
+  if (skipped < 0 || skipped > step) throw bad(f::kOptimSkipped, skipped, fmt::format("0 .. {}", step));
   return in;
 }
 

@@ -80,7 +80,7 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
   };
   const ShardLayout& layout = trainer.layout();
   // This rank's first problem with its own slices: a read that failed, or a NaN or an Inf.
-  std::string not_finite;
+  std::string problem;
   for (int u = 0; u < layout.unit_count(); ++u) {
     const UnitShard& s = layout.unit(u);
     std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
@@ -99,13 +99,13 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
       try {
         values = f.read_f32(p.name, o.first, o.count);
       } catch (const std::exception& e) {
-        if (not_finite.empty()) not_finite = e.what();
+        if (problem.empty()) problem = e.what();
         continue;
       }
-      if (not_finite.empty())
+      if (problem.empty())
         for (std::size_t k = 0; k < values.size(); ++k)
           if (!std::isfinite(values[k])) {
-            not_finite = fmt::format("{}: tensor '{}' holds {} at element {}: a model's weights are finite",
+            problem = fmt::format("{}: tensor '{}' holds {} at element {}: a model's weights are finite",
                                      f.path().string(), p.name, values[k], static_cast<std::uint64_t>(o.first) + k);
             break;
           }
@@ -114,7 +114,7 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     trainer.write_slice(u, SliceState::main, slice);
   }
   // Only the rank whose slice holds it sees such a problem: the lowest such rank's message goes to all.
-  const std::vector<std::string> found = gather_strings(comm, not_finite, 0);
+  const std::vector<std::string> found = gather_strings(comm, problem, 0);
   std::string first;
   for (const std::string& m : found)
     if (first.empty() && !m.empty()) first = m;

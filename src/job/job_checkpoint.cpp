@@ -36,6 +36,21 @@ std::vector<std::uint64_t> global_shape(const ParamSpec& p) {
   return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
 }
 
+// One state of every unit from the file into this rank's slices (any world size at save).
+void read_state(ShardedFileReader& in, const StateGroup& g, ShardedTrainer& trainer,
+                const std::vector<UnitSpec>& units, bool verify) {
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    // Alignment gaps and padding stay 0.
+    std::vector<float> slice(static_cast<std::size_t>(trainer.layout().unit(u).shard), 0.0f);
+    for (const ParamSpec& p : units[u].params) {
+      const ParamOverlap o = trainer.layout().overlap(u, p);
+      in.read(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
+              static_cast<std::uint64_t>(o.count), slice.data() + o.at, verify);
+    }
+    trainer.write_slice(u, g.state, slice);
+  }
+}
+
 std::string shape_summary(const ModelShape& s) {
   return fmt::format("vocab_size={} d_model={} n_layers={} n_heads={} n_kv_heads={} head_dim={} d_ff={} "
                      "qk_norm={} tie_embeddings={} max_seq_len={}",
@@ -112,16 +127,7 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
     throw InputError(fmt::format("{}: incomplete checkpoint: {} tensor(s) this job needs are missing, the first {}",
                                  file.string(), missing.size(), missing.front()));
   for (const StateGroup& g : state_groups(trainer))
-    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-      const UnitShard& s = trainer.layout().unit(u);
-      std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding stay 0
-      for (const ParamSpec& p : units[u].params) {
-        const ParamOverlap o = trainer.layout().overlap(u, p);
-        in.read(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
-                static_cast<std::uint64_t>(o.count), slice.data() + o.at, config.checkpoint.verify);
-      }
-      trainer.write_slice(u, g.state, slice);
-    }
+    read_state(in, g, trainer, units, config.checkpoint.verify);
   trainer.set_step_counters(in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped));
   JobPosition position;
   position.iterations_done = in.read_int64(f::kIterationsDone);
@@ -132,15 +138,7 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
 void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
                          bool verify, MPI_Comm comm) {
   const std::unique_ptr<ShardedFileReader> in = open_checkpoint(file, comm);
-  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    std::vector<float> slice(static_cast<std::size_t>(trainer.layout().unit(u).shard), 0.0f);
-    for (const ParamSpec& p : units[u].params) {
-      const ParamOverlap o = trainer.layout().overlap(u, p);
-      in->read(f::kModel + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
-               static_cast<std::uint64_t>(o.count), slice.data() + o.at, verify);
-    }
-    trainer.write_slice(u, SliceState::main, slice);
-  }
+  read_state(*in, StateGroup{SliceState::main, f::kModel}, trainer, units, verify);
 }
 
 }  // namespace shardrl

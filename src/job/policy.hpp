@@ -44,7 +44,6 @@ class Policy {
   ShardedTrainer& trainer() { return trainer_; }
   // The RL loop (PolicyUse::rl_loop only).
   GrpoLoop& loop();
-  bool has_loop() const { return loop_ != nullptr; }
 
   // Replaces the fresh weights with those of model.init_from's Hugging Face directory
   // (job/hf_weights.hpp). Collective over `world`, the ranks of the policy's communicator.

@@ -10,9 +10,6 @@
 // uniform_below(engine(seed, iteration, index), count): sampling with replacement, the same at any
 // world size.
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -39,24 +36,6 @@ struct Dataset {
   std::vector<DatasetRow> rows;
   bool pre_tokenized = false;
 };
-
-std::string read_file_or_throw(const std::string& path) {
-  require_input_file(path, "dataset");   // a FIFO would block the job forever
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr)
-    throw InputError(fmt::format("cannot read dataset '{}': {}", path, std::strerror(errno)));
-  std::string data;
-  char buf[65536];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;   // a directory opens, then fails here with EISDIR
-  std::fclose(f);
-  if (failed)
-    throw InputError(fmt::format("cannot read dataset '{}': {}", path, std::strerror(err)));
-  return data;
-}
-
 
 std::string required_string(const nlohmann::json& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
@@ -95,7 +74,7 @@ std::vector<std::int32_t> required_ids(const nlohmann::json& obj, const char* ke
 bool is_ids_line(const nlohmann::json& obj) { return obj.contains("prompt_ids") || obj.contains("answer_ids"); }
 
 Dataset load_dataset(const std::string& path) {
-  const std::string data = read_file_or_throw(path);
+  const std::string data = read_input_file(path, "dataset");
   Dataset out;
   std::size_t first_line = 0;   // the first example's line, which fixes the file's kind
   std::size_t line_no = 0;
