@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/sharded_file_detail.hpp"
 #include "io/tensor_checksum.hpp"
+#include "mpi/host_exchange.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
@@ -32,7 +33,7 @@ ShardedFileWriter::ShardedFileWriter(const std::filesystem::path& path, MPI_Comm
     error = fmt::format("{}: cannot create ({})", path_.string(), hdf5_error_text());
   else
     file_ = H5Handle(file);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
 
   dxpl_ = make_collective_dxpl();
   lcpl_ = H5Handle(SHARDRL_H5_REQUIRE(H5Pcreate(H5P_LINK_CREATE)));
@@ -100,14 +101,14 @@ void ShardedFileWriter::write(const std::string& name, const std::vector<std::ui
   H5Handle dset;
   std::string error;
   create_dataset(dname, H5T_IEEE_F32LE, space.get(), dset, error);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
 
   for (std::uint64_t r = 0; r < rounds; ++r) {
     const std::uint64_t off = std::min(count, r * kMaxTransferElements);
     const std::uint64_t n = std::min(count - off, kMaxTransferElements);
     const std::string why =
         transfer(true, dset.get(), dxpl_.get(), dims, begin + off, n, const_cast<float*>(data) + (n ? off : 0));
-    agree(comm_, rank_,
+    agree_on_error(comm_,
           why.empty() ? why : fmt::format("{}: cannot write tensor {} ({})", path_.string(), dname, why));
   }
 
@@ -127,7 +128,7 @@ void ShardedFileWriter::write(const std::string& name, const std::vector<std::ui
     H5Handle attr_handle(attr);
     if (H5Awrite(attr, H5T_NATIVE_UINT32, &crc) < 0) error = hdf5_error_text();
   }
-  agree(comm_, rank_,
+  agree_on_error(comm_,
         error.empty() ? error
                       : fmt::format("{}: cannot write the checksum of tensor {} ({})", path_.string(), dname, error));
 }
@@ -148,7 +149,7 @@ void write_small(const std::filesystem::path& path, MPI_Comm comm, int rank, hid
   const hid_t id = H5Dcreate2(file, dname.c_str(), file_type, space.get(), lcpl, dcpl.get(), H5P_DEFAULT);
   if (id < 0) error = fmt::format("{}: cannot create dataset {} ({})", path.string(), dname, hdf5_error_text());
   H5Handle dset(id < 0 ? H5I_INVALID_HID : id);
-  agree(comm, rank, error);
+  agree_on_error(comm, error);
 
   std::uint64_t elements = 1;
   for (auto d : dims) elements *= d;
@@ -161,7 +162,7 @@ void write_small(const std::filesystem::path& path, MPI_Comm comm, int rank, hid
   }
   if (H5Dwrite(dset.get(), mem_type, mem_space.get(), file_space.get(), dxpl, data) < 0)
     error = fmt::format("{}: cannot write {} ({})", path.string(), dname, hdf5_error_text());
-  agree(comm, rank, error);
+  agree_on_error(comm, error);
 }
 }  // namespace
 
@@ -203,7 +204,7 @@ void ShardedFileWriter::close() {
   // Collective H5Fclose, whatever the flush said; its own failure (the last metadata write) counts.
   if (file_.close() < 0 && error.empty()) error = hdf5_error_text();
   if (rank_ == 0 && error.empty()) error = fsync_file(path_);
-  agree(comm_, rank_,
+  agree_on_error(comm_,
         error.empty() ? error : fmt::format("{}: cannot write the file to disk ({})", path_.string(), error));
 }
 

@@ -21,24 +21,6 @@ float g_empty_buffer[1];   // a valid pointer for transfers of no elements
 
 
 // ---------------------------------------------------------------------------------------------
-// Agreeing before throwing (DESIGN.md invariant 6)
-
-// If any rank has a non-empty `error`, every rank throws InputError with the message of the
-// lowest such rank.
-void agree(MPI_Comm comm, int rank, const std::string& error) {
-  int mine = error.empty() ? INT_MAX : rank;
-  int first = INT_MAX;
-  SHARDRL_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == INT_MAX) return;
-  std::string message = rank == first ? error : std::string();
-  unsigned long long n = message.size();
-  SHARDRL_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
-  message.resize(n);
-  SHARDRL_CHECK_MPI(MPI_Bcast(message.data(), static_cast<int>(n), MPI_CHAR, first, comm));
-  throw InputError(message);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Names, shapes, ranges
 
 // "/a/b" for "a/b" or "/a/b". Components are non-empty (no "//", no trailing '/').

@@ -34,10 +34,6 @@ inline constexpr std::uint64_t kVerifyChunkElements = std::uint64_t(1) << 24;   
 inline constexpr hsize_t kAlignThreshold = hsize_t(1) << 20;
 inline constexpr hsize_t kAlignment = hsize_t(1) << 20;
 
-// If any rank has a non-empty `error`, every rank throws InputError with the message of the
-// lowest such rank (DESIGN.md invariant 6).
-void agree(MPI_Comm comm, int rank, const std::string& error);
-
 // "/a/b" for "a/b" or "/a/b". Components are non-empty (no "//", no trailing '/').
 std::string absolute_name(const std::string& name);
 std::uint64_t numel(const std::vector<std::uint64_t>& shape);

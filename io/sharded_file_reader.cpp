@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "io/sharded_file_detail.hpp"
 #include "io/tensor_checksum.hpp"
+#include "mpi/host_exchange.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
@@ -27,7 +28,7 @@ ShardedFileReader::ShardedFileReader(const std::filesystem::path& path, MPI_Comm
   const std::string prefix = path_.string() + ": cannot open as a shardrl checkpoint (";
   std::string why;
   if (rank_ == 0) why = precheck(path_);
-  agree(comm_, rank_, why.empty() ? why : prefix + why + ")");
+  agree_on_error(comm_, why.empty() ? why : prefix + why + ")");
 
   H5Handle fapl = make_fapl(comm_, false);
   const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl.get());
@@ -43,7 +44,7 @@ ShardedFileReader::ShardedFileReader(const std::filesystem::path& path, MPI_Comm
   } else {
     file_ = H5Handle(file);
   }
-  agree(comm_, rank_, why.empty() ? why : prefix + why + ")");
+  agree_on_error(comm_, why.empty() ? why : prefix + why + ")");
   dxpl_ = make_collective_dxpl();
 }
 
@@ -51,7 +52,7 @@ bool ShardedFileReader::has(const std::string& name) const {
   QuietHdf5 quiet;
   std::string error;
   H5Handle dset = open_dataset_if_any(file_.get(), absolute_name(name), error);
-  agree(comm_, rank_, error.empty() ? error : fmt::format("{}: cannot read ({})", path_.string(), error));
+  agree_on_error(comm_, error.empty() ? error : fmt::format("{}: cannot read ({})", path_.string(), error));
   return dset.get() >= 0;
 }
 
@@ -64,7 +65,7 @@ std::vector<std::uint64_t> ShardedFileReader::shape(const std::string& name) con
     error = fmt::format("{}: cannot read ({})", path_.string(), error);
   else if (dset.get() < 0)
     error = fmt::format("{}: no tensor {}", path_.string(), dname);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   H5Handle space(SHARDRL_H5_REQUIRE(H5Dget_space(dset.get())));
   const std::vector<hsize_t> dims = space_dims(space.get());
   return {dims.begin(), dims.end()};
@@ -97,7 +98,7 @@ void ShardedFileReader::read(const std::string& name, const std::vector<std::uin
       error = fmt::format("{}: tensor {}: shape {} in the file, expected {}", path_.string(), dname,
                           shape_string(stored), shape_string(expected_shape));
   }
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
 
   std::uint64_t my_rounds = rounds_for(count), rounds = 0;
   SHARDRL_CHECK_MPI(MPI_Allreduce(&my_rounds, &rounds, 1, MPI_UINT64_T, MPI_MAX, comm_));
@@ -106,7 +107,7 @@ void ShardedFileReader::read(const std::string& name, const std::vector<std::uin
     const std::uint64_t off = std::min(count, r * kMaxTransferElements);
     const std::uint64_t n = std::min(count - off, kMaxTransferElements);
     const std::string why = transfer(false, dset.get(), dxpl_.get(), dims, begin + off, n, data + (n ? off : 0));
-    agree(comm_, rank_,
+    agree_on_error(comm_,
           why.empty() ? why : fmt::format("{}: tensor {}: cannot read ({})", path_.string(), dname, why));
   }
   if (!verify) return;
@@ -120,7 +121,7 @@ void ShardedFileReader::read(const std::string& name, const std::vector<std::uin
   else if (found == 0 || stored != computed)
     error = fmt::format("{}: tensor {}: checksum mismatch (stored {}, computed 0x{:08x})", path_.string(), dname,
                         found == 0 ? std::string("none") : fmt::format("0x{:08x}", stored), computed);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
 }
 
 namespace {
@@ -159,7 +160,7 @@ std::string ShardedFileReader::read_string(const std::string& name) const {
   std::string error;
   std::uint64_t n = 0;
   H5Handle dset = open_small(file_.get(), path_, dname, H5T_STRING, "a string", 1, error, n);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   H5Handle type(SHARDRL_H5_REQUIRE(H5Dget_type(dset.get())));
   std::string value;
   const int is_variable = SHARDRL_H5_REQUIRE(H5Tis_variable_str(type.get()));
@@ -181,7 +182,7 @@ std::string ShardedFileReader::read_string(const std::string& name) const {
     else
       value = buf.substr(0, buf.find('\0'));
   }
-  agree(comm_, rank_, error.empty() ? error : fmt::format("{}: cannot read {} ({})", path_.string(), dname, error));
+  agree_on_error(comm_, error.empty() ? error : fmt::format("{}: cannot read {} ({})", path_.string(), dname, error));
   return value;
 }
 
@@ -191,11 +192,11 @@ std::int64_t ShardedFileReader::read_int64(const std::string& name) const {
   std::string error;
   std::uint64_t n = 0;
   H5Handle dset = open_small(file_.get(), path_, dname, H5T_INTEGER, "an int64", 1, error, n);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   std::int64_t value = 0;
   if (H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value) < 0)
     error = fmt::format("{}: cannot read {} ({})", path_.string(), dname, hdf5_error_text());
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   return value;
 }
 
@@ -205,11 +206,11 @@ std::vector<std::int64_t> ShardedFileReader::read_int64s(const std::string& name
   std::string error;
   std::uint64_t n = 0;
   H5Handle dset = open_small(file_.get(), path_, dname, H5T_INTEGER, "int64s", -1, error, n);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   std::vector<std::int64_t> values(n);
   if (n > 0 && H5Dread(dset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
     error = fmt::format("{}: cannot read {} ({})", path_.string(), dname, hdf5_error_text());
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   return values;
 }
 
@@ -219,11 +220,11 @@ double ShardedFileReader::read_double(const std::string& name) const {
   std::string error;
   std::uint64_t n = 0;
   H5Handle dset = open_small(file_.get(), path_, dname, H5T_FLOAT, "a double", 1, error, n);
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   double value = 0;
   if (H5Dread(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value) < 0)
     error = fmt::format("{}: cannot read {} ({})", path_.string(), dname, hdf5_error_text());
-  agree(comm_, rank_, error);
+  agree_on_error(comm_, error);
   return value;
 }
 
@@ -269,7 +270,7 @@ std::vector<std::string> ShardedFileReader::datasets() const {
     H5Handle handle(root);
     error = list_datasets(root, "", names);
   }
-  agree(comm_, rank_,
+  agree_on_error(comm_,
         error.empty() ? error : fmt::format("{}: cannot list its datasets ({})", path_.string(), error));
   std::sort(names.begin(), names.end());
   return names;
@@ -283,11 +284,11 @@ std::vector<std::string> ShardedFileReader::verify_all() {
   for (const std::string& name : names) {
     std::string error;
     H5Handle dset = open_dataset_if_any(file_.get(), name, error);
-    agree(comm_, rank_, error.empty() ? error : fmt::format("{}: cannot read ({})", path_.string(), error));
+    agree_on_error(comm_, error.empty() ? error : fmt::format("{}: cannot read ({})", path_.string(), error));
     if (!is_float32(dset.get())) continue;
     std::uint32_t stored = 0;
     const int found = read_crc_attribute(dset.get(), stored, error);
-    agree(comm_, rank_,
+    agree_on_error(comm_,
           error.empty() ? error : fmt::format("{}: tensor {}: cannot read its checksum ({})", path_.string(), name, error));
     if (found == 0) continue;
 

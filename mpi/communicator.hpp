@@ -56,6 +56,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend_name() const = 0;
+  // The same ranks as an MPI communicator, for host-side agreements (mpi/host_exchange.hpp)
+  // among the users of this one.
+  virtual MPI_Comm host_comm() const = 0;
 
   // recv holds size()*count elements; rank r's `count` elements land at recv + r*count.
   // In place when send == recv + rank()*count.

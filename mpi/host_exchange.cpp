@@ -1,5 +1,7 @@
 #include "mpi/host_exchange.hpp"
 
+#include <climits>
+
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
@@ -45,6 +47,18 @@ bool any_rank(MPI_Comm comm, bool flag) {
   int local = flag ? 1 : 0, global = 0;
   SHARDRL_CHECK_MPI(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, comm));
   return global != 0;
+}
+
+void agree_on_error(MPI_Comm comm, const std::string& error) {
+  int rank = 0;
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  int mine = error.empty() ? INT_MAX : rank;
+  int first = INT_MAX;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == INT_MAX) return;
+  std::string message = rank == first ? error : std::string();
+  broadcast_string(comm, message, first);
+  throw InputError(message);
 }
 
 }  // namespace shardrl

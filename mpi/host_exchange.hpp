@@ -22,6 +22,11 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, 
 // True on every rank when `flag` is true on any rank.
 bool any_rank(MPI_Comm comm, bool flag);
 
+// If any rank has a non-empty `error`, every rank throws InputError with the message of the
+// lowest such rank (DESIGN.md invariant 6): a problem one rank sees (its file, its memory)
+// stops them all with its cause. Collective.
+void agree_on_error(MPI_Comm comm, const std::string& error);
+
 // A section only `root` runs (directory creation, a commit, `latest`, retention, the metrics
 // log, run files), ended by an agreement: an exception there (InputError, a filesystem_error,
 // any std::exception) becomes an InputError with root's message on every rank, so no rank goes

@@ -14,6 +14,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend_name() const override { return "mpi"; }
+  MPI_Comm host_comm() const override { return comm_.get(); }
 
   void all_gather(const void* send, void* recv, std::size_t count, DataType type, StreamRef) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,

@@ -60,6 +60,9 @@ NcclComm& NcclComm::operator=(NcclComm&& other) noexcept {
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
   SHARDRL_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size_));
+  MPI_Comm dup = MPI_COMM_NULL;
+  SHARDRL_CHECK_MPI(MPI_Comm_dup(comm, &dup));
+  host_comm_ = MpiComm(dup);
   ncclUniqueId id;
   if (rank_ == 0) SHARDRL_CHECK_NCCL(ncclGetUniqueId(&id));
   SHARDRL_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));

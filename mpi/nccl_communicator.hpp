@@ -12,6 +12,7 @@
 #include "core/cuda_buffer.hpp"
 #include "core/cuda_stream.hpp"
 #include "mpi/communicator.hpp"
+#include "mpi/layout.hpp"
 
 namespace shardrl {
 
@@ -40,6 +41,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend_name() const override { return "nccl"; }
+  MPI_Comm host_comm() const override { return host_comm_.get(); }
 
   void all_gather(const void* send, void* recv, std::size_t count, DataType type, StreamRef s) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
@@ -63,6 +65,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   double timeout_s_;
+  MpiComm host_comm_;   // a duplicate of the communicator NCCL was bootstrapped over
   CudaStream own_stream_;
   NcclComm comm_;
   CudaBuffer barrier_word_;   // one float on the device, all-reduced by barrier()
