@@ -494,19 +494,36 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   EXPECT_NE(resumed.out.find("resumed from runs/c/checkpoints/iter_00000001.h5"), std::string::npos) << resumed.out;
 }
 
-// A batch far beyond any machine's memory (2^31 - 1 samples per prompt) ended in an uncaught
-// exception (SIGABRT, no cause). Now every rank names the failed allocation and the job ends at
-// once. (A memory plan that refuses it before allocating is still to come: issue 21.)
-TEST(Cli, AnImpossibleAllocationEndsTheJobWithItsCause) {
+// A shape or batch far beyond any machine's memory (2^31 - 1 of a key) ended in std::bad_alloc
+// (SIGABRT), allocated host memory without bound, or built a batch for minutes. The memory plan
+// (job/memory_plan.hpp) refuses each before allocating: exit 2 on every rank, the plan's numbers,
+// the key behind the largest part, and nothing of the run written.
+TEST(Cli, AJobThatCannotFitIsRefusedBeforeAllocating) {
+  struct Probe {
+    std::string sets, key;
+  };
+  const std::string custom = " --set model.preset='\"custom\"'";
+  const std::vector<Probe> probes{
+      {custom + " --set model.vocab_size=2147483647", "vocab_size"},
+      {custom + " --set model.n_layers=2147483647", "layers"},
+      {custom + " --set model.n_experts=2147483647 --set model.top_k=1", "parameters"},
+      {" --set train.micro_batch_size=2147483647", "train.micro_batch_size"},
+      {" --set rl.prompts_per_iteration=2147483647 --set rl.minibatches=1", "rl.prompts_per_iteration"},
+      {" --set rl.samples_per_prompt=2147483647", "rl.samples_per_prompt"},
+      {" --set rl.sft_batch_size=2147483647", "rl.sft_batch_size"},
+  };
   fs::path dir = test_dir();
-  write(dir / "job.toml", "[run]\niterations = 1\n");
-  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set rl.samples_per_prompt=2147483647");
-  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  EXPECT_LT(r.seconds, 60.0);
-  EXPECT_NE(r.err.find("shardrl: fatal error on rank 0 (host "), std::string::npos) << r.err;
-  // The allocator's own words differ by memory space (host malloc, cudaMalloc); both name the buffer.
-  EXPECT_NE(r.err.find("failed to allocate"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("\"tokens\""), std::string::npos) << r.err;
+  write(dir / "job.toml", "[run]\niterations = 1\n[rl]\nsft_steps = 1\n");
+  for (const Probe& p : probes) {
+    RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=big" + p.sets);
+    EXPECT_EQ(r.exit_code, 2) << p.sets << "\n" << r.out << r.err;
+    EXPECT_LT(r.seconds, 30.0) << p.sets;
+    EXPECT_NE(r.err.find("the job does not fit in memory: its memory plan needs at least"), std::string::npos)
+        << p.sets << "\n" << r.err;
+    EXPECT_NE(r.err.find(p.key), std::string::npos) << p.sets << "\n" << r.err;
+    EXPECT_EQ(r.err.find("fatal error"), std::string::npos) << p.sets << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(dir / "runs" / "big" / "config.toml")) << p.sets;
+  }
 }
 
 // A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.

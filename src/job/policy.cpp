@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "job/hf_weights.hpp"
+#include "job/memory_plan.hpp"
 #include "job/options.hpp"
 
 namespace shardrl {
@@ -12,6 +13,13 @@ namespace {
 const char* name_of(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
 const char* name_of(GradDtype d) { return d == GradDtype::bf16 ? "bf16" : "fp32"; }
 const char* name_of(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : "constant"; }
+
+// `config`, once every rank agrees that its memory plan fits (job/memory_plan.hpp): checked
+// before the first member allocates anything.
+const Config& fitting(const Config& config, Communicator& comm, const PolicyUse& use) {
+  check_memory_plan(config, use.rl_loop, comm.host_comm());
+  return config;
+}
 
 }  // namespace
 
@@ -28,7 +36,7 @@ ModelOptions Policy::placed_model_options() {
 }
 
 Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
-    : config_(config), comm_(comm), arena_(ExecSpace(), config.debug.check_released),
+    : config_(fitting(config, comm, use)), comm_(comm), arena_(ExecSpace(), config.debug.check_released),
       model_(placed_model_options(), ExecSpace()), trainer_(model_, comm_, [&] {
         FsdpOptions f = fsdp_options(config_);
         f.profile = use.profile;

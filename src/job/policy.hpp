@@ -5,7 +5,9 @@
 // Transformer and a ShardedTrainer together, so a key cannot take effect on one path and be
 // ignored on another (DESIGN.md invariant 1).
 //
-// Construction order is the one the memory plan needs: every buffer of both phases is reserved
+// Before anything is allocated, the job's memory plan (job/memory_plan.hpp) is checked on every
+// rank: a shape or batch that cannot fit is an InputError with the numbers. Then construction
+// follows the order the arena needs: every buffer of both phases is reserved
 // before the arena is allocated, then the arena enters the train phase and the weights are
 // initialised (counter-based on the seed, the same at any world size).
 #pragma once
@@ -31,7 +33,8 @@ struct PolicyUse {
 
 class Policy {
  public:
-  // A task's options or dataset that cannot be used: InputError (the same on every rank).
+  // A task's options or dataset that cannot be used, or a job whose memory plan does not fit:
+  // InputError (the same on every rank).
   Policy(const Config& config, Communicator& comm, const PolicyUse& use = {});
   ~Policy();
   Policy(const Policy&) = delete;

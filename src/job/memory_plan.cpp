@@ -1,0 +1,192 @@
+#include "job/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/memory_capacity.hpp"
+#include "job/options.hpp"
+#include "mpi/host_exchange.hpp"
+#include "mpi/layout.hpp"
+#include "mpi/mpi_check.hpp"
+#include "rl/sequence.hpp"
+
+namespace shardrl {
+namespace {
+
+double sum(const std::vector<MemoryTerm>& terms) {
+  double s = 0;
+  for (const auto& t : terms) s += t.bytes;
+  return s;
+}
+
+double gib(double bytes) { return bytes / double(1 << 30); }
+
+// The shape's sizes as doubles (the products below overflow 64 bits for absurd keys).
+struct Dims {
+  double V, D, L, F, Hq, Hkv, layer_attention, dense_mlp, moe_router, moe_experts, shared_expert, moe_layers;
+};
+
+Dims dims_of(const ModelShape& s) {
+  Dims d{};
+  d.V = s.vocab_size;
+  d.D = s.d_model;
+  d.L = s.n_layers;
+  // The dense MLP's buffers also serve an MoE layer's shared expert (model/transformer.cpp).
+  d.F = std::max<double>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
+  d.Hq = double(s.n_heads) * s.head_dim;
+  d.Hkv = double(s.n_kv_heads) * s.head_dim;
+  d.layer_attention = 2 * d.D + 2 * d.D * d.Hq + 2 * d.D * d.Hkv;
+  d.dense_mlp = 3 * d.D * double(s.d_ff);
+  d.moe_router = double(s.n_experts) * d.D;
+  d.moe_experts = double(s.n_experts) * 3 * d.D * s.d_ff_expert;   // the routed experts, without the shared one
+  d.shared_expert = s.shared_expert ? 3 * d.D * s.d_ff_expert : 0;
+  d.moe_layers = s.n_experts > 0 ? std::floor(d.L / s.moe_every) : 0;
+  return d;
+}
+
+// Activations of `tokens` tokens through `stored` layers' saved tensors (or, for inference, one
+// layer's scratch), in the compute type: the residual stream of every layer boundary, each saved
+// layer's normalised inputs, q/k/v and attention output, the MLP's gate, up and product.
+double activation_bytes(const Dims& d, double tokens, double residuals, double stored, double es) {
+  const double per_layer = d.D + d.Hq + 2 * d.Hkv + d.Hq + 2 * d.D + 3 * d.F;
+  return tokens * (residuals * d.D + stored * per_layer) * es;
+}
+
+// A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU; on the CPU, bf16 GEMMs
+// run in fp32 through a conversion workspace sized by the largest weight, which is at least the
+// head's (vocab_size, d_model).
+double gemm_workspace_bytes(const Dims& d, double tokens, double es) {
+  if (device_memory_is_separate()) return 32.0 * (1 << 20);
+  return es == 2 ? (tokens * d.D + d.D * d.V + tokens * d.V) * 4 : 0;
+}
+
+}  // namespace
+
+double MemoryPlan::device_bytes() const { return sum(device); }
+double MemoryPlan::host_bytes() const { return sum(host); }
+
+MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
+  const ModelOptions m = model_options(config);
+  const Dims d = dims_of(m.shape);
+  const double N = world_size;
+  const double es = m.precision == Precision::bf16 ? 2 : 4;
+  const double grad = config.fsdp.main_grad_dtype == GradDtype::fp32 ? 4 : 2;
+  const double state = config.optim.state_dtype == GradDtype::fp32 ? 4 : 2;
+  const double reference = config.rl.kl_coef > 0 ? es : 0;
+  const double P = d.V * d.D * (m.shape.tie_embeddings ? 1 : 2) + d.D + d.L * d.layer_attention +
+                   d.moe_layers * (d.moe_router + d.moe_experts + d.shared_expert) + (d.L - d.moe_layers) * d.dense_mlp;
+  MemoryPlan plan;
+
+  // The sharded state (docs/memory.md): fp32 main weights, their bf16 copy, gradients, Adam's
+  // m and v, the reference policy's slice.
+  const double per_param = 4 + (es == 2 ? 2 : 0) + grad + 2 * state + reference;
+  plan.device.push_back({fmt::format("weights, gradients and Adam moments: {:.4g} parameters / {} ranks x {} bytes",
+                                     P, world_size, per_param),
+                         P / N * per_param});
+
+  // Train phase: the largest gathered unit (two slots and its fp32 gradient), the activations of
+  // a micro-batch, its logits and their gradient. With expert parallelism a rank gathers only
+  // its own experts of an MoE layer.
+  const double expert_share = config.fsdp.expert_parallel ? 1 / N : 1;
+  const double largest_layer =
+      d.layer_attention +
+      std::max(d.moe_layers > 0 ? d.moe_router + d.moe_experts * expert_share + d.shared_expert : 0.0,
+               d.moe_layers < d.L ? d.dense_mlp : 0.0);
+  const double largest_unit = std::max(d.V * d.D, largest_layer);
+  const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
+  const double stored = config.train.activation_recompute ? 1 : d.L;
+  std::vector<MemoryTerm> train{
+      {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): two "
+                   "slots and its fp32 gradient",
+                   largest_unit),
+       largest_unit * (2 * es + 4)},
+      {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
+                   d.L, T),
+       activation_bytes(d, T, d.L + 1, stored, es)},
+      {fmt::format("training logits, their gradient and GEMM workspace: {:.4g} tokens x model.vocab_size {:.4g}", T,
+                   d.V),
+       2 * T * d.V * es + gemm_workspace_bytes(d, T, es)}};
+  // Outside the arena: the batch's ids (tokens, targets, positions, cache slots) and the loop's
+  // staging of the micro-batch.
+  plan.device.push_back({fmt::format("the micro-batch's ids and staging: {:.4g} tokens", T),
+                         T * 4 * 4 + (rl_loop ? T * 6 * 4 : 0)});
+
+  std::vector<MemoryTerm> rollout;
+  if (rl_loop) {
+    const double K = double(config.rl.minibatches);
+    const double rows = K * std::ceil(double(config.rl.prompts_per_iteration) / K / N) *
+                        double(config.rl.samples_per_prompt);
+    const double len = std::min(double(config.train.seq_len) + 1, double(m.shape.max_seq_len));
+    const double kv = rows * len * d.Hkv * 2 * d.L * es;
+    rollout = {
+        {fmt::format("rollout weights: every unit's {:.4g} parameters in the compute type", P), P * es},
+        {fmt::format("KV cache: {:.4g} rows (rl.prompts_per_iteration / ranks x rl.samples_per_prompt) x {:.4g} "
+                     "positions x {:.4g} layers (model.n_layers)",
+                     rows, len, d.L),
+         kv},
+        {fmt::format("rollout activations, logits and GEMM workspace: {:.4g} rows x {:.4g} positions, logits of "
+                     "model.vocab_size {:.4g}",
+                     rows, len, d.V),
+         activation_bytes(d, rows * len, 2, 1, es) + rows * d.V * es + gemm_workspace_bytes(d, rows * len, es)}};
+    plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows, len),
+                           rows * len * 4 * 4});
+    // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.
+    plan.host.push_back({fmt::format("the rollout batch: {:.4g} rows x {:.4g} positions", rows, len),
+                         rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});
+    const double demos = std::ceil(double(config.rl.sft_batch_size) / N);
+    if (config.rl.sft_steps > 0)
+      plan.host.push_back({fmt::format("the warm-up batch: rl.sft_batch_size / ranks = {:.4g} demonstrations", demos),
+                           demos * (sizeof(Sequence) + 2 * 4)});
+  }
+  // One arena holds the larger phase (core/phase_arena.hpp).
+  const std::vector<MemoryTerm>& larger = sum(train) >= sum(rollout) ? train : rollout;
+  plan.device.insert(plan.device.end(), larger.begin(), larger.end());
+  return plan;
+}
+
+std::string memory_plan_problem(const MemoryPlan& plan, const MemoryCapacity& capacity) {
+  const double host_each = capacity.host_bytes / capacity.ranks_on_host;
+  const double device_need = plan.device_bytes(), host_need = plan.host_bytes();
+  std::string shortfall;
+  if (capacity.device_is_host) {
+    if (device_need + host_need > host_each)
+      shortfall = fmt::format("at least {:.3g} GiB per rank, and {} rank(s) share this host's {:.3g} GiB available",
+                              gib(device_need + host_need), capacity.ranks_on_host, gib(capacity.host_bytes));
+  } else if (device_need > capacity.device_bytes) {
+    shortfall = fmt::format("at least {:.3g} GiB of device memory per rank, and this rank's GPU has {:.3g} GiB free",
+                            gib(device_need), gib(capacity.device_bytes));
+  } else if (host_need > host_each) {
+    shortfall = fmt::format("at least {:.3g} GiB of host memory per rank, and {} rank(s) share this host's {:.3g} GiB "
+                            "available",
+                            gib(host_need), capacity.ranks_on_host, gib(capacity.host_bytes));
+  }
+  if (shortfall.empty()) return "";
+  std::vector<MemoryTerm> terms = plan.device;
+  terms.insert(terms.end(), plan.host.begin(), plan.host.end());
+  std::sort(terms.begin(), terms.end(), [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
+  std::string out = fmt::format("the job does not fit in memory: its memory plan needs {}; the largest parts:", shortfall);
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, terms.size()); ++i)
+    out += fmt::format("\n  {:.3g} GiB  {}", gib(terms[i].bytes), terms[i].what);
+  out += "\n(docs/memory.md has the formulas; reduce the keys named above or use more ranks)";
+  return out;
+}
+
+void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm) {
+  int size = 1;
+  SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size));
+  MemoryCapacity capacity;
+  capacity.device_is_host = !device_memory_is_separate();
+  capacity.host_bytes = host_available_bytes();
+  capacity.device_bytes = capacity.device_is_host ? capacity.host_bytes : device_free_bytes();
+  {
+    MPI_Comm node = MPI_COMM_NULL;
+    SHARDRL_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MpiComm owned(node);
+    SHARDRL_CHECK_MPI(MPI_Comm_size(node, &capacity.ranks_on_host));
+  }
+  agree_on_error(comm, memory_plan_problem(plan_memory(config, size, rl_loop), capacity));
+}
+
+}  // namespace shardrl

@@ -1,0 +1,139 @@
+// The memory plan (job/memory_plan.hpp) against the memory ledger of real jobs: a lower bound
+// (a job it refuses could not have run) that sees most of what the jobs allocate, for dense and
+// MoE shapes, both precisions, activation recompute, expert parallelism, at np 1 and 2; and the
+// refusal's message, which names the numbers and the keys behind the largest parts.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/memory_ledger.hpp"
+#include "job/memory_plan.hpp"
+#include "rl_test_job.hpp"
+
+namespace shardrl {
+namespace {
+
+struct Case {
+  const char* name;
+  Config config;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  out.push_back({"fp32 dense", small_config()});
+  Config bf16 = small_config();
+  bf16.model.precision = Precision::bf16;
+  bf16.fsdp.main_grad_dtype = GradDtype::bf16;
+  bf16.optim.state_dtype = GradDtype::bf16;
+  bf16.rl.kl_coef = 0;
+  out.push_back({"bf16 dense, bf16 state, no reference", bf16});
+  Config recompute = small_config();
+  recompute.train.activation_recompute = true;
+  recompute.train.micro_batch_size = 8;
+  out.push_back({"activation recompute", recompute});
+  Config wide = small_config();   // the rollout phase the larger one
+  wide.rl.prompts_per_iteration = 16;
+  wide.rl.samples_per_prompt = 8;
+  out.push_back({"rollout-bound", wide});
+  Config deep = small_config();   // the train phase the larger one
+  deep.train.micro_batch_size = 32;
+  deep.train.seq_len = 64;
+  deep.rl.prompts_per_iteration = 2;
+  deep.rl.samples_per_prompt = 2;
+  deep.rl.minibatches = 1;
+  out.push_back({"train-bound", deep});
+  out.push_back({"MoE", small_moe_config()});
+  Config ep = small_moe_config();
+  ep.fsdp.expert_parallel = true;
+  out.push_back({"MoE, expert parallel", ep});
+  return out;
+}
+
+TEST(MemoryPlan, IsALowerBoundOfTheLedgerThatSeesMostOfIt) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (const Case& c : cases()) {
+    const MemoryPlan plan = plan_memory(c.config, size, /*rl_loop=*/true);
+    const std::int64_t before = MemoryLedger::instance().total();
+    Job job(c.config, MPI_COMM_WORLD);
+    job.warm_up();
+    for (int it = 0; it < 2; ++it) job.loop.train(job.loop.rollout(it));
+    const double counted = double(MemoryLedger::instance().total() - before);
+    std::string parts = " the ledger:";
+    for (int k = 0; k < kMemoryCategories; ++k)
+      parts += fmt::format(" {} {}", category_name(MemoryCategory(k)), MemoryLedger::instance().bytes(MemoryCategory(k)));
+    parts += "; the plan:";
+    for (const auto& t : plan.device) parts += fmt::format("\n  {} {}", t.bytes, t.what);
+    EXPECT_LE(plan.device_bytes(), counted) << c.name << ": the plan counts more than the job allocates;" << parts;
+    EXPECT_GE(plan.device_bytes(), 0.6 * counted) << c.name << ": the plan misses much of what the job allocates;"
+                                                  << parts;
+    EXPECT_GT(plan.host_bytes(), 0) << c.name;
+  }
+}
+
+// A fresh policy without the RL loop (generate, convert) plans only the train side.
+TEST(MemoryPlan, WithoutTheLoopPlansNoRolloutOrBatches) {
+  const Config c = small_config();
+  const MemoryPlan with = plan_memory(c, 1, true), without = plan_memory(c, 1, false);
+  EXPECT_LT(without.device_bytes(), with.device_bytes());
+  EXPECT_EQ(without.host_bytes(), 0);
+}
+
+TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
+  Config c = small_config();
+  const double base = plan_memory(c, 1, true).device_bytes();
+  c.model.preset = "custom";
+  c.model.vocab_size = 2147483647;
+  const double vocab = plan_memory(c, 1, true).device_bytes();
+  // Embedding, head and their state alone: 2 x V x d_model x 18 bytes.
+  EXPECT_GT(vocab, 2.0 * 2147483647.0 * 64 * 18);
+  EXPECT_GT(vocab, 1000 * base);
+  // The sharded state splits over the ranks; the plan per rank shrinks.
+  EXPECT_LT(plan_memory(c, 4, true).device_bytes(), vocab);
+}
+
+TEST(MemoryPlan, RefusalNamesTheNumbersAndTheKeys) {
+  Config c = small_config();
+  c.train.micro_batch_size = 2147483647;
+  const MemoryPlan plan = plan_memory(c, 2, true);
+  MemoryCapacity cpu;
+  cpu.device_is_host = true;
+  cpu.host_bytes = cpu.device_bytes = 64.0 * (1 << 30);
+  cpu.ranks_on_host = 2;
+  const std::string problem = memory_plan_problem(plan, cpu);
+  EXPECT_NE(problem.find("the job does not fit in memory"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("2 rank(s) share this host's 64 GiB available"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("train.micro_batch_size x train.seq_len = 6.872e+10 tokens"), std::string::npos) << problem;
+  // On a GPU build the device and the host are measured apart.
+  MemoryCapacity gpu;
+  gpu.device_is_host = false;
+  gpu.device_bytes = 80.0 * (1 << 30);
+  gpu.host_bytes = 1e15;
+  EXPECT_NE(memory_plan_problem(plan, gpu).find("this rank's GPU has 80 GiB free"), std::string::npos)
+      << memory_plan_problem(plan, gpu);
+  Config demos = small_config();
+  demos.rl.sft_batch_size = 2147483647;
+  gpu.host_bytes = 16.0 * (1 << 30);
+  const std::string host = memory_plan_problem(plan_memory(demos, 2, true), gpu);
+  EXPECT_NE(host.find("of host memory per rank"), std::string::npos) << host;
+  EXPECT_NE(host.find("rl.sft_batch_size / ranks = 1.074e+09 demonstrations"), std::string::npos) << host;
+  // What fits is not refused.
+  EXPECT_EQ(memory_plan_problem(plan_memory(small_config(), 2, true), cpu), "");
+}
+
+// The check itself agrees over the ranks: every rank throws the same InputError.
+TEST(MemoryPlan, CheckStopsEveryRankWithOneMessage) {
+  Config c = small_config();
+  c.rl.samples_per_prompt = 2147483647;
+  try {
+    check_memory_plan(c, true, MPI_COMM_WORLD);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rl.samples_per_prompt"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_memory_plan(small_config(), true, MPI_COMM_WORLD));
+}
+
+}  // namespace
+}  // namespace shardrl
