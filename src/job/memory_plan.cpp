@@ -137,8 +137,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
                          rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});
     const double demos = std::ceil(double(config.rl.sft_batch_size) / N);
     if (config.rl.sft_steps > 0)
+      // Each keeps its ids on the heap: at least a prompt token and EOS, in malloc's smallest
+      // chunk (32 bytes on 64-bit glibc).
       plan.host.push_back({fmt::format("the warm-up batch: rl.sft_batch_size / ranks = {:.4g} demonstrations", demos),
-                           demos * (sizeof(Sequence) + 2 * 4)});
+                           demos * (sizeof(Sequence) + 32)});
   }
   // One arena holds the larger phase (core/phase_arena.hpp).
   const std::vector<MemoryTerm>& larger = sum(train) >= sum(rollout) ? train : rollout;
