@@ -132,13 +132,23 @@ const BadConfig kBadConfigs[] = {
      "  bad.toml:3:15: rl.minibatches = 4 does not divide rl.prompts_per_iteration = 10\n"},
     {"jsonl_without_dataset", "[rl]\ntask = \"jsonl\"\n", "",
      "shardrl: invalid configuration (1 problem):\n"
-     "  bad.toml:2:8: rl.task = \"jsonl\" needs rl.dataset (a file of prompt/answer lines)\n"},
+     "  bad.toml:2:8: rl.task = \"jsonl\" needs rl.dataset (a JSONL file of examples)\n"},
     {"dataset_for_builtin_task", "", "--set rl.dataset=x.jsonl",
      "shardrl: invalid configuration (1 problem):\n"
-     "  --set rl.dataset=x.jsonl: rl.dataset is read only by rl.task = \"jsonl\", not \"sort\"\n"},
+     "  --set rl.dataset=x.jsonl: rl.dataset is read only by rl.task = \"jsonl\" or \"text\", not \"sort\"\n"},
     {"unknown_task", "[rl]\ntask = \"sotr\"\n", "",
      "shardrl: invalid configuration (1 problem):\n"
-     "  bad.toml:2:8: rl.task: must be one of \"sort\", \"add\", \"reverse\", \"jsonl\", got \"sotr\"\n"},
+     "  bad.toml:2:8: rl.task: must be one of \"sort\", \"add\", \"reverse\", \"jsonl\", \"text\", got \"sotr\"\n"},
+    {"text_key_for_another_task", "[rl]\neval_interval = 5\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:17: rl.eval_interval applies to rl.task = \"text\", not \"sort\"\n"},
+    {"text_without_tokenizer", "[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:8: rl.task = \"text\" needs the model's tokenizer: model.tokenizer or model.init_from (a "
+     "directory with tokenizer.json)\n"},
+    {"reward_command_not_strings", "[rl]\nreward_command = [\"python3\", 3]\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:2:18: rl.reward_command: expected an array of strings, got an array holding an integer\n"},
 };
 
 void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }

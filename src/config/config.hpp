@@ -51,6 +51,7 @@ struct ModelConfig {
   MoeImpl moe_impl = MoeImpl::grouped;
   double init_std = 0.02;
   std::string init_from;            // a Hugging Face model directory to start from ("": fresh)
+  std::string tokenizer;            // a directory with tokenizer.json ("": init_from's, for rl.task = "text")
 };
 
 // Whether a whole optimizer step (every micro-batch's forward and backward, the collectives and
@@ -98,10 +99,26 @@ struct RolloutConfig {
 };
 
 struct RlConfig {
-  std::string task = "sort";           // sort | add | reverse | jsonl
+  std::string task = "sort";           // sort | add | reverse | jsonl | text
   std::int64_t difficulty = 4;
   bool partial_credit = false;
-  std::string dataset;                 // jsonl only
+  std::string dataset;                 // jsonl and text
+  // The text task (model's tokenizer and chat template; text/hf_tokenizer.hpp).
+  std::string eval_dataset;            // held-out split ("": no evaluation)
+  std::string prompt_key = "prompt";   // a dataset line's prompt (a string) or "messages" (a chat)
+  std::string answer_key = "answer";
+  std::string solution_key = "solution";   // worked solutions for the warm-up ("" or absent: the answer)
+  std::string system_prompt;           // a system message before each prompt ("": none)
+  bool chat_template = true;           // render prompts with the tokenizer's chat template
+  std::string template_variables = "{}";   // extra template variables, a JSON object
+  std::int64_t max_prompt_tokens = 0;  // longer prompts are dropped; 0: train.seq_len - rollout.max_new_tokens
+  std::string reward = "auto";         // auto | math | exact | regex | command
+  double format_reward = 0.0;          // math/regex: reward of a well-formed wrong answer
+  std::string reward_pattern;          // regex: a PCRE2 pattern with a capture group
+  std::vector<std::string> reward_command;   // command: argv of the reward process
+  double reward_timeout_s = 60.0;      // command: seconds one batch may take
+  std::int64_t eval_interval = 0;      // evaluate every this many iterations (and at 0 and the end); 0: off
+  std::int64_t eval_samples = 4;       // k of pass@k and mean@k (sampled); pass@1 is greedy
   std::int64_t eos_id = -1;            // id that ends a completion; -1: the byte tokenizer's EOS (257)
   std::int64_t prompts_per_iteration = 16;   // global, split across ranks
   std::int64_t samples_per_prompt = 8;       // G

@@ -70,6 +70,7 @@ const char* expected_name(ValueKind kind) {
     case ValueKind::real: return "a number";
     case ValueKind::string: return "a string";
     case ValueKind::choice: return "a string";
+    case ValueKind::string_list: return "an array of strings";
   }
   return "?";
 }
@@ -123,6 +124,19 @@ std::optional<ConfigValue> from_toml(const KeyDef& def, const toml::node& node,
     case ValueKind::choice:
       if (auto s = node.as_string()) return ConfigValue(s->get());
       break;
+    case ValueKind::string_list:
+      if (auto a = node.as_array()) {
+        std::vector<std::string> list;
+        for (const toml::node& item : *a) {
+          if (!item.as_string()) {
+            problem = fmt::format("expected an array of strings, got an array holding {}", node_type_name(item.type()));
+            return std::nullopt;
+          }
+          list.push_back(item.as_string()->get());
+        }
+        return ConfigValue(std::move(list));
+      }
+      break;
   }
   problem = fmt::format("expected {}, got {}", expected_name(def.kind), node_type_name(node.type()));
   return std::nullopt;
@@ -162,6 +176,19 @@ std::optional<ConfigValue> from_text(const KeyDef& def, const std::string& text,
         return std::nullopt;
       }
       return ConfigValue(text);
+    case ValueKind::string_list:
+      // A TOML array on the command line: --set 'rl.reward_command=["python3", "r.py"]'.
+      try {
+        auto t = toml::parse("v = " + text);
+        if (const toml::node* v = t.get("v")) {
+          std::string inner;
+          if (auto list = from_toml(def, *v, inner)) return list;
+          problem = inner;
+          return std::nullopt;
+        }
+      } catch (const toml::parse_error&) {
+      }
+      break;
   }
   problem = fmt::format("expected {}, got '{}'", expected_name(def.kind), text);
   return std::nullopt;
@@ -301,12 +328,45 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.optim.schedule == LrSchedule::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));
-  if ((c.rl.task == "jsonl") != !c.rl.dataset.empty())
-    out.errors.push_back(c.rl.task == "jsonl"
-                             ? fmt::format("{}: rl.task = \"jsonl\" needs rl.dataset (a file of prompt/answer lines)",
-                                           where("rl.task"))
-                             : fmt::format("{}: rl.dataset is read only by rl.task = \"jsonl\", not \"{}\"",
-                                           where("rl.dataset"), c.rl.task));
+  const bool reads_dataset = c.rl.task == "jsonl" || c.rl.task == "text";
+  if (reads_dataset && c.rl.dataset.empty())
+    out.errors.push_back(fmt::format("{}: rl.task = \"{}\" needs rl.dataset (a JSONL file of examples)",
+                                     where("rl.task"), c.rl.task));
+  if (!reads_dataset && !c.rl.dataset.empty())
+    out.errors.push_back(fmt::format("{}: rl.dataset is read only by rl.task = \"jsonl\" or \"text\", not \"{}\"",
+                                     where("rl.dataset"), c.rl.task));
+  if (c.rl.task != "text") {
+    // The text task's keys: set for another task, they would be ignored.
+    const RlConfig d;
+    const std::pair<const char*, bool> text_only[] = {
+        {"rl.eval_dataset", !c.rl.eval_dataset.empty()}, {"rl.reward", c.rl.reward != d.reward},
+        {"rl.system_prompt", !c.rl.system_prompt.empty()}, {"rl.format_reward", c.rl.format_reward != d.format_reward},
+        {"rl.reward_pattern", !c.rl.reward_pattern.empty()}, {"rl.reward_command", !c.rl.reward_command.empty()},
+        {"rl.eval_interval", c.rl.eval_interval != d.eval_interval}, {"model.tokenizer", !c.model.tokenizer.empty()}};
+    for (const auto& [key, differs] : text_only)
+      if (differs)
+        out.errors.push_back(fmt::format("{}: {} applies to rl.task = \"text\", not \"{}\"", where(key), key,
+                                         c.rl.task));
+  } else {
+    if (c.model.tokenizer.empty() && c.model.init_from.empty())
+      out.errors.push_back(fmt::format("{}: rl.task = \"text\" needs the model's tokenizer: model.tokenizer or "
+                                       "model.init_from (a directory with tokenizer.json)",
+                                       where("rl.task")));
+    if (c.rl.eval_interval > 0 && c.rl.eval_dataset.empty())
+      out.errors.push_back(fmt::format("{}: rl.eval_interval = {} needs rl.eval_dataset", where("rl.eval_interval"),
+                                       c.rl.eval_interval));
+    if (c.rl.reward == "regex" && c.rl.reward_pattern.empty())
+      out.errors.push_back(fmt::format("{}: rl.reward = \"regex\" needs rl.reward_pattern", where("rl.reward")));
+    if (c.rl.reward != "regex" && !c.rl.reward_pattern.empty())
+      out.errors.push_back(fmt::format("{}: rl.reward_pattern is read only by rl.reward = \"regex\"",
+                                       where("rl.reward_pattern")));
+    if (c.rl.reward == "command" && c.rl.reward_command.empty())
+      out.errors.push_back(fmt::format("{}: rl.reward = \"command\" needs rl.reward_command (the process's argv)",
+                                       where("rl.reward")));
+    if (c.rl.reward != "command" && !c.rl.reward_command.empty())
+      out.errors.push_back(fmt::format("{}: rl.reward_command is read only by rl.reward = \"command\"",
+                                       where("rl.reward_command")));
+  }
   // Only the range is known here: whether a dataset needs rl.eos_id shows when the jsonl task reads it.
   if (c.rl.eos_id >= shape.vocab_size)
     out.errors.push_back(fmt::format("{}: rl.eos_id = {} is outside the model's vocabulary (model.vocab_size = {})",

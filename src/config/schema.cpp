@@ -84,6 +84,11 @@ std::string check_non_empty(const ConfigValue& v) {
   return std::get<std::string>(v).empty() ? "must not be empty" : "";
 }
 
+KeyDef non_empty(KeyDef d) {
+  d.check = check_non_empty;
+  return d;
+}
+
 std::vector<KeyDef> build_schema() {
   using VK = ValueKind;
   std::vector<KeyDef> s;
@@ -170,6 +175,10 @@ std::vector<KeyDef> build_schema() {
                      "grouped call) or `loop` (one expert at a time); both read the experts from the layer's one "
                      "gathered unit.",
                      &Config::model, &ModelConfig::moe_impl, std::vector<std::string>{"grouped", "loop"}));
+  s.push_back(field("model", "tokenizer", VK::string,
+                    "A directory with the model's tokenizer.json (and tokenizer_config.json with its chat template), "
+                    "for rl.task = \"text\"; empty: model.init_from's.",
+                    &Config::model, &ModelConfig::tokenizer));
   s.push_back(field("model", "init_from", VK::string,
                     "A Hugging Face model directory (config.json and model.safetensors, or the shards of "
                     "model.safetensors.index.json) whose weights a fresh job starts from instead of random ones; "
@@ -289,9 +298,11 @@ std::vector<KeyDef> build_schema() {
                      "kernel. `decode` needs a CUDA build.",
                      &Config::rollout, &RolloutConfig::cuda_graph, std::vector<std::string>{"none", "decode"}));
 
-  s.push_back(field("rl", "task", VK::choice, "Verifiable task: `sort`, `add`, `reverse` or `jsonl`.", &Config::rl,
-                    &RlConfig::task));
-  s.back().choices = {"sort", "add", "reverse", "jsonl"};
+  s.push_back(field("rl", "task", VK::choice,
+                    "Verifiable task: `sort`, `add`, `reverse`, `jsonl`, or `text` (prompts of a JSONL dataset, "
+                    "rendered with the model's chat template and tokenizer, scored by `rl.reward`).",
+                    &Config::rl, &RlConfig::task));
+  s.back().choices = {"sort", "add", "reverse", "jsonl", "text"};
   s.push_back(with_max(with_min(field("rl", "difficulty", VK::integer,
                                       "Task difficulty: digits to sort, digits per operand, or string length.",
                                       &Config::rl, &RlConfig::difficulty),
@@ -299,8 +310,76 @@ std::vector<KeyDef> build_schema() {
                        kMaxInt));
   s.push_back(field("rl", "partial_credit", VK::boolean, "Reward a wrong answer by the fraction of it that is right.",
                     &Config::rl, &RlConfig::partial_credit));
-  s.push_back(field("rl", "dataset", VK::string, "The `jsonl` task's file of {\"prompt\", \"answer\"} lines.",
+  s.push_back(field("rl", "dataset", VK::string,
+                    "The `jsonl` and `text` tasks' JSONL file (one example per line; see docs/text-rl.md).",
                     &Config::rl, &RlConfig::dataset));
+  s.push_back(field("rl", "eval_dataset", VK::string,
+                    "The `text` task's held-out JSONL split, evaluated every `rl.eval_interval` iterations.",
+                    &Config::rl, &RlConfig::eval_dataset));
+  s.push_back(non_empty(field("rl", "prompt_key", VK::string,
+                              "The dataset field holding the prompt (a string; `messages` holds a whole chat).",
+                              &Config::rl, &RlConfig::prompt_key)));
+  s.push_back(non_empty(field("rl", "answer_key", VK::string, "The dataset field holding the reference answer.",
+                              &Config::rl, &RlConfig::answer_key)));
+  s.push_back(field("rl", "solution_key", VK::string,
+                    "The dataset field holding a worked solution, the warm-up's demonstration (absent or \"\": "
+                    "the answer).",
+                    &Config::rl, &RlConfig::solution_key));
+  s.push_back(field("rl", "system_prompt", VK::string, "A system message put before every prompt (\"\": none).",
+                    &Config::rl, &RlConfig::system_prompt));
+  s.push_back(field("rl", "chat_template", VK::boolean,
+                    "Render prompts with the tokenizer's chat template (generation prompt added); false: the "
+                    "prompt text as it is.",
+                    &Config::rl, &RlConfig::chat_template));
+  s.push_back(field("rl", "template_variables", VK::string,
+                    "Extra chat-template variables as a JSON object, e.g. {\"enable_thinking\": false} (Qwen3).",
+                    &Config::rl, &RlConfig::template_variables));
+  s.back().check = [](const ConfigValue& v) -> std::string {
+    const auto& text = std::get<std::string>(v);
+    // The shape of a JSON object only; the text task parses it (nlohmann) and names any error.
+    const auto b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
+    return b != std::string::npos && text[b] == '{' && text[e] == '}' ? "" : "must be a JSON object, e.g. {}";
+  };
+  s.push_back(with_max(with_min(field("rl", "max_prompt_tokens", VK::integer,
+                                      "Prompts with more tokens are dropped (their count is printed); 0: train.seq_len "
+                                      "- rollout.max_new_tokens.",
+                                      &Config::rl, &RlConfig::max_prompt_tokens),
+                                0),
+                       kMaxInt));
+  s.push_back(field("rl", "reward", VK::choice,
+                    "The `text` task's reward: `math` (final answer, exact as numbers), `exact`, `regex` "
+                    "(`rl.reward_pattern`'s capture group), `command` (`rl.reward_command`); `auto`: `math` for `text`, "
+                    "each generated task's own.",
+                    &Config::rl, &RlConfig::reward));
+  s.back().choices = {"auto", "math", "exact", "regex", "command"};
+  s.push_back(with_min(field("rl", "format_reward", VK::real,
+                             "`math` and `regex`: the reward of a well-formed but wrong answer (in [0, 1)).",
+                             &Config::rl, &RlConfig::format_reward),
+                       0.0));
+  s.back().check = [](const ConfigValue& v) -> std::string {
+    return std::get<double>(v) < 1.0 ? "" : "must be below 1 (a correct answer scores 1)";
+  };
+  s.push_back(field("rl", "reward_pattern", VK::string,
+                    "`regex`: a PCRE2 pattern whose first capture group, in its last match, is compared with the answer.",
+                    &Config::rl, &RlConfig::reward_pattern));
+  s.push_back(field("rl", "reward_command", VK::string_list,
+                    "`command`: the reward process's argv, e.g. [\"python3\", \"my_reward.py\"]; it reads one JSON "
+                    "request per line and answers {\"reward\": x} per line (docs/text-rl.md).",
+                    &Config::rl, &RlConfig::reward_command));
+  s.push_back(with_min(field("rl", "reward_timeout_s", VK::real, "`command`: seconds one batch of requests may take.",
+                             &Config::rl, &RlConfig::reward_timeout_s),
+                       0.0, true));
+  s.push_back(with_max(with_min(field("rl", "eval_interval", VK::integer,
+                                      "Evaluate on `rl.eval_dataset` every this many iterations, at the start and at "
+                                      "the end; 0: never.",
+                                      &Config::rl, &RlConfig::eval_interval),
+                                0),
+                       kMaxInt));
+  s.push_back(with_max(with_min(field("rl", "eval_samples", VK::integer,
+                                      "Sampled completions per eval prompt for pass@k and mean@k (pass@1 is greedy).",
+                                      &Config::rl, &RlConfig::eval_samples),
+                                1),
+                       1024));
   s.push_back(with_max(with_min(field("rl", "eos_id", VK::integer,
                                       "Token id that ends a completion; -1: the byte tokenizer's EOS (257).",
                                       &Config::rl, &RlConfig::eos_id),
@@ -419,11 +498,17 @@ const char* kind_name(ValueKind kind) {
     case ValueKind::real: return "float";
     case ValueKind::string: return "string";
     case ValueKind::choice: return "enum";
+    case ValueKind::string_list: return "array of strings";
   }
   return "?";
 }
 
 std::string to_toml_literal(const ConfigValue& value) {
+  if (const auto* list = std::get_if<std::vector<std::string>>(&value)) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < list->size(); ++i) out += (i ? ", " : "") + to_toml_literal(ConfigValue((*list)[i]));
+    return out + "]";
+  }
   std::ostringstream os;
   if (auto b = std::get_if<bool>(&value)) {
     os << (*b ? "true" : "false");

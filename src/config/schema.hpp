@@ -13,9 +13,9 @@
 
 namespace shardrl {
 
-enum class ValueKind { boolean, integer, real, string, choice };
+enum class ValueKind { boolean, integer, real, string, choice, string_list };
 
-using ConfigValue = std::variant<bool, std::int64_t, double, std::string>;
+using ConfigValue = std::variant<bool, std::int64_t, double, std::string, std::vector<std::string>>;
 
 struct KeyDef {
   std::string section;
@@ -37,9 +37,9 @@ struct KeyDef {
 const std::vector<KeyDef>& config_schema();
 const KeyDef* find_key(const std::string& section, const std::string& key);
 
-// "string", "integer", "float", "boolean", "enum".
+// "string", "integer", "float", "boolean", "enum", "array of strings".
 const char* kind_name(ValueKind kind);
-// The value as a TOML literal: "abc" (quoted, escaped), 42, 0.5, true.
+// The value as a TOML literal: "abc" (quoted, escaped), 42, 0.5, true, ["a", "b"].
 std::string to_toml_literal(const ConfigValue& value);
 
 }  // namespace shardrl
