@@ -32,6 +32,10 @@ find_package(tomlplusplus REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
+# src/text: the Hugging Face tokenizer's pre-tokenizer regexes (Unicode properties, JIT) and NFC.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)    # Debian: libpcre2-dev
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc) # Debian: libutf8proc-dev
 
 # CUDA: required for the GPU build; on CPU builds it is looked for only so that the CUDA-only
 # host sources (NCCL communicator, cuBLAS handle) still compile and CI catches breakage in them.

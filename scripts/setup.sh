@@ -9,6 +9,7 @@ preset="${1:-${SHARDRL_PRESET:-cpu-release}}"
 packages=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libopenblas-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libtrilinos-kokkos-dev libgtest-dev cmake g++ make
+  libpcre2-dev libutf8proc-dev pkgconf   # src/text: tokenizer regexes and Unicode normalisation
   zlib1g-dev   # io/: crc32 of checkpoint tensors (libhdf5-openmpi-dev pulls it in; named as a direct dependency)
   python3-matplotlib)   # scripts/plot_metrics.py (and its test) draw metrics.jsonl
 scripts/install_packages.sh "${packages[@]}"

@@ -13,6 +13,10 @@ scripts/install_packages.sh slurm-wlm munge ||
 # The fuzz test builds with clang and its libFuzzer runtime (Debian's clang has both).
 scripts/install_packages.sh clang ||
   echo "test: clang could not be installed: the fuzz test will be skipped"
+# The text tests compare with Hugging Face's own tokenizer and Jinja (npm); without npm they
+# report themselves skipped, with the reason.
+scripts/install_test_references.sh ||
+  echo "test: the npm test references could not be installed: the tokenizer and chat-template parity tests will be skipped"
 source scripts/mpi_env.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 ctest --preset "$preset" -j "$jobs" "$@"

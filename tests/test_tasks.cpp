@@ -99,12 +99,12 @@ TEST(Tokenizer, OutOfVocabularyIsAnError) {
 // ---------------------------------------------------------------------------------- factory
 
 TEST(TaskFactory, NamesAndErrors) {
-  EXPECT_EQ(task_names(), (std::vector<std::string>{"sort", "add", "reverse", "jsonl"}));
+  EXPECT_EQ(task_names(), (std::vector<std::string>{"sort", "add", "reverse", "jsonl", "text"}));
   for (const char* n : {"sort", "add", "reverse"}) EXPECT_EQ(task(n, 4)->name(), n);
 
   TaskOptions o;
   o.name = "multiply";
-  EXPECT_EQ(input_error_of(o), "unknown task 'multiply' (known tasks: sort, add, reverse, jsonl)");
+  EXPECT_EQ(input_error_of(o), "unknown task 'multiply' (known tasks: sort, add, reverse, jsonl, text)");
   o.name = "sort";
   o.difficulty = 1;
   EXPECT_EQ(input_error_of(o), "task 'sort': difficulty 1 is out of range (allowed 2..32)");

@@ -10,6 +10,8 @@
 #include "app/generate_command.hpp"
 #include "app/convert_command.hpp"
 #include "app/inspect_command.hpp"
+#include "app/score_command.hpp"
+#include "app/tokenize_command.hpp"
 #include "app/train_command.hpp"
 #include "core/error.hpp"
 #include "core/version.hpp"
@@ -95,6 +97,31 @@ int run_cli(int argc, char** argv) {
   gen->add_option("--top-p", top_p_flag, "Same as --set rollout.top_p=P");
   gen->add_option("--max-new-tokens", max_new_flag, "Same as --set rollout.max_new_tokens=M");
 
+  TokenizeArgs tok_args;
+  CLI::App* tok = app.add_subcommand("tokenize", "A model's tokenizer and chat template: ids of text, text of ids");
+  tok->add_option("--tokenizer", tok_args.tokenizer, "Directory with tokenizer.json (and tokenizer_config.json)")
+      ->required()
+      ->type_name("DIR");
+  CLI::Option* tok_text = tok->add_option("--text", tok_args.text, "Text to encode");
+  CLI::Option* tok_file = tok->add_option("--file", tok_args.file,
+                                          "JSONL: a string, or {\"text\": ...}, or {\"messages\": [...]} per line");
+  CLI::Option* tok_decode = tok->add_option("--decode", tok_args.decode, "Token ids to decode, e.g. \"9707 1879\"");
+  tok_text->excludes(tok_file)->excludes(tok_decode);
+  tok_file->excludes(tok_decode);
+  tok->require_option(2, 0);
+  tok->add_flag("--chat", tok_args.chat, "Render with the chat template (generation prompt added) before encoding");
+  tok->add_flag("--add-special-tokens", tok_args.add_special_tokens, "Run the post-processor (e.g. Llama 2's BOS)");
+  tok->add_flag("--skip-special-tokens", tok_args.skip_special_tokens, "With --decode: leave special tokens out");
+
+  ScoreArgs score_args;
+  CLI::App* score = app.add_subcommand("score", "The reward of a completion against an answer (rl.reward)");
+  score->add_option("--reward", score_args.reward, "math, exact or regex")
+      ->check(CLI::IsMember({"math", "exact", "regex"}));
+  score->add_option("--answer", score_args.answer, "The reference answer")->required();
+  score->add_option("--completion", score_args.completion, "The model's completion")->required();
+  score->add_option("--pattern", score_args.pattern, "regex: a PCRE2 pattern with a capture group");
+  score->add_option("--format-reward", score_args.format_reward, "Reward of a well-formed wrong answer (math, regex)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -113,6 +140,14 @@ int run_cli(int argc, char** argv) {
   try {
     if (train->parsed()) return run_train(train_args);
     if (inspect->parsed()) return run_inspect(inspect_args);
+    if (score->parsed()) return run_score(score_args);
+    if (tok->parsed()) {
+      if (tok_args.text.empty() && tok_args.file.empty() && tok_args.decode.empty()) {
+        std::cerr << "shardrl: tokenize needs one of --text, --file, --decode\n";
+        return kExitUsage;
+      }
+      return run_tokenize(tok_args);
+    }
     if (convert->parsed()) return run_convert(convert_args);
     if (gen->parsed()) {
       // The sampling flags are overrides like any other: one validation, one set of messages.

@@ -34,7 +34,7 @@ std::string progress_line(const IterationReport& r) {
 std::vector<std::pair<std::string, double>> metrics_record(const IterationReport& r) {
   const RolloutBatch& b = r.rollout;
   const TrainStats& t = r.train;
-  return {{"iteration", static_cast<double>(r.iteration)},
+  std::vector<std::pair<std::string, double>> record{{"iteration", static_cast<double>(r.iteration)},
           {"reward_mean", b.reward_mean},
           {"reward_std", b.reward_std},
           {"pass_rate", b.pass_rate},
@@ -52,6 +52,22 @@ std::vector<std::pair<std::string, double>> metrics_record(const IterationReport
           {"rollout_s", b.seconds},
           {"train_s", t.seconds},
           {"mem_peak_bytes", static_cast<double>(r.mem_peak_bytes)}};
+  for (auto& f : eval_fields(r.eval)) record.push_back(std::move(f));
+  return record;
+}
+
+std::vector<std::pair<std::string, double>> eval_fields(const EvalStats& e) {
+  if (e.prompts == 0) return {};
+  return {{"eval/reward_mean", e.reward_mean},
+          {"eval/pass@1", e.pass_at_1},
+          {fmt::format("eval/pass@{}", e.k), e.pass_at_k},
+          {fmt::format("eval/mean@{}", e.k), e.mean_at_k},
+          {"eval_s", e.seconds}};
+}
+
+std::string eval_line(const EvalStats& e) {
+  return fmt::format("eval {} prompts | pass@1 {:.3f} reward {:.3f} | pass@{} {:.3f} mean@{} {:.3f} | {:.1f}s", e.prompts,
+                     e.pass_at_1, e.reward_mean, e.k, e.pass_at_k, e.k, e.mean_at_k, e.seconds);
 }
 
 std::string warmup_line(std::int64_t step, std::int64_t steps, const TrainStats& s) {

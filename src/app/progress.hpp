@@ -19,10 +19,15 @@ struct IterationReport {
   TrainStats train;
   double eta_s = 0;
   std::int64_t mem_peak_bytes = 0;
+  EvalStats eval;               // measured before this iteration's rollout (prompts = 0: none)
 };
 
 std::string progress_line(const IterationReport& r);
 std::vector<std::pair<std::string, double>> metrics_record(const IterationReport& r);
+// The eval/* fields of a record: eval/reward_mean, eval/pass@1, eval/pass@k, eval/mean@k.
+std::vector<std::pair<std::string, double>> eval_fields(const EvalStats& e);
+// "eval 200 prompts | pass@1 0.315 reward 0.315 | pass@4 0.540 mean@4 0.290 | 3.1s"
+std::string eval_line(const EvalStats& e);
 std::string warmup_line(std::int64_t step, std::int64_t steps, const TrainStats& s);
 // The per-phase timings of --profile, or "" when nothing was timed.
 std::string profile_line(const StepProfile& p);

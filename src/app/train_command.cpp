@@ -326,12 +326,21 @@ int run_train(const TrainArgs& args) {
     watchdog.disarm();
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t first = position.iterations_done;
+    // rl.eval_interval: the eval split before every interval-th iteration (iteration 0 included,
+    // after the warm-up) and once more after the last.
+    auto evaluate = [&](std::int64_t before_iteration) {
+      watch(fmt::format("evaluation before iteration {}", before_iteration + 1));
+      const EvalStats e = rl->evaluate();
+      spdlog::info("{}", eval_line(e));
+      return e;
+    };
     RolloutBatch last;
     for (std::int64_t it = first; it < cfg.run.iterations; ++it) {
       if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
+      IterationReport r;
+      if (cfg.rl.eval_interval > 0 && it % cfg.rl.eval_interval == 0) r.eval = evaluate(it);
       watch(fmt::format("iteration {}", it + 1));
       trainer.reset_profile();
-      IterationReport r;
       r.iteration = it;
       r.total = cfg.run.iterations;
       r.rollout = rl->rollout(it);
@@ -362,6 +371,15 @@ int run_train(const TrainArgs& args) {
                    "start afresh with --no-resume --overwrite)",
                    cfg.run.iterations);
       return kExitOk;
+    }
+    if (cfg.rl.eval_interval > 0 && first < cfg.run.iterations) {
+      // The final evaluation, a record of its own at the iteration count (a later resume that
+      // goes on drops it with every record from there).
+      const EvalStats e = evaluate(cfg.run.iterations);
+      std::vector<std::pair<std::string, double>> record{{"iteration", static_cast<double>(cfg.run.iterations)}};
+      for (auto& f : eval_fields(e)) record.push_back(std::move(f));
+      run_on_root(mpi.world(), 0, [&] { metrics->write(record); });
+      watchdog.disarm();
     }
     save("end of the job");
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

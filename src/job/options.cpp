@@ -61,11 +61,31 @@ TaskOptions task_options(const Config& c) {
   o.partial_credit = c.rl.partial_credit;
   o.dataset_path = c.rl.dataset;
   o.eos_id = c.rl.eos_id;
+  if (c.rl.task == "text") {
+    TextTaskOptions& t = o.text;
+    t.tokenizer_dir = c.model.tokenizer.empty() ? c.model.init_from : c.model.tokenizer;
+    t.eval_path = c.rl.eval_dataset;
+    t.prompt_key = c.rl.prompt_key;
+    t.answer_key = c.rl.answer_key;
+    t.solution_key = c.rl.solution_key;
+    t.system_prompt = c.rl.system_prompt;
+    t.chat_template = c.rl.chat_template;
+    t.template_variables = c.rl.template_variables;
+    // A prompt leaves room for a whole completion in the training sequence.
+    t.max_prompt_tokens = c.rl.max_prompt_tokens > 0 ? c.rl.max_prompt_tokens
+                                                     : c.train.seq_len - c.rollout.max_new_tokens;
+    t.reward = c.rl.reward == "auto" ? "math" : c.rl.reward;
+    t.format_reward = c.rl.format_reward;
+    t.reward_pattern = c.rl.reward_pattern;
+    t.reward_command = c.rl.reward_command;
+    t.reward_timeout_s = c.rl.reward_timeout_s;
+  }
   return o;
 }
 
 std::int32_t eos_id(const Config& c) {
-  return c.rl.eos_id >= 0 ? static_cast<std::int32_t>(c.rl.eos_id) : tokenizer::kEos;
+  if (c.rl.eos_id >= 0) return static_cast<std::int32_t>(c.rl.eos_id);
+  return c.rl.task == "text" ? -1 : tokenizer::kEos;   // the text task's tokenizer decides
 }
 
 GrpoLoopOptions grpo_loop_options(const Config& c) {
@@ -88,6 +108,7 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   o.loss.kl_coef = static_cast<float>(c.rl.kl_coef);
   o.loss_aggregation = c.rl.loss_aggregation;
   o.old_logp = c.rl.old_logp;
+  o.eval_samples = static_cast<int>(c.rl.eval_samples);
   return o;
 }
 

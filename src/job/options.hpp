@@ -20,7 +20,8 @@ FsdpOptions fsdp_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);
 SamplingOptions sampling_options(const Config& config);
 TaskOptions task_options(const Config& config);
-// The id that ends a completion: rl.eos_id, or the byte tokenizer's EOS when it is unset.
+// The id that ends a completion: rl.eos_id, or when it is unset the byte tokenizer's EOS, or -1
+// for the text task (its tokenizer's eos token: Task::eos_id()).
 std::int32_t eos_id(const Config& config);
 GrpoLoopOptions grpo_loop_options(const Config& config);
 

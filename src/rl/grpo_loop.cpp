@@ -1,5 +1,7 @@
 #include "rl/grpo_loop.hpp"
 
+#include "mpi/host_exchange.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -89,7 +91,8 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
       task_(make_task(options.task)), prompts_per_minibatch_(options.prompts_per_iteration / options.minibatches),
       group_(options.samples_per_prompt), minibatches_(options.minibatches),
       micro_rows_(model.options().max_batch), seq_len_(model.options().max_seq_len),
-      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)), eos_id_(options.eos_id),
+      gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
+      eos_id_(options.eos_id >= 0 ? options.eos_id : task_->eos_id()),
       pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
   const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
   weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
@@ -246,11 +249,9 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
     out = generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
 
   // Rewards, group advantages, sequences for training; sums for the global statistics.
-  std::vector<double> rewards(rows.size());
+  std::vector<double> rewards = agreed_score(examples, out);
   std::vector<double> sums(4 + minibatches_, 0.0);   // reward, reward^2, passes, -logp; then tokens per minibatch
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    rewards[r] = examples[r].pre_tokenized() ? task_->score_ids(examples[r], out[r].tokens)
-                                             : task_->score(examples[r], completion_text(out[r].tokens, eos_id_));
     Sequence s;
     s.ids = rows[r].prompt;
     s.prompt_len = static_cast<int>(s.ids.size());
@@ -281,6 +282,96 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   b.entropy = b.tokens > 0 ? sums[3] / b.tokens : 0.0;
   b.seconds = seconds_since(t0);
   return b;
+}
+
+std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const {
+  if (task_->pre_tokenized()) {   // in one call: a reward process answers the whole batch
+    std::vector<std::vector<std::int32_t>> completions;
+    completions.reserve(out.size());
+    for (const Completion& c : out) completions.push_back(c.tokens);
+    return task_->score_ids_batch(examples, completions);
+  }
+  std::vector<double> rewards;
+  for (std::size_t r = 0; r < out.size(); ++r)
+    rewards.push_back(task_->score(examples[r], completion_text(out[r].tokens, eos_id_)));
+  return rewards;
+}
+
+std::vector<double> GrpoLoop::agreed_score(const std::vector<TaskExample>& examples,
+                                           const std::vector<Completion>& out) const {
+  std::vector<double> rewards;
+  std::string problem;
+  try {
+    rewards = score(examples, out);
+  } catch (const InputError& e) {   // this rank's reward process or data
+    problem = e.what();
+  }
+  agree_on_error(comm_.host_comm(), problem);
+  return rewards;
+}
+
+EvalStats GrpoLoop::evaluate() {
+  const auto t0 = std::chrono::steady_clock::now();
+  EvalStats e;
+  e.prompts = task_->eval_count();
+  e.k = options_.eval_samples;
+  if (e.prompts == 0) return e;
+  arena_.enter(Phase::rollout);
+  weights_->materialize(trainer_);
+  // The eval draw depends on the seed and the eval prompt alone (a fixed iteration tag), so every
+  // evaluation of a run, at any world size, samples with the same random numbers.
+  constexpr std::int64_t kEvalIteration = -1;
+  const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size(), comm_.rank());
+  const int max_new = options_.max_new_tokens;
+  std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
+  // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
+  for (const bool greedy : {true, false}) {
+    const int per_prompt = greedy ? 1 : e.k;
+    SamplingOptions sampling = options_.sampling;
+    if (greedy) sampling.temperature = 0.0f;
+    const std::int64_t chunk = std::max<std::int64_t>(1, generator_->max_rows() / per_prompt);
+    for (std::int64_t first = begin; first < end; first += chunk) {
+      std::vector<GenerationRow> rows;
+      std::vector<TaskExample> examples;
+      for (std::int64_t i = first; i < std::min<std::int64_t>(end, first + chunk); ++i) {
+        TaskExample ex = task_->eval_example(i);
+        std::vector<std::int32_t> ids = prompt_ids(ex);
+        if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
+          throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} it needs "
+                                       "train.seq_len >= {}",
+                                       i, ex.source, ids.size(), max_new, ids.size() + max_new - 1));
+        for (int g = 0; g < per_prompt; ++g) {
+          rows.push_back(GenerationRow{ids, i, g});
+          examples.push_back(ex);
+        }
+      }
+      const std::vector<Completion> out =
+          generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration, eos_id_);
+      const std::vector<double> rewards = agreed_score(examples, out);
+      for (std::size_t p = 0; p < rows.size(); p += static_cast<std::size_t>(per_prompt)) {
+        bool any = false;
+        for (int g = 0; g < per_prompt; ++g) {
+          const double r = rewards[p + static_cast<std::size_t>(g)];
+          any |= r == 1.0;
+          if (greedy) {
+            sums[0] += r;
+            sums[1] += r == 1.0 ? 1.0 : 0.0;
+          } else {
+            sums[3] += r;
+          }
+        }
+        if (!greedy && any) sums[2] += 1.0;
+      }
+    }
+  }
+  sum_over_ranks(sums);
+  const double n = static_cast<double>(e.prompts);
+  e.reward_mean = sums[0] / n;
+  e.pass_at_1 = sums[1] / n;
+  e.pass_at_k = sums[2] / n;
+  e.mean_at_k = sums[3] / (n * e.k);
+  e.seconds = seconds_since(t0);
+  return e;
 }
 
 TrainStats GrpoLoop::train(const RolloutBatch& b) {

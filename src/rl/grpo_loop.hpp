@@ -51,6 +51,17 @@ struct TrainStats {
   double seconds = 0;
 };
 
+// An evaluation on the task's held-out split (GrpoLoop::evaluate), over all ranks.
+struct EvalStats {
+  std::int64_t prompts = 0;   // 0: the task has no eval split (nothing was run)
+  int k = 0;                  // samples per prompt of pass@k and mean@k
+  double reward_mean = 0;     // greedy completions' mean reward
+  double pass_at_1 = 0;       // fraction of prompts whose greedy completion scores 1
+  double pass_at_k = 0;       // fraction of prompts with a sample (of k) scoring 1
+  double mean_at_k = 0;       // mean reward of the k samples
+  double seconds = 0;
+};
+
 // What the loop runs: the [rl] and [rollout] keys and the seed, as the job's Config gives them
 // (job/options.hpp fills this from the Config; nothing here is read from anywhere else).
 struct GrpoLoopOptions {
@@ -70,6 +81,7 @@ struct GrpoLoopOptions {
   GrpoLossOptions loss;                       // clip range and the KL weight (0: no reference)
   LossAggregation loss_aggregation = LossAggregation::token;
   OldLogp old_logp = OldLogp::recompute;
+  int eval_samples = 4;                       // rl.eval_samples: k of pass@k
 };
 
 class GrpoLoop {
@@ -88,6 +100,9 @@ class GrpoLoop {
   RolloutBatch rollout(std::int64_t iteration);
   // K optimizer steps of the GRPO objective on the batch.
   TrainStats train(const RolloutBatch& batch);
+  // Generates on the task's whole eval split (split across the ranks): one greedy completion and
+  // rl.eval_samples sampled ones per prompt. Collective. A task without an eval split: prompts = 0.
+  EvalStats evaluate();
 
   const GrpoLoopOptions& options() const { return options_; }
   // Whether decode steps replay captured graphs (rollout.cuda_graph = "decode").
@@ -103,6 +118,11 @@ class GrpoLoop {
   // The optimizer step after micro-batches 0..count-1 (eager, or the step's graph).
   void finish_step(const char* bucket, int count, const TokenObjective& objective);
   double sum_over_ranks(std::vector<double>& values);   // in place; returns values[0]
+  // Rewards of completions row by row (a pre-tokenized task's in one call).
+  std::vector<double> score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
+  // score(), with a failure on any rank (a reward process that crashed there) stopping every rank
+  // with its message. Collective.
+  std::vector<double> agreed_score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
 
   const GrpoLoopOptions options_;
   Transformer& model_;

@@ -56,6 +56,15 @@ class Task {
   virtual double score(const TaskExample& ex, const std::string& completion) const = 0;
   // Whether example() returns pre-tokenized examples (then every one of them is).
   virtual bool pre_tokenized() const { return false; }
+  // The rewards of a batch of pre-tokenized completions, row by row: score_ids of each, unless
+  // the task scores a batch at once (a reward process answers a whole rollout's requests).
+  virtual std::vector<double> score_ids_batch(const std::vector<TaskExample>& examples,
+                                              const std::vector<std::vector<std::int32_t>>& completions) const;
+  // The id that ends a completion when rl.eos_id is unset: the task's tokenizer's (-1: none).
+  virtual std::int32_t eos_id() const { return -1; }
+  // The held-out split evaluated during training (text task): its size, and example i of it.
+  virtual std::int64_t eval_count() const { return 0; }
+  virtual TaskExample eval_example(std::int64_t index) const;
   // A pre-tokenized example's reward from the completion's ids (EOS included when drawn): 1.0
   // when the ids before the first EOS are exactly ex.answer_ids, else 0.0. Only for tasks whose
   // examples are pre-tokenized (InputError otherwise).
@@ -67,16 +76,35 @@ class Task {
 //   add      largest number of digits of each operand (each operand gets
 //            1..difficulty digits, no leading zeros)                        1..18
 //   reverse  length of the lowercase string to reverse                     2..64
-// `jsonl` ignores the difficulty; it reads dataset_path (required, and only allowed for it).
+// `jsonl` and `text` ignore the difficulty; they read dataset_path (required, and only allowed for them).
 // Its lines are all text, {"prompt": str, "answer": str}, or all token ids, {"prompt_ids":
 // [int...], "answer_ids": [int...], "answer": optional str}; a pre-tokenized dataset needs
 // eos_id >= 0 (the byte tokenizer's EOS means nothing to the dataset's tokenizer).
+// The text task (task_text.cpp, docs/text-rl.md): prompts of a JSONL dataset rendered with the
+// model's chat template and encoded with its own tokenizer, once, at start; rewards on the
+// decoded completion.
+struct TextTaskOptions {
+  std::string tokenizer_dir;              // tokenizer.json, tokenizer_config.json
+  std::string eval_path;                  // "": no eval split
+  std::string prompt_key = "prompt", answer_key = "answer", solution_key = "solution";
+  std::string system_prompt;
+  bool chat_template = true;
+  std::string template_variables = "{}";  // a JSON object
+  std::int64_t max_prompt_tokens = 0;     // longer prompts are dropped (> 0)
+  std::string reward = "math";            // math | exact | regex | command
+  double format_reward = 0;
+  std::string reward_pattern;
+  std::vector<std::string> reward_command;
+  double reward_timeout_s = 60;
+};
+
 struct TaskOptions {
-  std::string name = "sort";    // sort | add | reverse | jsonl
+  std::string name = "sort";    // sort | add | reverse | jsonl | text
   int difficulty = 4;
   bool partial_credit = false;
-  std::string dataset_path;     // jsonl only
+  std::string dataset_path;     // jsonl and text
   std::int64_t eos_id = -1;     // rl.eos_id: ends a pre-tokenized completion; -1: unset
+  TextTaskOptions text;         // text only
 };
 
 // Unknown name, difficulty out of range, a dataset that cannot be read or parsed, or an option

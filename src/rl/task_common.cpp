@@ -15,6 +15,18 @@ double Task::score_ids(const TaskExample&, const std::vector<std::int32_t>&) con
                                name()));
 }
 
+std::vector<double> Task::score_ids_batch(const std::vector<TaskExample>& examples,
+                                          const std::vector<std::vector<std::int32_t>>& completions) const {
+  std::vector<double> rewards;
+  rewards.reserve(examples.size());
+  for (std::size_t i = 0; i < examples.size(); ++i) rewards.push_back(score_ids(examples[i], completions[i]));
+  return rewards;
+}
+
+TaskExample Task::eval_example(std::int64_t index) const {
+  throw InputError(fmt::format("task '{}' has no eval split (example {} asked for)", name(), index));
+}
+
 }  // namespace shardrl
 
 namespace shardrl::task_detail {

@@ -16,6 +16,7 @@ inline constexpr std::uint32_t kSortSalt = 0x534f5254u;     // "SORT"
 inline constexpr std::uint32_t kAddSalt = 0x41444430u;      // "ADD0"
 inline constexpr std::uint32_t kReverseSalt = 0x52455653u;  // "REVS"
 inline constexpr std::uint32_t kJsonlSalt = 0x4a534f4eu;    // "JSON"
+inline constexpr std::uint32_t kTextSalt = 0x54455854u;     // "TEXT"
 
 std::mt19937_64 example_engine(std::uint32_t salt, std::uint64_t seed, std::int64_t iteration,
                                std::int64_t index);
@@ -41,5 +42,6 @@ std::unique_ptr<Task> make_add_task(int difficulty, bool partial_credit);
 std::unique_ptr<Task> make_reverse_task(int difficulty, bool partial_credit);
 // eos_id: rl.eos_id (-1: unset), required by a pre-tokenized dataset.
 std::unique_ptr<Task> make_jsonl_task(const std::string& dataset_path, std::int64_t eos_id);
+std::unique_ptr<Task> make_text_task(const TaskOptions& options);
 
 }  // namespace shardrl::task_detail

@@ -24,7 +24,7 @@ void check_difficulty(const TaskOptions& o, DifficultyRange r) {
 
 }  // namespace
 
-std::vector<std::string> task_names() { return {"sort", "add", "reverse", "jsonl"}; }
+std::vector<std::string> task_names() { return {"sort", "add", "reverse", "jsonl", "text"}; }
 
 std::unique_ptr<Task> make_task(const TaskOptions& o) {
   if (o.name == "sort") {
@@ -44,6 +44,12 @@ std::unique_ptr<Task> make_task(const TaskOptions& o) {
       throw InputError("task 'jsonl' has no partial credit (exact-match reward only); turn partial credit off");
     if (o.dataset_path.empty()) throw InputError("task 'jsonl' needs a dataset path");
     return task_detail::make_jsonl_task(o.dataset_path, o.eos_id);
+  }
+  if (o.name == "text") {
+    if (o.partial_credit)
+      throw InputError("task 'text' has no partial credit (its reward is rl.reward's); turn partial credit off");
+    if (o.dataset_path.empty()) throw InputError("task 'text' needs a dataset path");
+    return task_detail::make_text_task(o);
   }
   throw InputError(fmt::format("unknown task '{}' (known tasks: {})", o.name,
                                fmt::join(task_names(), ", ")));

@@ -44,6 +44,7 @@ class Generator {
                                    std::int64_t iteration, std::int32_t eos);
 
   Transformer& model() { return model_; }
+  int max_rows() const { return max_rows_; }
 
   // rollout.cuda_graph = "decode": each decode step runs as a CUDA graph per batch bucket (the
   // active rows rounded up to a power of two, at most the generator's rows; the extra rows

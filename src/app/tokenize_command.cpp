@@ -1,0 +1,100 @@
+#include "app/tokenize_command.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/printable_line.hpp"
+#include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "io/json_parse_message.hpp"
+#include "text/chat_template.hpp"
+#include "text/hf_tokenizer.hpp"
+
+namespace shardrl {
+namespace {
+
+std::string ids_line(const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (std::size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
+  return out;
+}
+
+// The template's variables from the tokenizer's config, as transformers passes them.
+nlohmann::json template_variables(const HfTokenizer& t) {
+  return {{"bos_token", t.bos_token()}, {"eos_token", t.eos_token()}};
+}
+
+std::string render_chat(const HfTokenizer& t, const nlohmann::json& messages, const std::string& where) {
+  if (t.chat_template().empty())
+    throw InputError(fmt::format("{}: the tokenizer in {} has no chat_template (tokenizer_config.json)", where,
+                                 t.dir().string()));
+  const ChatTemplate tmpl(t.chat_template(), (t.dir() / "tokenizer_config.json").string() + ": chat_template");
+  return tmpl.render(messages, /*add_generation_prompt=*/true, template_variables(t));
+}
+
+}  // namespace
+
+int run_tokenize(const TokenizeArgs& args) {
+  try {
+    const HfTokenizer tokenizer(args.tokenizer);
+    if (!args.decode.empty()) {
+      std::vector<std::int32_t> ids;
+      std::istringstream in(args.decode);
+      for (std::string word; in >> word;) {
+        std::size_t used = 0;
+        long long id = -1;
+        try {
+          id = std::stoll(word, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != word.size() || id < 0 || id > INT32_MAX)
+          throw InputError(fmt::format("--decode: {} is not a token id", excerpt(word)));
+        ids.push_back(static_cast<std::int32_t>(id));
+      }
+      std::cout << printable_line(tokenizer.decode(ids, args.skip_special_tokens)) << "\n";
+      return 0;
+    }
+    if (!args.file.empty()) {
+      const std::string data = read_input_file(args.file, "input file");
+      std::istringstream in(data);
+      int number = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where = fmt::format("{}:{}", args.file, number);
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::parse_error& e) {
+          throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
+        }
+        std::string text;
+        if (j.is_string()) text = args.chat ? render_chat(tokenizer, {{{"role", "user"}, {"content", j}}}, where)
+                                            : j.get<std::string>();
+        else if (j.is_object() && j.contains("messages")) text = render_chat(tokenizer, j["messages"], where);
+        else if (j.is_object() && j.contains("text") && j["text"].is_string())
+          text = args.chat ? render_chat(tokenizer, {{{"role", "user"}, {"content", j["text"]}}}, where)
+                           : j["text"].get<std::string>();
+        else
+          throw InputError(fmt::format("{}: expected a JSON string, or an object with \"text\" (a string) or "
+                                       "\"messages\" (a chat)",
+                                       where));
+        std::cout << ids_line(tokenizer.encode(text, args.add_special_tokens)) << "\n";
+      }
+      return 0;
+    }
+    const std::string text = args.chat ? render_chat(tokenizer, {{{"role", "user"}, {"content", args.text}}}, "--text")
+                                       : args.text;
+    std::cout << ids_line(tokenizer.encode(text, args.add_special_tokens)) << "\n";
+    return 0;
+  } catch (const InputError& e) {
+    std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
+}
+
+}  // namespace shardrl

@@ -1,0 +1,815 @@
+// Final-answer extraction and normalisation (the rules are listed in math_answer.hpp). Every pass
+// over the text is linear, so a degenerate completion (100 KB of `\boxed{\boxed{...`) costs
+// little; numbers are exact: 128-bit integers with overflow checks, or exact decimal digits.
+#include "rl/math_answer.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
+#include <vector>
+
+namespace shardrl {
+namespace {
+
+using Int = __int128;
+using UInt = unsigned __int128;
+
+constexpr std::size_t npos = std::string_view::npos;
+
+// A final answer is short: longer ones are compared as trimmed text, which bounds the cost of
+// normalising whatever a degenerate completion put in a box.
+constexpr std::size_t kMaxAnswerBytes = 4096;
+// Tuples inside tuples are normalised element-wise this deep, then compared as text.
+constexpr int kMaxNestingDepth = 8;
+// |exponent| of a number in scientific notation; beyond it the text is not a number.
+constexpr long kMaxExponent = 10000;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool is_alnum(char c) { return is_digit(c) || is_letter(c); }
+char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t at = 0;
+  for (std::size_t hit = s.find(from); hit != npos; hit = s.find(from, at)) {
+    out.append(s.substr(at, hit - at));
+    out.append(to);
+    at = hit + from.size();
+  }
+  out.append(s.substr(at));
+  return out;
+}
+
+// For every `{` in `s`, the index of its matching `}` (npos when unclosed). A backslash escapes
+// the next character, so `\{` and `\}` are literal braces, not grouping.
+std::vector<std::size_t> match_braces(std::string_view s) {
+  std::vector<std::size_t> close(s.size(), npos);
+  std::vector<std::size_t> open;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == '{') {
+      open.push_back(i);
+    } else if (s[i] == '}' && !open.empty()) {
+      close[open.back()] = i;
+      open.pop_back();
+    }
+  }
+  return close;
+}
+
+// The `}` matching the `{` at `open`, or npos.
+std::size_t closing_brace(std::string_view s, std::size_t open) {
+  int depth = 0;
+  for (std::size_t i = open; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == '{') {
+      ++depth;
+    } else if (s[i] == '}' && --depth == 0) {
+      return i;
+    }
+  }
+  return npos;
+}
+
+// The letters of a LaTeX command name starting at `begin` (just after the backslash).
+std::string_view command_name(std::string_view s, std::size_t begin) {
+  std::size_t end = begin;
+  while (end < s.size() && is_letter(s[end])) ++end;
+  return s.substr(begin, end - begin);
+}
+
+// ---- extraction -------------------------------------------------------------------------------
+
+// Cuts an answer at the end of its sentence: the first `.` `,` `;` followed by whitespace (or the
+// end), outside brackets and `$...$`, so "42." and "5, since ..." give the number while "3.14",
+// "1,234" and "(1, 2)" stay whole. Then trims spaces and markdown `*`.
+std::string_view cut_at_sentence_end(std::string_view s) {
+  int depth = 0;
+  bool in_math = false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '$') in_math = !in_math;
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+    const bool at_break = i + 1 == s.size() || is_space(s[i + 1]);
+    if (depth == 0 && !in_math && at_break && (c == '.' || c == ',' || c == ';')) {
+      s = s.substr(0, i);
+      break;
+    }
+  }
+  while (!s.empty() && (is_space(s.front()) || s.front() == '*')) s.remove_prefix(1);
+  while (!s.empty() && (is_space(s.back()) || s.back() == '*')) s.remove_suffix(1);
+  return s;
+}
+
+// The line from `from` on, at most kMaxAnswerBytes of it: a phrase repeated along one long line
+// (a degenerate completion) must not make each occurrence scan to the end of the text.
+std::string_view rest_of_line(std::string_view text, std::size_t from) {
+  const std::string_view window = text.substr(from, kMaxAnswerBytes);
+  return window.substr(0, window.find('\n'));
+}
+
+std::optional<std::string> last_boxed(std::string_view text) {
+  const std::vector<std::size_t> close = match_braces(text);
+  // A view, copied once at the end: nested boxes would otherwise copy their contents again and
+  // again.
+  std::optional<std::string_view> found;
+  for (std::size_t at = text.find('\\'); at != npos; at = text.find('\\', at + 1)) {
+    const std::string_view name = command_name(text, at + 1);
+    if (name != "boxed" && name != "fbox") continue;
+    const std::size_t name_end = at + 1 + name.size();
+    std::size_t k = name_end;
+    while (k < text.size() && is_space(text[k])) ++k;
+    std::string_view content;
+    if (k < text.size() && text[k] == '{') {
+      if (close[k] == npos) continue;   // truncated
+      content = text.substr(k + 1, close[k] - k - 1);
+    } else if (k > name_end) {          // `\boxed 5`
+      std::size_t end = k;
+      while (end < text.size() && !is_space(text[end]) && text[end] != '$') ++end;
+      content = text.substr(k, end - k);
+    } else {
+      continue;
+    }
+    content = trim(content);
+    if (!content.empty()) found = content;
+  }
+  return found ? std::optional<std::string>(*found) : std::nullopt;
+}
+
+// No letter outside a command name: a number or a formula, not a markdown heading.
+bool looks_like_bare_answer(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      i += command_name(s, i + 1).size();
+    } else if (is_letter(s[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<std::string> last_hashes(std::string_view text) {
+  for (std::size_t at = text.rfind("####"); at != npos; at = at == 0 ? npos : text.rfind("####", at - 1)) {
+    std::size_t run_begin = at;
+    while (run_begin > 0 && text[run_begin - 1] == '#') --run_begin;
+    // The whole line is checked, so a heading "#### 1. Totals" is not read as the answer 1.
+    const std::string_view line = rest_of_line(text, at + 4);
+    const std::string_view content = cut_at_sentence_end(line);
+    if (!content.empty() && looks_like_bare_answer(line)) return std::string(content);
+    if (run_begin == 0) break;
+    at = run_begin;   // the loop searches before the start of this run of '#'
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> last_answer_phrase(std::string_view text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), to_lower);
+  const std::string_view low(lower);
+  const auto skip = [&](std::size_t i, std::string_view chars) {
+    while (i < low.size() && chars.find(low[i]) != npos) ++i;
+    return i;
+  };
+  for (std::size_t at = low.rfind("answer"); at != npos; at = at == 0 ? npos : low.rfind("answer", at - 1)) {
+    if (at > 0 && is_letter(low[at - 1])) continue;
+    std::size_t i = skip(at + 6, " \t*");
+    if (i < low.size() && low[i] == ':') {
+      ++i;
+    } else if (low.substr(i, 2) == "is" && (i + 2 == low.size() || !is_letter(low[i + 2]))) {
+      i = skip(i + 2, " \t*");
+      if (i < low.size() && low[i] == ':') ++i;
+    } else {
+      continue;
+    }
+    i = skip(i, " \t*");
+    std::string_view line = trim(rest_of_line(text, i));
+    if (line.empty()) {   // "The answer is:\n\n42"
+      const std::size_t next = text.find_first_not_of(" \t\r\n\v\f*", i);
+      if (next != npos) line = rest_of_line(text, next);
+    }
+    const std::string_view content = cut_at_sentence_end(line);
+    if (!content.empty()) return std::string(content);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> last_number(std::string_view text) {
+  static constexpr std::string_view kUnicodeMinus = "\xE2\x88\x92";
+  std::optional<std::string> found;
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    if (!is_digit(text[i])) {
+      ++i;
+      continue;
+    }
+    const std::size_t begin = i;
+    while (i < n && is_digit(text[i])) ++i;
+    // Thousands groups: exactly three digits after each comma.
+    while (i + 3 < n && text[i] == ',' && is_digit(text[i + 1]) && is_digit(text[i + 2]) &&
+           is_digit(text[i + 3]) && (i + 4 == n || !is_digit(text[i + 4]))) {
+      i += 4;
+    }
+    if (i + 1 < n && text[i] == '.' && is_digit(text[i + 1])) {
+      ++i;
+      while (i < n && is_digit(text[i])) ++i;
+    }
+    if (i + 1 < n && (text[i] == 'e' || text[i] == 'E')) {   // 3.0e2, 1E-3
+      const std::size_t digits = i + 1 + ((text[i + 1] == '+' || text[i + 1] == '-') ? 1 : 0);
+      if (digits < n && is_digit(text[digits])) {
+        i = digits;
+        while (i < n && is_digit(text[i])) ++i;
+      }
+    }
+    if (i + 1 < n && text[i] == '/' && is_digit(text[i + 1])) {
+      ++i;
+      while (i < n && is_digit(text[i])) ++i;
+    }
+    // A minus is a sign unless it follows an operand ("10-5" is a difference).
+    const auto is_sign_at = [&](std::size_t sign_begin) {
+      return sign_begin == 0 || !(is_alnum(text[sign_begin - 1]) || text[sign_begin - 1] == ')');
+    };
+    const std::size_t minus_begin = begin >= kUnicodeMinus.size() ? begin - kUnicodeMinus.size() : npos;
+    const bool ascii_sign = begin >= 1 && text[begin - 1] == '-' && is_sign_at(begin - 1);
+    const bool unicode_sign = minus_begin != npos && text.substr(minus_begin, kUnicodeMinus.size()) == kUnicodeMinus &&
+                              is_sign_at(minus_begin);
+    std::string number(text.substr(begin, i - begin));
+    if (ascii_sign || unicode_sign) number.insert(0, "-");
+    found = std::move(number);
+  }
+  return found;
+}
+
+// ---- exact numbers ----------------------------------------------------------------------------
+
+// ±digits × 10^exponent, digits without leading or trailing zeros (empty for zero): one
+// representation per value, of any size.
+struct Decimal {
+  bool negative = false;
+  std::string digits;
+  long exponent = 0;
+};
+
+// p/q, q > 0, reduced.
+struct Rational {
+  Int num = 0;
+  Int den = 1;
+};
+
+bool checked_mul(Int a, Int b, Int& out) { return !__builtin_mul_overflow(a, b, &out); }
+bool checked_add(Int a, Int b, Int& out) { return !__builtin_add_overflow(a, b, &out); }
+
+Int gcd(Int a, Int b) {   // of non-negative values
+  while (b != 0) {
+    const Int r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+std::optional<Rational> make_rational(Int num, Int den) {
+  if (den == 0) return std::nullopt;
+  const Int kMin = static_cast<Int>(static_cast<UInt>(1) << 127);
+  if (num == kMin || den == kMin) return std::nullopt;   // cannot be negated
+  if (den < 0) {
+    num = -num;
+    den = -den;
+  }
+  const Int g = gcd(num < 0 ? -num : num, den);
+  return Rational{num / g, den / g};
+}
+
+std::string int_to_string(Int v) {
+  UInt u = v < 0 ? static_cast<UInt>(0) - static_cast<UInt>(v) : static_cast<UInt>(v);
+  std::string out;
+  do {
+    out.push_back(static_cast<char>('0' + static_cast<int>(u % 10)));
+    u /= 10;
+  } while (u != 0);
+  if (v < 0) out.push_back('-');
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::string rational_to_string(const Rational& r) {
+  return r.den == 1 ? int_to_string(r.num) : int_to_string(r.num) + "/" + int_to_string(r.den);
+}
+
+std::string decimal_to_string(const Decimal& d) {
+  if (d.digits.empty()) return "0";
+  std::string out = d.negative ? "-" : "";
+  const long length = static_cast<long>(d.digits.size());
+  if (d.exponent >= 0) {
+    out += d.digits;
+    out.append(static_cast<std::size_t>(d.exponent), '0');
+  } else if (-d.exponent < length) {
+    out += d.digits.substr(0, static_cast<std::size_t>(length + d.exponent));
+    out += '.';
+    out += d.digits.substr(static_cast<std::size_t>(length + d.exponent));
+  } else {
+    out += "0.";
+    out.append(static_cast<std::size_t>(-d.exponent - length), '0');
+    out += d.digits;
+  }
+  return out;
+}
+
+// Unsigned digits at `i` (advanced past them) into `value`; false when none or beyond kMaxExponent.
+bool parse_exponent_digits(std::string_view s, std::size_t& i, long& value) {
+  const std::size_t begin = i;
+  value = 0;
+  while (i < s.size() && is_digit(s[i])) {
+    value = value * 10 + (s[i] - '0');
+    if (value > kMaxExponent) return false;
+    ++i;
+  }
+  return i > begin;
+}
+
+// A signed exponent at `i`: `e-3`, `E+3`, `\times10^{3}`, `\times10^3`, `\cdot10^{-3}`. Leaves
+// `i` unchanged and returns 0 when there is none; nullopt when one is there but out of range.
+std::optional<long> parse_exponent(std::string_view s, std::size_t& i) {
+  std::size_t j = i;
+  bool braced = false;
+  if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
+    ++j;
+  } else if (starts_with(s.substr(j), "\\times10^") || starts_with(s.substr(j), "\\cdot10^")) {
+    j += s[j + 1] == 't' ? 9 : 8;
+    if (j < s.size() && s[j] == '{') {
+      braced = true;
+      ++j;
+    }
+  } else {
+    return 0;
+  }
+  bool negative = false;
+  if (j < s.size() && (s[j] == '+' || s[j] == '-')) negative = s[j++] == '-';
+  long value = 0;
+  if (!parse_exponent_digits(s, j, value)) {
+    return j < s.size() && is_digit(s[j]) ? std::nullopt : std::optional<long>(0);   // `2e` is no exponent
+  }
+  if (braced) {
+    if (j >= s.size() || s[j] != '}') return 0;
+    ++j;
+  }
+  i = j;
+  return negative ? -value : value;
+}
+
+// A decimal number at `i`: [+-] digits [. digits] [exponent] (or .digits); `i` advances past it.
+std::optional<Decimal> parse_decimal(std::string_view s, std::size_t& i) {
+  std::size_t j = i;
+  Decimal d;
+  if (j < s.size() && (s[j] == '+' || s[j] == '-')) d.negative = s[j++] == '-';
+  const std::size_t int_begin = j;
+  while (j < s.size() && is_digit(s[j])) ++j;
+  std::string_view int_part = s.substr(int_begin, j - int_begin);
+  std::string_view frac_part;
+  if (j < s.size() && s[j] == '.') {
+    const std::size_t frac_begin = j + 1;
+    std::size_t k = frac_begin;
+    while (k < s.size() && is_digit(s[k])) ++k;
+    frac_part = s.substr(frac_begin, k - frac_begin);
+    if (!int_part.empty() || !frac_part.empty()) j = k;
+  }
+  if (int_part.empty() && frac_part.empty()) return std::nullopt;
+  const std::optional<long> exponent = parse_exponent(s, j);
+  if (!exponent) return std::nullopt;
+  d.digits = std::string(int_part) + std::string(frac_part);
+  d.exponent = *exponent - static_cast<long>(frac_part.size());
+  const std::size_t first = d.digits.find_first_not_of('0');
+  if (first == npos) {
+    d = Decimal{};
+  } else {
+    d.digits.erase(0, first);
+    const std::size_t last = d.digits.find_last_not_of('0');
+    d.exponent += static_cast<long>(d.digits.size() - 1 - last);
+    d.digits.erase(last + 1);
+  }
+  i = j;
+  return d;
+}
+
+std::optional<Rational> to_rational(const Decimal& d) {
+  Int value = 0;
+  for (const char c : d.digits) {
+    if (!checked_mul(value, 10, value) || !checked_add(value, c - '0', value)) return std::nullopt;
+  }
+  Int den = 1;
+  Int& scaled = d.exponent < 0 ? den : value;   // 10^|exponent| multiplies one side
+  const long shifts = d.exponent < 0 ? -d.exponent : d.exponent;
+  for (long k = 0; k < shifts; ++k) {
+    if (!checked_mul(scaled, 10, scaled)) return std::nullopt;
+  }
+  return make_rational(d.negative ? -value : value, den);
+}
+
+std::optional<Rational> divide(const Rational& a, const Rational& b) {
+  Int num = 0;
+  Int den = 0;
+  if (!checked_mul(a.num, b.den, num) || !checked_mul(a.den, b.num, den)) return std::nullopt;
+  return make_rational(num, den);
+}
+
+// The whole of `s` as one decimal number that fits a Rational.
+std::optional<Rational> parse_whole_rational(std::string_view s) {
+  std::size_t i = 0;
+  const std::optional<Decimal> d = parse_decimal(s, i);
+  if (!d || i != s.size()) return std::nullopt;
+  return to_rational(*d);
+}
+
+// The canonical text of `s` when it is one number (see math_answer.hpp), else nullopt.
+std::optional<std::string> canonical_number(std::string_view s) {
+  std::size_t i = 0;
+  bool negative = false;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) negative = s[i++] == '-';
+  if (starts_with(s.substr(i), "\\frac{")) {
+    const std::size_t open1 = i + 5;
+    const std::size_t close1 = closing_brace(s, open1);
+    if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return std::nullopt;
+    const std::size_t close2 = closing_brace(s, close1 + 1);
+    if (close2 + 1 != s.size()) return std::nullopt;
+    const auto num = parse_whole_rational(s.substr(open1 + 1, close1 - open1 - 1));
+    const auto den = parse_whole_rational(s.substr(close1 + 2, close2 - close1 - 2));
+    if (!num || !den) return std::nullopt;
+    auto value = divide(*num, *den);
+    if (!value) return std::nullopt;
+    if (negative) value->num = -value->num;
+    return rational_to_string(*value);
+  }
+  i = 0;
+  const std::optional<Decimal> d = parse_decimal(s, i);
+  if (!d) return std::nullopt;
+  if (i == s.size()) {
+    const std::optional<Rational> value = to_rational(*d);
+    return value ? rational_to_string(*value) : decimal_to_string(*d);
+  }
+  if (s[i] != '/') return std::nullopt;
+  const std::optional<Rational> num = to_rational(*d);
+  const std::optional<Rational> den = parse_whole_rational(s.substr(i + 1));
+  if (!num || !den) return std::nullopt;
+  const std::optional<Rational> value = divide(*num, *den);
+  return value ? std::optional<std::string>(rational_to_string(*value)) : std::nullopt;
+}
+
+// ---- normalisation passes ---------------------------------------------------------------------
+
+std::string replace_unicode(std::string_view s) {
+  std::string out = replace_all(s, "\xE2\x88\x92", "-");    // U+2212 minus sign
+  out = replace_all(out, "\xC2\xB0", "");                   // U+00B0 degree sign
+  out = replace_all(out, "\xC2\xA0", " ");                  // U+00A0 no-break space
+  out = replace_all(out, "\xE2\x80\x89", " ");              // U+2009 thin space
+  out = replace_all(out, "\xE2\x80\xAF", " ");              // U+202F narrow no-break space
+  out = replace_all(out, "\xC3\x97", "\\times ");           // U+00D7 multiplication sign
+  out = replace_all(out, "\xE2\x88\x9E", "\\infty ");       // U+221E infinity
+  return out;
+}
+
+void strip_trailing_periods(std::string& s) {
+  while (!s.empty() && (is_space(s.back()) || s.back() == '.')) s.pop_back();
+}
+
+// Surrounding math delimiters and \boxed{}, and trailing periods, until none is left.
+void unwrap_delimiters(std::string& s) {
+  for (;;) {
+    s = std::string(trim(s));
+    strip_trailing_periods(s);
+    const std::string_view v(s);
+    std::string_view inner;
+    if (v.size() >= 4 && starts_with(v, "$$") && ends_with(v, "$$") && v.substr(2, v.size() - 4).find('$') == npos) {
+      inner = v.substr(2, v.size() - 4);
+    } else if (v.size() >= 2 && v.front() == '$' && v.back() == '$' && v.substr(1, v.size() - 2).find('$') == npos) {
+      inner = v.substr(1, v.size() - 2);
+    } else if (v.size() >= 4 && ((starts_with(v, "\\(") && ends_with(v, "\\)")) ||
+                                 (starts_with(v, "\\[") && ends_with(v, "\\]")))) {
+      inner = v.substr(2, v.size() - 4);
+    } else if ((starts_with(v, "\\boxed{") || starts_with(v, "\\fbox{")) &&
+               closing_brace(v, v.find('{')) == v.size() - 1) {
+      const std::size_t open = v.find('{');
+      inner = v.substr(open + 1, v.size() - open - 2);
+    } else {
+      return;
+    }
+    s = std::string(inner);
+  }
+}
+
+bool is_text_command(std::string_view name) {
+  static constexpr std::string_view kNames[] = {"text",   "textbf", "textit", "textrm", "texttt", "textsf",
+                                                "mathrm", "mathbf", "mathit", "mbox",   "hbox",   "operatorname"};
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
+// One pass over the LaTeX commands: drops layout (\left, \right, spacing), unwraps text commands
+// into spaces around their content, unifies \dfrac/\tfrac, and drops `\$`, `\%`, degree marks.
+std::string rewrite_commands(std::string_view s) {
+  const std::vector<std::size_t> close = match_braces(s);
+  std::vector<bool> close_as_space(s.size(), false);
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '}' && close_as_space[i]) {
+      out += ' ';
+      ++i;
+      continue;
+    }
+    if (c == '^' && (starts_with(s.substr(i), "^\\circ") || starts_with(s.substr(i), "^{\\circ}"))) {
+      i += s[i + 1] == '{' ? 8 : 6;
+      continue;
+    }
+    if (c != '\\' || i + 1 == s.size()) {
+      out += c;
+      ++i;
+      continue;
+    }
+    const char next = s[i + 1];
+    if (!is_letter(next)) {
+      switch (next) {
+        case ',': case '!': case ';': case ':': case '%': case '$': break;
+        case ' ': out += ' '; break;
+        case '-': out += '-'; break;
+        default: out += c; out += next; break;   // `\\`, `\{`, `\}`, ...
+      }
+      i += 2;
+      continue;
+    }
+    const std::string_view name = command_name(s, i + 1);
+    const std::size_t after = i + 1 + name.size();
+    if (name == "left" || name == "right" || name == "displaystyle" || name == "degree") {
+      // dropped
+    } else if (name == "quad" || name == "qquad") {
+      out += ' ';
+    } else if (name == "dfrac" || name == "tfrac") {
+      out += "\\frac";
+    } else if (is_text_command(name)) {
+      std::size_t k = after;
+      while (k < s.size() && is_space(s[k])) ++k;
+      if (k < s.size() && s[k] == '{' && close[k] != npos) {
+        out += ' ';
+        close_as_space[close[k]] = true;
+        i = k + 1;
+        continue;
+      }
+      out += '\\';
+      out += name;
+    } else {
+      out += '\\';
+      out += name;
+    }
+    i = after;
+  }
+  return out;
+}
+
+// A leading `x =`, `answer =`, `\theta =`, `x_1 =` when it is the only `=`.
+void strip_leading_assignment(std::string& s) {
+  if (std::count(s.begin(), s.end(), '=') != 1) return;
+  std::size_t i = s.size() > 0 && s[0] == '\\' ? 1 : 0;
+  const std::size_t name_begin = i;
+  while (i < s.size() && is_letter(s[i])) ++i;
+  if (i == name_begin) return;
+  if (i < s.size() && s[i] == '_') {
+    ++i;
+    if (i < s.size() && s[i] == '{') {
+      const std::size_t close = s.find('}', i);
+      if (close == npos) return;
+      i = close + 1;
+    } else if (i < s.size() && is_alnum(s[i])) {
+      ++i;
+    } else {
+      return;
+    }
+  }
+  while (i < s.size() && is_space(s[i])) ++i;
+  if (i >= s.size() || s[i] != '=') return;
+  s = std::string(trim(std::string_view(s).substr(i + 1)));
+}
+
+// `\frac12` -> `\frac{1}{2}`, `\frac1{2}`, `\frac a b`, `\frac\pi2`; `\sqrt2` -> `\sqrt{2}`:
+// every argument of \frac and \sqrt braced, so one form remains.
+std::string brace_arguments(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 8);
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] != '\\' || i + 1 == s.size() || !is_letter(s[i + 1])) {
+      out += s[i];
+      // An escaped character is copied whole so that `\\frac` stays two tokens.
+      if (s[i] == '\\' && i + 1 < s.size()) out += s[++i];
+      ++i;
+      continue;
+    }
+    const std::string_view name = command_name(s, i + 1);
+    out += '\\';
+    out += name;
+    i += 1 + name.size();
+    const int arguments = name == "frac" ? 2 : name == "sqrt" ? 1 : 0;
+    for (int a = 0; a < arguments; ++a) {
+      std::size_t j = i;
+      while (j < s.size() && is_space(s[j])) ++j;
+      if (j >= s.size()) break;
+      if (s[j] == '{') {
+        const std::size_t close = closing_brace(s, j);
+        if (close == npos) break;
+        out += '{';
+        out += brace_arguments(s.substr(j + 1, close - j - 1));
+        out += '}';
+        i = close + 1;
+      } else if (is_alnum(s[j])) {
+        out += '{';
+        out += s[j];
+        out += '}';
+        i = j + 1;
+      } else if (s[j] == '\\' && j + 1 < s.size() && is_letter(s[j + 1])) {
+        const std::string_view inner = command_name(s, j + 1);
+        out += "{\\";
+        out += inner;
+        out += '}';
+        i = j + 1 + inner.size();
+      } else {
+        break;   // `\sqrt[3]{x}` and anything unusual: left as written
+      }
+    }
+  }
+  return out;
+}
+
+// `5 apples`, `5  cm` (from `5\text{ cm}`), `\frac{1}{2} cup` -> the number: a number followed by
+// whitespace and then a letter loses everything from the whitespace on.
+void drop_words_after_number(std::string& s) {
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  if (starts_with(std::string_view(s).substr(i), "\\frac{")) {
+    const std::size_t close1 = closing_brace(s, i + 5);
+    if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return;
+    const std::size_t close2 = closing_brace(s, close1 + 1);
+    if (close2 == npos) return;
+    i = close2 + 1;
+  } else {
+    const std::size_t body = i;
+    bool digits = false;
+    while (i < s.size() && (is_digit(s[i]) || s[i] == '.' || s[i] == ',' || s[i] == '/')) digits |= is_digit(s[i++]);
+    // "1, a" is a list, not the number 1 with a word after it.
+    if (!digits || i == body || s[i - 1] == ',' || s[i - 1] == '/') return;
+  }
+  const std::size_t gap = i;
+  while (i < s.size() && is_space(s[i])) ++i;
+  if (i == gap || i >= s.size() || !is_letter(s[i])) return;
+  s.erase(gap);
+}
+
+// `1,234,567.5` -> `1234567.5` when the whole answer is one number with comma groups of three.
+void drop_thousands_separators(std::string& s) {
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  const std::size_t lead = i;
+  while (i < s.size() && is_digit(s[i])) ++i;
+  if (i == lead || i - lead > 3) return;
+  int groups = 0;
+  while (i + 3 < s.size() && s[i] == ',' && is_digit(s[i + 1]) && is_digit(s[i + 2]) && is_digit(s[i + 3])) {
+    i += 4;
+    ++groups;
+  }
+  if (groups == 0) return;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && is_digit(s[i])) ++i;
+  }
+  if (i != s.size()) return;
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+}
+
+std::string normalize_depth(std::string_view answer, int depth);
+
+// Splits at the commas outside any bracket; empty when there are none.
+std::vector<std::string_view> top_level_items(std::string_view s) {
+  std::vector<std::string_view> items;
+  int level = 0;
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '(' || c == '[' || c == '{') ++level;
+    if (c == ')' || c == ']' || c == '}') --level;
+    if (c == ',' && level == 0) {
+      items.push_back(s.substr(begin, i - begin));
+      begin = i + 1;
+    }
+  }
+  if (items.empty()) return items;
+  items.push_back(s.substr(begin));
+  return items;
+}
+
+// A tuple, interval, set or bare list, its items normalised one by one and joined by ", ".
+std::optional<std::string> normalize_list(std::string_view s, int depth) {
+  std::string_view open;
+  std::string_view close;
+  std::string_view inner = s;
+  if (s.size() >= 2 && (s.front() == '(' || s.front() == '[' || starts_with(s, "\\{"))) {
+    // The bracket opened first must close last: "(1,2)" is one tuple, "(1)+(2)" is not.
+    int level = 0;
+    std::size_t first_close = npos;
+    for (std::size_t i = 0; i < s.size() && first_close == npos; ++i) {
+      if (s[i] == '(' || s[i] == '[' || s[i] == '{') ++level;
+      if ((s[i] == ')' || s[i] == ']' || s[i] == '}') && --level == 0) first_close = i;
+    }
+    if (first_close == s.size() - 1) {
+      open = s.front() == '\\' ? s.substr(0, 2) : s.substr(0, 1);
+      const bool escaped_close = s.back() == '}' && s[s.size() - 2] == '\\';   // `\}`
+      close = escaped_close ? s.substr(s.size() - 2) : s.substr(s.size() - 1);
+      if (open.size() + close.size() > s.size()) return std::nullopt;
+      inner = s.substr(open.size(), s.size() - open.size() - close.size());
+    }
+  }
+  const std::vector<std::string_view> items = top_level_items(inner);
+  if (items.empty()) return std::nullopt;
+  std::string out(open);
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    if (k > 0) out += ", ";
+    out += normalize_depth(items[k], depth + 1);
+  }
+  out += close;
+  return out;
+}
+
+// The order matters: units are cut and thousands separators dropped while spaces still separate
+// tokens ("5 apples", and "1, 234" stays a list), numbers are parsed once no space is left.
+std::string normalize_depth(std::string_view answer, int depth) {
+  if (answer.size() > kMaxAnswerBytes) return std::string(trim(answer));
+  std::string s = replace_unicode(answer);
+  unwrap_delimiters(s);
+  s = replace_all(rewrite_commands(s), "{,}", ",");
+  s.erase(std::remove_if(s.begin(), s.end(), [](char c) { return c == '$' || c == '%'; }), s.end());
+  s = std::string(trim(s));
+  strip_trailing_periods(s);
+  strip_leading_assignment(s);
+  s = brace_arguments(s);
+  drop_words_after_number(s);
+  drop_thousands_separators(s);
+  s.erase(std::remove_if(s.begin(), s.end(), is_space), s.end());
+  strip_trailing_periods(s);
+  if (std::optional<std::string> number = canonical_number(s)) return *number;
+  if (depth < kMaxNestingDepth) {
+    if (std::optional<std::string> list = normalize_list(s, depth)) return *list;
+  }
+  if (s.find('\\') == npos) std::transform(s.begin(), s.end(), s.begin(), to_lower);
+  return s;
+}
+
+}  // namespace
+
+bool is_well_formed(AnswerMarker marker) { return marker != AnswerMarker::last_number; }
+
+std::optional<FinalAnswer> find_final_answer(std::string_view completion) {
+  if (auto boxed = last_boxed(completion)) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
+  if (auto hashes = last_hashes(completion)) return FinalAnswer{std::move(*hashes), AnswerMarker::hashes};
+  if (auto phrase = last_answer_phrase(completion)) return FinalAnswer{std::move(*phrase), AnswerMarker::answer_phrase};
+  if (auto number = last_number(completion)) return FinalAnswer{std::move(*number), AnswerMarker::last_number};
+  return std::nullopt;
+}
+
+std::optional<std::string> extract_final_answer(std::string_view completion) {
+  std::optional<FinalAnswer> answer = find_final_answer(completion);
+  if (!answer) return std::nullopt;
+  return std::move(answer->text);
+}
+
+std::string_view reference_final_answer(std::string_view reference) {
+  const std::size_t at = reference.rfind("####");
+  return at == npos ? reference : trim(reference.substr(at + 4));
+}
+
+std::string normalize_answer(std::string_view answer) { return normalize_depth(answer, 0); }
+
+bool answers_equal(std::string_view given, std::string_view reference) {
+  const std::string want = normalize_answer(reference);
+  return !want.empty() && normalize_answer(given) == want;
+}
+
+bool math_answer_correct(std::string_view completion, std::string_view reference) {
+  const std::optional<FinalAnswer> answer = find_final_answer(completion);
+  return answer && answers_equal(answer->text, reference_final_answer(reference));
+}
+
+}  // namespace shardrl

@@ -1,0 +1,76 @@
+// Final answers of math completions: finding the answer a completion commits to, bringing it and
+// the reference to one canonical form, and comparing the two. Numbers compare as exact values
+// (0.75 == 3/4 == \frac{3}{4}, 1/3 != 0.333); nothing overflows silently. Host-only, no state.
+//
+// Extraction (find_final_answer), first rule that yields a non-empty answer:
+//   1. boxed         the last complete \boxed{...} or \fbox{...} (nested braces; `\{` `\}` are not
+//                    braces), or `\boxed x` (up to the next space or `$`). An unclosed one (a
+//                    truncated completion) is skipped.
+//   2. hashes        the text after the last `####` (GSM8K), to the end of its line, when it has no
+//                    letter outside a LaTeX command name: "#### 72", "#### \frac{1}{2}" count, a
+//                    markdown heading ("#### Step 2: add", "#### 1. Totals") does not.
+//   3. answer_phrase the text after the last "answer is" / "answer:" (any case, markdown `**`
+//                    around allowed), to the end of its line (the next non-empty line when that is
+//                    empty), cut at the first `.` `,` `;` followed by a space or the end, outside
+//                    brackets and `$...$`: "The answer is 42." -> "42".
+//   4. last_number   the last number in the text: digits, `1,234` groups, decimals, `1e3`, `a/b`,
+//                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`.
+// Rules 1-3 are a well-formed answer (TextReward's format bonus); rule 4 is a fallback.
+//
+// Normalisation (normalize_answer), for the extracted answer and the reference alike:
+//   - surrounding `$...$`, `$$...$$`, `\(...\)`, `\[...\]`, `\boxed{...}`; a trailing `.`
+//   - `\left` `\right` `\displaystyle` `\! \, \; \:` dropped; `\dfrac` `\tfrac` -> `\frac`;
+//     `\frac12` -> `\frac{1}{2}`, `\sqrt2` -> `\sqrt{2}`; `$` `\$` `%` `\%` dropped;
+//     `^\circ` `^{\circ}` `\degree` `°` dropped; `\-` and U+2212 -> `-`
+//   - `\text{}` `\textbf{}` `\mbox{}` `\mathrm{}` ... unwrapped: `\text{yes}` -> yes
+//   - a leading `x =` / `answer =` / `\theta =` (only when it is the one `=`)
+//   - words after a number, after a space: `5 apples`, `5\text{ cm}`, `10 m/s` -> the number
+//   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`
+//   - all whitespace
+//   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed) becomes
+//     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
+//     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so
+//     big integers still compare exactly; a fraction too large stays text.
+//   - a tuple, interval or list (`(1, 2)`, `[0,\infty)`, `\{1,2\}`, `1, 2`) is normalised element
+//     by element and joined with ", "
+//   - anything else is compared as text; text without a `\` is lower-cased (`Yes` == `yes`).
+// Choices: percent is dropped, so "50%" equals 50 and does not equal 0.5 (as most verifiers do);
+// units and words after a number are ignored, so "5 apples" equals "5 pears".
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace shardrl {
+
+enum class AnswerMarker { boxed, hashes, answer_phrase, last_number };
+
+struct FinalAnswer {
+  std::string text;     // as written (trimmed), before normalisation
+  AnswerMarker marker;  // which extraction rule found it
+};
+
+// True for an answer the completion marked as final (rules 1-3), false for the last-number fallback.
+bool is_well_formed(AnswerMarker marker);
+
+// The completion's final answer, or nullopt when it has none (not even a number).
+std::optional<FinalAnswer> find_final_answer(std::string_view completion);
+
+// find_final_answer's text alone.
+std::optional<std::string> extract_final_answer(std::string_view completion);
+
+// The final answer inside a reference: the text after its last `####` when it has one (a whole
+// GSM8K solution), else the reference itself.
+std::string_view reference_final_answer(std::string_view reference);
+
+// The canonical form described above; "" for an answer that normalises to nothing.
+std::string normalize_answer(std::string_view answer);
+
+// Both normalised and equal (numbers by exact value); never true for an empty reference.
+bool answers_equal(std::string_view given, std::string_view reference);
+
+// The completion's final answer equals the reference's (reference_final_answer).
+bool math_answer_correct(std::string_view completion, std::string_view reference);
+
+}  // namespace shardrl

@@ -1,0 +1,625 @@
+// The reward command (rl/reward_command.hpp): posix_spawn with three pipes, one poll loop that
+// writes requests and reads replies at once, and a thread that forwards stderr to the log.
+// Guarantees: no pipe deadlock, no SIGPIPE, no zombie, no child left running after destruction.
+#include "rl/reward_command.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "io/json_parse_message.hpp"
+
+extern char** environ;
+
+namespace shardrl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A command may need a moment after stdin EOF (flush files, join workers) before SIGTERM.
+constexpr auto kStdinGrace = std::chrono::seconds(2);
+constexpr auto kTermGrace = std::chrono::seconds(1);
+// After a crash shows as EOF on stdout, how long to wait for the exit status and the last
+// stderr lines (a traceback) so that the log shows them before the error.
+constexpr auto kCrashReportWait = std::chrono::seconds(1);
+// A reply is a small object; a line without end is a broken command, not a reply to buffer.
+constexpr std::size_t kMaxReplyBytes = std::size_t{16} << 20;
+constexpr std::size_t kMaxLogLineBytes = 4096;
+constexpr std::size_t kWriteChunkBytes = std::size_t{1} << 16;
+constexpr std::size_t kReadChunkBytes = std::size_t{1} << 16;
+
+std::string errno_message(int err) { return std::generic_category().message(err); }
+
+// The command for messages, as a shell would take it back: arguments quoted where they need it,
+// each cut to an escaped excerpt (an argument may be a whole prompt template).
+std::string quote_command_line(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& full_arg : argv) {
+    const std::string arg = excerpt(full_arg, 200);
+    if (!out.empty()) out += ' ';
+    const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_./=:,+-@%", c) != nullptr;
+    });
+    if (plain) {
+      out += arg;
+      continue;
+    }
+    out += '\'';
+    for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
+// One owner per file descriptor.
+class OwnedFd {
+ public:
+  OwnedFd() = default;
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  OwnedFd(OwnedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  OwnedFd& operator=(OwnedFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool is_open() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  OwnedFd read_end, write_end;
+};
+
+// dup2 onto 0, 1 or 2 keeps FD_CLOEXEC when the source already is that number (a parent started
+// with closed stdio), which would close the child's stdio at exec: keep pipe ends above 2.
+OwnedFd above_stdio(OwnedFd fd) {
+  if (fd.get() > 2) return fd;
+  const int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) throw InputError("reward command: fcntl(F_DUPFD_CLOEXEC): " + errno_message(errno));
+  return OwnedFd(moved);
+}
+
+// Both ends close on exec: the child gets only the ends dup2'ed onto its stdio.
+Pipe make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw InputError("reward command: pipe2: " + errno_message(errno));
+  Pipe pipe{OwnedFd(fds[0]), OwnedFd(fds[1])};
+  pipe.read_end = above_stdio(std::move(pipe.read_end));
+  pipe.write_end = above_stdio(std::move(pipe.write_end));
+  return pipe;
+}
+
+void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    throw InputError("reward command: fcntl(O_NONBLOCK): " + errno_message(errno));
+}
+
+// One owner per child pid. The child leads a process group of its own so that signals also
+// reach what it started (a `sh -c` wrapper, a worker pool). Destruction never leaves a zombie.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() {
+    if (pid_ > 0 && !reaped_) {
+      signal_group(SIGKILL);
+      wait_exit_blocking();
+    }
+  }
+
+  void adopt(pid_t pid) { pid_ = pid; }
+  bool reaped() const { return reaped_; }
+
+  // Signals only while the leader is unreaped: until then its pid (the group id) cannot be reused.
+  void signal_group(int signal) {
+    if (pid_ > 0 && !reaped_) ::kill(-pid_, signal);
+  }
+
+  // Reaps the child if it has exited within `limit`; true once reaped.
+  bool wait_exit(Clock::duration limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      if (try_reap(WNOHANG)) return true;
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  void wait_exit_blocking() { try_reap(0); }
+
+  // "exited with status 3", "was killed by signal 9 (Killed)", "is still running".
+  std::string exit_description() const {
+    if (!reaped_) return "is still running";
+    if (!status_known_) return "exited (status unknown: reaped elsewhere)";
+    if (WIFEXITED(status_)) return fmt::format("exited with status {}", WEXITSTATUS(status_));
+    if (WIFSIGNALED(status_))
+      return fmt::format("was killed by signal {} ({})", WTERMSIG(status_), ::strsignal(WTERMSIG(status_)));
+    return "ended";
+  }
+
+ private:
+  bool try_reap(int options) {
+    if (reaped_) return true;
+    for (;;) {
+      const pid_t got = ::waitpid(pid_, &status_, options);
+      if (got == pid_) {
+        reaped_ = status_known_ = true;
+        return true;
+      }
+      if (got == 0) return false;
+      if (errno == EINTR) continue;
+      // ECHILD: the job ignores SIGCHLD (children reap themselves) or someone else waited.
+      reaped_ = true;
+      return true;
+    }
+  }
+
+  pid_t pid_ = -1;
+  bool reaped_ = false, status_known_ = false;
+  int status_ = 0;
+};
+
+// Blocks signals in this thread for a scope.
+class ScopedSignalBlock {
+ public:
+  explicit ScopedSignalBlock(const sigset_t& signals) { ::pthread_sigmask(SIG_BLOCK, &signals, &previous_); }
+  ~ScopedSignalBlock() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  ScopedSignalBlock(const ScopedSignalBlock&) = delete;
+  ScopedSignalBlock& operator=(const ScopedSignalBlock&) = delete;
+
+ private:
+  sigset_t previous_;
+};
+
+// Pipes have no MSG_NOSIGNAL, and the job may not ignore SIGPIPE: block it in this thread while
+// writing, and swallow the SIGPIPE that a write to a closed pipe raised (EPIPE says it already),
+// unless one was pending before.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() : block_(sigpipe_set()) {
+    sigset_t pending;
+    ::sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeGuard() {
+    if (!raised_ || was_pending_) return;
+    const sigset_t signals = sigpipe_set();
+    const timespec no_wait{0, 0};
+    while (::sigtimedwait(&signals, nullptr, &no_wait) < 0 && errno == EINTR) {}
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+  void note_epipe() { raised_ = true; }
+
+ private:
+  static sigset_t sigpipe_set() {
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGPIPE);
+    return signals;
+  }
+
+  ScopedSignalBlock block_;
+  bool was_pending_ = false, raised_ = false;
+};
+
+// posix_spawnp (vfork-like: safe in a multithreaded MPI process where fork is not). The child
+// starts with no signal blocked and SIGTERM and SIGPIPE at their defaults whatever this thread
+// or the job has set, in a new process group.
+pid_t spawn_child(const std::vector<std::string>& argv, const std::string& command_line, int stdin_fd,
+                  int stdout_fd, int stderr_fd) {
+  struct FileActions {
+    posix_spawn_file_actions_t actions;
+    FileActions() { posix_spawn_file_actions_init(&actions); }
+    ~FileActions() { posix_spawn_file_actions_destroy(&actions); }
+  } files;
+  struct Attributes {
+    posix_spawnattr_t attr;
+    Attributes() { posix_spawnattr_init(&attr); }
+    ~Attributes() { posix_spawnattr_destroy(&attr); }
+  } attributes;
+
+  posix_spawn_file_actions_adddup2(&files.actions, stdin_fd, STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&files.actions, stdout_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&files.actions, stderr_fd, STDERR_FILENO);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  // Descriptors a library opened without O_CLOEXEC (MPI sockets, files) stay with the job: a
+  // reward command holding them could keep a peer or a file open after the job ends.
+  posix_spawn_file_actions_addclosefrom_np(&files.actions, 3);
+#endif
+
+  sigset_t no_signals, defaults;
+  sigemptyset(&no_signals);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setflags(&attributes.attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attributes.attr, 0);
+  posix_spawnattr_setsigmask(&attributes.attr, &no_signals);
+  posix_spawnattr_setsigdefault(&attributes.attr, &defaults);
+
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+
+  pid_t pid = -1;
+  const int err = ::posix_spawnp(&pid, args[0], &files.actions, &attributes.attr, args.data(), environ);
+  if (err != 0) {
+    const bool searched = argv[0].find('/') == std::string::npos;
+    throw InputError(fmt::format("cannot start reward command `{}`: {}: {}{}", command_line,
+                                 excerpt(argv[0], 200), errno_message(err),
+                                 searched ? " (looked up in PATH)" : ""));
+  }
+  return pid;
+}
+
+// Forwards the child's stderr to the log, line by line, from a thread of its own: a chatty
+// command never blocks on a full pipe, between batches included. Longer lines than
+// kMaxLogLineBytes are logged in pieces.
+class StderrForwarder {
+ public:
+  explicit StderrForwarder(OwnedFd stderr_read) : stderr_(std::move(stderr_read)), wake_(make_pipe()) {
+    set_nonblocking(stderr_.get());
+    // Signals meant for the job (SIGTERM, SIGUSR1) go to its own threads, not to this one.
+    sigset_t all;
+    sigfillset(&all);
+    ScopedSignalBlock block(all);
+    thread_ = std::thread([this] { forward(); });
+  }
+  // Reads what is left without waiting for EOF (a grandchild may still hold the pipe), then joins.
+  ~StderrForwarder() {
+    const char byte = 1;
+    while (::write(wake_.write_end.get(), &byte, 1) < 0 && errno == EINTR) {}
+    thread_.join();
+  }
+  StderrForwarder(const StderrForwarder&) = delete;
+  StderrForwarder& operator=(const StderrForwarder&) = delete;
+
+  // Waits at most `limit` for the pipe to close (the command exited and its last lines are logged).
+  void wait_closed(Clock::duration limit) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    closed_changed_.wait_for(lock, limit, [this] { return closed_; });
+  }
+
+ private:
+  void forward() {
+    std::string pending;
+    char buffer[kReadChunkBytes];
+    bool open = true;
+    while (open) {
+      pollfd fds[2] = {{stderr_.get(), POLLIN, 0}, {wake_.read_end.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      const bool stopping = fds[1].revents != 0;
+      for (;;) {
+        const ssize_t got = ::read(stderr_.get(), buffer, sizeof(buffer));
+        if (got > 0) {
+          pending.append(buffer, static_cast<std::size_t>(got));
+          log_complete_lines(pending);
+          continue;
+        }
+        if (got < 0 && errno == EINTR) continue;
+        if (got == 0 || errno != EAGAIN) open = false;
+        break;
+      }
+      if (stopping) open = false;
+    }
+    if (!pending.empty()) log_line(pending);
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    closed_changed_.notify_all();
+  }
+
+  static void log_complete_lines(std::string& pending) {
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t newline = pending.find('\n', start);
+      if (newline == std::string::npos) break;
+      log_line(std::string_view(pending).substr(start, newline - start));
+      start = newline + 1;
+    }
+    while (pending.size() - start >= kMaxLogLineBytes) {
+      log_line(std::string_view(pending).substr(start, kMaxLogLineBytes));
+      start += kMaxLogLineBytes;
+    }
+    pending.erase(0, start);
+  }
+
+  static void log_line(std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    // default_logger() takes the registry's lock: safe against init_logging replacing the
+    // logger while this thread logs, which spdlog::warn (a raw pointer) is not.
+    spdlog::default_logger()->warn("reward command: {}", line);
+  }
+
+  OwnedFd stderr_;
+  Pipe wake_;
+  std::mutex mutex_;
+  std::condition_variable closed_changed_;
+  bool closed_ = false;
+  std::thread thread_;
+};
+
+std::string encode_request(const RewardRequest& request) {
+  nlohmann::json line = {{"prompt", request.prompt},
+                         {"completion", request.completion},
+                         {"answer", request.answer},
+                         {"metadata", request.metadata}};
+  // Completions are model output: invalid UTF-8 becomes U+FFFD rather than an exception.
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+// The running command: its pid, our ends of its stdin and stdout (non-blocking) and the stderr
+// forwarder. Destruction ends the command (see ~RewardCommand).
+class RewardCommand::Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& command_line)
+      : command_line_(command_line) {
+    Pipe to_child = make_pipe(), from_child = make_pipe(), errors = make_pipe();
+    child_.adopt(spawn_child(argv, command_line, to_child.read_end.get(), from_child.write_end.get(),
+                             errors.write_end.get()));
+    // The child's ends close here, at scope exit: only then do EOF and EPIPE reach us.
+    stdin_ = std::move(to_child.write_end);
+    stdout_ = std::move(from_child.read_end);
+    set_nonblocking(stdin_.get());
+    set_nonblocking(stdout_.get());
+    stderr_ = std::make_unique<StderrForwarder>(std::move(errors.read_end));
+  }
+
+  ~Process() {
+    // Closing stdout too makes a command blocked on a full stdout pipe (after a failed batch)
+    // get EPIPE and end.
+    stdin_.reset();
+    stdout_.reset();
+    if (!child_.wait_exit(kStdinGrace)) {
+      child_.signal_group(SIGTERM);
+      if (!child_.wait_exit(kTermGrace)) {
+        child_.signal_group(SIGKILL);
+        child_.wait_exit_blocking();
+      }
+    }
+    stderr_.reset();
+  }
+
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  std::vector<double> exchange(const std::vector<RewardRequest>& batch, double timeout_s);
+
+ private:
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw InputError(fmt::format("reward command `{}`: {}", command_line_, problem));
+  }
+  double parse_reply(std::string_view line, std::size_t index, std::size_t count) const;
+
+  std::string command_line_;
+  ChildProcess child_;
+  OwnedFd stdin_, stdout_;
+  std::unique_ptr<StderrForwarder> stderr_;
+};
+
+namespace {
+std::string request_name(std::size_t index, std::size_t count) {
+  return fmt::format("request {} of {} (0-based)", index, count);
+}
+}  // namespace
+
+double RewardCommand::Process::parse_reply(std::string_view line, std::size_t index,
+                                           std::size_t count) const {
+  const std::string where = "reply to " + request_name(index, count);
+  const std::string quoted = "\"" + excerpt(line) + "\"";
+  nlohmann::json reply;
+  try {
+    reply = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    fail(fmt::format("{} is not JSON ({}): {}", where, json_parse_message(e.what()), quoted));
+  }
+  if (!reply.is_object()) fail(fmt::format("{} is a JSON {}, not an object: {}", where, reply.type_name(), quoted));
+  const auto reward = reply.find("reward");
+  if (reward == reply.end()) fail(fmt::format("{} has no \"reward\": {}", where, quoted));
+  if (!reward->is_number())
+    fail(fmt::format("{}: \"reward\" is a {}, not a number: {}", where, reward->type_name(), quoted));
+  const double value = reward->get<double>();
+  if (!std::isfinite(value)) fail(fmt::format("{}: \"reward\" is not finite: {}", where, quoted));
+  return value;
+}
+
+// Writes the batch and reads the replies at once: a command that answers each line before it
+// reads the next would otherwise block on a full stdout pipe while we block on its full stdin.
+// Requests are encoded a chunk at a time, so a batch never exists twice in memory.
+std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardRequest>& batch,
+                                                     double timeout_s) {
+  const std::size_t count = batch.size();
+  const double bounded_timeout_s = std::min(timeout_s, 1e8);   // no overflow in the cast below
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(bounded_timeout_s));
+  bool stdin_closed_by_child = false;
+  SigpipeGuard sigpipe_guard;
+
+  std::vector<double> rewards;
+  rewards.reserve(count);
+  std::string outgoing;            // encoded requests not yet written, from outgoing_pos
+  std::size_t outgoing_pos = 0, next_to_encode = 0;
+  std::string incoming;            // bytes of replies not yet complete
+  std::size_t scanned = 0;         // incoming[0, scanned) holds no newline
+  std::vector<char> buffer(kReadChunkBytes);
+
+  auto refill = [&] {
+    if (outgoing_pos < outgoing.size()) return;
+    outgoing.clear();
+    outgoing_pos = 0;
+    while (next_to_encode < count && outgoing.size() < kWriteChunkBytes) {
+      outgoing += encode_request(batch[next_to_encode++]);
+      outgoing += '\n';
+    }
+  };
+  auto unterminated_output = [&] {
+    return incoming.empty() ? std::string() : fmt::format("; output after the last full line: \"{}\"", excerpt(incoming));
+  };
+
+  for (;;) {
+    refill();
+    const bool writing = !stdin_closed_by_child && outgoing_pos < outgoing.size();
+    if (rewards.size() == count) {
+      if (writing)
+        fail(fmt::format("more output than requests: it replied {} times before reading all {} requests{}",
+                         count, count, unterminated_output()));
+      if (!incoming.empty())
+        fail(fmt::format("more output than requests: after the reply to the last of {} requests: \"{}\"",
+                         count, excerpt(incoming)));
+      return rewards;
+    }
+
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      if (stdin_closed_by_child)
+        fail(fmt::format("stopped reading its stdin and {}, with no reply to {}{}", child_.exit_description(),
+                         request_name(rewards.size(), count), unterminated_output()));
+      fail(fmt::format("no reply to {} within the timeout of {:g} s (each reply must end with a "
+                       "newline and be flushed){}",
+                       request_name(rewards.size(), count), timeout_s, unterminated_output()));
+    }
+    const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+
+    pollfd fds[2];
+    nfds_t nfds = 0;
+    fds[nfds++] = {stdout_.get(), POLLIN, 0};
+    if (writing) fds[nfds++] = {stdin_.get(), POLLOUT, 0};
+    const int ready = ::poll(fds, nfds, static_cast<int>(std::min<long long>(wait_ms, 1 << 30)));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      fail("poll: " + errno_message(errno));
+    }
+
+    if (writing && fds[1].revents != 0) {
+      while (outgoing_pos < outgoing.size()) {
+        const ssize_t put = ::write(stdin_.get(), outgoing.data() + outgoing_pos, outgoing.size() - outgoing_pos);
+        if (put > 0) {
+          outgoing_pos += static_cast<std::size_t>(put);
+          refill();
+          continue;
+        }
+        if (put < 0 && errno == EINTR) continue;
+        if (put < 0 && errno == EAGAIN) break;
+        if (put < 0 && errno != EPIPE) fail("writing to its stdin: " + errno_message(errno));
+        // The command closed its stdin (most likely it exited): read what it said before, and
+        // report its exit; a command that goes on running without input gets a short while.
+        sigpipe_guard.note_epipe();
+        stdin_closed_by_child = true;
+        deadline = std::min(deadline, Clock::now() + kCrashReportWait);
+        break;
+      }
+    }
+
+    if (fds[0].revents == 0) continue;
+    bool stdout_closed = false;
+    for (std::size_t read_total = 0; read_total < 16 * kReadChunkBytes;) {
+      const ssize_t got = ::read(stdout_.get(), buffer.data(), buffer.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && errno == EAGAIN) break;
+      if (got < 0) fail("reading its stdout: " + errno_message(errno));
+      if (got == 0) {
+        stdout_closed = true;
+        break;
+      }
+      read_total += static_cast<std::size_t>(got);
+      incoming.append(buffer.data(), static_cast<std::size_t>(got));
+    }
+
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t newline = incoming.find('\n', std::max(start, scanned));
+      if (newline == std::string::npos) break;
+      const std::string_view line = std::string_view(incoming).substr(start, newline - start);
+      if (rewards.size() == count)
+        fail(fmt::format("more output than requests: after the reply to the last of {} requests: \"{}\"",
+                         count, excerpt(line)));
+      rewards.push_back(parse_reply(line, rewards.size(), count));
+      start = newline + 1;
+    }
+    incoming.erase(0, start);
+    scanned = incoming.size();
+    if (incoming.size() > kMaxReplyBytes)
+      fail(fmt::format("reply to {} is longer than {} MiB without a newline: \"{}\"",
+                       request_name(rewards.size(), count), kMaxReplyBytes >> 20, excerpt(incoming)));
+
+    // The replies that came before EOF count; a command that answered the whole batch and then
+    // exited is reported by the next batch.
+    if (stdout_closed && (rewards.size() < count || !incoming.empty())) {
+      child_.wait_exit(kCrashReportWait);
+      stderr_->wait_closed(kCrashReportWait);   // its traceback reaches the log first
+      fail(fmt::format("{} before replying to {}{}",
+                       child_.reaped() ? child_.exit_description() : std::string("closed its stdout"),
+                       request_name(rewards.size(), count), unterminated_output()));
+    }
+  }
+}
+
+RewardCommand::RewardCommand(std::vector<std::string> argv, double timeout_s)
+    : command_line_(quote_command_line(argv)), timeout_s_(timeout_s) {
+  if (argv.empty() || argv[0].empty())
+    throw InputError("reward command: no program given (rl.reward_command is empty)");
+  if (!(timeout_s > 0) || !std::isfinite(timeout_s))
+    throw InputError(fmt::format("reward command `{}`: the timeout must be a positive number of seconds, got {}",
+                                 command_line_, timeout_s));
+  process_ = std::make_unique<Process>(argv, command_line_);
+}
+
+RewardCommand::~RewardCommand() = default;
+RewardCommand::RewardCommand(RewardCommand&&) noexcept = default;
+RewardCommand& RewardCommand::operator=(RewardCommand&&) noexcept = default;
+
+std::vector<double> RewardCommand::score(const std::vector<RewardRequest>& batch) {
+  if (!failure_.empty())
+    throw InputError(fmt::format("reward command `{}` is unusable after an earlier error: {}", command_line_, failure_));
+  SHARDRL_CHECK(process_ != nullptr, "RewardCommand used after it was moved from");
+  if (batch.empty()) return {};
+  try {
+    return process_->exchange(batch, timeout_s_);
+  } catch (const InputError& e) {
+    failure_ = e.what();
+    throw;
+  }
+}
+
+}  // namespace shardrl

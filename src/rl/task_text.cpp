@@ -1,0 +1,248 @@
+// `text`: RL on text prompts with the model's own tokenizer and chat template (docs/text-rl.md).
+// A JSONL dataset, one example per line: {"prompt": str, "answer": str|number} or {"messages":
+// [{"role", "content"}...], "answer": ...}, optionally a worked "solution" for the warm-up (keys
+// renamed by rl.prompt_key / answer_key / solution_key). At construction, on every rank alike,
+// each prompt is rendered with the chat template (system prompt first, generation prompt added)
+// and encoded, once; prompts longer than max_prompt_tokens are dropped and counted. Examples are
+// drawn as the jsonl task draws them (line uniform_below(engine(seed, iteration, index))), the
+// same at any world size. A completion is decoded up to EOS and scored by rl.reward: a TextReward
+// (math, exact, regex) or a reward process (command), which scores a rollout's batch at once.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "io/json_parse_message.hpp"
+#include "rl/reward_command.hpp"
+#include "rl/task_common.hpp"
+#include "rl/text_reward.hpp"
+#include "text/chat_template.hpp"
+#include "text/hf_tokenizer.hpp"
+
+namespace shardrl::task_detail {
+namespace {
+
+using nlohmann::json;
+
+struct TextRow {
+  std::string prompt;                       // the rendered prompt text
+  std::vector<std::int32_t> prompt_ids;
+  std::string answer;
+  std::vector<std::int32_t> demonstration;  // the solution's (else the answer's) ids
+  json metadata;                            // the line's other fields, for a reward process
+  std::string source;                       // "path:line"
+};
+
+// An answer field may be a string or a number (GSM8K-style files hold both).
+std::string answer_text(const json& v, const std::string& where, const std::string& key) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_number()) return v.dump();
+  throw InputError(fmt::format("{}: field \"{}\" must be a string or a number, got {}", where, key, v.type_name()));
+}
+
+class TextTask final : public Task {
+ public:
+  explicit TextTask(const TaskOptions& o) : options_(o.text), tokenizer_(o.text.tokenizer_dir) {
+    const TextTaskOptions& t = options_;
+    if (t.chat_template) {
+      if (tokenizer_.chat_template().empty())
+        throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template; set rl.chat_template = false to "
+                                     "encode prompts as they are",
+                                     t.tokenizer_dir));
+      template_ = std::make_unique<ChatTemplate>(tokenizer_.chat_template(),
+                                                 t.tokenizer_dir + "/tokenizer_config.json: chat_template");
+    }
+    try {
+      variables_ = json::parse(t.template_variables);
+    } catch (const json::parse_error& e) {
+      throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
+    }
+    if (!variables_.is_object()) throw InputError("rl.template_variables must be a JSON object");
+    variables_["bos_token"] = tokenizer_.bos_token();
+    variables_["eos_token"] = tokenizer_.eos_token();
+    if (tokenizer_.eos_ids().empty() && o.eos_id < 0)
+      throw InputError(fmt::format("the tokenizer in {} names no eos token (tokenizer_config.json eos_token, "
+                                   "generation_config.json eos_token_id); set rl.eos_id",
+                                   t.tokenizer_dir));
+    eos_ = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : eos_of_tokenizer();
+    train_ = load(o.dataset_path, "dataset");
+    if (!t.eval_path.empty()) eval_ = load(t.eval_path, "eval dataset");
+    if (t.reward == "command") {
+      command_ = std::make_unique<RewardCommand>(t.reward_command, t.reward_timeout_s);
+    } else {
+      TextRewardOptions r;
+      r.kind = text_reward_kind_from_name(t.reward);
+      r.format_reward = t.format_reward;
+      r.pattern = t.reward_pattern;
+      reward_ = std::make_unique<TextReward>(r);
+    }
+  }
+
+  std::string name() const override { return "text"; }
+  bool pre_tokenized() const override { return true; }
+  std::int32_t eos_id() const override { return eos_; }
+
+  TaskExample example(std::uint64_t seed, std::int64_t iteration, std::int64_t index) const override {
+    std::mt19937_64 engine = example_engine(kTextSalt, seed, iteration, index);
+    return as_example(train_[uniform_below(engine, train_.size())]);
+  }
+
+  std::int64_t eval_count() const override { return static_cast<std::int64_t>(eval_.size()); }
+  TaskExample eval_example(std::int64_t index) const override {
+    SHARDRL_CHECK(index >= 0 && index < eval_count(), "eval example out of range");
+    return as_example(eval_[static_cast<std::size_t>(index)]);
+  }
+
+  double score(const TaskExample&, const std::string&) const override {
+    SHARDRL_CHECK(false, "the text task's examples are scored on ids (score_ids)");
+    return 0;
+  }
+
+  double score_ids(const TaskExample& ex, const std::vector<std::int32_t>& completion) const override {
+    return score_ids_batch({ex}, {completion}).front();
+  }
+
+  std::vector<double> score_ids_batch(const std::vector<TaskExample>& examples,
+                                      const std::vector<std::vector<std::int32_t>>& completions) const override {
+    std::vector<std::string> texts;
+    texts.reserve(completions.size());
+    for (const auto& c : completions) texts.push_back(completion_text(c));
+    std::vector<double> rewards;
+    if (command_) {
+      std::vector<RewardRequest> batch;
+      for (std::size_t i = 0; i < examples.size(); ++i)
+        batch.push_back({examples[i].prompt, texts[i], examples[i].answer, metadata_of(examples[i])});
+      std::lock_guard<std::mutex> lock(command_mutex_);   // one conversation with the process at a time
+      return command_->score(batch);
+    }
+    for (std::size_t i = 0; i < examples.size(); ++i) rewards.push_back(reward_->score(texts[i], examples[i].answer));
+    return rewards;
+  }
+
+ private:
+  std::int32_t eos_of_tokenizer() const {
+    // tokenizer_config.json's eos_token ends a chat turn (<|im_end|>, <|eot_id|>); it is the
+    // first of eos_ids() when present.
+    const std::int32_t named = tokenizer_.eos_token().empty() ? -1 : tokenizer_.token_id(tokenizer_.eos_token());
+    return named >= 0 ? named : tokenizer_.eos_ids().front();
+  }
+
+  // The completion's text: its ids before the first EOS, special tokens kept (a reward sees
+  // what the model wrote).
+  std::string completion_text(const std::vector<std::int32_t>& ids) const {
+    const auto end = std::find(ids.begin(), ids.end(), eos_);
+    return tokenizer_.decode(std::vector<std::int32_t>(ids.begin(), end));
+  }
+
+  TaskExample as_example(const TextRow& row) const {
+    TaskExample ex;
+    ex.prompt = row.prompt;
+    ex.answer = row.answer;
+    ex.prompt_ids = row.prompt_ids;
+    ex.answer_ids = row.demonstration;
+    ex.source = row.source;
+    return ex;
+  }
+
+  json metadata_of(const TaskExample& ex) const {
+    const auto it = metadata_.find(ex.source);
+    return it == metadata_.end() ? json::object() : it->second;
+  }
+
+  std::vector<TextRow> load(const std::string& path, const char* what) {
+    const TextTaskOptions& t = options_;
+    const std::string data = read_input_file(path, what);
+    std::istringstream in(data);
+    std::vector<TextRow> rows;
+    std::int64_t dropped = 0, longest_dropped = 0;
+    int number = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("{}:{}", path, number);
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::parse_error& e) {
+        throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
+      }
+      if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object, got {}", where, j.type_name()));
+      json messages = json::array();
+      if (!t.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", t.system_prompt}});
+      if (j.contains("messages")) {
+        if (!j["messages"].is_array() || j["messages"].empty())
+          throw InputError(fmt::format("{}: field \"messages\" must be a non-empty array of messages", where));
+        if (!t.system_prompt.empty() && j["messages"][0].value("role", "") == "system") messages = json::array();
+        for (const json& m : j["messages"]) {
+          if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string())
+            throw InputError(fmt::format("{}: every message needs a string \"role\" and a \"content\"", where));
+          messages.push_back(m);
+        }
+      } else {
+        const auto p = j.find(t.prompt_key);
+        if (p == j.end() || !p->is_string())
+          throw InputError(fmt::format("{}: missing string field \"{}\" (or \"messages\")", where, t.prompt_key));
+        messages.push_back({{"role", "user"}, {"content", *p}});
+      }
+      const auto a = j.find(t.answer_key);
+      if (a == j.end()) throw InputError(fmt::format("{}: missing field \"{}\"", where, t.answer_key));
+      TextRow row;
+      row.answer = answer_text(*a, where, t.answer_key);
+      row.source = where;
+      if (template_) {
+        row.prompt = template_->render(messages, /*add_generation_prompt=*/true, variables_);
+      } else {
+        for (const json& m : messages) row.prompt += m["content"].is_string() ? m["content"].get<std::string>() : "";
+      }
+      row.prompt_ids = tokenizer_.encode(row.prompt);
+      if (row.prompt_ids.empty()) throw InputError(fmt::format("{}: the prompt encodes to no tokens", where));
+      if (static_cast<std::int64_t>(row.prompt_ids.size()) > t.max_prompt_tokens) {
+        ++dropped;
+        longest_dropped = std::max<std::int64_t>(longest_dropped, static_cast<std::int64_t>(row.prompt_ids.size()));
+        continue;
+      }
+      std::string demonstration = row.answer;
+      if (!t.solution_key.empty() && j.contains(t.solution_key) && j[t.solution_key].is_string())
+        demonstration = j[t.solution_key].get<std::string>();
+      row.demonstration = tokenizer_.encode(demonstration);
+      json meta = j;
+      meta.erase(t.prompt_key);
+      meta.erase("messages");
+      metadata_[where] = std::move(meta);
+      rows.push_back(std::move(row));
+    }
+    if (dropped > 0)
+      spdlog::info("{} '{}': dropped {} prompt(s) longer than {} tokens (the longest {}); {} kept", what, path, dropped,
+                   t.max_prompt_tokens, longest_dropped, rows.size());
+    if (rows.empty())
+      throw InputError(fmt::format("{} '{}' has no usable example{}", what, path,
+                                   dropped > 0 ? fmt::format(" ({} dropped as longer than {} tokens)", dropped,
+                                                             t.max_prompt_tokens)
+                                               : ""));
+    return rows;
+  }
+
+  TextTaskOptions options_;
+  HfTokenizer tokenizer_;
+  std::unique_ptr<ChatTemplate> template_;
+  json variables_;
+  std::int32_t eos_ = -1;
+  std::vector<TextRow> train_, eval_;
+  std::map<std::string, json> metadata_;   // by source "path:line"
+  std::unique_ptr<TextReward> reward_;
+  std::unique_ptr<RewardCommand> command_;
+  mutable std::mutex command_mutex_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_text_task(const TaskOptions& options) { return std::make_unique<TextTask>(options); }
+
+}  // namespace shardrl::task_detail

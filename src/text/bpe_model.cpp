@@ -1,0 +1,180 @@
+#include "text/bpe_model.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <queue>
+
+#include "core/error.hpp"
+#include "text/utf8.hpp"
+
+namespace shardrl::text {
+namespace {
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b);
+}
+
+}  // namespace
+
+BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
+  const std::string at = origin + ": model";
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (spec.contains(key) && spec[key].is_string() && !spec[key].get<std::string>().empty())
+      throw InputError(fmt::format("{}: BPE with a {} is not supported", at, key));
+  }
+  if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"].get<double>() > 0)
+    throw InputError(fmt::format("{}: BPE dropout is not supported (it makes encoding random)", at));
+  const auto& vocab = spec.at("vocab");
+  std::int32_t largest = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) largest = std::max(largest, it.value().get<std::int32_t>());
+  tokens_.assign(static_cast<std::size_t>(largest + 1), std::string());
+  vocab_.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const std::int32_t id = it.value().get<std::int32_t>();
+    if (id < 0) throw InputError(fmt::format("{}: token {} has a negative id", at, excerpt(it.key())));
+    vocab_.emplace(it.key(), id);
+    tokens_[static_cast<std::size_t>(id)] = it.key();
+  }
+  // Merges are "a b" strings (older files) or ["a", "b"] pairs; their order is their rank.
+  const auto& merges = spec.at("merges");
+  merges_.reserve(merges.size());
+  std::int32_t rank = 0;
+  for (const auto& m : merges) {
+    std::string a, b;
+    if (m.is_array() && m.size() == 2) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const auto space = s.find(' ', 1);
+      if (space == std::string::npos)
+        throw InputError(fmt::format("{}: merge {} is not two tokens", at, rank));
+      a = s.substr(0, space);
+      b = s.substr(space + 1);
+    } else {
+      throw InputError(fmt::format("{}: merge {} is neither \"a b\" nor [\"a\", \"b\"]", at, rank));
+    }
+    const std::int32_t ia = id_of(a), ib = id_of(b), merged = id_of(a + b);
+    if (ia < 0 || ib < 0 || merged < 0)
+      throw InputError(fmt::format("{}: merge {} ({} + {}) names a token the vocabulary does not have", at, rank,
+                                   excerpt(a), excerpt(b)));
+    merges_.emplace(pair_key(ia, ib), std::make_pair(rank, merged));   // the first (lowest) rank wins
+    ++rank;
+  }
+  ignore_merges_ = spec.value("ignore_merges", false);
+  byte_fallback_ = spec.value("byte_fallback", false);
+  fuse_unk_ = spec.value("fuse_unk", false);
+  if (spec.contains("unk_token") && spec["unk_token"].is_string()) {
+    unk_ = id_of(spec["unk_token"].get<std::string>());
+    if (unk_ < 0) throw InputError(fmt::format("{}: unk_token is not in the vocabulary", at));
+  }
+  for (int b = 0; b < 256; ++b) byte_ids_[b] = id_of(fmt::format("<0x{:02X}>", b));
+}
+
+const std::string* BpeModel::token_of(std::int32_t id) const {
+  if (id < 0 || id >= size() || tokens_[static_cast<std::size_t>(id)].empty()) return nullptr;
+  return &tokens_[static_cast<std::size_t>(id)];
+}
+
+std::int32_t BpeModel::id_of(std::string_view token) const {
+  const auto it = vocab_.find(std::string(token));
+  return it == vocab_.end() ? -1 : it->second;
+}
+
+void BpeModel::encode(const std::string& piece, std::vector<std::int32_t>& ids) const {
+  if (piece.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    const auto it = cache_.find(piece);
+    if (it != cache_.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<std::int32_t> word;
+  if (ignore_merges_) {
+    const std::int32_t whole = id_of(piece);
+    if (whole >= 0) word.push_back(whole);
+  }
+  if (word.empty()) merge_word(piece, word);
+  ids.insert(ids.end(), word.begin(), word.end());
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (cache_.size() < kCacheCapacity) cache_.emplace(piece, std::move(word));
+}
+
+void BpeModel::merge_word(const std::string& piece, std::vector<std::int32_t>& out) const {
+  // The initial symbols: one per character, or its bytes (<0xXX>) with byte_fallback, or unk.
+  struct Symbol {
+    std::int32_t id;
+    int prev, next;   // -1 at the ends
+    bool alive;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(piece.size());
+  bool last_was_unk = false;
+  for (std::size_t i = 0; i < piece.size();) {
+    const std::size_t n = std::min(utf8_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    const std::int32_t id = id_of(std::string_view(piece).substr(i, n));
+    auto push = [&](std::int32_t s) {
+      symbols.push_back({s, static_cast<int>(symbols.size()) - 1, -1, true});
+    };
+    if (id >= 0) {
+      push(id);
+      last_was_unk = false;
+    } else if (byte_fallback_ && [&] {
+                 for (std::size_t k = 0; k < n; ++k)
+                   if (byte_ids_[static_cast<unsigned char>(piece[i + k])] < 0) return false;
+                 return true;
+               }()) {
+      for (std::size_t k = 0; k < n; ++k) push(byte_ids_[static_cast<unsigned char>(piece[i + k])]);
+      last_was_unk = false;
+    } else if (unk_ >= 0) {
+      if (!(fuse_unk_ && last_was_unk)) push(unk_);
+      last_was_unk = true;
+    } else {
+      throw InputError(fmt::format("the tokenizer cannot encode the character {}: it is not in the vocabulary, and "
+                                   "the model has neither byte_fallback nor an unk_token",
+                                   excerpt(piece.substr(i, n))));
+    }
+    i += n;
+  }
+  for (std::size_t s = 0; s + 1 < symbols.size(); ++s) symbols[s].next = static_cast<int>(s + 1);
+
+  // Candidate merges ordered by rank, then position (HF breaks ties leftmost first). An entry is
+  // stale when either symbol has changed since it was queued.
+  struct Candidate {
+    std::int32_t rank;
+    int left;
+    std::int32_t left_id, right_id, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  auto consider = [&](int left) {
+    if (left < 0) return;
+    const int right = symbols[static_cast<std::size_t>(left)].next;
+    if (right < 0) return;
+    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
+    if (it != merges_.end())
+      queue.push({it->second.first, left, symbols[left].id, symbols[right].id, it->second.second});
+  };
+  for (int s = 0; s + 1 < static_cast<int>(symbols.size()); ++s) consider(s);
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& left = symbols[static_cast<std::size_t>(c.left)];
+    if (!left.alive || left.id != c.left_id || left.next < 0) continue;
+    Symbol& right = symbols[static_cast<std::size_t>(left.next)];
+    if (right.id != c.right_id) continue;
+    left.id = c.merged;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = c.left;
+    consider(left.prev);
+    consider(c.left);
+  }
+  for (const Symbol& s : symbols)
+    if (s.alive) out.push_back(s.id);
+}
+
+}  // namespace shardrl::text

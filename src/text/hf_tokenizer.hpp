@@ -1,0 +1,88 @@
+// A model's own Hugging Face tokenizer, in C++ (no Python at run time): tokenizer.json's
+// normalizer, pre-tokenizer, BPE model (byte-level as in Qwen2/3 and Llama 3, SentencePiece-style
+// with byte fallback as in Llama 2 / Mistral), added and special tokens, post-processor and
+// decoder, plus what tokenizer_config.json and generation_config.json say about the special
+// tokens and the chat template. The ids equal Hugging Face's own (tests/test_hf_tokenizer.cpp
+// compares them with the Rust implementation on a corpus of every kind of text). Any component
+// this does not implement is an InputError naming it, never an approximation.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardrl {
+
+namespace text {
+class Normalizer;
+class PreTokenizer;
+class BpeModel;
+class TokenDecoder;
+}  // namespace text
+
+class HfTokenizer {
+ public:
+  // Reads DIR/tokenizer.json (required) and, where present, DIR/tokenizer_config.json and
+  // DIR/generation_config.json. Bad or unsupported content: InputError naming the file and key.
+  explicit HfTokenizer(const std::filesystem::path& dir);
+  ~HfTokenizer();
+  HfTokenizer(HfTokenizer&&) noexcept;
+  HfTokenizer& operator=(HfTokenizer&&) noexcept;
+
+  // The ids of `text` (any bytes: ill-formed UTF-8 becomes U+FFFD first). Added tokens in the text
+  // ("<|im_start|>") are matched before normalisation, as HF does; add_special_tokens runs the
+  // post-processor (e.g. Llama 2's BOS).
+  std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  // The text of `ids`; special tokens left out when skip_special_tokens. An id without a token
+  // (beyond the vocabulary: a model's padded embedding rows) decodes to nothing, as in Hugging
+  // Face's decode; a negative id is an InputError.
+  std::string decode(const std::vector<std::int32_t>& ids, bool skip_special_tokens = false) const;
+
+  // Largest id + 1 over the model's vocabulary and the added tokens.
+  std::int32_t vocab_size() const { return vocab_size_; }
+  // The id of a token (an added token's content, or a vocabulary entry), or -1.
+  std::int32_t token_id(std::string_view token) const;
+  bool is_special(std::int32_t id) const;
+
+  // tokenizer_config.json's chat_template ("" when it has none), its bos and eos tokens ("" when
+  // unset), and the ids that end a generation: generation_config.json's eos_token_id (one or a
+  // list), else the eos token's.
+  const std::string& chat_template() const { return chat_template_; }
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
+  const std::vector<std::int32_t>& eos_ids() const { return eos_ids_; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  struct AddedToken {
+    std::string content;
+    std::int32_t id;
+    bool special, normalized, lstrip, rstrip;
+  };
+  struct PostItem {
+    std::vector<std::int32_t> ids;   // a special token's ids, or empty for the sequence itself
+  };
+  // Cuts `text` at the added tokens of the given kind (normalized or not): the pieces between
+  // them go to `plain`, each token's id is appended, in order.
+  void split_added(const std::string& text, bool normalized, bool at_start, std::vector<std::int32_t>& ids) const;
+  void encode_plain(std::string piece, bool at_start, std::vector<std::int32_t>& ids) const;
+
+  std::filesystem::path dir_;
+  std::unique_ptr<text::Normalizer> normalizer_;
+  std::unique_ptr<text::PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<text::BpeModel> model_;
+  std::unique_ptr<text::TokenDecoder> decoder_;
+  std::vector<AddedToken> added_;                         // longest content first
+  std::vector<bool> added_starts_[2];                     // [normalized]: bytes that begin some added token
+  std::vector<std::string> added_by_id_;                  // id -> content ("" for model tokens)
+  std::vector<bool> special_by_id_;
+  std::vector<PostItem> post_single_;                     // TemplateProcessing "single", or empty
+  std::int32_t vocab_size_ = 0;
+  std::string chat_template_, bos_token_, eos_token_;
+  std::vector<std::int32_t> eos_ids_;
+};
+
+}  // namespace shardrl

