@@ -4,6 +4,7 @@
 // the start, every 2 iterations and at the end). The Qwen3 files come from
 // scripts/install_test_references.sh; without them (or without python3 for the dataset) these
 // tests are skipped with the reason.
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 
@@ -107,6 +108,21 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   EXPECT_EQ(with_eval, 3u) << metrics;
   EXPECT_NE(metrics.find("\"eval/pass@2\":"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("{\"iteration\":3,\"eval/reward_mean\":"), std::string::npos) << metrics;
+
+  // generate samples the trained policy with the job's tokenizer and chat template: text lines,
+  // the same for the same seed.
+  const std::string gen = mpirun(1) + " generate --checkpoint runs/text/checkpoints/iter_00000003.h5 --chat "
+                                      "--prompt 'What is 2 + 2?' --n 2 --max-new-tokens 6 --seed 5";
+  RunResult g1 = run_in(dir, gen), g2 = run_in(dir, gen);
+  ASSERT_EQ(g1.exit_code, 0) << g1.err;
+  EXPECT_EQ(std::count(g1.out.begin(), g1.out.end(), '\n'), 2) << g1.out;
+  EXPECT_EQ(g1.out, g2.out);
+  // --chat needs the model's tokenizer: a job of the byte tokenizer has none.
+  write(dir / "sort.toml", "[run]\niterations = 1\n");
+  RunResult no_tokenizer = run_in(dir, mpirun(1) + " generate --config sort.toml --chat --prompt hi");
+  EXPECT_EQ(no_tokenizer.exit_code, 2);
+  EXPECT_NE(no_tokenizer.err.find("--chat renders the prompt with the model's chat template"), std::string::npos)
+      << no_tokenizer.err;
 }
 
 }  // namespace

@@ -85,10 +85,13 @@ int run_cli(int argc, char** argv) {
   gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
   gen->add_option("--set", gen_args.overrides, "Override one key (repeatable; later ones win)")
       ->type_name("SECTION.KEY=VALUE");
-  CLI::Option* text = gen->add_option("--prompt", gen_args.prompt, "The prompt text (byte tokenizer)");
+  CLI::Option* text =
+      gen->add_option("--prompt", gen_args.prompt, "The prompt text (the model's tokenizer when the job has one)");
   CLI::Option* ids = gen->add_option("--prompt-ids", gen_args.prompt_ids,
                                      "The prompt as token ids, e.g. \"151644 872 198\" (the model's own tokenizer)");
   text->excludes(ids);
+  gen->add_flag("--chat", gen_args.chat, "Render --prompt as a user message with the model's chat template")
+      ->needs(text);
   gen->require_option(1, 0);
   gen->add_option("--n", gen_args.samples, "Completions to draw")->check(CLI::Range(1, 4096));
   gen->add_option("--seed", seed_flag, "Same as --set run.seed=S");

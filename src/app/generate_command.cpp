@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "app/cli.hpp"
 #include "app/job_config.hpp"
@@ -27,6 +28,8 @@
 #include "mpi/session.hpp"
 #include "rl/tokenizer.hpp"
 #include "rollout/generator.hpp"
+#include "text/chat_prompt.hpp"
+#include "text/hf_tokenizer.hpp"
 #include "rollout/weight_set.hpp"
 
 namespace shardrl {
@@ -105,9 +108,33 @@ int run_generate(const GenerateArgs& args) {
   }
   const bool by_ids = !args.prompt_ids.empty();
   std::vector<std::int32_t> prompt;
+  std::unique_ptr<HfTokenizer> model_tokenizer;   // the model's own, when the job has one
+  std::int32_t eos = eos_id(cfg);
+  try {
+    if (const std::string dir = tokenizer_dir(cfg); !dir.empty()) {
+      model_tokenizer = std::make_unique<HfTokenizer>(dir);
+      if (cfg.rl.eos_id < 0) eos = model_tokenizer->end_of_completion_id();
+    }
+    if (args.chat && !model_tokenizer)
+      throw InputError("--chat renders the prompt with the model's chat template: the job needs its tokenizer "
+                       "(model.tokenizer, or model.init_from with tokenizer.json)");
+  } catch (const InputError& e) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
   if (by_ids) {
     try {
       prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
+    } catch (const InputError& e) {
+      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  } else if (model_tokenizer) {
+    try {
+      const std::string text = args.chat ? ChatPrompt(*model_tokenizer).render(
+                                               nlohmann::json::array({{{"role", "user"}, {"content", args.prompt}}}))
+                                         : args.prompt;
+      prompt = model_tokenizer->encode(text);
     } catch (const InputError& e) {
       if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
       return kExitUsage;
@@ -116,7 +143,6 @@ int run_generate(const GenerateArgs& args) {
     prompt.push_back(tokenizer::kBos);
     for (std::int32_t t : tokenizer::encode(args.prompt)) prompt.push_back(t);
   }
-  const std::int32_t eos = eos_id(cfg);
   const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
   const int max_seq_len = resolve_model_shape(cfg.model).max_seq_len;
   const int max_len = static_cast<int>(prompt.size()) + max_new;
@@ -160,6 +186,7 @@ int run_generate(const GenerateArgs& args) {
       const auto end = std::find(c.tokens.begin(), c.tokens.end(), eos);
       const std::vector<std::int32_t> kept(c.tokens.begin(), end);
       if (by_ids) std::cout << fmt::format("{}", fmt::join(kept, " ")) << "\n";
+      else if (model_tokenizer) std::cout << printable_line(model_tokenizer->decode(kept)) << "\n";
       else std::cout << printable_line(tokenizer::decode_completion(kept)) << "\n";
     }
   std::cout.flush();

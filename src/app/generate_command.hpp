@@ -1,9 +1,11 @@
 // `shardrl generate`: completions of one prompt, one per line on stdout, from a checkpoint's
 // policy (--checkpoint: its weights, and its resolved config unless --config is given) or from
-// a fresh model built from the config's seed. The prompt is text for the byte tokenizer
-// (--prompt: BOS and its bytes; completions printed as text), or token ids for a model with its
-// own tokenizer (--prompt-ids "1 2 3", used verbatim; completions printed as ids). Completions
-// end at rl.eos_id (the byte tokenizer's EOS when unset).
+// a fresh model built from the config's seed. --prompt is text: encoded with the model's own
+// tokenizer when the job has one (model.tokenizer, or a tokenizer.json in model.init_from; with
+// --chat rendered first as a user message with its chat template), else BOS and its bytes for
+// the byte tokenizer; completions are printed as text. --prompt-ids "1 2 3" gives token ids,
+// used verbatim, and completions are printed as ids. Completions end at rl.eos_id, else the
+// model's tokenizer's eos token, else the byte tokenizer's EOS.
 #pragma once
 
 #include <string>
@@ -18,6 +20,7 @@ struct GenerateArgs {
   std::string prompt;      // text, or
   std::string prompt_ids;  // token ids separated by spaces or commas (exactly one of the two)
   int samples = 1;
+  bool chat = false;       // --prompt is one user message, rendered with the model's chat template
 };
 
 int run_generate(const GenerateArgs& args);

@@ -10,7 +10,7 @@
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "io/json_parse_message.hpp"
-#include "text/chat_template.hpp"
+#include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 
 namespace shardrl {
@@ -22,17 +22,12 @@ std::string ids_line(const std::vector<std::int32_t>& ids) {
   return out;
 }
 
-// The template's variables from the tokenizer's config, as transformers passes them.
-nlohmann::json template_variables(const HfTokenizer& t) {
-  return {{"bos_token", t.bos_token()}, {"eos_token", t.eos_token()}};
-}
-
 std::string render_chat(const HfTokenizer& t, const nlohmann::json& messages, const std::string& where) {
-  if (t.chat_template().empty())
-    throw InputError(fmt::format("{}: the tokenizer in {} has no chat_template (tokenizer_config.json)", where,
-                                 t.dir().string()));
-  const ChatTemplate tmpl(t.chat_template(), (t.dir() / "tokenizer_config.json").string() + ": chat_template");
-  return tmpl.render(messages, /*add_generation_prompt=*/true, template_variables(t));
+  try {
+    return ChatPrompt(t).render(messages);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", where, e.what()));
+  }
 }
 
 }  // namespace

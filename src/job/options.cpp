@@ -1,5 +1,7 @@
 #include "job/options.hpp"
 
+#include <filesystem>
+
 #include "config/model_presets.hpp"
 #include "rl/tokenizer.hpp"
 
@@ -63,7 +65,7 @@ TaskOptions task_options(const Config& c) {
   o.eos_id = c.rl.eos_id;
   if (c.rl.task == "text") {
     TextTaskOptions& t = o.text;
-    t.tokenizer_dir = c.model.tokenizer.empty() ? c.model.init_from : c.model.tokenizer;
+    t.tokenizer_dir = tokenizer_dir(c);
     t.eval_path = c.rl.eval_dataset;
     t.prompt_key = c.rl.prompt_key;
     t.answer_key = c.rl.answer_key;
@@ -81,6 +83,13 @@ TaskOptions task_options(const Config& c) {
     t.reward_timeout_s = c.rl.reward_timeout_s;
   }
   return o;
+}
+
+std::string tokenizer_dir(const Config& c) {
+  if (!c.model.tokenizer.empty()) return c.model.tokenizer;
+  if (!c.model.init_from.empty() && std::filesystem::exists(std::filesystem::path(c.model.init_from) / "tokenizer.json"))
+    return c.model.init_from;
+  return c.rl.task == "text" ? c.model.init_from : "";   // the text task names a missing file itself
 }
 
 std::int32_t eos_id(const Config& c) {

@@ -24,5 +24,8 @@ TaskOptions task_options(const Config& config);
 // for the text task (its tokenizer's eos token: Task::eos_id()).
 std::int32_t eos_id(const Config& config);
 GrpoLoopOptions grpo_loop_options(const Config& config);
+// The directory of the model's own tokenizer: model.tokenizer, else model.init_from when it holds
+// a tokenizer.json, else "" (the byte tokenizer of the generated tasks).
+std::string tokenizer_dir(const Config& config);
 
 }  // namespace shardrl

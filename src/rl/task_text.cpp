@@ -22,7 +22,7 @@
 #include "rl/reward_command.hpp"
 #include "rl/task_common.hpp"
 #include "rl/text_reward.hpp"
-#include "text/chat_template.hpp"
+#include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 
 namespace shardrl::task_detail {
@@ -52,26 +52,23 @@ class TextTask final : public Task {
   explicit TextTask(const TaskOptions& o) : options_(o.text), tokenizer_(o.text.tokenizer_dir) {
     const TextTaskOptions& t = options_;
     if (t.chat_template) {
+      json variables;
+      try {
+        variables = json::parse(t.template_variables);
+      } catch (const json::parse_error& e) {
+        throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
+      }
       if (tokenizer_.chat_template().empty())
         throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template; set rl.chat_template = false to "
                                      "encode prompts as they are",
                                      t.tokenizer_dir));
-      template_ = std::make_unique<ChatTemplate>(tokenizer_.chat_template(),
-                                                 t.tokenizer_dir + "/tokenizer_config.json: chat_template");
+      chat_ = std::make_unique<ChatPrompt>(tokenizer_, std::move(variables));
     }
-    try {
-      variables_ = json::parse(t.template_variables);
-    } catch (const json::parse_error& e) {
-      throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
-    }
-    if (!variables_.is_object()) throw InputError("rl.template_variables must be a JSON object");
-    variables_["bos_token"] = tokenizer_.bos_token();
-    variables_["eos_token"] = tokenizer_.eos_token();
-    if (tokenizer_.eos_ids().empty() && o.eos_id < 0)
+    eos_ = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
+    if (eos_ < 0)
       throw InputError(fmt::format("the tokenizer in {} names no eos token (tokenizer_config.json eos_token, "
                                    "generation_config.json eos_token_id); set rl.eos_id",
                                    t.tokenizer_dir));
-    eos_ = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : eos_of_tokenizer();
     train_ = load(o.dataset_path, "dataset");
     if (!t.eval_path.empty()) eval_ = load(t.eval_path, "eval dataset");
     if (t.reward == "command") {
@@ -127,13 +124,6 @@ class TextTask final : public Task {
   }
 
  private:
-  std::int32_t eos_of_tokenizer() const {
-    // tokenizer_config.json's eos_token ends a chat turn (<|im_end|>, <|eot_id|>); it is the
-    // first of eos_ids() when present.
-    const std::int32_t named = tokenizer_.eos_token().empty() ? -1 : tokenizer_.token_id(tokenizer_.eos_token());
-    return named >= 0 ? named : tokenizer_.eos_ids().front();
-  }
-
   // The completion's text: its ids before the first EOS, special tokens kept (a reward sees
   // what the model wrote).
   std::string completion_text(const std::vector<std::int32_t>& ids) const {
@@ -196,8 +186,8 @@ class TextTask final : public Task {
       TextRow row;
       row.answer = answer_text(*a, where, t.answer_key);
       row.source = where;
-      if (template_) {
-        row.prompt = template_->render(messages, /*add_generation_prompt=*/true, variables_);
+      if (chat_) {
+        row.prompt = chat_->render(messages);
       } else {
         for (const json& m : messages) row.prompt += m["content"].is_string() ? m["content"].get<std::string>() : "";
       }
@@ -231,8 +221,7 @@ class TextTask final : public Task {
 
   TextTaskOptions options_;
   HfTokenizer tokenizer_;
-  std::unique_ptr<ChatTemplate> template_;
-  json variables_;
+  std::unique_ptr<ChatPrompt> chat_;   // rl.chat_template
   std::int32_t eos_ = -1;
   std::vector<TextRow> train_, eval_;
   std::map<std::string, json> metadata_;   // by source "path:line"

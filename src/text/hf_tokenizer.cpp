@@ -156,6 +156,12 @@ std::int32_t HfTokenizer::token_id(std::string_view token) const {
   return model_->id_of(token);
 }
 
+std::int32_t HfTokenizer::end_of_completion_id() const {
+  const std::int32_t named = eos_token_.empty() ? -1 : token_id(eos_token_);
+  if (named >= 0) return named;
+  return eos_ids_.empty() ? -1 : eos_ids_.front();
+}
+
 bool HfTokenizer::is_special(std::int32_t id) const {
   return id >= 0 && id < vocab_size_ && special_by_id_[static_cast<std::size_t>(id)];
 }

@@ -54,6 +54,9 @@ class HfTokenizer {
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
   const std::vector<std::int32_t>& eos_ids() const { return eos_ids_; }
+  // The id that ends a completion: the eos token's (which ends a chat turn: Qwen's <|im_end|>,
+  // Llama 3 Instruct's <|eot_id|>), else the first of eos_ids(), else -1.
+  std::int32_t end_of_completion_id() const;
   const std::filesystem::path& dir() const { return dir_; }
 
  private:

@@ -1,0 +1,30 @@
+#include "text/chat_prompt.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace shardrl {
+namespace {
+
+const std::string& template_of(const HfTokenizer& t) {
+  if (t.chat_template().empty())
+    throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template", t.dir().string()));
+  return t.chat_template();
+}
+
+}  // namespace
+
+ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::json variables)
+    : template_(template_of(tokenizer), (tokenizer.dir() / "tokenizer_config.json").string() + ": chat_template"),
+      variables_(std::move(variables)) {
+  if (!variables_.is_object()) throw InputError("chat template variables must be a JSON object");
+  variables_["bos_token"] = tokenizer.bos_token();
+  variables_["eos_token"] = tokenizer.eos_token();
+}
+
+std::string ChatPrompt::render(const nlohmann::json& messages) const {
+  return template_.render(messages, /*add_generation_prompt=*/true, variables_);
+}
+
+}  // namespace shardrl
