@@ -22,6 +22,9 @@ class ReferenceModel {
   ReferenceModel(const ModelShape& s, std::vector<UnitSpec> units, std::vector<std::vector<double>> weights)
       : s_(s), units_(std::move(units)), w_(std::move(weights)) {}
 
+  // Every unit's weights (to build a reference of another shape with the same weights).
+  const std::vector<std::vector<double>>& weights() const { return w_; }
+
   std::vector<double>& unit(int u) { return w_[u]; }
   // The load-balancing losses of the last logp(), summed over MoE layers (unweighted).
   double aux_loss() const { return aux_; }
@@ -164,12 +167,24 @@ class ReferenceModel {
       }
     return y;
   }
+  // Llama 3's scaling in fp64 (transformers' _compute_llama3_parameters): wavelengths below
+  // original / high are kept, above original / low divided by the factor, between interpolated.
+  double inv_freq(int i, int hd) const {
+    const double f = std::pow(double(s_.rope_theta), -2.0 * i / hd);
+    if (s_.rope_scaling_factor <= 0) return f;
+    const double factor = s_.rope_scaling_factor, low = s_.rope_low_freq_factor, high = s_.rope_high_freq_factor;
+    const double original = s_.rope_original_max_position, wavelen = 2 * M_PI / f;
+    if (wavelen < original / high) return f;
+    if (wavelen > original / low) return f / factor;
+    const double smooth = (original / wavelen - low) / (high - low);
+    return (1 - smooth) * f / factor + smooth * f;
+  }
   void rope(std::vector<double>& x, int N, int S, int heads) const {
     const int hd = s_.head_dim, half = hd / 2;
     for (int n = 0; n < N; ++n)
       for (int h = 0; h < heads; ++h)
         for (int i = 0; i < half; ++i) {
-          double ang = (n % S) * std::pow(double(s_.rope_theta), -2.0 * i / hd);
+          double ang = (n % S) * inv_freq(i, hd);
           double* v = &x[(std::size_t(n) * heads + h) * hd];
           double a = v[i], b = v[i + half];
           v[i] = a * std::cos(ang) - b * std::sin(ang);

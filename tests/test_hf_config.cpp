@@ -1,7 +1,7 @@
 // Hugging Face config.json <-> model shape: both transformers 4 (rope_theta, rope_scaling) and
-// transformers 5 (rope_parameters) spellings of plain RoPE are read; scaled RoPE, biases and the
-// features shardrl lacks are refused with the key named; an exported config reads back as the
-// same shape.
+// transformers 5 (rope_parameters) spellings of plain RoPE and of Llama 3's scaled RoPE are read;
+// other scalings, biases and the features shardrl lacks are refused with the key named; an
+// exported config reads back as the same shape.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -55,10 +55,41 @@ TEST(HfConfig, ReadsTransformers4And5RopeSpellings) {
   EXPECT_EQ(shape_from_hf_config("{" + kQwen3Body + "}", "none").rope_theta, 10000.0f);
 }
 
+// Llama 3.2's rope_scaling, in both spellings, and back through the exporter.
+TEST(HfConfig, ReadsAndWritesLlama3RopeScaling) {
+  const std::string scaling =
+      R"("rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 8192)";
+  const ModelShape v4 = shape_from_hf_config(
+      "{" + kQwen3Body + R"(, "model_type": "llama", "rope_theta": 500000.0, "rope_scaling": {)" + scaling + "}}", "v4");
+  const ModelShape v5 = shape_from_hf_config(
+      "{" + kQwen3Body + R"(, "model_type": "llama", "rope_parameters": {"rope_theta": 500000.0, )" + scaling + "}}",
+      "v5");
+  for (const ModelShape& s : {v4, v5}) {
+    EXPECT_EQ(s.rope_theta, 5e5f);
+    EXPECT_EQ(s.rope_scaling_factor, 32.0f);
+    EXPECT_EQ(s.rope_low_freq_factor, 1.0f);
+    EXPECT_EQ(s.rope_high_freq_factor, 4.0f);
+    EXPECT_EQ(s.rope_original_max_position, 8192);
+  }
+  const ModelShape back = shape_from_hf_config(shardrl::hf_config_json(v4, "bfloat16"), "exported");
+  EXPECT_EQ(back.rope_scaling_factor, 32.0f);
+  EXPECT_EQ(back.rope_original_max_position, 8192);
+  // Plain RoPE exports no rope_scaling at all.
+  EXPECT_EQ(shardrl::hf_config_json(shape_from_hf_config("{" + kQwen3Body + "}", "plain"), "bfloat16")
+                .find("rope_scaling"),
+            std::string::npos);
+}
+
 TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
+  // Llama 3 scaling without its four numbers.
   const std::string llama3 = refusal(
       "{" + kQwen3Body + R"(, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}})");
-  EXPECT_NE(llama3.find("rope_parameters.rope_type \"llama3\""), std::string::npos) << llama3;
+  EXPECT_NE(llama3.find("rope_parameters.low_freq_factor: rope_type \"llama3\" needs a positive number"),
+            std::string::npos)
+      << llama3;
+  const std::string yarn = refusal("{" + kQwen3Body + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})");
+  EXPECT_NE(yarn.find("rope_scaling.rope_type \"yarn\""), std::string::npos) << yarn;
   const std::string scaled = refusal("{" + kQwen3Body + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})");
   EXPECT_NE(scaled.find("rope_scaling.rope_type \"linear\""), std::string::npos) << scaled;
   const std::string bias = refusal("{" + kQwen3Body + R"(, "attention_bias": true})");

@@ -1,5 +1,6 @@
-// RoPE forward/backward kernels against an fp64 host reference, for float and bf16: rotation
-// values, backward as the inverse of forward, position 0 as identity, odd head dim rejected.
+// RoPE forward/backward kernels against an fp64 host reference, for float and bf16, plain and
+// with Llama 3's frequency scaling: rotation values, backward as the inverse of forward,
+// position 0 as identity, odd head dim rejected.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,9 +23,25 @@ using test::unit_roundoff;
 
 struct Shape {
   int N, n_heads, hd;
-  float theta;
+  kernels::RopeFrequencies freq;
 };
-const Shape kShapes[] = {{1, 1, 2, 1e4f}, {3, 2, 8, 1e6f}, {7, 1, 6, 1e4f}, {37, 3, 64, 1e4f}, {5, 2, 128, 1e6f}};
+kernels::RopeFrequencies plain(float theta) {
+  kernels::RopeFrequencies f;
+  f.theta = theta;
+  return f;
+}
+// Llama 3.2's scaling (factor 32, low 1, high 4, 8192 positions), and one whose wavelength bands
+// a short head spans: with hd = 64 and theta 5e5 the wavelengths run from 2 pi to ~2e6, through
+// all three bands (kept below 2048, divided above 8192, interpolated between).
+kernels::RopeFrequencies llama3(float theta, float factor, float original) {
+  kernels::RopeFrequencies f = plain(theta);
+  f.scaling_factor = factor;
+  f.original_max_position = original;
+  return f;
+}
+const Shape kShapes[] = {{1, 1, 2, plain(1e4f)},   {3, 2, 8, plain(1e6f)},   {7, 1, 6, plain(1e4f)},
+                         {37, 3, 64, plain(1e4f)}, {5, 2, 128, plain(1e6f)}, {9, 2, 64, llama3(5e5f, 32, 8192)},
+                         {6, 1, 128, llama3(5e5f, 8, 8192)}, {4, 2, 16, llama3(1e4f, 4, 64)}};
 constexpr int kMaxPosition = 64;   // positions in [0, kMaxPosition)
 
 // Token 0 at position 0, the others random.
@@ -43,16 +60,31 @@ Buffer<std::int32_t> position_buffer(const std::vector<double>& positions) {
   return b;
 }
 
+// inv_freq as transformers computes it in fp32 (_compute_default_rope_parameters and, for
+// rope_type "llama3", _compute_llama3_parameters), written out here independently of the kernel.
+float ref_inv_freq(const kernels::RopeFrequencies& f, int i, int hd) {
+  const float base = 1.0f / std::pow(f.theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+  if (f.scaling_factor <= 0) return base;
+  const float low_freq_wavelen = f.original_max_position / f.low_freq_factor;
+  const float high_freq_wavelen = f.original_max_position / f.high_freq_factor;
+  const float wavelen = 2.0f * static_cast<float>(M_PI) / base;
+  float scaled = wavelen > low_freq_wavelen ? base / f.scaling_factor : base;
+  const float smooth = (f.original_max_position / wavelen - f.low_freq_factor) / (f.high_freq_factor - f.low_freq_factor);
+  const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+  if (medium) scaled = (1 - smooth) * scaled / f.scaling_factor + smooth * scaled;
+  return scaled;
+}
+
 // fp64 reference of the rotation by sign * angle. The angle is formed in fp32 exactly as HF
 // does (that is the convention being matched); sin, cos and the rotation are fp64.
 std::vector<double> ref_rotate(const std::vector<double>& x, const std::vector<double>& positions, int n_heads,
-                               int hd, float theta, double sign) {
+                               int hd, const kernels::RopeFrequencies& freq, double sign) {
   std::vector<double> y(x.size());
   const int half = hd / 2;
   for (std::size_t n = 0; n < positions.size(); ++n)
     for (int h = 0; h < n_heads; ++h)
       for (int i = 0; i < half; ++i) {
-        const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+        const float inv_freq = ref_inv_freq(freq, i, hd);
         const double angle = static_cast<float>(static_cast<float>(positions[n]) * inv_freq);
         const double c = std::cos(angle), s = sign * std::sin(angle);
         const long i0 = (static_cast<long>(n) * n_heads + h) * hd + i, i1 = i0 + half;
@@ -65,7 +97,7 @@ std::vector<double> ref_rotate(const std::vector<double>& x, const std::vector<d
 TEST(RopeReference, BackwardMatchesFiniteDifferences) {
   // L = sum dy * rope(x); rope is linear in x, so central differences are exact up to roundoff.
   const int n_heads = 2, hd = 6;
-  const float theta = 1e4f;
+  const kernels::RopeFrequencies theta = plain(1e4f);
   const std::vector<double> positions = {3, 17};
   const long n = 2L * n_heads * hd;
   const std::vector<double> x = random_values<double>(n, 1), dy = random_values<double>(n, 2);
@@ -107,15 +139,43 @@ void check_rotation(float sign) {
     Buffer<T> x_dev = random_buffer<T>(n, ++seed, &x);
     Buffer<std::int32_t> pos_dev = position_buffer(positions);
     if (sign > 0)
-      kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.theta);
+      kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
     else
-      kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.theta);
-    expect_close(x_dev.host(), ref_rotate(x, positions, s.n_heads, s.hd, s.theta, sign), unit_roundoff<T>(), atol,
+      kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+    expect_close(x_dev.host(), ref_rotate(x, positions, s.n_heads, s.hd, s.freq, sign), unit_roundoff<T>(), atol,
                  sign > 0 ? "rope_forward" : "rope_backward");
   }
 }
 
 TYPED_TEST(RopeKernel, Forward) { check_rotation<TypeParam>(1.0f); }
+
+// The three bands of Llama 3's scaling, on Llama 3.2's numbers (theta 5e5, factor 32, low 1,
+// high 4, 8192 positions): a short wavelength is kept, a long one divided by the factor, one
+// between interpolated (strictly between the two).
+TEST(RopeFrequencies, Llama3ScalingBands) {
+  const kernels::RopeFrequencies f = llama3(5e5f, 32, 8192);
+  const kernels::RopeFrequencies p = plain(5e5f);
+  const int hd = 64;
+  int kept = 0, divided = 0, between = 0;
+  for (int i = 0; i < hd / 2; ++i) {
+    const float wavelen = 2.0f * static_cast<float>(M_PI) / p.inv_freq(i, hd);
+    if (wavelen < 2048) {
+      EXPECT_EQ(f.inv_freq(i, hd), p.inv_freq(i, hd)) << i;
+      ++kept;
+    } else if (wavelen > 8192) {
+      EXPECT_FLOAT_EQ(f.inv_freq(i, hd), p.inv_freq(i, hd) / 32) << i;
+      ++divided;
+    } else {
+      EXPECT_LT(f.inv_freq(i, hd), p.inv_freq(i, hd)) << i;
+      EXPECT_GT(f.inv_freq(i, hd), p.inv_freq(i, hd) / 32) << i;
+      ++between;
+    }
+    EXPECT_EQ(f.inv_freq(i, hd), ref_inv_freq(f, i, hd)) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(between, 0);
+}
 TYPED_TEST(RopeKernel, Backward) { check_rotation<TypeParam>(-1.0f); }
 
 TYPED_TEST(RopeKernel, BackwardUndoesForward) {
@@ -127,8 +187,8 @@ TYPED_TEST(RopeKernel, BackwardUndoesForward) {
     std::vector<double> x;
     Buffer<T> x_dev = random_buffer<T>(n, ++seed, &x);
     Buffer<std::int32_t> pos_dev = position_buffer(random_positions(s.N, ++seed));
-    kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.theta);
-    kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.theta);
+    kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+    kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
     // The same angle is used both ways, so only rounding remains: the forward's rounding to T
     // (<= sqrt(2) u_T per pair, carried unchanged through the orthogonal backward), the
     // backward's own (u_T), and fp32 arithmetic: 4 u_T + 32 u_f.
@@ -140,15 +200,15 @@ TYPED_TEST(RopeKernel, BackwardUndoesForward) {
 TYPED_TEST(RopeKernel, PositionZeroIsIdentity) {
   using T = TypeParam;
   ExecSpace space;
-  const Shape s = {5, 3, 64, 1e6f};
+  const Shape s = {5, 3, 64, plain(1e6f)};
   const long n = static_cast<long>(s.N) * s.n_heads * s.hd;
   std::vector<double> x;
   Buffer<T> x_dev = random_buffer<T>(n, 90, &x);
   Buffer<std::int32_t> pos_dev = position_buffer(std::vector<double>(s.N, 0.0));
   // cos 0 = 1 and sin 0 = 0 exactly, so the values must come back bit for bit: tolerance 0.
-  kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.theta);
+  kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
   expect_close(x_dev.host(), x, 0.0, 0.0, "rope_forward at position 0");
-  kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.theta);
+  kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
   expect_close(x_dev.host(), x, 0.0, 0.0, "rope_backward at position 0");
 }
 
@@ -156,7 +216,7 @@ TEST(RopeKernelDeathTest, OddHeadDimIsRejected) {
   ::testing::GTEST_FLAG(death_test_style) = "threadsafe";   // fork-safe with a GPU runtime
   Buffer<float> x(3);
   Buffer<std::int32_t> pos = position_buffer({0.0});
-  EXPECT_DEATH(kernels::rope_forward<float>(ExecSpace(), x.data(), pos.data(), 1, 1, 3, 1e4f), "even head dim");
+  EXPECT_DEATH(kernels::rope_forward<float>(ExecSpace(), x.data(), pos.data(), 1, 1, 3, plain(1e4f)), "even head dim");
 }
 
 }  // namespace

@@ -60,8 +60,9 @@ struct Rig {
   Transformer model;
   DenseParameters params;
   DeviceView<float> mask{"mask", 1}, loss{"loss", 1};
-  Rig(const ModelOptions& o, std::uint64_t seed) : model(o, ExecSpace()), params(model, ExecSpace()) {
-    params.initialize(seed, 0.02f);
+  Rig(const ModelOptions& o, std::uint64_t seed, float init_std = 0.02f)
+      : model(o, ExecSpace()), params(model, ExecSpace()) {
+    params.initialize(seed, init_std);
   }
   void set(const Batch& b) {
     model.set_batch(b.tokens.data(), b.targets.data(), b.B, b.S, b.positions.empty() ? nullptr : b.positions.data());
@@ -206,7 +207,34 @@ void gradient_check(const ModelShape& s, int entries_per_tensor, float aux_coef 
   std::printf("gradient check: %d entries, worst relative error %.2e\n", checked, worst);
 }
 
+// Llama 3 RoPE scaling on a shape whose head spans all three bands (kept, interpolated, divided).
+ModelShape llama3_rope_shape() {
+  ModelShape s = tiny_shape(true, false);
+  s.rope_scaling_factor = 8;
+  s.rope_low_freq_factor = 1;
+  s.rope_high_freq_factor = 4;
+  s.rope_original_max_position = 64;
+  return s;
+}
+
+TEST(Model, Llama3RopeScalingMatchesFp64Reference) {
+  const ModelShape s = llama3_rope_shape();
+  Batch b(2, 7, s.vocab_size, 3);
+  // Weights large enough that attention, and so the rotation, moves the loss visibly.
+  Rig rig(options(s, Precision::fp32, 2, 7), 11, 0.4f);
+  rig.set(b);
+  const double got = rig.nll_sum(b), want = nll(reference_of(rig), b);
+  EXPECT_NEAR(got, want, 1e-5 * std::fabs(want));
+  // The scaling changes the model: the same weights without it give another loss.
+  ModelShape plain = s;
+  plain.rope_scaling_factor = 0;
+  test::ReferenceModel scaled = reference_of(rig);
+  const test::ReferenceModel unscaled(plain, rig.model.units(), scaled.weights());
+  EXPECT_GT(std::fabs(nll(unscaled, b) - want), 1e-3 * std::fabs(want));
+}
+
 TEST(Model, GradientsMatchFiniteDifferencesTinyPreset) { gradient_check(tiny_shape(), 8); }
+TEST(Model, GradientsMatchFiniteDifferencesLlama3Rope) { gradient_check(llama3_rope_shape(), 10); }
 TEST(Model, GradientsMatchFiniteDifferencesTiedNoQkNorm) { gradient_check(tiny_shape(true, false), 10); }
 
 // Mixture-of-experts layers (4 experts, top 2, gates renormalised), with the load-balancing

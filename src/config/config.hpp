@@ -37,6 +37,11 @@ struct ModelConfig {
   std::int64_t head_dim = 16;
   std::int64_t d_ff = 128;
   double rope_theta = 10000.0;
+  // Llama 3 RoPE frequency scaling (Hugging Face rope_type "llama3"); factor 0: plain RoPE.
+  double rope_scaling_factor = 0.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  std::int64_t rope_original_max_position = 8192;
   double norm_eps = 1e-6;
   bool qk_norm = true;
   bool tie_embeddings = false;

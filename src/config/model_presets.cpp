@@ -15,6 +15,10 @@ ModelShape from_keys(const ModelConfig& m) {
   s.head_dim = static_cast<int>(m.head_dim);
   s.d_ff = static_cast<int>(m.d_ff);
   s.rope_theta = static_cast<float>(m.rope_theta);
+  s.rope_scaling_factor = static_cast<float>(m.rope_scaling_factor);
+  s.rope_low_freq_factor = static_cast<float>(m.rope_low_freq_factor);
+  s.rope_high_freq_factor = static_cast<float>(m.rope_high_freq_factor);
+  s.rope_original_max_position = static_cast<int>(m.rope_original_max_position);
   s.norm_eps = static_cast<float>(m.norm_eps);
   s.qk_norm = m.qk_norm;
   s.tie_embeddings = m.tie_embeddings;
@@ -27,8 +31,8 @@ ModelShape from_keys(const ModelConfig& m) {
   return s;
 }
 
-// Hugging Face shapes: Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B (whose "llama3" RoPE
-// frequency scaling shardrl does not implement: plain RoPE with the same theta).
+// Hugging Face shapes: Qwen/Qwen3-0.6B and meta-llama/Llama-3.2-1B (with its "llama3" RoPE
+// frequency scaling).
 ModelShape qwen3_0_6b() {
   ModelShape s;
   s.vocab_size = 151936;
@@ -56,6 +60,10 @@ ModelShape llama_1b() {
   s.head_dim = 64;
   s.d_ff = 8192;
   s.rope_theta = 500000.0f;
+  s.rope_scaling_factor = 32.0f;
+  s.rope_low_freq_factor = 1.0f;
+  s.rope_high_freq_factor = 4.0f;
+  s.rope_original_max_position = 8192;
   s.norm_eps = 1e-5f;
   s.qk_norm = false;
   s.tie_embeddings = true;
@@ -73,7 +81,8 @@ const std::vector<std::string>& model_preset_names() {
 const std::vector<std::string>& model_shape_keys() {
   static const std::vector<std::string> keys = {
       "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",  "d_ff",
-      "rope_theta", "norm_eps", "qk_norm", "tie_embeddings", "max_seq_len", "n_experts", "top_k",
+      "rope_theta", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+      "rope_original_max_position", "norm_eps", "qk_norm", "tie_embeddings", "max_seq_len", "n_experts", "top_k",
       "d_ff_expert", "moe_every", "shared_expert"};
   return keys;
 }
@@ -95,6 +104,10 @@ ModelConfig with_resolved_shape(const ModelConfig& model) {
   m.head_dim = s.head_dim;
   m.d_ff = s.d_ff;
   m.rope_theta = s.rope_theta;
+  m.rope_scaling_factor = s.rope_scaling_factor;
+  m.rope_low_freq_factor = s.rope_low_freq_factor;
+  m.rope_high_freq_factor = s.rope_high_freq_factor;
+  m.rope_original_max_position = s.rope_original_max_position;
   m.norm_eps = s.norm_eps;
   m.qk_norm = s.qk_norm;
   m.tie_embeddings = s.tie_embeddings;
@@ -117,6 +130,12 @@ std::vector<std::string> shape_overrides(const ModelShape& s) {
       fmt::format("model.d_ff={}", s.d_ff),                 fmt::format("model.rope_theta={}", s.rope_theta),
       fmt::format("model.norm_eps={}", s.norm_eps),         fmt::format("model.qk_norm={}", s.qk_norm),
       fmt::format("model.tie_embeddings={}", s.tie_embeddings), fmt::format("model.max_seq_len={}", s.max_seq_len)};
+  if (s.rope_scaling_factor > 0)
+    for (std::string kv : {fmt::format("model.rope_scaling_factor={}", s.rope_scaling_factor),
+                           fmt::format("model.rope_low_freq_factor={}", s.rope_low_freq_factor),
+                           fmt::format("model.rope_high_freq_factor={}", s.rope_high_freq_factor),
+                           fmt::format("model.rope_original_max_position={}", s.rope_original_max_position)})
+      o.push_back(std::move(kv));
   if (s.n_experts > 0)
     for (std::string kv : {fmt::format("model.n_experts={}", s.n_experts), fmt::format("model.top_k={}", s.top_k),
                            fmt::format("model.d_ff_expert={}", s.d_ff_expert),
@@ -134,6 +153,11 @@ std::vector<std::pair<std::string, std::string>> shape_problems(const ModelShape
   if (s.n_experts > 0 && s.top_k > s.n_experts)
     out.emplace_back("model.top_k",
                      fmt::format("model.top_k = {} exceeds model.n_experts = {}", s.top_k, s.n_experts));
+  if (s.rope_scaling_factor > 0 && !(s.rope_high_freq_factor > s.rope_low_freq_factor))
+    out.emplace_back("model.rope_high_freq_factor",
+                     fmt::format("model.rope_high_freq_factor = {} must exceed model.rope_low_freq_factor = {} (Llama 3 "
+                                 "RoPE scaling interpolates between them)",
+                                 s.rope_high_freq_factor, s.rope_low_freq_factor));
   if (s.head_dim % 2 != 0)
     out.emplace_back("model.head_dim", fmt::format("model.head_dim = {} must be even (RoPE rotates pairs)", s.head_dim));
   return out;

@@ -146,6 +146,18 @@ std::vector<KeyDef> build_schema() {
   shape_int("head_dim", &ModelConfig::head_dim, 2, "Dimension of one head; even (custom shapes).");
   shape_int("d_ff", &ModelConfig::d_ff, 1, "Hidden width of the SwiGLU MLP (custom shapes).");
   shape_real("rope_theta", &ModelConfig::rope_theta, "RoPE base (custom shapes).");
+  s.push_back(with_min(field("model", "rope_scaling_factor", VK::real,
+                             "Llama 3 RoPE frequency scaling (Hugging Face rope_type \"llama3\"): wavelengths beyond "
+                             "rope_original_max_position / rope_low_freq_factor are stretched by this factor, those "
+                             "between it and / rope_high_freq_factor interpolated; 0: plain RoPE (custom shapes).",
+                             &Config::model, &ModelConfig::rope_scaling_factor),
+                       0.0));
+  shape_real("rope_low_freq_factor", &ModelConfig::rope_low_freq_factor,
+             "Llama 3 RoPE scaling's low_freq_factor (custom shapes).");
+  shape_real("rope_high_freq_factor", &ModelConfig::rope_high_freq_factor,
+             "Llama 3 RoPE scaling's high_freq_factor, above rope_low_freq_factor (custom shapes).");
+  shape_int("rope_original_max_position", &ModelConfig::rope_original_max_position, 1,
+            "Llama 3 RoPE scaling's original_max_position_embeddings (custom shapes).");
   shape_real("norm_eps", &ModelConfig::norm_eps, "RMSNorm epsilon (custom shapes).");
   s.push_back(field("model", "qk_norm", VK::boolean, "Per-head RMSNorm on q and k, as in Qwen3 (custom shapes).",
                     &Config::model, &ModelConfig::qk_norm));

@@ -1,5 +1,7 @@
 #include "job/hf_config.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -45,6 +47,12 @@ std::string hf_config_json(const ModelShape& s, const std::string& torch_dtype) 
   // 9.99999997e-07).
   j["rms_norm_eps"] = std::stod(fmt::format("{}", s.norm_eps));
   j["rope_theta"] = std::stod(fmt::format("{}", s.rope_theta));
+  if (s.rope_scaling_factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", std::stod(fmt::format("{}", s.rope_scaling_factor))},
+                         {"low_freq_factor", std::stod(fmt::format("{}", s.rope_low_freq_factor))},
+                         {"high_freq_factor", std::stod(fmt::format("{}", s.rope_high_freq_factor))},
+                         {"original_max_position_embeddings", s.rope_original_max_position}};
   j["tie_word_embeddings"] = s.tie_embeddings;
   j["attention_bias"] = false;
   if (!moe && !s.qk_norm) j["mlp_bias"] = false;
@@ -96,16 +104,26 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>())
       fail(std::string(key) + " = true: shardrl's linear layers have no biases");
   // RoPE: transformers 4 writes rope_theta (and rope_scaling when scaled); transformers 5 writes
-  // rope_parameters {rope_type, rope_theta}. Either is plain RoPE only with rope_type "default".
+  // rope_parameters {rope_type, rope_theta, ...}. rope_type "default" is plain RoPE, "llama3"
+  // Llama 3's frequency scaling (its four numbers required); any other type is refused.
   double rope_theta = 0;
+  double llama3[4] = {0, 0, 0, 0};   // factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     const nlohmann::json& r = j[key];
     if (!r.is_object()) fail(std::string(key) + ": not an object");
     const std::string rope_type = r.value("rope_type", r.value("type", "default"));
-    if (rope_type != "default")
+    if (rope_type == "llama3") {
+      const char* names[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+      for (int k = 0; k < 4; ++k) {
+        if (!r.contains(names[k]) || !r[names[k]].is_number() || !(r[names[k]].get<double>() > 0))
+          fail(std::string(key) + "." + names[k] + ": rope_type \"llama3\" needs a positive number");
+        llama3[k] = r[names[k]].get<double>();
+      }
+    } else if (rope_type != "default") {
       fail(std::string(key) + ".rope_type \"" + rope_type +
-           "\": shardrl implements plain RoPE only (no frequency scaling)");
+           "\": shardrl implements plain RoPE (\"default\") and Llama 3's scaling (\"llama3\")");
+    }
     if (r.contains("rope_theta")) {
       if (!r["rope_theta"].is_number()) fail(std::string(key) + ".rope_theta: not a number");
       rope_theta = r["rope_theta"].get<double>();
@@ -120,6 +138,14 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim") : s.d_model / s.n_heads;
   s.d_ff = integer("intermediate_size");
   s.rope_theta = static_cast<float>(real("rope_theta", rope_theta > 0 ? rope_theta : 10000.0));
+  if (llama3[0] > 0) {
+    if (llama3[3] > INT32_MAX || llama3[3] != std::floor(llama3[3]))
+      fail("rope_scaling.original_max_position_embeddings: not an integer position count");
+    s.rope_scaling_factor = static_cast<float>(llama3[0]);
+    s.rope_low_freq_factor = static_cast<float>(llama3[1]);
+    s.rope_high_freq_factor = static_cast<float>(llama3[2]);
+    s.rope_original_max_position = static_cast<int>(llama3[3]);
+  }
   s.norm_eps = static_cast<float>(real("rms_norm_eps", 1e-6));
   s.qk_norm = type != "llama";
   s.tie_embeddings = j.value("tie_word_embeddings", false);
@@ -146,6 +172,11 @@ std::string hf_job_config_toml(const std::filesystem::path& dir) {
       "head_dim = {}\nd_ff = {}\nrope_theta = {}\nnorm_eps = {}\nqk_norm = {}\ntie_embeddings = {}\nmax_seq_len = {}\n",
       s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.d_ff, s.rope_theta, s.norm_eps,
       s.qk_norm, s.tie_embeddings, s.max_seq_len);
+  if (s.rope_scaling_factor > 0)
+    t += fmt::format("rope_scaling_factor = {}\nrope_low_freq_factor = {}\nrope_high_freq_factor = {}\n"
+                     "rope_original_max_position = {}\n",
+                     s.rope_scaling_factor, s.rope_low_freq_factor, s.rope_high_freq_factor,
+                     s.rope_original_max_position);
   if (s.n_experts > 0)
     t += fmt::format("n_experts = {}\ntop_k = {}\nd_ff_expert = {}\nmoe_every = {}\n", s.n_experts, s.top_k,
                      s.d_ff_expert, s.moe_every);

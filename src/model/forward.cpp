@@ -7,6 +7,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
+#include "model/rope_frequencies.hpp"
 #include "kernels/swiglu.hpp"
 #include "core/error.hpp"
 #include "model/activations.hpp"
@@ -46,8 +47,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, a.k.as<T>(), a.rstd_k.as<float>(),
                              N * s.n_kv_heads, hd, s.norm_eps);
   }
-  kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, s.rope_theta);
-  kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, s.rope_theta);
+  kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, rope_frequencies(s));
+  kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, rope_frequencies(s));
   if (cache && prefill) {
     // Prefill: every token's key and value go to the cache (slot = its row); the attention is
     // the ordinary causal one within the batch.

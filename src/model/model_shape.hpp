@@ -16,6 +16,11 @@ struct ModelShape {
   int head_dim = 0;
   int d_ff = 0;
   float rope_theta = 0;
+  // Llama 3 RoPE frequency scaling (Hugging Face rope_type "llama3"): factor 0 is plain RoPE.
+  float rope_scaling_factor = 0;
+  float rope_low_freq_factor = 1;
+  float rope_high_freq_factor = 4;
+  int rope_original_max_position = 8192;
   float norm_eps = 0;
   bool qk_norm = false;
   bool tie_embeddings = false;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """shardrl against Hugging Face transformers on the same weights (issue: HF interop).
 
-For each architecture (Llama, Qwen3 with tied embeddings, Qwen3-MoE) this builds a randomly
+For each architecture (Llama, Llama with Llama 3's RoPE scaling, the exact Llama-3.2-1B config, Qwen3
+with tied embeddings, Qwen3-MoE) this builds a randomly
 initialised model with transformers from a config (no download), saves it with save_pretrained,
 and compares, on the same token rows:
   * the logits of a forward pass, and
@@ -40,8 +41,22 @@ def configs():
                   num_attention_heads=8, num_key_value_heads=4, head_dim=32, max_position_embeddings=256,
                   rms_norm_eps=1e-6, attention_bias=False, hidden_act="silu", initializer_range=0.02)
     rope = dict(rope_theta=10000.0)
+    # Llama 3's frequency scaling: with original_max_position_embeddings = 64 the bands (kept below
+    # 16 positions of wavelength, divided above 64, interpolated between) cut through a 32-wide head.
+    llama3_rope = dict(rope_theta=500000.0, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                              high_freq_factor=4.0,
+                                                              original_max_position_embeddings=64))
+    # meta-llama/Llama-3.2-1B's config.json, with random weights.
+    llama32_1b = transformers.LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=8192),
+        tie_word_embeddings=True, attention_bias=False, mlp_bias=False, hidden_act="silu", initializer_range=0.02)
     return {
         "llama": transformers.LlamaConfig(**common, **rope, tie_word_embeddings=False, mlp_bias=False),
+        "llama3_rope": transformers.LlamaConfig(**common, **llama3_rope, tie_word_embeddings=False, mlp_bias=False),
+        "llama3.2-1b": llama32_1b,
         "qwen3": transformers.Qwen3Config(**common, rope_theta=1000000.0, tie_word_embeddings=True,
                                           use_sliding_window=False),
         "qwen3_moe": transformers.Qwen3MoeConfig(**common, **rope, tie_word_embeddings=False, num_experts=8,
