@@ -125,4 +125,42 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
       << no_tokenizer.err;
 }
 
+// Bad text data is named by file, line and field, on every rank, before anything runs; prompts
+// too long for the sequence are dropped and counted.
+TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  fs::path dir = test_dir();
+  const std::string job = "[run]\niterations = 1\n[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() +
+                          "\"\nprecision = \"fp32\"\nvocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\n"
+                          "n_kv_heads = 1\nhead_dim = 16\nd_ff = 64\ntie_embeddings = true\nmax_seq_len = 160\n"
+                          "[train]\nmicro_batch_size = 4\nseq_len = 64\n[rollout]\nmax_new_tokens = 16\n"
+                          "[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n";
+  write(dir / "job.toml", job);
+  auto run_with = [&](const std::string& lines) {
+    write(dir / "d.jsonl", lines);
+    return run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite");
+  };
+  RunResult missing = run_with("{\"prompt\": \"1+1?\", \"answer\": \"2\"}\n{\"prompt\": \"2+2?\"}\n");
+  EXPECT_EQ(missing.exit_code, 2) << missing.out << missing.err;
+  EXPECT_NE(missing.err.find("d.jsonl:2: missing field \"answer\""), std::string::npos) << missing.err;
+  RunResult bad_json = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{oops\n");
+  EXPECT_EQ(bad_json.exit_code, 2);
+  EXPECT_NE(bad_json.err.find("d.jsonl:2: not valid JSON"), std::string::npos) << bad_json.err;
+  RunResult no_prompt = run_with("{\"question\": \"1+1?\", \"answer\": 2}\n");
+  EXPECT_EQ(no_prompt.exit_code, 2);
+  EXPECT_NE(no_prompt.err.find("d.jsonl:1: missing string field \"prompt\" (or \"messages\")"), std::string::npos)
+      << no_prompt.err;
+  // 64 - 16 = 48 prompt tokens at most: the long prompt is dropped and counted, the job runs.
+  std::string long_prompt(400, 'x');
+  for (std::size_t i = 0; i < long_prompt.size(); i += 2) long_prompt[i] = ' ';
+  RunResult dropped = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{\"prompt\": \"" + long_prompt +
+                               "\", \"answer\": 1}\n");
+  EXPECT_EQ(dropped.exit_code, 0) << dropped.out << dropped.err;
+  EXPECT_NE(dropped.out.find("dropped 1 prompt(s) longer than 48 tokens"), std::string::npos) << dropped.out;
+  RunResult all_dropped = run_with("{\"prompt\": \"" + long_prompt + "\", \"answer\": 1}\n");
+  EXPECT_EQ(all_dropped.exit_code, 2);
+  EXPECT_NE(all_dropped.err.find("has no usable example (1 dropped as longer than 48 tokens)"), std::string::npos)
+      << all_dropped.err;
+}
+
 }  // namespace

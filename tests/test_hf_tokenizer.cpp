@@ -186,6 +186,24 @@ TEST(HfTokenizer, UnsupportedComponentsAreNamedErrors) {
   }
 }
 
+// bos/eos from special_tokens_map.json when tokenizer_config.json names none; the eos ids from
+// generation_config.json (one or a list), the end of a completion from the eos token.
+TEST(HfTokenizer, SpecialTokensFromTheMapAndTheGenerationConfig) {
+  const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array({{{"id", 3}, {"content", "<e>"},
+                                                                              {"special", true}}}));
+  std::ofstream(dir / "tokenizer_config.json") << "{}";
+  std::ofstream(dir / "special_tokens_map.json") << R"({"bos_token": {"content": "a"}, "eos_token": "<e>"})";
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [2, 3]})";
+  const HfTokenizer t(dir);
+  EXPECT_EQ(t.bos_token(), "a");
+  EXPECT_EQ(t.eos_token(), "<e>");
+  EXPECT_EQ(t.eos_ids(), (std::vector<std::int32_t>{2, 3}));
+  EXPECT_EQ(t.end_of_completion_id(), 3);
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 7})";
+  EXPECT_THROW(HfTokenizer{dir}, InputError) << "an eos id outside the vocabulary";
+  fs::remove_all(dir);
+}
+
 // The small hand-made tokenizer: merges apply by rank, unknown bytes have no id and are named.
 TEST(HfTokenizer, MergesByRank) {
   const fs::path dir = tokenizer_with("normalizer", nullptr);

@@ -128,6 +128,13 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
         if (t.value("name", "") == "default") chat_template_ = t.value("template", "");
     }
   }
+  // Older directories name the special tokens in special_tokens_map.json only.
+  const fs::path map_file = dir / "special_tokens_map.json";
+  if ((bos_token_.empty() || eos_token_.empty()) && fs::exists(map_file)) {
+    const json map = read_json(map_file, "special tokens map");
+    if (bos_token_.empty()) bos_token_ = token_text(map.value("bos_token", json()));
+    if (eos_token_.empty()) eos_token_ = token_text(map.value("eos_token", json()));
+  }
   const fs::path generation_file = dir / "generation_config.json";
   if (fs::exists(generation_file)) {
     const json generation = read_json(generation_file, "generation config");

@@ -25,7 +25,8 @@ class TokenDecoder;
 
 class HfTokenizer {
  public:
-  // Reads DIR/tokenizer.json (required) and, where present, DIR/tokenizer_config.json and
+  // Reads DIR/tokenizer.json (required) and, where present, DIR/tokenizer_config.json,
+  // DIR/special_tokens_map.json (bos/eos when the config has none) and
   // DIR/generation_config.json. Bad or unsupported content: InputError naming the file and key.
   explicit HfTokenizer(const std::filesystem::path& dir);
   ~HfTokenizer();
