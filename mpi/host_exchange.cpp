@@ -43,6 +43,45 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, 
   return out;
 }
 
+std::vector<std::string> exchange_bytes(MPI_Comm comm, const std::vector<std::string>& outgoing) {
+  int size = 0;
+  SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size));
+  SHARDRL_CHECK(static_cast<int>(outgoing.size()) == size, "exchange_bytes needs one message per rank");
+  std::vector<int> send_counts(size), recv_counts(size), send_offsets(size), recv_offsets(size);
+  std::string send;
+  for (int d = 0; d < size; ++d) {
+    SHARDRL_CHECK(outgoing[d].size() < static_cast<std::size_t>(INT_MAX), "a message of 2 GiB or more");
+    send_offsets[d] = static_cast<int>(send.size());
+    send_counts[d] = static_cast<int>(outgoing[d].size());
+    send += outgoing[d];
+  }
+  SHARDRL_CHECK_MPI(MPI_Alltoall(send_counts.data(), 1, MPI_INT, recv_counts.data(), 1, MPI_INT, comm));
+  long long total = 0;
+  for (int s = 0; s < size; ++s) {
+    recv_offsets[s] = static_cast<int>(total);
+    total += recv_counts[s];
+  }
+  SHARDRL_CHECK(total < INT_MAX, "exchange_bytes receives 2 GiB or more");
+  std::string recv(static_cast<std::size_t>(total), '\0');
+  SHARDRL_CHECK_MPI(MPI_Alltoallv(send.data(), send_counts.data(), send_offsets.data(), MPI_CHAR, recv.data(),
+                                  recv_counts.data(), recv_offsets.data(), MPI_CHAR, comm));
+  std::vector<std::string> incoming;
+  for (int s = 0; s < size; ++s) incoming.push_back(recv.substr(recv_offsets[s], recv_counts[s]));
+  return incoming;
+}
+
+void sum_on_host(MPI_Comm comm, std::vector<double>& values) {
+  if (values.empty()) return;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
+                                  comm));
+}
+
+double max_on_host(MPI_Comm comm, double value) {
+  double result = value;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return result;
+}
+
 bool any_rank(MPI_Comm comm, bool flag) {
   int local = flag ? 1 : 0, global = 0;
   SHARDRL_CHECK_MPI(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, comm));

@@ -19,6 +19,16 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root);
 // Rank `root` receives every rank's `text`, index = rank; other ranks receive {}.
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, int root);
 
+// outgoing[d] (one entry per rank) is delivered to rank d; returns what each rank s sent here,
+// index = s. Each message must be under 2 GiB. Collective.
+std::vector<std::string> exchange_bytes(MPI_Comm comm, const std::vector<std::string>& outgoing);
+
+// values[i] becomes the sum of values[i] over the ranks (fp64, on the host). Collective.
+void sum_on_host(MPI_Comm comm, std::vector<double>& values);
+
+// The largest `value` over the ranks. Collective.
+double max_on_host(MPI_Comm comm, double value);
+
 // True on every rank when `flag` is true on any rank.
 bool any_rank(MPI_Comm comm, bool flag);
 

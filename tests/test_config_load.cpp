@@ -187,6 +187,70 @@ TEST(ConfigLoad, JobShapeChecks) {
 // vocabulary, whichever preset or custom shape decides its size. Whether a dataset needs it is
 // known only once the dataset is read, so the jsonl task refuses a pre-tokenized dataset
 // without it (tests/test_tasks.cpp, PreTokenizedErrors), not the config.
+// The RL objective's keys: each option loads, and a key its estimator, aggregation or mode would
+// not read is an error naming the key and where it was set, with what to do instead.
+TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
+  LoadedConfig l = load_config(
+      "[rl]\nadvantage_estimator = \"dr_grpo\"\nloss_aggregation = \"constant\"\nloss_tokens = 12\n"
+      "kl_coef = 0.1\nkl_estimator = \"low_var_kl\"\nkl_in_reward = true\ndynamic_sampling = true\n"
+      "max_sampling_rounds = 3\noverlong = \"soft\"\noverlong_buffer = 8\ntis_cap = 2.0\nentropy_coef = 0.001\n",
+      "f", {}, kCpu);
+  ASSERT_TRUE(l.ok()) << l.errors.front();
+  EXPECT_EQ(l.config.rl.advantage_estimator, AdvantageEstimator::dr_grpo);
+  EXPECT_EQ(l.config.rl.loss_aggregation, LossAggregation::constant);
+  EXPECT_EQ(l.config.rl.loss_tokens, 12);
+  EXPECT_EQ(l.config.rl.kl_estimator, KlEstimator::low_var_kl);
+  EXPECT_TRUE(l.config.rl.kl_in_reward);
+  EXPECT_TRUE(l.config.rl.dynamic_sampling);
+  EXPECT_EQ(l.config.rl.max_sampling_rounds, 3);
+  EXPECT_EQ(l.config.rl.overlong, Overlong::soft);
+  EXPECT_EQ(l.config.rl.overlong_buffer, 8);
+  EXPECT_EQ(l.config.rl.tis_cap, 2.0);
+  EXPECT_EQ(l.config.rl.entropy_coef, 0.001);
+  const LoadedConfig back = load_config(to_toml(l.config), "resolved", {}, kCpu);
+  ASSERT_TRUE(back.ok()) << back.errors.front();
+  EXPECT_EQ(to_toml(back.config), to_toml(l.config)) << "the resolved config reads back";
+
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"rl.advantage_estimator=\"rloo\"", "rl.scale_by_std=false"},
+       "--set rl.scale_by_std=false: rl.scale_by_std is read only by rl.advantage_estimator = \"grpo\" (dr_grpo is "
+       "grpo without the division)"},
+      {{"rl.advantage_estimator=\"dr_grpo\""},
+       "--set rl.advantage_estimator=\"dr_grpo\": rl.advantage_estimator = \"dr_grpo\" normalises the loss by a "
+       "constant number of tokens: set rl.loss_aggregation = \"constant\" (and rl.loss_tokens, or leave it 0 for "
+       "rollout.max_new_tokens)"},
+      {{"rl.loss_tokens=8"}, "--set rl.loss_tokens=8: rl.loss_tokens is read only by rl.loss_aggregation = \"constant\""},
+      {{"rl.kl_estimator=\"k1\""}, "--set rl.kl_estimator=\"k1\": rl.kl_estimator is read only when rl.kl_coef > 0"},
+      {{"rl.kl_in_reward=true"}, "--set rl.kl_in_reward=true: rl.kl_in_reward is read only when rl.kl_coef > 0"},
+      {{"rl.advantage_estimator=\"reinforce_plus_plus\"", "rl.kl_coef=0.1"},
+       "--set rl.advantage_estimator=\"reinforce_plus_plus\": rl.advantage_estimator = \"reinforce_plus_plus\" takes "
+       "the KL in the reward: set rl.kl_in_reward = true"},
+      {{"rl.max_sampling_rounds=2"},
+       "--set rl.max_sampling_rounds=2: rl.max_sampling_rounds is read only when rl.dynamic_sampling = true"},
+      {{"rl.dynamic_sampling=true", "rl.samples_per_prompt=1"},
+       "--set rl.dynamic_sampling=true: rl.dynamic_sampling keeps groups whose rewards differ, which needs "
+       "rl.samples_per_prompt >= 2"},
+      {{"rl.overlong_buffer=4"}, "--set rl.overlong_buffer=4: rl.overlong_buffer is read only by rl.overlong = \"soft\""},
+      {{"rl.overlong=\"soft\""},
+       "default: rl.overlong = \"soft\" needs 0 < rl.overlong_buffer <= rollout.max_new_tokens = 64 (now 0)"},
+      {{"rl.overlong=\"soft\"", "rl.overlong_buffer=65"},
+       "--set rl.overlong_buffer=65: rl.overlong = \"soft\" needs 0 < rl.overlong_buffer <= rollout.max_new_tokens = "
+       "64 (now 65)"},
+      {{"rl.tis_cap=2", "rl.old_logp=\"rollout\""},
+       "--set rl.tis_cap=2: rl.tis_cap weighs tokens by the training forward's probability over the sampler's, which "
+       "needs rl.old_logp = \"recompute\" (with \"rollout\" the two are the same numbers)"},
+      {{"rl.advantage_estimator=\"ppo\""},
+       "--set rl.advantage_estimator=\"ppo\": rl.advantage_estimator: must be one of \"grpo\", \"dr_grpo\", \"rloo\", "
+       "\"reinforce_plus_plus\", got \"ppo\""},
+  };
+  for (const auto& [sets, message] : cases) {
+    SCOPED_TRACE(sets.front());
+    l = load_config("", "f", sets, kCpu);
+    ASSERT_EQ(l.errors.size(), 1u) << (l.errors.empty() ? "" : l.errors.front());
+    EXPECT_EQ(l.errors[0], message);
+  }
+}
+
 TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {
   LoadedConfig l = load_config("", "f", {}, kCpu);
   ASSERT_TRUE(l.ok());

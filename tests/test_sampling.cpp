@@ -1,12 +1,14 @@
 // Sampling against host references: greedy is argmax, top-k and top-p never emit excluded
 // tokens, draws follow the target distribution (chi-square, fixed seed), the recorded
-// log-probability is log softmax, and a key always draws the same token.
+// log-probability and entropy are those of softmax(logits / temperature) with nothing excluded
+// (temperature 1 when greedy), and a key always draws the same token.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/kokkos.hpp"
@@ -17,7 +19,7 @@ namespace {
 
 struct Draws {
   std::vector<std::int32_t> tokens;
-  std::vector<float> logp;
+  std::vector<float> logp, entropy;
 };
 
 // `rows` copies of one row of logits, each with its own key (sample index = row).
@@ -27,7 +29,7 @@ Draws draw(const std::vector<float>& row, const SamplingOptions& opt, int rows, 
   DeviceView<T> logits("logits", std::size_t(rows) * V);
   Kokkos::View<std::uint64_t*, MemSpace> keys("keys", rows);
   Kokkos::View<std::int32_t*, MemSpace> token("token", rows);
-  DeviceView<float> logp("logp", rows);
+  DeviceView<float> logp("logp", rows), entropy("entropy", rows);
   auto hl = Kokkos::create_mirror_view(logits);
   auto hk = Kokkos::create_mirror_view(keys);
   for (int r = 0; r < rows; ++r) {
@@ -36,13 +38,15 @@ Draws draw(const std::vector<float>& row, const SamplingOptions& opt, int rows, 
   }
   Kokkos::deep_copy(logits, hl);
   Kokkos::deep_copy(keys, hk);
-  sample_tokens(ExecSpace(), logits.data(), keys.data(), opt, token.data(), logp.data(), rows, V);
+  sample_tokens(ExecSpace(), logits.data(), keys.data(), opt, token.data(), logp.data(), entropy.data(), rows, V);
   auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), token);
   auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logp);
+  auto he = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), entropy);
   Draws d;
   for (int r = 0; r < rows; ++r) {
     d.tokens.push_back(ht(r));
     d.logp.push_back(hp(r));
+    d.entropy.push_back(he(r));
   }
   return d;
 }
@@ -104,6 +108,73 @@ TYPED_TEST(Sampling, GreedyIsArgmaxAndLogpIsLogSoftmax) {
     for (int r = 0; r < 3; ++r) {
       EXPECT_EQ(d.tokens[r], argmax) << "V=" << V;
       EXPECT_NEAR(d.logp[r], -std::log(z), 1e-5) << "V=" << V;
+    }
+  }
+}
+
+// The full distribution at temperature t in fp64, s_v = (logit_v - max) / t as the kernel forms
+// it, with fp32 roundoff bounds for the kernel's log p = s - log(sum e) and
+// H = log(sum e) - sum(e s) / sum(e), e = exp(s). With Z = sum e, logZ = log Z, p = e / Z and
+// A = -sum p s (so H = logZ + A), to first order in u:
+//   sums      V positive fp32 terms err relatively by 4 sqrt(V/3) u (4 standard deviations of V
+//             roundings that go up as often as down, as in Higham and Mary's probabilistic
+//             analysis; the worst case, (V - 1) u, is not approached), plus 4u for expf (within
+//             2 ulp on CUDA)
+//   logp      that sum error, 2u |s_token| (s rounded twice), 2u logZ (logf), u |logp|
+//   entropy   the two sums' error times (1 + 2A) (log carries one, the ratio A both), 2u sum p |s| |s + A|
+//             (dH/ds_v = -p_v (s_v + A)), 4u (1 + 2A) + u A (expf, the product e s),
+//             u (2 logZ + A + H) (logf, the division, the subtraction)
+struct Tempered {
+  std::vector<double> logp, logp_tol;
+  double entropy = 0, entropy_tol = 0;
+};
+
+Tempered tempered(const std::vector<float>& row, double t) {
+  const double u = 1.0 / (1 << 24);   // fp32 unit roundoff
+  const int V = static_cast<int>(row.size());
+  const double mx = *std::max_element(row.begin(), row.end());
+  std::vector<double> s(V);
+  double Z = 0;
+  for (int v = 0; v < V; ++v) Z += std::exp(s[v] = (row[v] - mx) / t);
+  const double logZ = std::log(Z);
+  double A = 0;
+  for (int v = 0; v < V; ++v) A -= std::exp(s[v] - logZ) * s[v];
+  double spread = 0;
+  for (int v = 0; v < V; ++v) spread += std::exp(s[v] - logZ) * std::fabs(s[v]) * std::fabs(s[v] + A);
+  const double sum_err = 4 * std::sqrt(V / 3.0) * u + 4 * u;
+  Tempered r;
+  for (int v = 0; v < V; ++v) {
+    r.logp.push_back(s[v] - logZ);
+    r.logp_tol.push_back(sum_err + u * (2 * std::fabs(s[v]) + 2 * logZ + std::fabs(s[v] - logZ)));
+  }
+  r.entropy = logZ + A;
+  r.entropy_tol = sum_err * (1 + 2 * A) + u * (2 * spread + 4 * (1 + 2 * A) + A + 2 * logZ + A + r.entropy);
+  return r;
+}
+
+// At temperature 0.7 the recorded logp and entropy are those of the whole tempered distribution,
+// with or without top-k and top-p cutting the draw (the train phase scores the token under the
+// same distribution; a renormalised truncated logp would differ by -log(kept mass), far beyond
+// the tolerance); greedy records temperature 1, whatever top-k and top-p say.
+TYPED_TEST(Sampling, LogpAndEntropyAreOfTheFullTemperedDistribution) {
+  for (int V : {7, 259, 1000}) {
+    std::vector<float> row = random_row(V, V + 1);
+    for (auto& x : row) x = static_cast<float>(TypeParam(x));   // the kernel sees T-rounded logits
+    for (const SamplingOptions& o : {SamplingOptions{0.7f, 0, 1.0f}, SamplingOptions{0.7f, 5, 1.0f},
+                                     SamplingOptions{0.7f, 0, 0.5f}, SamplingOptions{0.7f, 40, 0.9f},
+                                     SamplingOptions{0.0f, 0, 1.0f}, SamplingOptions{0.0f, 5, 0.5f}}) {
+      SCOPED_TRACE("V=" + std::to_string(V) + " temperature " + std::to_string(o.temperature) + " k " +
+                   std::to_string(o.top_k) + " p " + std::to_string(o.top_p));
+      // The float temperature the kernel divides by; 1 when greedy.
+      const Tempered ref = tempered(row, o.temperature > 0.0f ? static_cast<double>(o.temperature) : 1.0);
+      Draws d = draw<TypeParam>(row, o, 64);
+      for (int r = 0; r < 64; ++r) {
+        const int t = d.tokens[r];
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, V);
+        EXPECT_NEAR(d.logp[r], ref.logp[t], ref.logp_tol[t]) << "row " << r << " token " << t;
+        EXPECT_NEAR(d.entropy[r], ref.entropy, ref.entropy_tol) << "row " << r;
+      }
     }
   }
 }

@@ -131,13 +131,23 @@ struct RlConfig {
   std::int64_t sft_steps = 0;          // supervised warm-up steps before RL
   std::int64_t sft_batch_size = 32;    // global demonstrations per warm-up step
   double sft_lr = 0.0;                 // warm-up peak lr; 0: optim.lr
-  bool scale_by_std = true;
+  AdvantageEstimator advantage_estimator = AdvantageEstimator::grpo;
+  bool scale_by_std = true;            // grpo only
   double adv_eps = 1e-6;
   double clip_low = 0.2;
   double clip_high = 0.28;
   LossAggregation loss_aggregation = LossAggregation::token;
+  std::int64_t loss_tokens = 0;        // constant aggregation: tokens per completion; 0: rollout.max_new_tokens
   OldLogp old_logp = OldLogp::recompute;
   double kl_coef = 0.0;                // 0: no reference policy
+  KlEstimator kl_estimator = KlEstimator::k3;
+  bool kl_in_reward = false;           // the KL as a token-level reward penalty instead of a loss term
+  bool dynamic_sampling = false;       // DAPO: drop groups of equal rewards, draw more prompts
+  std::int64_t max_sampling_rounds = 4;
+  Overlong overlong = Overlong::none;
+  std::int64_t overlong_buffer = 0;    // soft: the last this many tokens before max_new_tokens
+  double tis_cap = 0.0;                // truncated importance sampling cap; 0: off
+  double entropy_coef = 0.0;
 };
 
 struct CheckpointConfig {

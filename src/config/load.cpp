@@ -282,6 +282,46 @@ void apply_override(const std::string& arg, LoadedConfig& out) {
 }
 
 // Settings that are each valid but not together, or not on this build.
+// The RL objective's keys (rl/loss_choices.hpp): a key that the chosen estimator, aggregation or
+// mode would not read is an error, not silently ignored.
+template <class Where>
+void check_objective_choices(const Config& c, const Where& where, std::vector<std::string>& errors) {
+  const RlConfig d;
+  const RlConfig& rl = c.rl;
+  auto error = [&](const char* key, const std::string& text) { errors.push_back(fmt::format("{}: {}", where(key), text)); };
+  if (rl.advantage_estimator != AdvantageEstimator::grpo && rl.scale_by_std != d.scale_by_std)
+    error("rl.scale_by_std", "rl.scale_by_std is read only by rl.advantage_estimator = \"grpo\" (dr_grpo is grpo "
+                             "without the division)");
+  if (rl.advantage_estimator == AdvantageEstimator::dr_grpo && rl.loss_aggregation != LossAggregation::constant)
+    error("rl.advantage_estimator", "rl.advantage_estimator = \"dr_grpo\" normalises the loss by a constant number "
+                                    "of tokens: set rl.loss_aggregation = \"constant\" (and rl.loss_tokens, or "
+                                    "leave it 0 for rollout.max_new_tokens)");
+  if (rl.loss_tokens != d.loss_tokens && rl.loss_aggregation != LossAggregation::constant)
+    error("rl.loss_tokens", "rl.loss_tokens is read only by rl.loss_aggregation = \"constant\"");
+  if (rl.kl_coef == 0) {
+    if (rl.kl_estimator != d.kl_estimator)
+      error("rl.kl_estimator", "rl.kl_estimator is read only when rl.kl_coef > 0");
+    if (rl.kl_in_reward) error("rl.kl_in_reward", "rl.kl_in_reward is read only when rl.kl_coef > 0");
+  }
+  if (rl.advantage_estimator == AdvantageEstimator::reinforce_plus_plus && rl.kl_coef > 0 && !rl.kl_in_reward)
+    error("rl.advantage_estimator", "rl.advantage_estimator = \"reinforce_plus_plus\" takes the KL in the reward: "
+                                    "set rl.kl_in_reward = true");
+  if (!rl.dynamic_sampling && rl.max_sampling_rounds != d.max_sampling_rounds)
+    error("rl.max_sampling_rounds", "rl.max_sampling_rounds is read only when rl.dynamic_sampling = true");
+  if (rl.dynamic_sampling && rl.samples_per_prompt < 2)
+    error("rl.dynamic_sampling", "rl.dynamic_sampling keeps groups whose rewards differ, which needs "
+                                 "rl.samples_per_prompt >= 2");
+  if (rl.overlong != Overlong::soft && rl.overlong_buffer != d.overlong_buffer)
+    error("rl.overlong_buffer", "rl.overlong_buffer is read only by rl.overlong = \"soft\"");
+  if (rl.overlong == Overlong::soft && (rl.overlong_buffer <= 0 || rl.overlong_buffer > c.rollout.max_new_tokens))
+    error("rl.overlong_buffer", fmt::format("rl.overlong = \"soft\" needs 0 < rl.overlong_buffer <= "
+                                            "rollout.max_new_tokens = {} (now {})",
+                                            c.rollout.max_new_tokens, rl.overlong_buffer));
+  if (rl.tis_cap > 0 && rl.old_logp == OldLogp::rollout)
+    error("rl.tis_cap", "rl.tis_cap weighs tokens by the training forward's probability over the sampler's, which "
+                        "needs rl.old_logp = \"recompute\" (with \"rollout\" the two are the same numbers)");
+}
+
 void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   const Config& c = out.config;
   auto where = [&](const std::string& key) { return out.origin.at(key); };
@@ -371,6 +411,7 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.rl.eos_id >= shape.vocab_size)
     out.errors.push_back(fmt::format("{}: rl.eos_id = {} is outside the model's vocabulary (model.vocab_size = {})",
                                      where("rl.eos_id"), c.rl.eos_id, shape.vocab_size));
+  check_objective_choices(c, where, out.errors);
   if (c.rl.prompts_per_iteration % c.rl.minibatches != 0)
     out.errors.push_back(fmt::format("{}: rl.minibatches = {} does not divide rl.prompts_per_iteration = {}",
                                      where("rl.minibatches"), c.rl.minibatches, c.rl.prompts_per_iteration));

@@ -408,8 +408,15 @@ std::vector<KeyDef> build_schema() {
   s.push_back(with_min(field("rl", "sft_lr", VK::real, "Peak learning rate of the warm-up; 0: optim.lr.",
                              &Config::rl, &RlConfig::sft_lr),
                        0.0));
-  s.push_back(field("rl", "scale_by_std", VK::boolean, "Divide advantages by the group's standard deviation.",
-                    &Config::rl, &RlConfig::scale_by_std));
+  s.push_back(choice("rl", "advantage_estimator",
+                     "How advantages are estimated: `grpo` ((r - group mean) / group std), `dr_grpo` (r - group "
+                     "mean, with `rl.loss_aggregation = \"constant\"`), `rloo` (r - mean of the group's other "
+                     "samples) or `reinforce_plus_plus` (per-token returns whitened over the batch).",
+                     &Config::rl, &RlConfig::advantage_estimator,
+                     std::vector<std::string>{"grpo", "dr_grpo", "rloo", "reinforce_plus_plus"}));
+  s.push_back(field("rl", "scale_by_std", VK::boolean,
+                    "`grpo`: divide advantages by the group's standard deviation.", &Config::rl,
+                    &RlConfig::scale_by_std));
   s.push_back(with_min(field("rl", "adv_eps", VK::real, "Added to the group standard deviation.", &Config::rl,
                              &RlConfig::adv_eps),
                        0.0, true));
@@ -420,14 +427,58 @@ std::vector<KeyDef> build_schema() {
   s.push_back(with_min(field("rl", "clip_high", VK::real, "Upper clip range: ratio <= 1 + clip_high.", &Config::rl,
                              &RlConfig::clip_high),
                        0.0));
-  s.push_back(choice("rl", "loss_aggregation", "Average the loss over tokens (`token`) or per sequence (`sequence`).",
-                     &Config::rl, &RlConfig::loss_aggregation, std::vector<std::string>{"token", "sequence"}));
+  s.push_back(choice("rl", "loss_aggregation",
+                     "Average the loss over the minibatch's tokens (`token`), per completion (`sequence`), or "
+                     "divide its sum by completions x `rl.loss_tokens` (`constant`).",
+                     &Config::rl, &RlConfig::loss_aggregation,
+                     std::vector<std::string>{"token", "sequence", "constant"}));
+  s.push_back(with_max(with_min(field("rl", "loss_tokens", VK::integer,
+                                      "`constant` aggregation: the tokens per completion it divides by; 0: "
+                                      "rollout.max_new_tokens.",
+                                      &Config::rl, &RlConfig::loss_tokens),
+                                0),
+                       kMaxInt));
   s.push_back(choice("rl", "old_logp",
                      "Old log-probabilities: `recompute` at the start of the train phase, or `rollout` (the "
                      "sampler's).",
                      &Config::rl, &RlConfig::old_logp, std::vector<std::string>{"recompute", "rollout"}));
   s.push_back(with_min(field("rl", "kl_coef", VK::real, "Weight of the KL penalty to the frozen reference policy.",
                              &Config::rl, &RlConfig::kl_coef),
+                       0.0));
+  s.push_back(choice("rl", "kl_estimator",
+                     "Estimator of the KL to the reference: `k1` (log-ratio), `k2` (half its square), `k3` "
+                     "(e^-d + d - 1) or `low_var_kl` (k3 clamped as verl does).",
+                     &Config::rl, &RlConfig::kl_estimator, std::vector<std::string>{"k1", "k2", "k3", "low_var_kl"}));
+  s.push_back(field("rl", "kl_in_reward", VK::boolean,
+                    "Fold the KL into the reward as a per-token penalty instead of adding it to the loss.",
+                    &Config::rl, &RlConfig::kl_in_reward));
+  s.push_back(field("rl", "dynamic_sampling", VK::boolean,
+                    "Drop groups whose rewards are all equal and draw more prompts until the batch is full.",
+                    &Config::rl, &RlConfig::dynamic_sampling));
+  s.push_back(with_max(with_min(field("rl", "max_sampling_rounds", VK::integer,
+                                      "`dynamic_sampling`: most rounds of rl.prompts_per_iteration prompts drawn "
+                                      "per iteration.",
+                                      &Config::rl, &RlConfig::max_sampling_rounds),
+                                1),
+                       1024));
+  s.push_back(choice("rl", "overlong",
+                     "Completions cut off at rollout.max_new_tokens: trained as any other (`none`), given no "
+                     "loss (`filter`), or penalised over the last `rl.overlong_buffer` tokens (`soft`).",
+                     &Config::rl, &RlConfig::overlong, std::vector<std::string>{"none", "filter", "soft"}));
+  s.push_back(with_max(with_min(field("rl", "overlong_buffer", VK::integer,
+                                      "`soft`: tokens before rollout.max_new_tokens over which the penalty falls "
+                                      "from 0 to -1.",
+                                      &Config::rl, &RlConfig::overlong_buffer),
+                                0),
+                       kMaxInt));
+  s.push_back(with_min(field("rl", "tis_cap", VK::real,
+                             "Truncated importance sampling: weight each token by min(cap, training / sampler "
+                             "probability); 0: off.",
+                             &Config::rl, &RlConfig::tis_cap),
+                       0.0));
+  s.push_back(with_min(field("rl", "entropy_coef", VK::real,
+                             "Weight of the entropy bonus in the loss (loss -= coef x token entropy).", &Config::rl,
+                             &RlConfig::entropy_coef),
                        0.0));
 
   s.push_back(with_max(with_min(field("checkpoint", "interval", VK::integer,

@@ -271,10 +271,11 @@ void ShardedTrainer::forward_backward(const float* mask, float scale, float* los
   forward_backward(MaskedNll(mask, scale, loss));
 }
 
-void ShardedTrainer::forward_logp(float* out, WeightSource source) {
+void ShardedTrainer::forward_logp(float* out, WeightSource source, float temperature) {
   SHARDRL_CHECK(source == WeightSource::policy || !reference_.empty(),
                 "forward_logp of the reference policy, but the trainer keeps none (FsdpOptions::keep_reference)");
   source_ = source;
+  model_.set_token_distribution(TokenDistribution{temperature, false});
   const int units = model_.unit_count(), head = model_.head_unit();
   for (int u = 0; u < units; ++u) {
     GatheredUnit w = gather(u);
@@ -302,6 +303,7 @@ void ShardedTrainer::snapshot_reference() {
 void ShardedTrainer::forward_backward(const TokenObjective& objective) {
   const int units = model_.unit_count(), head = model_.head_unit();
   const bool reshard = options_.reshard_after_forward;
+  model_.set_token_distribution(objective.distribution());
 
   // Forward: gather u (prefetched), start gathering u+1, compute u, release u.
   for (int u = 0; u < units; ++u) {
@@ -311,7 +313,9 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
     compute_forward(w, embedding);
     if (reshard && u != head) release(u);   // the head (and a tied embedding) go straight on to backward
   }
-  objective.apply(space_, model_.logp(), model_.dlogp(), model_.tokens_in_batch());
+  const bool entropy = objective.distribution().entropy;
+  objective.apply(space_, model_.logp(), entropy ? model_.entropy() : nullptr, model_.dlogp(),
+                  entropy ? model_.dentropy() : nullptr, model_.tokens_in_batch());
 
   // Backward in reverse: gather u (prefetched), start gathering u-1, compute into a full-unit
   // gradient buffer, reduce-scatter it on the communication stream, release u.

@@ -74,8 +74,9 @@ class ShardedTrainer {
   void forward_backward(const float* mask, float scale, float* loss);
 
   // Forward only over the micro-batch set on the model: out[n] = log-probability of token n's
-  // target (device, tokens_in_batch() floats) under the policy or the reference.
-  void forward_logp(float* out, WeightSource source = WeightSource::policy);
+  // target (device, tokens_in_batch() floats) under the policy or the reference, at `temperature`
+  // (the distribution logits / temperature).
+  void forward_logp(float* out, WeightSource source = WeightSource::policy, float temperature = 1.0f);
 
   // The reference policy becomes the current weights (needs FsdpOptions::keep_reference).
   void snapshot_reference();

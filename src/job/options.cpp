@@ -110,13 +110,23 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   o.max_new_tokens = static_cast<int>(c.rollout.max_new_tokens);
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
   o.train_graph = c.train.cuda_graph == TrainGraph::full;
+  o.advantage_estimator = c.rl.advantage_estimator;
   o.scale_by_std = c.rl.scale_by_std;
   o.adv_eps = c.rl.adv_eps;
   o.loss.clip_low = static_cast<float>(c.rl.clip_low);
   o.loss.clip_high = static_cast<float>(c.rl.clip_high);
   o.loss.kl_coef = static_cast<float>(c.rl.kl_coef);
+  o.loss.kl_estimator = c.rl.kl_estimator;
+  o.loss.entropy_coef = static_cast<float>(c.rl.entropy_coef);
+  o.kl_in_reward = c.rl.kl_in_reward;
   o.loss_aggregation = c.rl.loss_aggregation;
+  o.loss_tokens = static_cast<int>(c.rl.loss_tokens);
   o.old_logp = c.rl.old_logp;
+  o.tis_cap = static_cast<float>(c.rl.tis_cap);
+  o.dynamic_sampling = c.rl.dynamic_sampling;
+  o.max_sampling_rounds = static_cast<int>(c.rl.max_sampling_rounds);
+  o.overlong = c.rl.overlong;
+  o.overlong_buffer = static_cast<int>(c.rl.overlong_buffer);
   o.eval_samples = static_cast<int>(c.rl.eval_samples);
   return o;
 }

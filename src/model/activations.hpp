@@ -67,7 +67,7 @@ struct Transformer::Activations {
   std::vector<LayerActivations> layers;       // n_layers of them, or 1 shared with recompute
   DeviceBytes recompute_out;                  // (N, D): a recomputed layer's (unused) output
   DeviceBytes hf, logits;                     // head: normed (N, D), logits (N, V)
-  DeviceBytes rstd_f, lse_tok, logp, dlogp;   // fp32 (head_tokens)
+  DeviceBytes rstd_f, lse_tok, logp, dlogp, entropy, dentropy;   // fp32 (head_tokens)
   std::size_t head_tokens = 0;                // tokens the head buffers hold
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;

@@ -27,8 +27,10 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
   Activations& a = *act_;
   const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
   float* lm_g = s.tie_embeddings ? tied_g : g + a.head_lm;
-  kernels::token_logprob_backward(space_, a.logits.as<T>(), a.targets.data(), a.lse_tok.as<float>(),
-                                  a.dlogp.as<float>(), a.dlogits.as<T>(), N, V);
+  const bool entropy = distribution_.entropy;
+  kernels::token_logprob_backward(space_, a.logits.as<T>(), a.targets.data(), distribution_.temperature,
+                                  a.lse_tok.as<float>(), a.dlogp.as<float>(), entropy ? a.entropy.as<float>() : nullptr,
+                                  entropy ? a.dentropy.as<float>() : nullptr, a.dlogits.as<T>(), N, V);
   gemm_->gemm(Op::N, Op::N, N, D, V, 1.0f, a.dlogits.as<T>(), V, lm, D, 0.0f, a.dh.as<T>(), D);
   weight_grad(a.dlogits.as<T>(), a.hf.as<T>(), lm_g, V, D);
   kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(),

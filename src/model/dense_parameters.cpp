@@ -38,6 +38,7 @@ const void* DenseParameters::compute_weights(int unit) const {
 void forward_backward(Transformer& model, DenseParameters& params, const float* mask, float scale, float* loss) {
   const int head = model.head_unit();
   const void* embed = params.compute_weights(0);
+  model.set_token_distribution(TokenDistribution{});   // cross-entropy: the model's own distribution
   for (int u = 0; u < model.unit_count(); ++u)
     model.forward_unit(u, params.compute_weights(u), u == head ? embed : nullptr);
   kernels::masked_nll(model.space(), model.logp(), mask, scale, loss, model.dlogp(), model.tokens_in_batch());

@@ -101,8 +101,9 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
                            a.rstd_f.as<float>(), N, D, s.norm_eps);
   gemm_->gemm(Op::N, Op::T, N, V, D, 1.0f, a.hf.as<T>(), D, lm, D, 0.0f, a.logits.as<T>(), V);
   if (!target_logprobs) return;
-  kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data(), a.logp.as<float>(),
-                                 a.lse_tok.as<float>(), N, V);
+  kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data(), distribution_.temperature,
+                                 a.logp.as<float>(), a.lse_tok.as<float>(),
+                                 distribution_.entropy ? a.entropy.as<float>() : nullptr, N, V);
 }
 
 template void Transformer::embed_forward<float>(const float*);

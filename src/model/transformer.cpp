@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "kernels/embedding.hpp"
@@ -105,6 +106,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.lse_tok = make("lse_tok", H * f4);
   a.logp = make("logp", H * f4);
   a.dlogp = make("dlogp", H * f4);
+  a.entropy = make("entropy", H * f4);
+  a.dentropy = make("dentropy", H * f4);
   a.head_tokens = H;
   if (!inference) {   // backward scratch
     a.dres = make("dres", N * D * es);
@@ -302,8 +305,16 @@ T* Transformer::residual(int i) const {
 template float* Transformer::residual<float>(int) const;
 template bf16* Transformer::residual<bf16>(int) const;
 
+void Transformer::set_token_distribution(const TokenDistribution& d) {
+  SHARDRL_CHECK(d.temperature > 0.0f && std::isfinite(d.temperature),
+                fmt::format("token distribution at temperature {}", d.temperature));
+  distribution_ = d;
+}
+
 const float* Transformer::logp() const { return act_->logp.as<float>(); }
+const float* Transformer::entropy() const { return act_->entropy.as<float>(); }
 float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
+float* Transformer::dentropy() { return act_->dentropy.as<float>(); }
 const void* Transformer::logits() const { return act_->logits.buffer.data(); }
 
 void Transformer::forward_unit(int u, const void* weights, const void* tied_embedding) {

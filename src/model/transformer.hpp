@@ -27,6 +27,13 @@ struct LayerOffsets;
 class MoeLayers;
 class WeightGradients;
 
+// How the head turns logits into the distribution a loss scores: at temperature T (logits / T),
+// with or without each token's entropy.
+struct TokenDistribution {
+  float temperature = 1.0f;   // > 0
+  bool entropy = false;
+};
+
 struct ModelOptions {
   ModelShape shape;
   Precision precision = Precision::bf16;
@@ -92,10 +99,18 @@ class Transformer {
   // Forward of unit u with its weights (flat, compute type). The head also needs the
   // embedding unit's weights when embeddings are tied (pass them as `tied_embedding`).
   void forward_unit(int u, const void* weights, const void* tied_embedding = nullptr);
-  // After the head's forward: per-token log-probabilities of the targets, (B*S) fp32.
+  // The distribution the head's next forward and backward score targets under: logits / T,
+  // and whether each token's entropy is computed (and its gradient taken). Whoever runs a
+  // forward with target log-probabilities sets it first (ShardedTrainer: from the objective).
+  void set_token_distribution(const TokenDistribution& d);
+  const TokenDistribution& token_distribution() const { return distribution_; }
+  // After the head's forward: per-token log-probabilities of the targets, (B*S) fp32, and with
+  // token_distribution().entropy each token's entropy.
   const float* logp() const;
-  // Where the caller writes dL/dlogp (B*S, fp32) before the head's backward.
+  const float* entropy() const;
+  // Where the caller writes dL/dlogp (and dL/dentropy) (B*S, fp32) before the head's backward.
   float* dlogp();
+  float* dentropy();
 
   // Backward of unit u, in reverse unit order after a full forward. Accumulates into the
   // unit's fp32 gradient `grads` (and, for a tied head, into `tied_embedding_grads`).
@@ -158,6 +173,7 @@ class Transformer {
   std::unique_ptr<Activations> act_;
   std::unique_ptr<MoeLayers> moe_;   // models with MoE layers
   int B_ = 0, S_ = 0;
+  TokenDistribution distribution_;
 };
 
 }  // namespace shardrl

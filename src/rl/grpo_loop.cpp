@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "rl/advantage.hpp"
 #include "rl/grpo_objective.hpp"
+#include "rl/overlong.hpp"
 #include "rl/tokenizer.hpp"
 #include "rollout/batch_split.hpp"
 
@@ -61,22 +63,24 @@ std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_
 // Device inputs of one micro-batch, allocated once (micro_batch_size x seq_len each), in the
 // ledger as workspace.
 struct GrpoLoop::Staging {
-  LedgerView<float> mask, old_logp, ref_logp, advantage, weight, logp;   // (n) each
+  LedgerView<float> mask, old_logp, ref_logp, advantage, weight, is_weight, logp;   // (n) each
   LedgerView<float> stats;    // (kGrpoStats): the GRPO loss's sums
   LedgerView<float> loss;     // (1)
   LedgerView<double> reduce;  // (reduced): the values one sum_over_ranks call adds up
-  Kokkos::View<float*, MemSpace>::HostMirror mask_h, old_h, ref_h, adv_h, weight_h, logp_h, stats_h, loss_h;
+  Kokkos::View<float*, MemSpace>::HostMirror mask_h, old_h, ref_h, adv_h, weight_h, is_h, logp_h, stats_h, loss_h;
   Kokkos::View<double*, MemSpace>::HostMirror reduce_h;
   // n: positions of a micro-batch; reduced: the most values one sum_over_ranks call adds up.
   Staging(std::size_t n, std::size_t reduced)
       : mask(kCategory, "mask", n), old_logp(kCategory, "old_logp", n), ref_logp(kCategory, "ref_logp", n),
-        advantage(kCategory, "advantage", n), weight(kCategory, "weight", n), logp(kCategory, "logp", n),
+        advantage(kCategory, "advantage", n), weight(kCategory, "weight", n), is_weight(kCategory, "is_weight", n),
+        logp(kCategory, "logp", n),
         stats(kCategory, "grpo_stats", kGrpoStats), loss(kCategory, "loss", 1), reduce(kCategory, "metrics", reduced) {
     mask_h = Kokkos::create_mirror_view(mask.view());
     old_h = Kokkos::create_mirror_view(old_logp.view());
     ref_h = Kokkos::create_mirror_view(ref_logp.view());
     adv_h = Kokkos::create_mirror_view(advantage.view());
     weight_h = Kokkos::create_mirror_view(weight.view());
+    is_h = Kokkos::create_mirror_view(is_weight.view());
     logp_h = Kokkos::create_mirror_view(logp.view());
     stats_h = Kokkos::create_mirror_view(stats.view());
     loss_h = Kokkos::create_mirror_view(loss.view());
@@ -99,9 +103,9 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
                                          ArenaPlacement{&arena, Phase::rollout});
   generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena);
   if (options.decode_graphs) generator_->use_decode_graphs();
-  // The sums reduced over the ranks: the rollout's 4 statistics and each minibatch's token count,
-  // the train phase's 6 statistics, the warm-up's loss.
-  const std::size_t reduced = std::max<std::size_t>(6, 4 + static_cast<std::size_t>(minibatches_));
+  // The sums reduced over the ranks: the rollout's 5 statistics and each minibatch's token and
+  // completion counts, the train phase's 8 statistics, the warm-up's loss.
+  const std::size_t reduced = std::max<std::size_t>(8, 5 + 2 * static_cast<std::size_t>(minibatches_));
   staging_ = std::make_unique<Staging>(std::size_t(micro_rows_) * seq_len_, reduced);
   if (options.train_graph) {
     if (trainer.profiling())
@@ -109,7 +113,7 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
                        "step, which a captured step cannot do (profile with train.cuda_graph = \"none\")");
     Staging& st = *staging_;
     std::vector<DeviceRegion> inputs;
-    for (auto* v : {&st.mask, &st.old_logp, &st.ref_logp, &st.advantage, &st.weight})
+    for (auto* v : {&st.mask, &st.old_logp, &st.ref_logp, &st.advantage, &st.weight, &st.is_weight})
       inputs.push_back(DeviceRegion{v->data(), v->size() * sizeof(float)});
     const int rl_micro = ceil_div(ceil_div(prompts_per_minibatch_, comm.size()) * group_, micro_rows_);
     const int sft_micro = ceil_div(ceil_div(options.sft_batch_size, comm.size()), micro_rows_);
@@ -209,23 +213,19 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   return out;
 }
 
-RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
-  const auto t0 = std::chrono::steady_clock::now();
-  arena_.enter(Phase::rollout);
+std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round, std::vector<double>& sums) {
   const std::uint64_t seed = options_.seed;
   const int max_new = options_.max_new_tokens;
-  RolloutBatch b;
-  b.iteration = iteration;
-
+  const std::int64_t first_index = std::int64_t(round) * options_.prompts_per_iteration;
   // This rank's prompts: its share of each minibatch. Every rank checks every prompt's length,
   // so a prompt too long for the buffers stops all ranks alike.
   std::vector<GenerationRow> rows;
   std::vector<TaskExample> examples;   // per row
+  std::vector<SampledGroup> groups;
   for (int k = 0; k < minibatches_; ++k) {
-    b.minibatch_begin.push_back(static_cast<int>(rows.size()));
     const auto [begin, end] = prompts_of_rank(prompts_per_minibatch_, comm_.size(), comm_.rank());
     for (int p = 0; p < prompts_per_minibatch_; ++p) {
-      const std::int64_t index = std::int64_t(k) * prompts_per_minibatch_ + p;
+      const std::int64_t index = first_index + std::int64_t(k) * prompts_per_minibatch_ + p;
       TaskExample ex = task_->example(seed, iteration, index);
       check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "prompt", index, "iteration", iteration);
       std::vector<std::int32_t> ids = prompt_ids(ex);
@@ -239,41 +239,137 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
         rows.push_back(GenerationRow{ids, index, g});
         examples.push_back(ex);
       }
+      SampledGroup group;
+      group.prompt_index = index;
+      group.prompt = std::move(ids);
+      groups.push_back(std::move(group));
     }
   }
-  b.minibatch_begin.push_back(static_cast<int>(rows.size()));
-
-  weights_->materialize(trainer_);
   std::vector<Completion> out;
   if (!rows.empty())
     out = generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
-
-  // Rewards, group advantages, sequences for training; sums for the global statistics.
-  std::vector<double> rewards = agreed_score(examples, out);
-  std::vector<double> sums(4 + minibatches_, 0.0);   // reward, reward^2, passes, -logp; then tokens per minibatch
+  const std::vector<double> scores = agreed_score(examples, out);
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    Sequence s;
-    s.ids = rows[r].prompt;
-    s.prompt_len = static_cast<int>(s.ids.size());
-    s.ids.insert(s.ids.end(), out[r].tokens.begin(), out[r].tokens.end());
-    sums[0] += rewards[r];
-    sums[1] += rewards[r] * rewards[r];
-    sums[2] += rewards[r] == 1.0 ? 1.0 : 0.0;
-    for (float lp : out[r].logp) sums[3] -= lp;
-    const int k = static_cast<int>(std::upper_bound(b.minibatch_begin.begin(), b.minibatch_begin.end(),
-                                                    static_cast<int>(r)) - b.minibatch_begin.begin()) - 1;
-    sums[4 + k] += s.trained();
-    b.sequences.push_back(std::move(s));
-    b.logp.push_back(std::move(out[r].logp));
+    SampledGroup& group = groups[r / static_cast<std::size_t>(group_)];
+    const double score = scores[r];
+    sums[0] += score;
+    sums[1] += score * score;
+    sums[2] += score == 1.0 ? 1.0 : 0.0;
+    for (float h : out[r].entropy) sums[3] += h;
+    sums[4] += static_cast<double>(out[r].tokens.size());
+    const int length = static_cast<int>(out[r].tokens.size());
+    const double penalty = options_.overlong == Overlong::soft
+                               ? overlong_penalty(length, max_new, options_.overlong_buffer)
+                               : 0.0;
+    group.rewards.push_back(score + penalty);
+    group.completions.push_back(std::move(out[r]));
   }
-  std::vector<float> adv = group_advantages(rewards, group_, options_.scale_by_std, options_.adv_eps);
-  b.advantage = adv;
-  sum_over_ranks(sums);
-  const double n = static_cast<double>(options_.prompts_per_iteration) * group_;
-  b.tokens = 0;
+  return groups;
+}
+
+std::vector<SampledGroup> GrpoLoop::gather_batch(std::vector<SampledGroup>& drawn,
+                                                 const std::vector<std::int64_t>& chosen) {
+  const int ranks = comm_.size();
+  const std::int64_t per_minibatch = prompts_per_minibatch_;
+  std::vector<std::vector<std::pair<std::int64_t, SampledGroup>>> outgoing(ranks);
+  std::size_t next = 0;   // drawn is in draw order, as chosen is
+  for (std::int64_t slot = 0; slot < static_cast<std::int64_t>(chosen.size()); ++slot) {
+    while (next < drawn.size() && drawn[next].prompt_index < chosen[slot]) ++next;
+    if (next == drawn.size() || drawn[next].prompt_index != chosen[slot]) continue;   // another rank's
+    const int dest = rank_of_prompt(slot % per_minibatch, per_minibatch, ranks);
+    outgoing[dest].emplace_back(slot, std::move(drawn[next]));
+  }
+  std::vector<std::string> messages;
+  for (const auto& groups : outgoing) messages.push_back(serialize_groups(groups));
+  std::vector<std::pair<std::int64_t, SampledGroup>> mine;
+  for (const std::string& bytes : exchange_bytes(comm_.host_comm(), messages))
+    for (auto& p : deserialize_groups(bytes)) mine.push_back(std::move(p));
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<SampledGroup> batch;
+  for (auto& p : mine) batch.push_back(std::move(p.second));
+  return batch;
+}
+
+RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
+  const auto t0 = std::chrono::steady_clock::now();
+  arena_.enter(Phase::rollout);
+  const std::int64_t P = options_.prompts_per_iteration;
+  RolloutBatch b;
+  b.iteration = iteration;
+  weights_->materialize(trainer_);
+
+  // Without dynamic sampling one round is the batch, already where it trains. With it, rounds
+  // go on until P informative groups are drawn (or the rounds run out); every rank learns every
+  // group's flag, so all choose the same groups, which then move to the ranks that train them.
+  std::vector<double> sums(5, 0.0);   // reward, reward^2, passes, entropy, tokens
+  std::vector<SampledGroup> drawn, batch;
+  std::vector<char> informative;      // every drawn group's, in draw order
+  std::int64_t found = 0;
+  int rounds = 0;
+  const int max_rounds = options_.dynamic_sampling ? options_.max_sampling_rounds : 1;
+  while (rounds < max_rounds) {
+    std::vector<SampledGroup> round = draw_round(iteration, rounds, sums);
+    if (!options_.dynamic_sampling) {
+      batch = std::move(round);
+      ++rounds;
+      break;
+    }
+    std::vector<double> flags(static_cast<std::size_t>(P), 0.0);
+    for (const SampledGroup& g : round)
+      flags[static_cast<std::size_t>(g.prompt_index - std::int64_t(rounds) * P)] = g.informative() ? 1.0 : 0.0;
+    sum_on_host(comm_.host_comm(), flags);
+    for (double f : flags) {
+      informative.push_back(f > 0 ? 1 : 0);
+      found += f > 0 ? 1 : 0;
+    }
+    for (SampledGroup& g : round) drawn.push_back(std::move(g));
+    ++rounds;
+    if (found >= P) break;
+  }
+  if (options_.dynamic_sampling) {
+    const std::vector<std::int64_t> chosen = select_groups(informative, P);
+    batch = gather_batch(drawn, chosen);
+    // Uninformative groups drawn and not trained: every one, less those filling a short batch.
+    b.groups_dropped = static_cast<std::int64_t>(informative.size()) - found - (P - std::min<std::int64_t>(found, P));
+  }
+  b.sampling_rounds = rounds;
+
+  // Rows of the batch, minibatch by minibatch: this rank's share of each is consecutive.
+  std::vector<double> trained(2 * minibatches_, 0.0);   // tokens, then completions, per minibatch
+  const auto [begin, end] = prompts_of_rank(prompts_per_minibatch_, comm_.size(), comm_.rank());
+  const std::size_t per_rank = static_cast<std::size_t>(end - begin);
+  SHARDRL_CHECK(batch.size() == per_rank * static_cast<std::size_t>(minibatches_),
+                fmt::format("{} groups for a rank that trains {} per minibatch", batch.size(), per_rank));
   for (int k = 0; k < minibatches_; ++k) {
-    b.minibatch_tokens.push_back(sums[4 + k]);
-    b.tokens += sums[4 + k];
+    b.minibatch_begin.push_back(static_cast<int>(b.sequences.size()));
+    for (std::size_t i = 0; i < per_rank; ++i) {
+      SampledGroup& g = batch[std::size_t(k) * per_rank + i];
+      for (int s = 0; s < group_; ++s) {
+        Completion& c = g.completions[s];
+        Sequence seq;
+        seq.ids = g.prompt;
+        seq.prompt_len = static_cast<int>(seq.ids.size());
+        seq.ids.insert(seq.ids.end(), c.tokens.begin(), c.tokens.end());
+        const bool keep = !(options_.overlong == Overlong::filter && !c.finished);
+        if (keep) {
+          trained[k] += seq.trained();
+          trained[minibatches_ + k] += 1.0;
+        }
+        b.sequences.push_back(std::move(seq));
+        b.logp.push_back(std::move(c.logp));
+        b.reward.push_back(g.rewards[s]);
+        b.trained.push_back(keep ? 1 : 0);
+      }
+    }
+  }
+  b.minibatch_begin.push_back(static_cast<int>(b.sequences.size()));
+  for (double v : trained) sums.push_back(v);
+  sum_over_ranks(sums);
+  const double n = static_cast<double>(rounds) * static_cast<double>(P) * group_;
+  b.tokens = sums[4];
+  for (int k = 0; k < minibatches_; ++k) {
+    b.minibatch_tokens.push_back(sums[5 + k]);
+    b.minibatch_sequences.push_back(sums[5 + minibatches_ + k]);
   }
   b.reward_mean = sums[0] / n;
   b.reward_std = std::sqrt(std::max(0.0, sums[1] / n - b.reward_mean * b.reward_mean));
@@ -374,24 +470,73 @@ EvalStats GrpoLoop::evaluate() {
   return e;
 }
 
+std::vector<std::vector<float>> GrpoLoop::advantages(const RolloutBatch& b,
+                                                     const std::vector<std::vector<float>>& old_logp,
+                                                     const std::vector<std::vector<float>>& ref_logp) {
+  const std::size_t rows = b.sequences.size();
+  const double kl_coef = options_.loss.kl_coef;
+  // The KL of each token as a reward (rl.kl_in_reward): the estimator at the log-ratio of the
+  // policy that sampled (the old log-probabilities) to the reference, as verl does.
+  std::vector<std::vector<double>> kl(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    kl[r].assign(static_cast<std::size_t>(b.sequences[r].trained()), 0.0);
+    if (!options_.kl_in_reward) continue;
+    for (std::size_t t = 0; t < kl[r].size(); ++t) {
+      float k = 0, dk = 0;
+      kl_estimate(options_.loss.kl_estimator, old_logp[r][t] - ref_logp[r][t], k, dk);
+      kl[r][t] = k;
+    }
+  }
+  const double in_reward = options_.kl_in_reward ? kl_coef : 0.0;
+  std::vector<std::vector<float>> out(rows);
+  if (options_.advantage_estimator == AdvantageEstimator::reinforce_plus_plus) {
+    // Returns per token, whitened over every trained token of the global batch.
+    std::vector<std::vector<double>> returns(rows);
+    TokenMoments m;
+    for (std::size_t r = 0; r < rows; ++r) {
+      returns[r] = token_returns(b.reward[r], kl[r], in_reward);
+      if (b.trained[r])
+        for (double g : returns[r]) m.add(g);
+    }
+    std::vector<double> moments{m.count, m.sum, m.sum_sq};
+    sum_on_host(comm_.host_comm(), moments);
+    m = TokenMoments{moments[0], moments[1], moments[2]};
+    for (std::size_t r = 0; r < rows; ++r)
+      for (double g : returns[r]) out[r].push_back(static_cast<float>(whiten(g, m)));
+    return out;
+  }
+  std::vector<double> rewards(rows);
+  for (std::size_t r = 0; r < rows; ++r) rewards[r] = reward_with_kl(b.reward[r], kl[r], in_reward);
+  const std::vector<float> per_row =
+      options_.advantage_estimator == AdvantageEstimator::rloo
+          ? rloo_advantages(rewards, group_)
+          : group_advantages(rewards, group_,
+                             options_.advantage_estimator == AdvantageEstimator::grpo && options_.scale_by_std,
+                             options_.adv_eps);
+  for (std::size_t r = 0; r < rows; ++r) out[r].assign(kl[r].size(), per_row[r]);
+  return out;
+}
+
 TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::train);
   Staging& st = *staging_;
   const bool kl = options_.loss.kl_coef > 0;
   const bool recompute = options_.old_logp == OldLogp::recompute;
+  const bool tis = options_.tis_cap > 0;
+  const float temperature = sampling_temperature(options_.sampling);
   const int micro = ceil_div(ceil_div(prompts_per_minibatch_, comm_.size()) * group_, micro_rows_);
   const std::size_t rows = b.sequences.size();
 
   // Log-probabilities of the policy that sampled (and of the reference) for every row, before
-  // the first update changes the weights.
+  // the first update changes the weights, at the temperature the rollout sampled with.
   std::vector<std::vector<float>> old_logp = b.logp, ref_logp(kl ? rows : 0);
   auto forward_into = [&](WeightSource source, std::vector<std::vector<float>>& dst) {
     for (int k = 0; k < minibatches_; ++k)
       for (int m = 0; m < micro; ++m) {
         const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
         set_micro_batch(b.sequences, first, end);
-        trainer_.forward_logp(st.logp.data(), source);
+        trainer_.forward_logp(st.logp.data(), source, temperature);
         Kokkos::deep_copy(st.logp_h, st.logp.view());
         for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
           const Sequence& s = b.sequences[first + r];
@@ -403,55 +548,92 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   };
   if (recompute) forward_into(WeightSource::policy, old_logp);
   if (kl) forward_into(WeightSource::reference, ref_logp);
+  const std::vector<std::vector<float>> advantage = advantages(b, old_logp, ref_logp);
 
-  GrpoObjective objective(st.old_logp.data(), kl ? st.ref_logp.data() : nullptr, st.advantage.data(),
-                          st.weight.data(), options_.loss, st.stats.data());
-  const double sequences_per_minibatch = double(prompts_per_minibatch_) * group_;
+  // The sampler against the training forward: every token's ratio when the old log-probabilities
+  // were recomputed (they are that forward's); else the first minibatch's, from the loss kernel.
+  TrainStats out;
+  std::vector<double> ratio{0.0, 0.0};   // sum, tokens
+  double ratio_max = 0;
+  if (recompute) {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t t = 0; t < old_logp[r].size(); ++t) {
+        const double x = std::exp(static_cast<double>(old_logp[r][t]) - b.logp[r][t]);
+        ratio[0] += x;
+        ratio[1] += 1;
+        ratio_max = std::max(ratio_max, x);
+      }
+  }
+
+  GrpoLossOptions loss = options_.loss;
+  if (options_.kl_in_reward) loss.kl_coef = 0.0f;   // the KL is in the advantages; kl still reports it
+  const GrpoInputs inputs{st.old_logp.data(), kl ? st.ref_logp.data() : nullptr, st.advantage.data(),
+                          st.weight.data(), tis ? st.is_weight.data() : nullptr};
+  GrpoObjective objective(inputs, loss, temperature, st.stats.data());
   model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
   model_.reset_aux_loss();   // after the forward-only passes above: training forwards only
   Kokkos::deep_copy(st.stats.view(), 0.0f);
-  TrainStats out;
   double trained_ids = 0;
+  const double loss_tokens = options_.loss_tokens > 0 ? options_.loss_tokens : options_.max_new_tokens;
   for (int k = 0; k < minibatches_; ++k) {
     for (int m = 0; m < micro; ++m) {
       const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
       set_micro_batch(b.sequences, first, end);
       Kokkos::deep_copy(st.weight_h, 0.0f);
       for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
-        const Sequence& s = b.sequences[first + r];
+        const int row = first + r;
+        const Sequence& s = b.sequences[row];
         trained_ids += static_cast<double>(s.ids.size());
-        const double w = options_.loss_aggregation == LossAggregation::token
-                             ? 1.0 / b.minibatch_tokens[k]
-                             : 1.0 / (sequences_per_minibatch * s.trained());
+        if (!b.trained[row]) continue;   // weight 0: rl.overlong = "filter" dropped it
+        double w = 0;
+        switch (options_.loss_aggregation) {
+          case LossAggregation::token: w = 1.0 / b.minibatch_tokens[k]; break;
+          case LossAggregation::sequence: w = 1.0 / (b.minibatch_sequences[k] * s.trained()); break;
+          case LossAggregation::constant: w = 1.0 / (b.minibatch_sequences[k] * loss_tokens); break;
+        }
         for (int t = 0; t < s.trained(); ++t) {
           const std::size_t i = std::size_t(r) * seq_len_ + s.position_of(t);
           st.weight_h(i) = static_cast<float>(w);
-          st.adv_h(i) = b.advantage[first + r];
-          st.old_h(i) = old_logp[first + r][t];
-          if (kl) st.ref_h(i) = ref_logp[first + r][t];
+          st.adv_h(i) = advantage[row][t];
+          st.old_h(i) = old_logp[row][t];
+          if (kl) st.ref_h(i) = ref_logp[row][t];
+          // Truncated importance sampling (Yao et al. 2025): the sampler drew from a policy the
+          // training forward only approximates; weight by their ratio, capped.
+          if (tis) st.is_h(i) = static_cast<float>(
+              std::min<double>(options_.tis_cap, std::exp(double(old_logp[row][t]) - b.logp[row][t])));
         }
       }
       Kokkos::deep_copy(st.weight.view(), st.weight_h);
       Kokkos::deep_copy(st.advantage.view(), st.adv_h);
       Kokkos::deep_copy(st.old_logp.view(), st.old_h);
       if (kl) Kokkos::deep_copy(st.ref_logp.view(), st.ref_h);
+      if (tis) Kokkos::deep_copy(st.is_weight.view(), st.is_h);
       micro_batch_ready(m, objective);
     }
     finish_step("grpo", micro, objective);
     out.skipped += trainer_.metrics().last_skipped ? 1 : 0;
+    if (k == 0 && !recompute) {   // before the second update: the first minibatch's ratios
+      Kokkos::deep_copy(st.stats_h, st.stats.view());
+      ratio = {st.stats_h(kGrpoRatioSum), st.stats_h(kGrpoTokens)};
+      ratio_max = st.stats_h(kGrpoRatioMax);
+    }
   }
   Kokkos::deep_copy(st.stats_h, st.stats.view());
   std::vector<double> sums{st.stats_h(kGrpoLoss), st.stats_h(kGrpoKl), st.stats_h(kGrpoClipped),
-                           st.stats_h(kGrpoWeight), trained_ids, model_.aux_loss()};
+                           st.stats_h(kGrpoWeight), trained_ids, model_.aux_loss(), ratio[0], ratio[1]};
   sum_over_ranks(sums);
   const StepMetrics sm = trainer_.metrics();
   out.loss = sums[0] / minibatches_;
-  out.kl = sums[1] / minibatches_;
+  // The KL's weighted mean per minibatch: the weights sum to 1 over a minibatch's tokens only for
+  // token aggregation, so divide by them.
+  out.kl = sums[3] > 0 ? sums[1] / sums[3] : 0.0;
   out.clip_frac = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
   out.grad_norm = sm.grad_norm;
   out.lr = sm.lr;
   out.tokens = sums[4];
   out.aux_loss = sums[5] / minibatches_;
+  out.rollout_train_ratio_mean = sums[7] > 0 ? sums[6] / sums[7] : 1.0;
+  out.rollout_train_ratio_max = max_on_host(comm_.host_comm(), ratio_max);
   out.seconds = seconds_since(t0);
   return out;
 }

@@ -20,6 +20,7 @@
 #include "mpi/communicator.hpp"
 #include "rl/grpo.hpp"
 #include "rl/loss_choices.hpp"
+#include "rl/sampled_group.hpp"
 #include "rl/sequence.hpp"
 #include "rl/task.hpp"
 #include "rollout/generator.hpp"
@@ -31,20 +32,27 @@ namespace shardrl {
 // What one rollout produced on this rank, and its global statistics.
 struct RolloutBatch {
   std::int64_t iteration = 0;
-  std::vector<Sequence> sequences;          // this rank's rows, minibatch after minibatch
+  std::vector<Sequence> sequences;          // this rank's rows, minibatch after minibatch, groups whole
   std::vector<int> minibatch_begin;         // K + 1 row offsets into `sequences`
   std::vector<std::vector<float>> logp;     // per row: the sampler's log-probability of each completion token
-  std::vector<float> advantage;             // per row
-  std::vector<double> minibatch_tokens;     // global completion tokens of each minibatch
-  // Over all ranks:
+  std::vector<double> reward;               // per row: the task's reward plus the overlong penalty
+  std::vector<char> trained;                // per row: 0 when rl.overlong = "filter" drops it (truncated)
+  std::vector<double> minibatch_tokens;     // global completion tokens trained on, per minibatch
+  std::vector<double> minibatch_sequences;  // global completions trained on, per minibatch
+  // Over all ranks and every completion drawn (all sampling rounds):
   double reward_mean = 0, reward_std = 0, pass_rate = 0, response_len_mean = 0;
-  double entropy = 0;                       // mean -logp of the sampled tokens (an estimate of the policy's entropy)
+  double entropy = 0;                       // mean entropy of the distributions the completion tokens were drawn from
   double tokens = 0;                        // completion tokens generated
+  std::int64_t sampling_rounds = 1;         // rounds of P prompts drawn (rl.dynamic_sampling)
+  std::int64_t groups_dropped = 0;          // uninformative groups left out of the batch
   double seconds = 0;
 };
 
 struct TrainStats {
   double loss = 0, kl = 0, clip_frac = 0, grad_norm = 0, lr = 0;
+  // exp(training forward's logp - sampler's logp) over the completion tokens, before any update:
+  // kernels and precision differ between the sampler and the training forward.
+  double rollout_train_ratio_mean = 1, rollout_train_ratio_max = 1;
   double aux_loss = 0;                      // MoE load-balancing loss, summed over layers (0: dense)
   std::int64_t skipped = 0;                 // optimizer steps skipped (non-finite gradients)
   double tokens = 0;                        // non-padding tokens trained on, over all ranks
@@ -76,11 +84,19 @@ struct GrpoLoopOptions {
   int max_new_tokens = 64;
   bool decode_graphs = false;                 // rollout.cuda_graph = "decode"
   bool train_graph = false;                   // train.cuda_graph = "full"
-  bool scale_by_std = true;                   // advantages divided by the group's std
+  AdvantageEstimator advantage_estimator = AdvantageEstimator::grpo;
+  bool scale_by_std = true;                   // grpo: advantages divided by the group's std
   double adv_eps = 1e-6;
-  GrpoLossOptions loss;                       // clip range and the KL weight (0: no reference)
+  GrpoLossOptions loss;                       // clip range, KL weight (0: no reference) and estimator, entropy
+  bool kl_in_reward = false;                  // the KL (loss.kl_coef, loss.kl_estimator) as a token reward
   LossAggregation loss_aggregation = LossAggregation::token;
+  int loss_tokens = 0;                        // constant aggregation: tokens per completion (0: max_new_tokens)
   OldLogp old_logp = OldLogp::recompute;
+  float tis_cap = 0.0f;                       // truncated importance sampling cap (0: off)
+  bool dynamic_sampling = false;              // drop uninformative groups, draw more prompts
+  int max_sampling_rounds = 4;
+  Overlong overlong = Overlong::none;
+  int overlong_buffer = 0;                    // soft: tokens before max_new_tokens where the penalty grows
   int eval_samples = 4;                       // rl.eval_samples: k of pass@k
 };
 
@@ -94,11 +110,13 @@ class GrpoLoop {
   // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
   // each followed by EOS (rl.eos_id).
   TrainStats warmup_step(std::int64_t step);
-  // Generate G completions (until rl.eos_id) for this rank's prompts of the iteration, score
-  // them, advantages. A pre-tokenized example with an id beyond model.vocab_size stops every
+  // Generate G completions (until rl.eos_id) for this rank's prompts of the iteration and score
+  // them (rl.dynamic_sampling: in rounds, until the batch holds only informative groups or the
+  // rounds run out). Advantages are the train phase's (they may need the KL). A pre-tokenized example with an id beyond model.vocab_size stops every
   // rank with an InputError naming its dataset line (the warm-up checks its examples alike).
   RolloutBatch rollout(std::int64_t iteration);
-  // K optimizer steps of the GRPO objective on the batch.
+  // The old (and reference) log-probabilities, the advantages, then K optimizer steps of the
+  // policy-gradient objective on the batch.
   TrainStats train(const RolloutBatch& batch);
   // Generates on the task's whole eval split (split across the ranks): one greedy completion and
   // rl.eval_samples sampled ones per prompt. Collective. A task without an eval split: prompts = 0.
@@ -123,6 +141,19 @@ class GrpoLoop {
   // score(), with a failure on any rank (a reward process that crashed there) stopping every rank
   // with its message. Collective.
   std::vector<double> agreed_score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
+  // One round of P prompts (draw-order indices round * P + position): this rank's share of each
+  // minibatch, generated and scored. Adds reward, reward^2, passes, entropy and tokens of every
+  // completion into sums[0..5).
+  std::vector<SampledGroup> draw_round(std::int64_t iteration, int round, std::vector<double>& sums);
+  // Moves the chosen groups (draw-order indices, in batch order) to the ranks that train them:
+  // batch slot q belongs to minibatch q / (P/K) and to the rank holding position q % (P/K) of it.
+  // Returns this rank's groups in slot order. Collective.
+  std::vector<SampledGroup> gather_batch(std::vector<SampledGroup>& drawn, const std::vector<std::int64_t>& chosen);
+  // Per row and token: the advantages of the batch under rl.advantage_estimator, given the old
+  // and reference log-probabilities (for a KL in the reward). Collective (REINFORCE++ whitens
+  // over the global batch).
+  std::vector<std::vector<float>> advantages(const RolloutBatch& b, const std::vector<std::vector<float>>& old_logp,
+                                             const std::vector<std::vector<float>>& ref_logp);
 
   const GrpoLoopOptions options_;
   Transformer& model_;

@@ -28,7 +28,8 @@ Generator::Generator(const ModelOptions& model, int rows, int max_len, const Exe
       cache_(model.shape, rows, max_len, model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float),
              ArenaPlacement{arena, Phase::rollout}),
       max_rows_(rows), max_len_(max_len), keys_(MemoryCategory::workspace, "draw_keys", rows),
-      drawn_(MemoryCategory::workspace, "drawn", rows), drawn_logp_(MemoryCategory::workspace, "drawn_logp", rows) {
+      drawn_(MemoryCategory::workspace, "drawn", rows), drawn_logp_(MemoryCategory::workspace, "drawn_logp", rows),
+      drawn_entropy_(MemoryCategory::workspace, "drawn_entropy", rows) {
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");
 }
 
@@ -51,10 +52,10 @@ void Generator::decode_step(const std::vector<const void*>& weights, const Sampl
   const int V = model_.options().shape.vocab_size;
   if (model_.options().precision == Precision::bf16)
     sample_tokens(model_.space(), static_cast<const bf16*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                  drawn_logp_.data(), rows, V);
+                  drawn_logp_.data(), drawn_entropy_.data(), rows, V);
   else
     sample_tokens(model_.space(), static_cast<const float*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                  drawn_logp_.data(), rows, V);
+                  drawn_logp_.data(), drawn_entropy_.data(), rows, V);
 }
 
 std::vector<Completion> Generator::generate(const std::vector<const void*>& weights,
@@ -99,6 +100,7 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   auto keys_h = Kokkos::create_mirror_view(keys_.view());
   auto drawn_h = Kokkos::create_mirror_view(drawn_.view());
   auto logp_h = Kokkos::create_mirror_view(drawn_logp_.view());
+  auto entropy_h = Kokkos::create_mirror_view(drawn_entropy_.view());
   while (!active.empty()) {
     const int n = static_cast<int>(active.size());
     // With graphs the step runs for a bucket of rows; rows past n are padding.
@@ -152,12 +154,14 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
     }
     Kokkos::deep_copy(drawn_h, drawn_.view());
     Kokkos::deep_copy(logp_h, drawn_logp_.view());
+    Kokkos::deep_copy(entropy_h, drawn_entropy_.view());
     std::vector<int> still;
     for (int i = 0; i < n; ++i) {
       const int r = active[i];
       Completion& c = out[r];
       c.tokens.push_back(drawn_h(i));
       c.logp.push_back(logp_h(i));
+      c.entropy.push_back(entropy_h(i));
       c.finished = drawn_h(i) == eos;
       input[r] = drawn_h(i);
       if (!c.finished && static_cast<int>(c.tokens.size()) < max_new_tokens) still.push_back(r);

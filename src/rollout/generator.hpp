@@ -27,7 +27,8 @@ struct GenerationRow {
 
 struct Completion {
   std::vector<std::int32_t> tokens;   // generated tokens, EOS included when drawn
-  std::vector<float> logp;            // log-probability of each under the model
+  std::vector<float> logp;            // log-probability of each under the model at the sampling temperature
+  std::vector<float> entropy;         // entropy of the distribution each was drawn from (same temperature)
   bool finished = false;              // ended with EOS (else: max_new_tokens reached)
 };
 
@@ -65,6 +66,7 @@ class Generator {
   LedgerView<std::uint64_t> keys_;   // (rows): each row's draw key of the step
   LedgerView<std::int32_t> drawn_;   // (rows): the token drawn
   LedgerView<float> drawn_logp_;     // (rows): its log-probability
+  LedgerView<float> drawn_entropy_;  // (rows): the entropy of the distribution it was drawn from
   bool graphs_on_ = false;
   std::map<std::string, std::unique_ptr<CapturedGraph>> graphs_;   // per bucket, weights and sampling
   // What a host replay of a decode graph runs with (the current call's).

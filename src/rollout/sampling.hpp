@@ -2,8 +2,11 @@
 // top-k and top-p (nucleus), applied in that order as in Hugging Face's generate. The random
 // number of a draw is a function of its key alone (seed, iteration, global prompt index, sample
 // index, position): never of the rank, so any world size and a resumed run draw the same tokens.
-// The log-probability recorded for the drawn token is under the model's own distribution
-// (temperature 1, nothing excluded): what the train phase computes for the same token.
+// The log-probability recorded for the drawn token is under the tempered distribution
+// softmax(logits / T) with nothing excluded (top-k and top-p truncation ignored, as verl and TRL
+// do): what the train phase computes for the same token at the same temperature
+// (kernels/cross_entropy.hpp), so the importance ratio compares the policy that sampled. Greedy
+// draws record the distribution at temperature 1.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,10 @@ struct SamplingOptions {
   int top_k = 0;              // 0: off; else keep tokens whose logit is >= the k-th largest
   float top_p = 1.0f;         // 1: off; else keep the most likely tokens whose mass reaches top_p
 };
+
+// The temperature of the distribution a draw's log-probability is recorded under (and the train
+// phase scores the same tokens under): greedy draws record the model's own, temperature 1.
+inline float sampling_temperature(const SamplingOptions& opt) { return opt.temperature > 0.0f ? opt.temperature : 1.0f; }
 
 KOKKOS_INLINE_FUNCTION std::uint64_t mix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -42,10 +49,11 @@ KOKKOS_INLINE_FUNCTION float uniform01(std::uint64_t key) {
 }
 
 // For each row r < R: token[r] drawn from logits(r, :) (V entries, T = float or bf16) with the
-// uniform number of keys[r]; logp[r] = log softmax(logits(r, :))[token[r]].
+// uniform number of keys[r]; with t = the temperature (1 when greedy) and p = softmax(logits(r, :) / t):
+// logp[r] = log p[token[r]] and entropy[r] = -sum_v p_v log p_v.
 template <class T>
 void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t* keys, const SamplingOptions& opt,
-                   std::int32_t* token, float* logp, int R, int V);
+                   std::int32_t* token, float* logp, float* entropy, int R, int V);
 
 }  // namespace shardrl
 

@@ -3,6 +3,36 @@
 // row is ever sorted and nothing is allocated.
 #pragma once
 
+namespace shardrl::sampling_detail {
+
+// The tempered row's normaliser sum_v e_v and first moment sum_v e_v s_v, with
+// s_v = (logit - max) / t and e_v = exp(s_v), reduced together in one pass.
+struct MassMoment {
+  float mass = 0.0f, moment = 0.0f;
+  KOKKOS_INLINE_FUNCTION MassMoment& operator+=(const MassMoment& o) {
+    mass += o.mass;
+    moment += o.moment;
+    return *this;
+  }
+#if KOKKOS_VERSION < 40000
+  KOKKOS_INLINE_FUNCTION void operator+=(const volatile MassMoment& o) volatile {
+    mass += o.mass;
+    moment += o.moment;
+  }
+#endif
+};
+
+}  // namespace shardrl::sampling_detail
+
+namespace Kokkos {
+template <>
+struct reduction_identity<shardrl::sampling_detail::MassMoment> {
+  KOKKOS_FORCEINLINE_FUNCTION static shardrl::sampling_detail::MassMoment sum() {
+    return shardrl::sampling_detail::MassMoment();
+  }
+};
+}  // namespace Kokkos
+
 namespace shardrl {
 
 namespace sampling_detail {
@@ -44,6 +74,21 @@ KOKKOS_INLINE_FUNCTION float mass_above(const Member& team, const T* l, int V, f
 }
 
 template <class T>
+KOKKOS_INLINE_FUNCTION MassMoment mass_and_moment(const Member& team, const T* l, int V, float max, float t) {
+  MassMoment m;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, V),
+      [&](const int v, MassMoment& acc) {
+        const float s = (static_cast<float>(l[v]) - max) / t;
+        const float e = expf(s);
+        acc.mass += e;
+        acc.moment += e * s;
+      },
+      Kokkos::Sum<MassMoment>(m));
+  return m;
+}
+
+template <class T>
 KOKKOS_INLINE_FUNCTION int count_above(const Member& team, const T* l, int V, float cut) {
   int c = 0;
   Kokkos::parallel_reduce(
@@ -56,7 +101,7 @@ KOKKOS_INLINE_FUNCTION int count_above(const Member& team, const T* l, int V, fl
 
 template <class T>
 void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t* keys, const SamplingOptions& opt,
-                   std::int32_t* token, float* logp, int R, int V) {
+                   std::int32_t* token, float* logp, float* entropy, int R, int V) {
   using namespace sampling_detail;
   const float temperature = opt.temperature;
   const int top_k = opt.top_k;
@@ -65,6 +110,12 @@ void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t*
     const int r = team.league_rank();
     const T* l = logits + static_cast<long>(r) * V;
     const float max = row_max(team, l, V);
+    // The recorded log-probability and entropy are of the tempered distribution (temperature 1
+    // when greedy), formed as the train phase forms them (kernels/cross_entropy.hpp):
+    // log p = s - log(mass), H = log(mass) - moment / mass. Without top-k its mass is also the
+    // mass the draw below needs.
+    const float t = temperature > 0.0f ? temperature : 1.0f;   // sampling_temperature(opt)
+    const MassMoment tempered = mass_and_moment(team, l, V, max, t);
     int chosen = V;
     if (temperature <= 0.0f) {
       // Greedy: the first index holding the maximum.
@@ -87,7 +138,7 @@ void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t*
         cut = count_above(team, l, V, hi) >= top_k ? hi : lo;
       }
       // top-p on what top-k kept: the largest cut whose kept mass reaches top_p of it.
-      const float kept = mass_above(team, l, V, max, temperature, cut);
+      const float kept = cut > -INFINITY ? mass_above(team, l, V, max, temperature, cut) : tempered.mass;
       if (top_p < 1.0f) {
         float lo = cut > -INFINITY ? cut : row_min(team, l, V), hi = max;
         for (int it = 0; it < 64 && lo < hi; ++it) {
@@ -158,14 +209,11 @@ void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t*
         chosen = last;
       }
     }
-    // log softmax at temperature 1 of the chosen token.
-    float z = 0.0f;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, V), [&](const int v, float& acc) { acc += expf(static_cast<float>(l[v]) - max); },
-        z);
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       token[r] = chosen;
-      logp[r] = static_cast<float>(l[chosen]) - max - logf(z);
+      const float log_mass = logf(tempered.mass);
+      logp[r] = (static_cast<float>(l[chosen]) - max) / t - log_mass;
+      entropy[r] = log_mass - tempered.moment / tempered.mass;
     });
   };
   // One team per row makes several passes over the vocabulary: as many threads as the kernel

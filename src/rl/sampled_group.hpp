@@ -1,0 +1,34 @@
+// One prompt's group of completions as the rollout drew and scored them, the wire form that moves
+// groups between ranks, and dynamic sampling's choice of which drawn groups make the batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rollout/generator.hpp"
+
+namespace shardrl {
+
+struct SampledGroup {
+  std::int64_t prompt_index = 0;          // in the iteration's draw order: round * P + position
+  std::vector<std::int32_t> prompt;       // the ids the model saw
+  std::vector<Completion> completions;    // G, sample order
+  std::vector<double> rewards;            // G: the task's reward plus any length penalty
+  // Whether the rewards differ: a group whose rewards are all equal has zero advantage under
+  // every group baseline, so it carries no learning signal (DAPO's dynamic sampling drops it).
+  bool informative() const;
+};
+
+// Groups with the batch slot each is going to, as bytes, and back. Entropies do not travel (they
+// are reported where they were drawn).
+std::string serialize_groups(const std::vector<std::pair<std::int64_t, SampledGroup>>& groups);
+std::vector<std::pair<std::int64_t, SampledGroup>> deserialize_groups(const std::string& bytes);
+
+// Dynamic sampling (DAPO): the draw-order indices of the `needed` groups of the batch, given
+// every drawn group's informative flag in draw order: the first `needed` informative groups or,
+// when there are fewer (the sampling rounds ran out), all of them and the earliest uninformative
+// ones; returned in draw order. Needs informative.size() >= needed.
+std::vector<std::int64_t> select_groups(const std::vector<char>& informative, std::int64_t needed);
+
+}  // namespace shardrl
