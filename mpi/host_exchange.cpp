@@ -82,6 +82,12 @@ double max_on_host(MPI_Comm comm, double value) {
   return result;
 }
 
+void max_on_host(MPI_Comm comm, std::vector<double>& values) {
+  if (values.empty()) return;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_MAX,
+                                  comm));
+}
+
 bool any_rank(MPI_Comm comm, bool flag) {
   int local = flag ? 1 : 0, global = 0;
   SHARDRL_CHECK_MPI(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, comm));

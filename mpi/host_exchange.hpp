@@ -28,6 +28,8 @@ void sum_on_host(MPI_Comm comm, std::vector<double>& values);
 
 // The largest `value` over the ranks. Collective.
 double max_on_host(MPI_Comm comm, double value);
+// values[i] becomes the largest values[i] over the ranks. Collective.
+void max_on_host(MPI_Comm comm, std::vector<double>& values);
 
 // True on every rank when `flag` is true on any rank.
 bool any_rank(MPI_Comm comm, bool flag);

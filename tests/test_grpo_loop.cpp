@@ -88,33 +88,44 @@ TEST(GrpoLoop, SameTrajectoryAsOneRank) {
 // between), follow the eager job exactly; bf16 with two minibatches per rollout.
 TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
   if (!CapturedGraph::native()) GTEST_SKIP() << "CUDA graphs need a GPU build (test_step_graphs covers the schedule)";
-  Config c = small_config();
-  c.model.precision = Precision::bf16;
-  c.rl.sft_steps = 6;
-  constexpr int kIterations = 5;
-  std::vector<double> warm_eager, warm_graph;
-  std::vector<Record> eager, graph;
-  {
-    Job job(c, MPI_COMM_WORLD);
-    warm_eager = job.warm_up();
-    eager = trajectory(job, kIterations);
-  }
-  c.train.cuda_graph = TrainGraph::full;
-  {
-    Job job(c, MPI_COMM_WORLD);
-    warm_graph = job.warm_up();
-    graph = trajectory(job, kIterations);
-    ASSERT_NE(job.loop.step_graphs(), nullptr);
-    EXPECT_EQ(job.loop.step_graphs()->captures(), 2) << "one warm-up graph and one GRPO graph";
-    // Each bucket's first step runs eagerly.
-    EXPECT_EQ(job.loop.step_graphs()->replays(), (c.rl.sft_steps - 1) + (kIterations * c.rl.minibatches - 1));
-  }
-  EXPECT_EQ(warm_graph, warm_eager);
-  for (int it = 0; it < kIterations; ++it) {
-    EXPECT_EQ(graph[it].reward, eager[it].reward) << "iteration " << it;
-    EXPECT_EQ(graph[it].loss, eager[it].loss) << "iteration " << it;
-    EXPECT_EQ(graph[it].grad_norm, eager[it].grad_norm) << "iteration " << it;
-    EXPECT_EQ(graph[it].kl, eager[it].kl) << "iteration " << it;
+  // Unpacked, every GRPO step has the same shape (one bucket); packed, the micro-batch count and
+  // row length follow the data, so buckets (each first run eagerly) depend on the rollouts.
+  for (const bool packing : {false, true}) {
+    SCOPED_TRACE(packing ? "packed" : "one sequence per row");
+    Config c = small_config();
+    c.model.precision = Precision::bf16;
+    c.rl.sft_steps = 6;
+    c.train.packing = packing;
+    constexpr int kIterations = 5;
+    std::vector<double> warm_eager, warm_graph;
+    std::vector<Record> eager, graph;
+    {
+      Job job(c, MPI_COMM_WORLD);
+      warm_eager = job.warm_up();
+      eager = trajectory(job, kIterations);
+    }
+    c.train.cuda_graph = TrainGraph::full;
+    {
+      Job job(c, MPI_COMM_WORLD);
+      warm_graph = job.warm_up();
+      graph = trajectory(job, kIterations);
+      ASSERT_NE(job.loop.step_graphs(), nullptr);
+      if (!packing) {
+        EXPECT_EQ(job.loop.step_graphs()->captures(), 2) << "one warm-up graph and one GRPO graph";
+        // Each bucket's first step runs eagerly.
+        EXPECT_EQ(job.loop.step_graphs()->replays(), (c.rl.sft_steps - 1) + (kIterations * c.rl.minibatches - 1));
+      } else {
+        EXPECT_GE(job.loop.step_graphs()->captures(), 2);
+        EXPECT_GT(job.loop.step_graphs()->replays(), c.rl.sft_steps - 1) << "no GRPO step was replayed";
+      }
+    }
+    EXPECT_EQ(warm_graph, warm_eager);
+    for (int it = 0; it < kIterations; ++it) {
+      EXPECT_EQ(graph[it].reward, eager[it].reward) << "iteration " << it;
+      EXPECT_EQ(graph[it].loss, eager[it].loss) << "iteration " << it;
+      EXPECT_EQ(graph[it].grad_norm, eager[it].grad_norm) << "iteration " << it;
+      EXPECT_EQ(graph[it].kl, eager[it].kl) << "iteration " << it;
+    }
   }
 }
 
@@ -345,6 +356,38 @@ TEST(FillRows, PadsWithTheGivenId) {
   fill_rows({s}, 0, 1, 1, 6, 258, tokens, targets);
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{1, 10, 20, 26, 258, 258}));
   EXPECT_EQ(targets, (std::vector<std::int32_t>{10, 20, 26, kEos, 258, 258}));
+}
+
+Sequence sequence_of(int positions, std::int32_t first_id) {
+  Sequence s;
+  for (int t = 0; t <= positions; ++t) s.ids.push_back(first_id + t);
+  s.prompt_len = 1;
+  return s;
+}
+
+// First fit in order: each sequence goes into the first row with room; without packing one per
+// row. Slots, tokens, targets and positions of the packed rows by hand.
+TEST(PackRows, FirstFitInOrderWithPositionsRestarting) {
+  const std::vector<Sequence> seqs = {sequence_of(5, 10), sequence_of(4, 20), sequence_of(2, 30),
+                                      sequence_of(3, 40), sequence_of(1, 50)};
+  const PackedRows p = pack_rows(seqs, 0, 5, 8, true);
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[0], (std::vector<int>{0, 2, 4}));   // 5 + 2 + 1 = 8
+  EXPECT_EQ(p.rows[1], (std::vector<int>{1, 3}));      // 4 + 3 = 7
+  EXPECT_EQ(p.offset_of, (std::vector<int>{0, 0, 5, 4, 7}));
+  EXPECT_EQ(p.slot(seqs, 0, 3, 0, 0), std::size_t(8 + 4));   // row 1, offset 4, trained token 0 at position 0
+  EXPECT_EQ(p.slot(seqs, 0, 3, 2, 1), std::size_t(4 + 2));   // with row 1 the micro-batch's first
+  std::vector<std::int32_t> tokens, targets, positions;
+  fill_packed_rows(seqs, p, 1, 2, 99, tokens, targets, positions);   // row 1, then a row of padding
+  EXPECT_EQ(tokens, (std::vector<std::int32_t>{20, 21, 22, 23, 40, 41, 42, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
+  EXPECT_EQ(targets, (std::vector<std::int32_t>{21, 22, 23, 24, 41, 42, 43, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
+  EXPECT_EQ(positions, (std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 2, 3, 4, 5, 6, 7}));
+  const PackedRows one = pack_rows(seqs, 1, 4, 8, false);
+  ASSERT_EQ(one.rows.size(), 3u);
+  EXPECT_EQ(one.row_of, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(one.offset_of, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(row_length(seqs, 0, 5, 4, 64), 8);    // longest 5 positions, rounded up to 4s
+  EXPECT_EQ(row_length(seqs, 0, 5, 32, 6), 6);    // at most max_len
 }
 
 // The warm-up trains on prompt_ids + answer_ids + rl.eos_id, rollout stops at rl.eos_id and the

@@ -145,6 +145,28 @@ TEST(RlObjective, EveryOptionIsTheSameAtAnyWorldSize) {
   }
 }
 
+// train.packing: the train phase packs each minibatch's sequences into rows as long as the longest
+// needs (here 32 positions of train.seq_len = 64, two or three sequences per row); the trajectory
+// is the unpacked one's to fp32 rounding, at any world size.
+TEST(RlObjective, PackedRowsGiveTheUnpackedTrajectory) {
+  Config c = small_config();
+  c.train.seq_len = 64;
+  std::vector<Step> packed;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    for (int it = 0; it < 3; ++it) {
+      RolloutBatch b = job.loop.rollout(it);
+      TrainStats t = job.loop.train(b);
+      EXPECT_EQ(job.model.batch_seq_len(), 32) << "rows as long as the longest sequence, rounded up to 32";
+      packed.push_back({std::move(b), t});
+    }
+  }
+  c.train.packing = false;
+  const std::vector<Step> unpacked = run(c, MPI_COMM_WORLD, 3);
+  expect_same_trajectory(packed, unpacked);
+}
+
 // After a short warm-up most groups of the sort task are all wrong (0/1 rewards): dynamic sampling
 // keeps drawing rounds until every group of the batch has rewards that differ, so each trained
 // group is informative; the rounds and dropped groups are the same at any world size.

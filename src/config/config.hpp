@@ -71,6 +71,7 @@ struct TrainConfig {
   std::int64_t seq_len = 128;          // positions per sequence (activation buffers)
   bool activation_recompute = false;
   TrainGraph cuda_graph = TrainGraph::none;
+  bool packing = true;                 // RL train phase: sequences packed into rows as long as needed
 };
 
 struct FsdpConfig {

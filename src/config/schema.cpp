@@ -227,6 +227,10 @@ std::vector<KeyDef> build_schema() {
                      "and the optimizer) is captured once as a CUDA graph and replayed every step; `none`: "
                      "launched kernel by kernel. `full` needs a CUDA build.",
                      &Config::train, &TrainConfig::cuda_graph, std::vector<std::string>{"none", "full"}));
+  s.push_back(field("train", "packing", VK::boolean,
+                    "RL train phase: pack completions into rows as long as the minibatch's longest sequence "
+                    "(each attending only to itself); false: one per row of train.seq_len.",
+                    &Config::train, &TrainConfig::packing));
 
   const std::vector<std::string> dtypes = {"fp32", "bf16"};
   s.push_back(field("fsdp", "reshard_after_forward", VK::boolean,

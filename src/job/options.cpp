@@ -108,6 +108,7 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   o.eos_id = eos_id(c);
   o.sampling = sampling_options(c);
   o.max_new_tokens = static_cast<int>(c.rollout.max_new_tokens);
+  o.packing = c.train.packing;
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
   o.train_graph = c.train.cuda_graph == TrainGraph::full;
   o.advantage_estimator = c.rl.advantage_estimator;

@@ -25,6 +25,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Packed rows are as long as the minibatch's longest sequence, rounded up to this: few distinct
+// batch shapes (each a captured step of its own with train.cuda_graph = "full").
+constexpr int kRowGranule = 32;
+
 // The ids the model sees for an example's prompt: a pre-tokenized prompt verbatim, else BOS and
 // the prompt's bytes.
 std::vector<std::int32_t> prompt_ids(const TaskExample& ex) {
@@ -525,25 +529,49 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const bool recompute = options_.old_logp == OldLogp::recompute;
   const bool tis = options_.tis_cap > 0;
   const float temperature = sampling_temperature(options_.sampling);
-  const int micro = ceil_div(ceil_div(prompts_per_minibatch_, comm_.size()) * group_, micro_rows_);
   const std::size_t rows = b.sequences.size();
+
+  // Each minibatch's sequences in rows: packed (train.packing) into rows as long as its longest
+  // sequence needs, or one per row of train.seq_len. Every rank runs as many micro-batches as the
+  // rank that needs the most (each is a round of collectives); the others' extra ones are padding.
+  std::vector<PackedRows> layout;
+  std::vector<double> micro(minibatches_);
+  for (int k = 0; k < minibatches_; ++k) {
+    const int first = b.minibatch_begin[k], end = b.minibatch_begin[k + 1];
+    const int row_len = options_.packing ? row_length(b.sequences, first, end, kRowGranule, seq_len_) : seq_len_;
+    layout.push_back(pack_rows(b.sequences, first, end, row_len, options_.packing));
+    micro[k] = std::max(1, ceil_div(static_cast<std::int64_t>(layout[k].rows.size()), micro_rows_));
+  }
+  max_on_host(comm_.host_comm(), micro);
+  // Sets micro-batch m of minibatch k on the model; calls f(i, r) for each sequence i in it.
+  std::vector<std::int32_t> tokens, targets, positions;
+  auto set_micro = [&](int k, int m) {
+    fill_packed_rows(b.sequences, layout[k], m * micro_rows_, micro_rows_, pad_id_, tokens, targets, positions);
+    model_.set_batch(tokens.data(), targets.data(), micro_rows_, layout[k].row_len, positions.data());
+  };
+  auto for_each_sequence = [&](int k, int m, auto&& f) {
+    const auto& rows_k = layout[k].rows;
+    for (int r = m * micro_rows_; r < std::min<int>((m + 1) * micro_rows_, static_cast<int>(rows_k.size())); ++r)
+      for (int i : rows_k[r]) f(i);
+  };
+  auto slot = [&](int k, int m, int i, int t) {
+    return layout[k].slot(b.sequences, b.minibatch_begin[k], i, t, m * micro_rows_);
+  };
 
   // Log-probabilities of the policy that sampled (and of the reference) for every row, before
   // the first update changes the weights, at the temperature the rollout sampled with.
   std::vector<std::vector<float>> old_logp = b.logp, ref_logp(kl ? rows : 0);
   auto forward_into = [&](WeightSource source, std::vector<std::vector<float>>& dst) {
     for (int k = 0; k < minibatches_; ++k)
-      for (int m = 0; m < micro; ++m) {
-        const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
-        set_micro_batch(b.sequences, first, end);
+      for (int m = 0; m < static_cast<int>(micro[k]); ++m) {
+        set_micro(k, m);
         trainer_.forward_logp(st.logp.data(), source, temperature);
         Kokkos::deep_copy(st.logp_h, st.logp.view());
-        for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
-          const Sequence& s = b.sequences[first + r];
-          std::vector<float>& d = dst[first + r];
-          d.resize(s.trained());
-          for (int t = 0; t < s.trained(); ++t) d[t] = st.logp_h(std::size_t(r) * seq_len_ + s.position_of(t));
-        }
+        for_each_sequence(k, m, [&](int i) {
+          std::vector<float>& d = dst[i];
+          d.resize(b.sequences[i].trained());
+          for (int t = 0; t < b.sequences[i].trained(); ++t) d[t] = st.logp_h(slot(k, m, i, t));
+        });
       }
   };
   if (recompute) forward_into(WeightSource::policy, old_logp);
@@ -570,21 +598,20 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const GrpoInputs inputs{st.old_logp.data(), kl ? st.ref_logp.data() : nullptr, st.advantage.data(),
                           st.weight.data(), tis ? st.is_weight.data() : nullptr};
   GrpoObjective objective(inputs, loss, temperature, st.stats.data());
-  model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
   model_.reset_aux_loss();   // after the forward-only passes above: training forwards only
   Kokkos::deep_copy(st.stats.view(), 0.0f);
   double trained_ids = 0;
   const double loss_tokens = options_.loss_tokens > 0 ? options_.loss_tokens : options_.max_new_tokens;
   for (int k = 0; k < minibatches_; ++k) {
-    for (int m = 0; m < micro; ++m) {
-      const int first = b.minibatch_begin[k] + m * micro_rows_, end = b.minibatch_begin[k + 1];
-      set_micro_batch(b.sequences, first, end);
+    // MoE layers: each micro-batch's load-balancing loss counts for its share of the step.
+    model_.set_aux_loss_weight(1.0f / static_cast<float>(micro[k] * comm_.size()));
+    for (int m = 0; m < static_cast<int>(micro[k]); ++m) {
+      set_micro(k, m);
       Kokkos::deep_copy(st.weight_h, 0.0f);
-      for (int r = 0; r < micro_rows_ && first + r < end; ++r) {
-        const int row = first + r;
+      for_each_sequence(k, m, [&](int row) {
         const Sequence& s = b.sequences[row];
         trained_ids += static_cast<double>(s.ids.size());
-        if (!b.trained[row]) continue;   // weight 0: rl.overlong = "filter" dropped it
+        if (!b.trained[row]) return;   // weight 0: rl.overlong = "filter" dropped it
         double w = 0;
         switch (options_.loss_aggregation) {
           case LossAggregation::token: w = 1.0 / b.minibatch_tokens[k]; break;
@@ -592,7 +619,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
           case LossAggregation::constant: w = 1.0 / (b.minibatch_sequences[k] * loss_tokens); break;
         }
         for (int t = 0; t < s.trained(); ++t) {
-          const std::size_t i = std::size_t(r) * seq_len_ + s.position_of(t);
+          const std::size_t i = slot(k, m, row, t);
           st.weight_h(i) = static_cast<float>(w);
           st.adv_h(i) = advantage[row][t];
           st.old_h(i) = old_logp[row][t];
@@ -602,7 +629,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
           if (tis) st.is_h(i) = static_cast<float>(
               std::min<double>(options_.tis_cap, std::exp(double(old_logp[row][t]) - b.logp[row][t])));
         }
-      }
+      });
       Kokkos::deep_copy(st.weight.view(), st.weight_h);
       Kokkos::deep_copy(st.advantage.view(), st.adv_h);
       Kokkos::deep_copy(st.old_logp.view(), st.old_h);
@@ -610,7 +637,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
       if (tis) Kokkos::deep_copy(st.is_weight.view(), st.is_h);
       micro_batch_ready(m, objective);
     }
-    finish_step("grpo", micro, objective);
+    finish_step("grpo", static_cast<int>(micro[k]), objective);
     out.skipped += trainer_.metrics().last_skipped ? 1 : 0;
     if (k == 0 && !recompute) {   // before the second update: the first minibatch's ratios
       Kokkos::deep_copy(st.stats_h, st.stats.view());

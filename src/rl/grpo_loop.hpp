@@ -82,6 +82,7 @@ struct GrpoLoopOptions {
   std::int32_t eos_id = 257;                  // ends completions and demonstrations
   SamplingOptions sampling;
   int max_new_tokens = 64;
+  bool packing = true;                        // train.packing: RL train rows packed, as long as needed
   bool decode_graphs = false;                 // rollout.cuda_graph = "decode"
   bool train_graph = false;                   // train.cuda_graph = "full"
   AdvantageEstimator advantage_estimator = AdvantageEstimator::grpo;

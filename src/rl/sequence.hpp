@@ -24,4 +24,31 @@ struct Sequence {
 void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int count, int S, std::int32_t pad,
                std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets);
 
+// Sequences [first, end) laid out in rows of `row_len` positions: packed (first fit in order: each
+// goes into the first row with room, every sequence attending only to itself), or one per row.
+// A sequence of n ids takes n - 1 positions (its last id is only a target).
+struct PackedRows {
+  int row_len = 0;
+  std::vector<std::vector<int>> rows;   // the sequences of each row, in position order
+  std::vector<int> row_of, offset_of;   // per sequence i: row and first position (index i - first)
+  // Position in the flat (rows x row_len) batch of sequence i's trained token k, given the batch
+  // starts at row `first_row`.
+  std::size_t slot(const std::vector<Sequence>& sequences, int first, int i, int k, int first_row) const {
+    const int n = i - first;
+    return std::size_t(row_of[n] - first_row) * row_len + offset_of[n] + sequences[i].position_of(k);
+  }
+};
+PackedRows pack_rows(const std::vector<Sequence>& sequences, int first, int end, int row_len, bool pack);
+
+// The row length a batch needs: its longest sequence's positions rounded up to a multiple of
+// `granule` (few distinct shapes for captured steps), at most max_len; at least 1.
+int row_length(const std::vector<Sequence>& sequences, int first, int end, int granule, int max_len);
+
+// tokens/targets/positions of rows [first_row, first_row + count) of `packed` (rows past its last
+// are all padding). Positions restart at 0 for each sequence; a row's unused tail is padding that
+// starts a sequence of its own (masked, and after every real token, so nothing attends to it).
+void fill_packed_rows(const std::vector<Sequence>& sequences, const PackedRows& packed, int first_row, int count,
+                      std::int32_t pad, std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets,
+                      std::vector<std::int32_t>& positions);
+
 }  // namespace shardrl
