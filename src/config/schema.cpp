@@ -229,7 +229,7 @@ std::vector<KeyDef> build_schema() {
                      &Config::train, &TrainConfig::cuda_graph, std::vector<std::string>{"none", "full"}));
   s.push_back(field("train", "packing", VK::boolean,
                     "RL train phase: pack completions into rows as long as the minibatch's longest sequence "
-                    "(each attending only to itself); false: one per row of train.seq_len.",
+                    "(each attending only to itself); false: one per row of train.seq_len. Dense models only.",
                     &Config::train, &TrainConfig::packing));
 
   const std::vector<std::string> dtypes = {"fp32", "bf16"};

@@ -108,7 +108,10 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   o.eos_id = eos_id(c);
   o.sampling = sampling_options(c);
   o.max_new_tokens = static_cast<int>(c.rollout.max_new_tokens);
-  o.packing = c.train.packing;
+  // MoE layers: the load-balancing loss is a function of each micro-batch's set of tokens, so a
+  // layout that depends on the rank's share (packing does) would change the objective with the
+  // world size; their rows stay one sequence per row (docs/config.md says so).
+  o.packing = c.train.packing && c.model.n_experts == 0;
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
   o.train_graph = c.train.cuda_graph == TrainGraph::full;
   o.advantage_estimator = c.rl.advantage_estimator;
