@@ -70,22 +70,24 @@ std::vector<std::string> exchange_bytes(MPI_Comm comm, const std::vector<std::st
   return incoming;
 }
 
-void sum_on_host(MPI_Comm comm, std::vector<double>& values) {
+namespace {
+
+// values[i] = op over the ranks of values[i], in place.
+void reduce_in_place(MPI_Comm comm, std::vector<double>& values, MPI_Op op) {
   if (values.empty()) return;
-  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
-                                  comm));
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op, comm));
 }
+
+}  // namespace
+
+void sum_on_host(MPI_Comm comm, std::vector<double>& values) { reduce_in_place(comm, values, MPI_SUM); }
+
+void max_on_host(MPI_Comm comm, std::vector<double>& values) { reduce_in_place(comm, values, MPI_MAX); }
 
 double max_on_host(MPI_Comm comm, double value) {
-  double result = value;
-  SHARDRL_CHECK_MPI(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return result;
-}
-
-void max_on_host(MPI_Comm comm, std::vector<double>& values) {
-  if (values.empty()) return;
-  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_MAX,
-                                  comm));
+  std::vector<double> one{value};
+  reduce_in_place(comm, one, MPI_MAX);
+  return one[0];
 }
 
 bool any_rank(MPI_Comm comm, bool flag) {

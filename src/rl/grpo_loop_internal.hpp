@@ -1,0 +1,61 @@
+// Helpers the RL loop's two source files share (grpo_loop.cpp: construction, warm-up and the
+// train phase; grpo_loop_rollout.cpp: rollout, scoring and evaluation). Internal to src/rl.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "rl/task.hpp"
+#include "rl/tokenizer.hpp"
+
+namespace shardrl::grpo_loop_detail {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+inline int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+
+
+// The ids the model sees for an example's prompt: a pre-tokenized prompt verbatim, else BOS and
+// the prompt's bytes.
+inline std::vector<std::int32_t> prompt_ids(const TaskExample& ex) {
+  if (ex.pre_tokenized()) return ex.prompt_ids;
+  std::vector<std::int32_t> ids{tokenizer::kBos};
+  for (std::int32_t t : tokenizer::encode(ex.prompt)) ids.push_back(t);
+  return ids;
+}
+
+// Every id of a pre-tokenized example must index the model's embedding and head (a text
+// example's ids are the byte tokenizer's). Called for every example of a batch on every rank,
+// so a bad line stops all ranks alike. `what`/`index` and `of`/`step` name the example in the
+// message, e.g. "prompt 3 of iteration 7".
+inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_size, const char* what, std::int64_t index,
+                             const char* of, std::int64_t step) {
+  if (!ex.pre_tokenized()) return;
+  const std::pair<const char*, const std::vector<std::int32_t>*> fields[] = {{"prompt_ids", &ex.prompt_ids},
+                                                                            {"answer_ids", &ex.answer_ids}};
+  for (const auto& [field, ids] : fields)
+    for (std::size_t k = 0; k < ids->size(); ++k)
+      if ((*ids)[k] >= vocab_size)
+        throw InputError(fmt::format("{}: field \"{}\" element {} is id {}, outside the model's vocabulary "
+                                     "(model.vocab_size = {}; {} {} of {} {})",
+                                     ex.source.empty() ? "dataset" : ex.source, field, k, (*ids)[k], vocab_size, what,
+                                     index, of, step));
+}
+
+// The completion's text as the task scores it: the bytes before the first EOS.
+inline std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_t eos) {
+  const auto end = std::find(tokens.begin(), tokens.end(), eos);
+  return tokenizer::decode_completion(std::vector<std::int32_t>(tokens.begin(), end));
+}
+
+}  // namespace shardrl::grpo_loop_detail

@@ -1,0 +1,278 @@
+// The RL loop's rollout phase (draws, dynamic sampling, scoring) and evaluation; construction, the
+// warm-up and the train phase are in grpo_loop.cpp.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "core/error.hpp"
+#include "mpi/host_exchange.hpp"
+#include "rl/grpo_loop.hpp"
+#include "rl/grpo_loop_internal.hpp"
+#include "rl/overlong.hpp"
+#include "rollout/batch_split.hpp"
+
+namespace shardrl {
+
+using namespace grpo_loop_detail;
+
+std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round, std::vector<double>& sums) {
+  const std::uint64_t seed = options_.seed;
+  const int max_new = options_.max_new_tokens;
+  const std::int64_t first_index = std::int64_t(round) * options_.prompts_per_iteration;
+  // This rank's prompts: its share of each minibatch. Every rank checks every prompt's length,
+  // so a prompt too long for the buffers stops all ranks alike.
+  std::vector<GenerationRow> rows;
+  std::vector<TaskExample> examples;   // per row
+  std::vector<SampledGroup> groups;
+  for (int k = 0; k < minibatches_; ++k) {
+    const auto [begin, end] = prompts_of_rank(prompts_per_minibatch_, comm_.size(), comm_.rank());
+    for (int p = 0; p < prompts_per_minibatch_; ++p) {
+      const std::int64_t index = first_index + std::int64_t(k) * prompts_per_minibatch_ + p;
+      TaskExample ex = task_->example(seed, iteration, index);
+      check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "prompt", index, "iteration", iteration);
+      std::vector<std::int32_t> ids = prompt_ids(ex);
+      if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
+        throw InputError(fmt::format(
+            "prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
+            "(now {})",
+            index, iteration, ids.size(), max_new, ids.size() + max_new - 1, seq_len_));
+      if (p < begin || p >= end) continue;
+      for (int g = 0; g < group_; ++g) {
+        rows.push_back(GenerationRow{ids, index, g});
+        examples.push_back(ex);
+      }
+      SampledGroup group;
+      group.prompt_index = index;
+      group.prompt = std::move(ids);
+      groups.push_back(std::move(group));
+    }
+  }
+  std::vector<Completion> out;
+  if (!rows.empty())
+    out = generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
+  const std::vector<double> scores = agreed_score(examples, out);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    SampledGroup& group = groups[r / static_cast<std::size_t>(group_)];
+    const double score = scores[r];
+    sums[0] += score;
+    sums[1] += score * score;
+    sums[2] += score == 1.0 ? 1.0 : 0.0;
+    for (float h : out[r].entropy) sums[3] += h;
+    sums[4] += static_cast<double>(out[r].tokens.size());
+    const int length = static_cast<int>(out[r].tokens.size());
+    const double penalty = options_.overlong == Overlong::soft
+                               ? overlong_penalty(length, max_new, options_.overlong_buffer)
+                               : 0.0;
+    group.rewards.push_back(score + penalty);
+    group.completions.push_back(std::move(out[r]));
+  }
+  return groups;
+}
+
+std::vector<SampledGroup> GrpoLoop::gather_batch(std::vector<SampledGroup>& drawn,
+                                                 const std::vector<std::int64_t>& chosen) {
+  const int ranks = comm_.size();
+  const std::int64_t per_minibatch = prompts_per_minibatch_;
+  std::vector<std::vector<std::pair<std::int64_t, SampledGroup>>> outgoing(ranks);
+  std::size_t next = 0;   // drawn is in draw order, as chosen is
+  for (std::int64_t slot = 0; slot < static_cast<std::int64_t>(chosen.size()); ++slot) {
+    while (next < drawn.size() && drawn[next].prompt_index < chosen[slot]) ++next;
+    if (next == drawn.size() || drawn[next].prompt_index != chosen[slot]) continue;   // another rank's
+    const int dest = rank_of_prompt(slot % per_minibatch, per_minibatch, ranks);
+    outgoing[dest].emplace_back(slot, std::move(drawn[next]));
+  }
+  std::vector<std::string> messages;
+  for (const auto& groups : outgoing) messages.push_back(serialize_groups(groups));
+  std::vector<std::pair<std::int64_t, SampledGroup>> mine;
+  for (const std::string& bytes : exchange_bytes(comm_.host_comm(), messages))
+    for (auto& p : deserialize_groups(bytes)) mine.push_back(std::move(p));
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<SampledGroup> batch;
+  for (auto& p : mine) batch.push_back(std::move(p.second));
+  return batch;
+}
+
+RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
+  const auto t0 = std::chrono::steady_clock::now();
+  arena_.enter(Phase::rollout);
+  const std::int64_t P = options_.prompts_per_iteration;
+  RolloutBatch b;
+  b.iteration = iteration;
+  weights_->materialize(trainer_);
+
+  // Without dynamic sampling one round is the batch, already where it trains. With it, rounds
+  // go on until P informative groups are drawn (or the rounds run out); every rank learns every
+  // group's flag, so all choose the same groups, which then move to the ranks that train them.
+  std::vector<double> sums(5, 0.0);   // reward, reward^2, passes, entropy, tokens
+  std::vector<SampledGroup> drawn, batch;
+  std::vector<char> informative;      // every drawn group's, in draw order
+  std::int64_t found = 0;
+  int rounds = 0;
+  const int max_rounds = options_.dynamic_sampling ? options_.max_sampling_rounds : 1;
+  while (rounds < max_rounds) {
+    std::vector<SampledGroup> round = draw_round(iteration, rounds, sums);
+    if (!options_.dynamic_sampling) {
+      batch = std::move(round);
+      ++rounds;
+      break;
+    }
+    std::vector<double> flags(static_cast<std::size_t>(P), 0.0);
+    for (const SampledGroup& g : round)
+      flags[static_cast<std::size_t>(g.prompt_index - std::int64_t(rounds) * P)] = g.informative() ? 1.0 : 0.0;
+    sum_on_host(comm_.host_comm(), flags);
+    for (double f : flags) {
+      informative.push_back(f > 0 ? 1 : 0);
+      found += f > 0 ? 1 : 0;
+    }
+    for (SampledGroup& g : round) drawn.push_back(std::move(g));
+    ++rounds;
+    if (found >= P) break;
+  }
+  if (options_.dynamic_sampling) {
+    const std::vector<std::int64_t> chosen = select_groups(informative, P);
+    batch = gather_batch(drawn, chosen);
+    // Uninformative groups drawn and not trained: every one, less those filling a short batch.
+    b.groups_dropped = static_cast<std::int64_t>(informative.size()) - found - (P - std::min<std::int64_t>(found, P));
+  }
+  b.sampling_rounds = rounds;
+
+  // Rows of the batch, minibatch by minibatch: this rank's share of each is consecutive.
+  std::vector<double> trained(2 * minibatches_, 0.0);   // tokens, then completions, per minibatch
+  const auto [begin, end] = prompts_of_rank(prompts_per_minibatch_, comm_.size(), comm_.rank());
+  const std::size_t per_rank = static_cast<std::size_t>(end - begin);
+  SHARDRL_CHECK(batch.size() == per_rank * static_cast<std::size_t>(minibatches_),
+                fmt::format("{} groups for a rank that trains {} per minibatch", batch.size(), per_rank));
+  for (int k = 0; k < minibatches_; ++k) {
+    b.minibatch_begin.push_back(static_cast<int>(b.sequences.size()));
+    for (std::size_t i = 0; i < per_rank; ++i) {
+      SampledGroup& g = batch[std::size_t(k) * per_rank + i];
+      for (int s = 0; s < group_; ++s) {
+        Completion& c = g.completions[s];
+        Sequence seq;
+        seq.ids = g.prompt;
+        seq.prompt_len = static_cast<int>(seq.ids.size());
+        seq.ids.insert(seq.ids.end(), c.tokens.begin(), c.tokens.end());
+        const bool keep = !(options_.overlong == Overlong::filter && !c.finished);
+        if (keep) {
+          trained[k] += seq.trained();
+          trained[minibatches_ + k] += 1.0;
+        }
+        b.sequences.push_back(std::move(seq));
+        b.logp.push_back(std::move(c.logp));
+        b.reward.push_back(g.rewards[s]);
+        b.trained.push_back(keep ? 1 : 0);
+      }
+    }
+  }
+  b.minibatch_begin.push_back(static_cast<int>(b.sequences.size()));
+  for (double v : trained) sums.push_back(v);
+  sum_over_ranks(sums);
+  const double n = static_cast<double>(rounds) * static_cast<double>(P) * group_;
+  b.tokens = sums[4];
+  for (int k = 0; k < minibatches_; ++k) {
+    b.minibatch_tokens.push_back(sums[5 + k]);
+    b.minibatch_sequences.push_back(sums[5 + minibatches_ + k]);
+  }
+  b.reward_mean = sums[0] / n;
+  b.reward_std = std::sqrt(std::max(0.0, sums[1] / n - b.reward_mean * b.reward_mean));
+  b.pass_rate = sums[2] / n;
+  b.response_len_mean = b.tokens / n;
+  b.entropy = b.tokens > 0 ? sums[3] / b.tokens : 0.0;
+  b.seconds = seconds_since(t0);
+  return b;
+}
+
+std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const {
+  if (task_->pre_tokenized()) {   // in one call: a reward process answers the whole batch
+    std::vector<std::vector<std::int32_t>> completions;
+    completions.reserve(out.size());
+    for (const Completion& c : out) completions.push_back(c.tokens);
+    return task_->score_ids_batch(examples, completions);
+  }
+  std::vector<double> rewards;
+  for (std::size_t r = 0; r < out.size(); ++r)
+    rewards.push_back(task_->score(examples[r], completion_text(out[r].tokens, eos_id_)));
+  return rewards;
+}
+
+std::vector<double> GrpoLoop::agreed_score(const std::vector<TaskExample>& examples,
+                                           const std::vector<Completion>& out) const {
+  std::vector<double> rewards;
+  std::string problem;
+  try {
+    rewards = score(examples, out);
+  } catch (const InputError& e) {   // this rank's reward process or data
+    problem = e.what();
+  }
+  agree_on_error(comm_.host_comm(), problem);
+  return rewards;
+}
+
+EvalStats GrpoLoop::evaluate() {
+  const auto t0 = std::chrono::steady_clock::now();
+  EvalStats e;
+  e.prompts = task_->eval_count();
+  e.k = options_.eval_samples;
+  if (e.prompts == 0) return e;
+  arena_.enter(Phase::rollout);
+  weights_->materialize(trainer_);
+  // The eval draw depends on the seed and the eval prompt alone (a fixed iteration tag), so every
+  // evaluation of a run, at any world size, samples with the same random numbers.
+  constexpr std::int64_t kEvalIteration = -1;
+  const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size(), comm_.rank());
+  const int max_new = options_.max_new_tokens;
+  std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
+  // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
+  for (const bool greedy : {true, false}) {
+    const int per_prompt = greedy ? 1 : e.k;
+    SamplingOptions sampling = options_.sampling;
+    if (greedy) sampling.temperature = 0.0f;
+    const std::int64_t chunk = std::max<std::int64_t>(1, generator_->max_rows() / per_prompt);
+    for (std::int64_t first = begin; first < end; first += chunk) {
+      std::vector<GenerationRow> rows;
+      std::vector<TaskExample> examples;
+      for (std::int64_t i = first; i < std::min<std::int64_t>(end, first + chunk); ++i) {
+        TaskExample ex = task_->eval_example(i);
+        std::vector<std::int32_t> ids = prompt_ids(ex);
+        if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
+          throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} it needs "
+                                       "train.seq_len >= {}",
+                                       i, ex.source, ids.size(), max_new, ids.size() + max_new - 1));
+        for (int g = 0; g < per_prompt; ++g) {
+          rows.push_back(GenerationRow{ids, i, g});
+          examples.push_back(ex);
+        }
+      }
+      const std::vector<Completion> out =
+          generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration, eos_id_);
+      const std::vector<double> rewards = agreed_score(examples, out);
+      for (std::size_t p = 0; p < rows.size(); p += static_cast<std::size_t>(per_prompt)) {
+        bool any = false;
+        for (int g = 0; g < per_prompt; ++g) {
+          const double r = rewards[p + static_cast<std::size_t>(g)];
+          any |= r == 1.0;
+          if (greedy) {
+            sums[0] += r;
+            sums[1] += r == 1.0 ? 1.0 : 0.0;
+          } else {
+            sums[3] += r;
+          }
+        }
+        if (!greedy && any) sums[2] += 1.0;
+      }
+    }
+  }
+  sum_over_ranks(sums);
+  const double n = static_cast<double>(e.prompts);
+  e.reward_mean = sums[0] / n;
+  e.pass_at_1 = sums[1] / n;
+  e.pass_at_k = sums[2] / n;
+  e.mean_at_k = sums[3] / (n * e.k);
+  e.seconds = seconds_since(t0);
+  return e;
+}
+
+}  // namespace shardrl
