@@ -25,16 +25,9 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
+#include "kernels/attention_shape.hpp"
 
 namespace shardrl::kernels {
-
-struct AttentionShape {
-  int B = 1;         // rows
-  int S = 1;         // token slots per row (one right-padded sequence, or several packed)
-  int n_heads = 1;
-  int n_kv_heads = 1;
-  int hd = 1;        // head dim
-};
 
 // out(n, h, :) = sum_j softmax_j(q(n,h,:) . k(j,g,:) / sqrt(hd)) v(j,g,:), j in n's sequence
 // up to n; lse(n, h) = logsumexp_j of the scaled scores (saved for backward)
