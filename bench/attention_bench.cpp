@@ -1,8 +1,9 @@
-// Causal attention, forward and backward, both implementations on the same inputs: the fused
-// per-row kernels (kernels/attention.hpp) and the batched-GEMM attention the model uses
-// (model/gemm_attention.hpp). Prints milliseconds and the useful (causal) TFLOP/s of each.
+// Causal attention, forward and backward, every implementation on the same inputs: the
+// tensor-core kernels (kernels/flash_attention.hpp; GPU builds, bf16, head dim 64 or 128), the
+// batched-GEMM attention (model/gemm_attention.hpp) and the fused per-row kernels
+// (kernels/attention.hpp). Prints milliseconds and the useful (causal) TFLOP/s of each.
 //   bench_attention [--batch B] [--seq S] [--heads H] [--kv-heads G] [--head-dim D] [--bf16|--fp32]
-//                   [--reps N] [--skip-fused]
+//                   [--reps N] [--skip-fused] [--skip-gemm]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/flash_attention.hpp"
 #include "model/gemm_attention.hpp"
 
 using namespace shardrl;
@@ -28,8 +30,16 @@ double time_ms(F&& f, int reps) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
+void* stream_of([[maybe_unused]] const ExecSpace& space) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return space.cuda_stream();
+#else
+  return nullptr;
+#endif
+}
+
 template <class T>
-int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
+int run(const kernels::AttentionShape& s, int reps, bool skip_fused, bool skip_gemm) {
   const long tokens = static_cast<long>(s.B) * s.S;
   const long qn = tokens * s.n_heads * s.hd, kvn = tokens * s.n_kv_heads * s.hd;
   Kokkos::View<T*, MemSpace> q("q", qn), k("k", kvn), v("v", kvn), out("out", qn), dout("dout", qn), dq("dq", qn),
@@ -47,14 +57,7 @@ int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
         }
         if (i < tokens) pos(i) = static_cast<std::int32_t>(i % S);
       });
-  Gemm gemm{ExecSpace()};
-  const AttentionWorkspaceSizes wb = attention_workspace_bytes(s, sizeof(T), true);
-  Kokkos::View<float*, MemSpace> scores("scores", wb.scores / 4), wdk("wdk", wb.dkv / 4), wdv("wdv", wb.dkv / 4);
-  Kokkos::View<char*, MemSpace> probs("probs", wb.probs);
-  reserve_attention_gemms(gemm, s);
-  const AttentionWorkspace ws{scores.data(), probs.data(), wdk.data(), wdv.data()};
   const ExecSpace space;
-
   // Useful FLOPs of causal attention: about half of the S x S products, 2 GEMMs forward, 4 backward
   // (the recomputed scores not counted), 2 flops per multiply-add.
   const double fwd_flops = 2.0 * 2.0 * s.B * s.n_heads * (0.5 * S * (S + 1.0)) * s.hd;
@@ -63,17 +66,40 @@ int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
     std::cout << fmt::format("  {:<6} forward {:9.3f} ms {:7.2f} TFLOP/s | backward {:9.3f} ms {:7.2f} TFLOP/s\n",
                              name, f_ms, fwd_flops / f_ms / 1e9, b_ms, bwd_flops / b_ms / 1e9);
   };
-  std::cout << fmt::format("attention B={} S={} heads={}/{} hd={} {} on {}; GEMM workspace {:.1f} MiB\n", s.B, S,
-                           s.n_heads, s.n_kv_heads, s.hd, sizeof(T) == 2 ? "bf16" : "fp32", execution_space_name(),
-                           (wb.scores + wb.probs + 2 * wb.dkv) / double(1 << 20));
-  const double gf = time_ms([&] {
-    gemm_attention_forward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), ws);
-  }, reps);
-  const double gb = time_ms([&] {
-    gemm_attention_backward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
-                          dout.data(), dq.data(), dk.data(), dv.data(), ws);
-  }, reps);
-  report("gemm", gf, gb);
+  std::cout << fmt::format("attention B={} S={} heads={}/{} hd={} {} on {}\n", s.B, S, s.n_heads, s.n_kv_heads, s.hd,
+                           sizeof(T) == 2 ? "bf16" : "fp32", execution_space_name());
+  double gf = 0, gb = 0;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (kernels::flash_attention_available() && kernels::flash_attention_supports_head_dim(s.hd)) {
+      Kokkos::View<float*, MemSpace> delta("delta", kernels::flash_attention_backward_workspace_bytes(s) / 4);
+      const double ff = time_ms([&] {
+        kernels::flash_attention_forward(stream_of(space), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                         lse.data());
+      }, reps);
+      const double fb = time_ms([&] {
+        kernels::flash_attention_backward(stream_of(space), s, pos.data(), q.data(), k.data(), v.data(), out.data(),
+                                          lse.data(), dout.data(), dq.data(), dk.data(), dv.data(), delta.data());
+      }, reps);
+      report("flash", ff, fb);
+    }
+  }
+  if (!skip_gemm) {
+    Gemm gemm{ExecSpace()};
+    const AttentionWorkspaceSizes wb = attention_workspace_bytes(s, sizeof(T), true);
+    Kokkos::View<float*, MemSpace> scores("scores", wb.scores / 4), wdk("wdk", wb.dkv / 4), wdv("wdv", wb.dkv / 4);
+    Kokkos::View<char*, MemSpace> probs("probs", wb.probs);
+    reserve_attention_gemms(gemm, s);
+    const AttentionWorkspace ws{scores.data(), probs.data(), wdk.data(), wdv.data()};
+    std::cout << fmt::format("  (GEMM workspace {:.1f} MiB)\n", (wb.scores + wb.probs + 2 * wb.dkv) / double(1 << 20));
+    gf = time_ms([&] {
+      gemm_attention_forward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), ws);
+    }, reps);
+    gb = time_ms([&] {
+      gemm_attention_backward<T>(space, gemm, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data(),
+                                 dout.data(), dq.data(), dk.data(), dv.data(), ws);
+    }, reps);
+    report("gemm", gf, gb);
+  }
   if (!skip_fused) {
     const double ff = time_ms([&] {
       kernels::attention_forward<T>(space, s, pos.data(), q.data(), k.data(), v.data(), out.data(), lse.data());
@@ -83,7 +109,8 @@ int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
                                      dout.data(), dq.data(), dk.data(), dv.data());
     }, reps);
     report("fused", ff, fb);
-    std::cout << fmt::format("  fused / gemm time: forward {:.2f}x, backward {:.2f}x\n", ff / gf, fb / gb);
+    if (!skip_gemm)
+      std::cout << fmt::format("  fused / gemm time: forward {:.2f}x, backward {:.2f}x\n", ff / gf, fb / gb);
   }
   return 0;
 }
@@ -91,10 +118,10 @@ int run(const kernels::AttentionShape& s, int reps, bool skip_fused) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardrl attention benchmark: fused kernels against batched GEMMs"};
+  CLI::App app{"shardrl attention benchmark: tensor-core, batched-GEMM and fused per-row attention"};
   kernels::AttentionShape s{1, 2048, 32, 8, 64};   // llama-1b
   int reps = 5;
-  bool fp32 = false, skip_fused = false;
+  bool fp32 = false, skip_fused = false, skip_gemm = false;
   app.add_option("--batch", s.B, "Rows")->check(CLI::PositiveNumber);
   app.add_option("--seq", s.S, "Tokens per row")->check(CLI::PositiveNumber);
   app.add_option("--heads", s.n_heads, "Query heads")->check(CLI::PositiveNumber);
@@ -102,12 +129,13 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", s.hd, "Head dimension")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "Timed repetitions")->check(CLI::PositiveNumber);
   app.add_flag("--fp32", fp32, "fp32 instead of bf16");
-  app.add_flag("--skip-fused", skip_fused, "Time only the GEMM implementation");
+  app.add_flag("--skip-fused", skip_fused, "Leave out the fused per-row kernels (slow)");
+  app.add_flag("--skip-gemm", skip_gemm, "Leave out the batched-GEMM attention (its S x S workspace)");
   CLI11_PARSE(app, argc, argv);
   if (s.n_heads % s.n_kv_heads != 0) {
     std::cerr << "bench_attention: --heads must be a multiple of --kv-heads\n";
     return 2;
   }
   KokkosRuntime kokkos(0);
-  return fp32 ? run<float>(s, reps, skip_fused) : run<bf16>(s, reps, skip_fused);
+  return fp32 ? run<float>(s, reps, skip_fused, skip_gemm) : run<bf16>(s, reps, skip_fused, skip_gemm);
 }

@@ -66,3 +66,17 @@ if(CUDAToolkit_FOUND)
     message(FATAL_ERROR "SHARDRL_ENABLE_CUDA=ON needs NCCL: nccl.h/libnccl not found (set NCCL_HOME).")
   endif()
 endif()
+
+# nvcc for the CUDA-only kernels (kernels/flash_attention.cu): required on GPU builds; on CPU
+# builds used, where the toolkit has it, to compile them (not link) so that CI catches breakage.
+if(CUDAToolkit_FOUND AND CUDAToolkit_NVCC_EXECUTABLE AND NOT CMAKE_CUDA_COMPILER)
+  set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+endif()
+if(CMAKE_CUDA_COMPILER)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)   # Hopper (H100, H200); the kernels need sm_80 or newer
+  endif()
+  enable_language(CUDA)
+elseif(SHARDRL_ENABLE_CUDA)
+  message(FATAL_ERROR "SHARDRL_ENABLE_CUDA=ON needs nvcc (set CMAKE_CUDA_COMPILER or CUDAToolkit_ROOT).")
+endif()

@@ -205,4 +205,51 @@ inline Grads reference_backward(const AttentionShape& s, const Inputs& x) {
   return gr;
 }
 
+// ---- Tolerances and comparisons shared by the attention tests ----
+
+inline double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double e : x) m = std::max(m, std::fabs(e));
+  return m;
+}
+
+// Elements [begin, end) of a and b must be bit-identical (both were produced by the kernel).
+inline void expect_identical(const std::vector<double>& a, const std::vector<double>& b, long begin, long end,
+                      const std::string& what) {
+  for (long e = begin; e < end; ++e)
+    if (!(a[e] == b[e])) {
+      ADD_FAILURE() << what << ": element " << e << " changed from " << a[e] << " to " << b[e];
+      return;
+    }
+}
+
+// Tolerances (u = unit roundoff of T). The kernel computes in fp32 from inputs that the
+// reference sees exactly, so for bf16 the error is dominated by rounding the result to T
+// (<= 1 u relative), and for float by fp32 dot products of length hd <= 64 and sums over <= 33
+// keys (a few tens of u). Gradients involve cancellation (dS sums to zero over j), so their
+// absolute tolerance is relative to the tensor's largest element; bf16 gradients also inherit
+// the bf16 rounding of `out` through D_i = dout . out.
+template <class T>
+constexpr double out_rtol() { return std::is_same_v<T, bf16> ? 1.5 * unit_roundoff<T>() : 32 * unit_roundoff<T>(); }
+template <class T>
+constexpr double grad_atol_rel() { return std::is_same_v<T, bf16> ? 4 * unit_roundoff<T>() : 64 * unit_roundoff<T>(); }
+template <class T>
+constexpr double grad_rtol() { return std::is_same_v<T, bf16> ? 2 * unit_roundoff<T>() : 32 * unit_roundoff<T>(); }
+// Where a gradient cancels (dS_ij = P_ij (dP_ij - D_i) with dP_ij ~ D_i, e.g. a length-1
+// sequence, whose exact dq and dk are 0), its rounding error scales with the terms, not with
+// the result: |dP|, |D| <= hd max|dout| max|v|, times max|k| (dq) or max|q| summed over a
+// group (dk), times the softmax scale. The fused kernels happen to compute dP_ij and D_i in the
+// same order there; BLAS does not.
+inline double dq_scale(const AttentionShape& s, const Inputs& x, const std::vector<double>& ref) {
+  const double terms = s.hd * max_abs(x.dout) * max_abs(x.v) * max_abs(x.k) / std::sqrt(double(s.hd));
+  return std::max(max_abs(ref), terms);
+}
+inline double dk_scale(const AttentionShape& s, const Inputs& x, const std::vector<double>& ref) {
+  const double terms = s.hd * max_abs(x.dout) * max_abs(x.v) * max_abs(x.q) / std::sqrt(double(s.hd)) *
+                       (s.n_heads / s.n_kv_heads);
+  return std::max(max_abs(ref), terms);
+}
+// lse is an fp32 output computed from exact inputs: fp32 roundoff whatever T is.
+constexpr double lse_tol() { return 32 * unit_roundoff<float>(); }
+
 }  // namespace shardrl::test
