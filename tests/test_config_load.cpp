@@ -89,6 +89,54 @@ TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {
   EXPECT_FALSE(load_config("[train]\ncuda_graph = \"partial\"\n", "f", {}, kGpu).ok());
 }
 
+// "flash" insists on the tensor-core kernels: refused, naming the key and every unmet
+// requirement, where they cannot run; "auto" and "gemm" load on every build.
+TEST(ConfigLoad, FlashAttentionNeedsCudaBf16AndItsHeadDims) {
+  LoadedConfig cpu = load_config("[model]\npreset = \"llama-1b\"\nattention = \"flash\"\n", "job.toml", {}, kCpu);
+  ASSERT_EQ(cpu.errors.size(), 1u);
+  EXPECT_EQ(cpu.errors[0],
+            "job.toml:3:13: model.attention = \"flash\" runs the tensor-core kernels, which need a CUDA build, but "
+            "this shardrl was built for CPU (use \"auto\" or \"gemm\")");
+
+  LoadedConfig fp32 = load_config("[model]\npreset = \"llama-1b\"\n", "f", {"model.attention=flash",
+                                                                         "model.precision=fp32"}, kGpu);
+  ASSERT_EQ(fp32.errors.size(), 1u);
+  EXPECT_EQ(fp32.errors[0],
+            "--set model.attention=flash: model.attention = \"flash\" runs the tensor-core kernels, which need "
+            "model.precision = \"bf16\", not \"fp32\" (use \"auto\" or \"gemm\")");
+
+  const std::string head_dim_32 = "[model]\npreset = \"custom\"\nhead_dim = 32\n";
+  LoadedConfig narrow = load_config(head_dim_32, "f", {"model.attention=flash"}, kGpu);
+  ASSERT_EQ(narrow.errors.size(), 1u);
+  EXPECT_EQ(narrow.errors[0],
+            "--set model.attention=flash: model.attention = \"flash\" runs the tensor-core kernels, which need "
+            "model.head_dim = 64 or 128, not 32 (use \"auto\" or \"gemm\")");
+
+  // Every unmet requirement in the one message.
+  LoadedConfig all = load_config(head_dim_32, "f", {"model.attention=flash", "model.precision=fp32"}, kCpu);
+  ASSERT_EQ(all.errors.size(), 1u);
+  EXPECT_NE(all.errors[0].find("a CUDA build, but this shardrl was built for CPU; and model.precision = \"bf16\", "
+                               "not \"fp32\"; and model.head_dim = 64 or 128, not 32"),
+            std::string::npos)
+      << all.errors[0];
+
+  LoadedConfig gpu = load_config("[model]\npreset = \"llama-1b\"\nattention = \"flash\"\n", "f", {}, kGpu);
+  ASSERT_TRUE(gpu.ok()) << gpu.errors.front();
+  EXPECT_EQ(gpu.config.model.attention, AttentionChoice::flash);
+  EXPECT_TRUE(load_config("[model]\npreset = \"qwen3-0.6b\"\n", "f", {"model.attention=flash"}, kGpu).ok());
+
+  EXPECT_EQ(load_config("", "f", {}, kCpu).config.model.attention, AttentionChoice::automatic);
+  for (const BuildInfo& build : {kCpu, kGpu})
+    for (const char* choice : {"auto", "gemm"})
+      for (const std::string& toml : {std::string(), std::string("[model]\nprecision = \"fp32\"\n"), head_dim_32}) {
+        LoadedConfig l = load_config(toml, "f", {std::string("model.attention=") + choice}, build);
+        EXPECT_TRUE(l.ok()) << choice << " on " << (build.has_cuda ? "GPU" : "CPU") << ": " << l.errors.front();
+      }
+  LoadedConfig gemm = load_config("", "f", {"model.attention=gemm"}, kCpu);
+  EXPECT_EQ(gemm.config.model.attention, AttentionChoice::gemm);
+  EXPECT_FALSE(load_config("", "f", {"model.attention=fused"}, kGpu).ok());
+}
+
 TEST(ConfigLoad, MixtureOfExpertsKeys) {
   const std::string moe = "[model]\npreset = \"custom\"\nn_experts = 8\ntop_k = 2\nmoe_every = 2\n";
   LoadedConfig ok = load_config(moe, "moe.toml", {"model.moe_impl=loop", "model.shared_expert=true"}, kCpu);

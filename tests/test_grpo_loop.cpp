@@ -21,8 +21,10 @@
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
 #include "device_allocation_counter.hpp"
+#include "flash_attention_shape.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "io/hdf5_handle.hpp"
+#include "kernels/flash_attention.hpp"
 #include "mpi/host_exchange.hpp"
 #include "rl/grpo_loop.hpp"
 #include "rl/sequence.hpp"
@@ -90,41 +92,50 @@ TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
   if (!CapturedGraph::native()) GTEST_SKIP() << "CUDA graphs need a GPU build (test_step_graphs covers the schedule)";
   // Unpacked, every GRPO step has the same shape (one bucket); packed, the micro-batch count and
   // row length follow the data, so buckets (each first run eagerly) depend on the rollouts.
-  for (const bool packing : {false, true}) {
-    SCOPED_TRACE(packing ? "packed" : "one sequence per row");
-    Config c = small_config();
-    c.model.precision = Precision::bf16;
-    c.rl.sft_steps = 6;
-    c.train.packing = packing;
-    constexpr int kIterations = 5;
-    std::vector<double> warm_eager, warm_graph;
-    std::vector<Record> eager, graph;
-    {
-      Job job(c, MPI_COMM_WORLD);
-      warm_eager = job.warm_up();
-      eager = trajectory(job, kIterations);
-    }
-    c.train.cuda_graph = TrainGraph::full;
-    {
-      Job job(c, MPI_COMM_WORLD);
-      warm_graph = job.warm_up();
-      graph = trajectory(job, kIterations);
-      ASSERT_NE(job.loop.step_graphs(), nullptr);
-      if (!packing) {
-        EXPECT_EQ(job.loop.step_graphs()->captures(), 2) << "one warm-up graph and one GRPO graph";
-        // Each bucket's first step runs eagerly.
-        EXPECT_EQ(job.loop.step_graphs()->replays(), (c.rl.sft_steps - 1) + (kIterations * c.rl.minibatches - 1));
-      } else {
-        EXPECT_GE(job.loop.step_graphs()->captures(), 2);
-        EXPECT_GT(job.loop.step_graphs()->replays(), c.rl.sft_steps - 1) << "no GRPO step was replayed";
+  // Flash: a head dim the tensor-core attention takes, so prefill, the old/reference forwards and
+  // the captured steps run it (packed rows included).
+  for (const bool flash : {false, true}) {
+    for (const bool packing : {false, true}) {
+      if (flash && !kernels::flash_attention_available()) continue;
+      SCOPED_TRACE(std::string(packing ? "packed" : "one sequence per row") + (flash ? ", flash attention" : ""));
+      Config c = small_config();
+      c.model.precision = Precision::bf16;
+      if (flash) {
+        use_flash_attention_shape(c);
+        c.model.attention = AttentionChoice::flash;
       }
-    }
-    EXPECT_EQ(warm_graph, warm_eager);
-    for (int it = 0; it < kIterations; ++it) {
-      EXPECT_EQ(graph[it].reward, eager[it].reward) << "iteration " << it;
-      EXPECT_EQ(graph[it].loss, eager[it].loss) << "iteration " << it;
-      EXPECT_EQ(graph[it].grad_norm, eager[it].grad_norm) << "iteration " << it;
-      EXPECT_EQ(graph[it].kl, eager[it].kl) << "iteration " << it;
+      c.rl.sft_steps = 6;
+      c.train.packing = packing;
+      constexpr int kIterations = 5;
+      std::vector<double> warm_eager, warm_graph;
+      std::vector<Record> eager, graph;
+      {
+        Job job(c, MPI_COMM_WORLD);
+        warm_eager = job.warm_up();
+        eager = trajectory(job, kIterations);
+      }
+      c.train.cuda_graph = TrainGraph::full;
+      {
+        Job job(c, MPI_COMM_WORLD);
+        warm_graph = job.warm_up();
+        graph = trajectory(job, kIterations);
+        ASSERT_NE(job.loop.step_graphs(), nullptr);
+        if (!packing) {
+          EXPECT_EQ(job.loop.step_graphs()->captures(), 2) << "one warm-up graph and one GRPO graph";
+          // Each bucket's first step runs eagerly.
+          EXPECT_EQ(job.loop.step_graphs()->replays(), (c.rl.sft_steps - 1) + (kIterations * c.rl.minibatches - 1));
+        } else {
+          EXPECT_GE(job.loop.step_graphs()->captures(), 2);
+          EXPECT_GT(job.loop.step_graphs()->replays(), c.rl.sft_steps - 1) << "no GRPO step was replayed";
+        }
+      }
+      EXPECT_EQ(warm_graph, warm_eager);
+      for (int it = 0; it < kIterations; ++it) {
+        EXPECT_EQ(graph[it].reward, eager[it].reward) << "iteration " << it;
+        EXPECT_EQ(graph[it].loss, eager[it].loss) << "iteration " << it;
+        EXPECT_EQ(graph[it].grad_norm, eager[it].grad_norm) << "iteration " << it;
+        EXPECT_EQ(graph[it].kl, eager[it].kl) << "iteration " << it;
+      }
     }
   }
 }

@@ -5,12 +5,14 @@
 //   (not the Config) must report the flipped value, while the default build must not, on a fresh
 //   policy, on one resumed from a checkpoint and on one started from a Hugging Face directory;
 //   keys whose effect shows only when a step runs (fused weight gradients, the MoE GEMM path) are
-//   checked by the counters of a warm-up step;
+//   checked by the counters of a warm-up step; model.attention, whose default resolves per build,
+//   is checked on the same paths against what it resolves to;
 // - persistent memory after three whole RL iterations (not only after construction) is exactly
 //   the sharded state's formula (the second upstream failure, a master copy allocated lazily);
 // - rl.minibatches larger than any fixed buffer runs (a user value never reaches an internal check).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -22,6 +24,7 @@
 #include "core/captured_graph.hpp"
 #include "core/memory_ledger.hpp"
 #include "device_allocation_counter.hpp"
+#include "flash_attention_shape.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
 #include "job/hf_config.hpp"
@@ -199,6 +202,60 @@ TEST(JobBuild, MixtureOfExpertsKeysReachTheBuiltObjects) {
   c.model.shared_expert = false;   // a shape a Hugging Face directory (Qwen3-MoE) can hold
   c.rl.sft_batch_size = 8;
   audit(c, true);
+}
+
+// model.attention: "auto" resolves per build, so the key cannot join the audit's pairs of a
+// default build that must not show the flip and a flipped one that must. Here every path builds
+// what the key resolves to, reported by the model and the build report: on GPU builds a bf16
+// model of head_dim 64 takes the flash kernels by default and "gemm" turns them off; on CPU
+// builds everything, the default included, is the batched GEMMs. A warm-up step on each path
+// runs the chosen kernels, and its loss must be the gemm build's (bf16 tolerance where flash ran).
+Config attention_base() {
+  Config c = small_config();
+  c.model.precision = Precision::bf16;
+  use_flash_attention_shape(c);
+  c.model.d_model = 128;
+  c.rl.sft_batch_size = 8;
+  return c;
+}
+
+bool builds_flash(Job& j) {
+  const bool flash = j.model.options().attention == AttentionImpl::flash;
+  const std::string report = j.policy.build_report();
+  EXPECT_NE(report.find(flash ? "attention                flash (tensor cores, no S x S scores)"
+                              : "attention                batched GEMMs (scores materialised per block)"),
+            std::string::npos)
+      << report;
+  return flash;
+}
+
+TEST(JobBuild, AttentionKeyReachesTheBuiltModel) {
+  const Config base = attention_base();
+  SharedDir dir("attention");
+  write_starting_points(base, dir.path);
+  struct Case {
+    std::string set;
+    bool flash;   // what it must build on this build
+  };
+  std::vector<Case> cases{{"model.attention=\"gemm\"", false}, {"model.attention=\"auto\"", kDeviceIsGpu}};
+  if (kDeviceIsGpu) cases.push_back({"model.attention=\"flash\"", true});
+  for (Start start : {Start::fresh, Start::resumed, Start::init_from}) {
+    double gemm_loss = 0;
+    for (const Case& c : cases) {
+      auto job = start_job(with_overrides(base, {c.set}), start, dir.path);
+      EXPECT_EQ(builds_flash(*job), c.flash) << c.set << " on the " << name_of(start) << " path";
+      const double loss = job->loop.warmup_step(0).loss;
+      ASSERT_TRUE(std::isfinite(loss)) << c.set << " on the " << name_of(start) << " path";
+      if (&c == &cases.front()) gemm_loss = loss;   // the reference: "gemm"
+      EXPECT_NEAR(loss, gemm_loss, c.flash ? 2e-2 * std::abs(gemm_loss) : 0.0)
+          << c.set << " on the " << name_of(start) << " path";
+    }
+  }
+  // The default config: the flash kernels only where they run.
+  EXPECT_EQ(builds_flash(*start_job(base, Start::fresh, dir.path)), kDeviceIsGpu);
+  // fp32, or a head_dim the kernels do not take, keeps "auto" on the GEMMs on every build.
+  EXPECT_FALSE(builds_flash(*start_job(with_overrides(base, {"model.precision=\"fp32\""}), Start::fresh, dir.path)));
+  EXPECT_FALSE(builds_flash(*start_job(with_overrides(base, {"model.head_dim=32"}), Start::fresh, dir.path)));
 }
 
 // The report the binary prints at start (and `--print-build`) reads the built objects.

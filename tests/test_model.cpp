@@ -10,6 +10,7 @@
 
 #include "config/load.hpp"
 #include "job/options.hpp"
+#include "kernels/flash_attention.hpp"
 #include "model/dense_parameters.hpp"
 #include "model/transformer.hpp"
 #include "optim/adamw.hpp"
@@ -274,6 +275,64 @@ TEST(Model, Bf16AgreesWithFp32) {
     }
     EXPECT_GT(dot / std::sqrt(n32 * n16), 0.995) << "unit " << u;
     EXPECT_LT(std::sqrt(diff / n32), 0.1) << "unit " << u;   // relative gradient error, bf16 tolerance
+  }
+}
+
+// Cosine and relative error of two units' gradients.
+struct GradAgreement {
+  double cosine, rel_err;
+};
+GradAgreement agreement(const std::vector<float>& want, const std::vector<float>& got) {
+  double dot = 0, nw = 0, ng = 0, diff = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    dot += double(want[i]) * got[i];
+    nw += double(want[i]) * want[i];
+    ng += double(got[i]) * got[i];
+    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
+  }
+  return {dot / std::sqrt(nw * ng), std::sqrt(diff / nw)};
+}
+
+// The tensor-core attention inside the model (GPU builds): a bf16 model with flash attention
+// agrees with the fp32 model (GEMM attention) as closely as the bf16 model with GEMM attention
+// does, right-padded and packed, at a head dim the kernels take (64) and rows longer than their
+// tiles. Recompute and the inference forward take the same path.
+TEST(Model, FlashAttentionAgreesWithFp32AndGemmAttention) {
+  if (!kernels::flash_attention_available())
+    GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  ModelShape s = tiny_shape();
+  s.n_heads = 2;
+  s.n_kv_heads = 1;
+  s.head_dim = 64;
+  const int B = 3, S = 70;
+  for (bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed" : "right-padded");
+    Batch b(B, S, s.vocab_size, 7);
+    if (packed)
+      for (int row = 0; row < B; ++row)
+        for (int len : {row == 0 ? S : 23, row == 0 ? 0 : S - 23})
+          for (int p = 0; p < len; ++p) b.positions.push_back(p);
+    ModelOptions o32 = options(s, Precision::fp32, B, S), gemm = options(s, Precision::bf16, B, S);
+    ModelOptions flash = gemm, flash_recompute = options(s, Precision::bf16, B, S, true, true);
+    flash.attention = flash_recompute.attention = AttentionImpl::flash;
+    Rig r32(o32, 3), rg(gemm, 3), rf(flash, 3), rr(flash_recompute, 3);
+    for (Rig* r : {&r32, &rg, &rf, &rr}) r->set(b);
+    const double l32 = r32.step(1.0f / b.count()), lg = rg.step(1.0f / b.count());
+    const double lf = rf.step(1.0f / b.count()), lr = rr.step(1.0f / b.count());
+    EXPECT_NEAR(lf, l32, 2e-2 * l32);
+    EXPECT_NEAR(lf, lg, 2e-2 * l32);
+    EXPECT_EQ(lr, lf) << "recompute runs the same kernels on the same inputs";
+    for (int u = 0; u < r32.model.unit_count(); ++u) {
+      const auto g32 = r32.host(r32.params.grads(u), r32.params.numel(u));
+      const GradAgreement with_gemm = agreement(g32, rg.host(rg.params.grads(u), rg.params.numel(u)));
+      const GradAgreement with_flash = agreement(g32, rf.host(rf.params.grads(u), rf.params.numel(u)));
+      EXPECT_GT(with_flash.cosine, 0.995) << "unit " << u;
+      // Within twice the bf16 GEMM path's own distance from fp32 (plus a floor): attention
+      // rounds its probabilities and score gradients to bf16 on both paths.
+      EXPECT_LT(with_flash.rel_err, std::max(2 * with_gemm.rel_err, 0.02)) << "unit " << u;
+      EXPECT_EQ(rr.host(rr.params.grads(u), rr.params.numel(u)), rf.host(rf.params.grads(u), rf.params.numel(u)))
+          << "unit " << u << ": recompute";
+    }
   }
 }
 

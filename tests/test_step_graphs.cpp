@@ -8,9 +8,11 @@
 
 #include <random>
 
+#include "flash_attention_shape.hpp"
 #include "fsdp/train_step_graphs.hpp"
 #include "job/options.hpp"
 #include "job/policy.hpp"
+#include "kernels/flash_attention.hpp"
 
 namespace shardrl {
 namespace {
@@ -25,8 +27,13 @@ Communicator& comm() {
 
 // The job these tests step: the tiny model, kRows x kS micro-batches, clipping active (the clip
 // scale comes from the device), a cosine schedule; gradients and moments in `dtype`.
-Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32) {
+// With `flash`, a custom shape whose head dim the tensor-core attention takes (GPU builds).
+Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32, bool flash = false) {
   Config c;
+  if (flash) {
+    use_flash_attention_shape(c);
+    c.model.attention = AttentionChoice::flash;
+  }
   c.run.seed = 7;
   c.model.precision = p;
   c.train.micro_batch_size = kRows;
@@ -78,8 +85,8 @@ struct Job {
   MaskedNll objective{mask.data(), 1.0f, loss.data()};
   std::unique_ptr<TrainStepGraphs> graphs;
 
-  Job(Precision p, bool graphed, bool reshard = true, GradDtype dtype = GradDtype::fp32)
-      : policy(config(p, reshard, dtype), comm()), model(policy.model()), trainer(policy.trainer()) {
+  Job(Precision p, bool graphed, bool reshard = true, GradDtype dtype = GradDtype::fp32, bool flash = false)
+      : policy(config(p, reshard, dtype, flash), comm()), model(policy.model()), trainer(policy.trainer()) {
     if (graphed)
       graphs = std::make_unique<TrainStepGraphs>(trainer, model,
                                                  std::vector<DeviceRegion>{{mask.data(), mask.extent(0) * sizeof(float)}},
@@ -116,6 +123,7 @@ struct Job {
 struct Numerics {
   Precision precision;
   GradDtype state;
+  bool flash = false;   // the tensor-core attention kernels inside the captured step
 };
 
 class StepGraphs : public ::testing::TestWithParam<Numerics> {};
@@ -123,7 +131,10 @@ class StepGraphs : public ::testing::TestWithParam<Numerics> {};
 TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
   // The bucket's first step runs eagerly; then 10 steps replayed from the graph.
   const Numerics n = GetParam();
-  Job eager(n.precision, false, true, n.state), graphed(n.precision, true, true, n.state);
+  if (n.flash && !kernels::flash_attention_available())
+    GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  Job eager(n.precision, false, true, n.state, n.flash), graphed(n.precision, true, true, n.state, n.flash);
+  ASSERT_EQ(graphed.model.options().attention, n.flash ? AttentionImpl::flash : AttentionImpl::gemm);
   ASSERT_EQ(graphed.trainer.options().main_grad_dtype, n.state);
   ASSERT_EQ(graphed.trainer.options().state_dtype, n.state);
   for (int s = 0; s < kSteps + 1; ++s) {
@@ -144,7 +155,9 @@ TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
 
 TEST_P(StepGraphs, KeepingUnitsGatheredReplaysToo) {
   const Numerics n = GetParam();
-  Job eager(n.precision, false, false, n.state), graphed(n.precision, true, false, n.state);
+  if (n.flash && !kernels::flash_attention_available())
+    GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  Job eager(n.precision, false, false, n.state, n.flash), graphed(n.precision, true, false, n.state, n.flash);
   for (int s = 0; s < 4; ++s) {
     eager.step(s);
     graphed.step(s);
@@ -155,9 +168,11 @@ TEST_P(StepGraphs, KeepingUnitsGatheredReplaysToo) {
 INSTANTIATE_TEST_SUITE_P(Precisions, StepGraphs,
                          ::testing::Values(Numerics{Precision::fp32, GradDtype::fp32},
                                            Numerics{Precision::bf16, GradDtype::fp32},
-                                           Numerics{Precision::bf16, GradDtype::bf16}),
+                                           Numerics{Precision::bf16, GradDtype::bf16},
+                                           Numerics{Precision::bf16, GradDtype::fp32, true}),
                          [](const ::testing::TestParamInfo<Numerics>& p) {
                            if (p.param.precision == Precision::fp32) return "fp32";
+                           if (p.param.flash) return "bf16_flash_attention";
                            return p.param.state == GradDtype::bf16 ? "bf16_with_bf16_grads_and_moments" : "bf16";
                          });
 

@@ -17,6 +17,10 @@ namespace shardrl {
 
 enum class CommBackend { automatic, nccl, mpi };
 
+// model.attention as the user wrote it; job/options.cpp resolves it into an AttentionImpl
+// (core/attention_impl.hpp) for this build, precision and head_dim.
+enum class AttentionChoice { automatic, flash, gemm };
+
 struct RunConfig {
   std::string name = "shardrl";   // run directory is <dir>/<name>/
   std::string dir = "runs";
@@ -54,6 +58,7 @@ struct ModelConfig {
   bool shared_expert = false;
   double aux_loss_coef = 0.001;     // load-balancing loss weight (not a shape key)
   MoeImpl moe_impl = MoeImpl::grouped;
+  AttentionChoice attention = AttentionChoice::automatic;
   double init_std = 0.02;
   std::string init_from;            // a Hugging Face model directory to start from ("": fresh)
   std::string tokenizer;            // a directory with tokenizer.json ("": init_from's, for rl.task = "text")

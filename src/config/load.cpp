@@ -9,10 +9,12 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "config/model_presets.hpp"
 #include "config/schema.hpp"
+#include "kernels/flash_attention.hpp"
 
 namespace shardrl {
 namespace {
@@ -437,6 +439,19 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: rollout.cuda_graph = \"decode\" captures CUDA graphs, but this shardrl was built for CPU (use "
         "\"none\")",
         where("rollout.cuda_graph")));
+  if (c.model.attention == AttentionChoice::flash) {
+    // "auto" picks the flash kernels only where they run; "flash" insists, so every unmet
+    // requirement is named rather than falling back silently.
+    std::vector<std::string> unmet;
+    if (!build.has_cuda) unmet.push_back("a CUDA build, but this shardrl was built for CPU");
+    if (c.model.precision != Precision::bf16) unmet.push_back("model.precision = \"bf16\", not \"fp32\"");
+    if (!kernels::flash_attention_supports_head_dim(shape.head_dim))
+      unmet.push_back(fmt::format("model.head_dim = 64 or 128, not {}", shape.head_dim));
+    if (!unmet.empty())
+      out.errors.push_back(fmt::format("{}: model.attention = \"flash\" runs the tensor-core kernels, which need {} "
+                                       "(use \"auto\" or \"gemm\")",
+                                       where("model.attention"), fmt::join(unmet, "; and ")));
+  }
   if (c.comm.backend == CommBackend::mpi && build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on the "

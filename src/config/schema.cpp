@@ -187,6 +187,12 @@ std::vector<KeyDef> build_schema() {
                      "grouped call) or `loop` (one expert at a time); both read the experts from the layer's one "
                      "gathered unit.",
                      &Config::model, &ModelConfig::moe_impl, std::vector<std::string>{"grouped", "loop"}));
+  s.push_back(choice("model", "attention",
+                     "How training and prefill compute attention: `auto`, the tensor-core flash kernels on GPU "
+                     "builds when model.precision = \"bf16\" and head_dim is 64 or 128, otherwise batched GEMMs; "
+                     "`flash`, require them; `gemm`, batched GEMMs with the S x S scores materialised per (row, "
+                     "kv head) block (the reference path, and the only one on CPU builds).",
+                     &Config::model, &ModelConfig::attention, std::vector<std::string>{"auto", "flash", "gemm"}));
   s.push_back(field("model", "tokenizer", VK::string,
                     "A directory with the model's tokenizer.json (and tokenizer_config.json with its chat template), "
                     "for rl.task = \"text\"; empty: model.init_from's.",

@@ -62,6 +62,17 @@ double gemm_workspace_bytes(const Dims& d, double tokens, double es) {
   return es == 2 ? (tokens * d.D + d.D * d.V + tokens * d.V) * 4 : 0;
 }
 
+// One model's attention scratch (model/transformer.cpp, docs/memory.md) for rows x S tokens:
+// with batched GEMMs one (row, kv head) block of S x S fp32 scores and compute-type
+// probabilities, and in training the group's fp32 key and value gradients; with the flash
+// kernels nothing of S x S, only training's fp32 row sums, one per (token, query head).
+double attention_scratch_bytes(const ModelOptions& m, double rows, double S, double es, bool training) {
+  const double heads = m.shape.n_heads, hd = m.shape.head_dim;
+  if (m.attention == AttentionImpl::flash) return training ? rows * S * heads * 4 : 0;
+  const double group = double(m.shape.n_heads / m.shape.n_kv_heads);
+  return group * S * S * (4 + es) + (training ? 2 * group * S * hd * 4 : 0);
+}
+
 }  // namespace
 
 double MemoryPlan::device_bytes() const { return sum(device); }
@@ -107,7 +118,14 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
        activation_bytes(d, T, d.L + 1, stored, es)},
       {fmt::format("training logits, their gradient and GEMM workspace: {:.4g} tokens x model.vocab_size {:.4g}", T,
                    d.V),
-       2 * T * d.V * es + gemm_workspace_bytes(d, T, es)}};
+       2 * T * d.V * es + gemm_workspace_bytes(d, T, es)},
+      {m.attention == AttentionImpl::flash
+           ? fmt::format("training attention scratch (flash kernels): {:.4g} tokens x model.n_heads {} row sums", T,
+                         m.shape.n_heads)
+           : fmt::format("training attention scratch (batched GEMMs): one (row, kv head) block of train.seq_len^2 = "
+                         "{:.4g} scores",
+                         double(config.train.seq_len) * double(config.train.seq_len)),
+       attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len), es, true)}};
   // Outside the arena: the batch's ids (tokens, targets, positions, cache slots) and the loop's
   // staging of the micro-batch.
   plan.device.push_back({fmt::format("the micro-batch's ids and staging: {:.4g} tokens", T),
@@ -126,10 +144,11 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
                      "positions x {:.4g} layers (model.n_layers)",
                      rows, len, d.L),
          kv},
-        {fmt::format("rollout activations, logits and GEMM workspace: {:.4g} rows x {:.4g} positions, logits of "
-                     "model.vocab_size {:.4g}",
+        {fmt::format("rollout activations, logits, GEMM and attention workspace: {:.4g} rows x {:.4g} positions, "
+                     "logits of model.vocab_size {:.4g}",
                      rows, len, d.V),
-         activation_bytes(d, rows * len, 2, 1, es) + rows * d.V * es + gemm_workspace_bytes(d, rows * len, es)}};
+         activation_bytes(d, rows * len, 2, 1, es) + rows * d.V * es + gemm_workspace_bytes(d, rows * len, es) +
+             attention_scratch_bytes(m, rows, len, es, false)}};
     plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows, len),
                            rows * len * 4 * 4});
     // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.

@@ -3,9 +3,27 @@
 #include <filesystem>
 
 #include "config/model_presets.hpp"
+#include "kernels/flash_attention.hpp"
 #include "rl/tokenizer.hpp"
 
 namespace shardrl {
+namespace {
+
+// "auto" takes the flash kernels wherever they run, so the same config trains on tensor cores
+// on a GPU build and through the reference GEMMs on a CPU build. "flash" has been checked
+// against the same rule when the config was loaded (config/load.cpp).
+AttentionImpl attention_impl(AttentionChoice choice, Precision precision, int head_dim) {
+  switch (choice) {
+    case AttentionChoice::flash: return AttentionImpl::flash;
+    case AttentionChoice::gemm: return AttentionImpl::gemm;
+    case AttentionChoice::automatic: break;
+  }
+  const bool flash_runs = kernels::flash_attention_available() && precision == Precision::bf16 &&
+                          kernels::flash_attention_supports_head_dim(head_dim);
+  return flash_runs ? AttentionImpl::flash : AttentionImpl::gemm;
+}
+
+}  // namespace
 
 ModelOptions model_options(const Config& config) {
   ModelOptions o;
@@ -17,6 +35,7 @@ ModelOptions model_options(const Config& config) {
   o.max_seq_len = static_cast<int>(config.train.seq_len);
   o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);
   o.moe_impl = config.model.moe_impl;
+  o.attention = attention_impl(config.model.attention, o.precision, o.shape.head_dim);
   return o;
 }
 

@@ -13,8 +13,9 @@
 
 namespace shardrl {
 
-// The model's shape, precision and buffers (micro-batch x seq_len), the MoE choices. Placement
-// in an arena and the expert exchange are the policy's to set.
+// The model's shape, precision and buffers (micro-batch x seq_len), the attention and MoE
+// choices (model.attention resolved for this build). Placement in an arena and the expert
+// exchange are the policy's to set.
 ModelOptions model_options(const Config& config);
 FsdpOptions fsdp_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);

@@ -8,7 +8,7 @@
 
 #include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
-#include "model/gemm_attention.hpp"
+#include "model/attention.hpp"
 #include "model/transformer.hpp"
 
 namespace shardrl {
@@ -71,12 +71,15 @@ struct Transformer::Activations {
   std::size_t head_tokens = 0;                // tokens the head buffers hold
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
-  // Attention scratch, shared by all layers (one (row, kv head) block at a time; dk/dv:
-  // training only). model/gemm_attention.hpp gives the sizes.
+  // Attention scratch, shared by all layers, of the model's implementation only. gemm: one
+  // (row, kv head) block at a time (dk/dv: training only), sizes from model/gemm_attention.hpp.
+  // flash: no S x S buffer at all; in training backward's fp32 row sums (N, n_heads).
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;
+  DeviceBytes attn_delta;
   DeviceBytes norm_scratch;                   // fp32, the RMSNorm weight gradient's partial sums
-  AttentionWorkspace attention_workspace() const {
-    return {attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()};
+  AttentionScratch attention_scratch() const {
+    return {{attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()},
+            attn_delta.as<float>()};
   }
   LedgerView<std::int32_t> tokens, targets, positions, slots;   // (N) each
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h, slots_h;

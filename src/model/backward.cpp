@@ -9,7 +9,7 @@
 #include "model/rope_frequencies.hpp"
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
-#include "model/gemm_attention.hpp"
+#include "model/attention.hpp"
 #include "model/moe_layers.hpp"
 #include "model/weight_gradients.hpp"
 
@@ -71,9 +71,9 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   mm.gemm(Op::N, Op::N, N, Hq, D, 1.0f, dres, D, w + o.o, Hq, 0.0f, b.dattn.as<T>(), Hq);
   weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  gemm_attention_backward(space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                          a.attn.as<T>(), a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(),
-                          b.dv.as<T>(), b.attention_workspace());
+  attention_backward(options_.attention, space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(),
+                     a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(),
+                     b.dv.as<T>(), b.attention_scratch());
   kernels::rope_backward(space_, b.dq.as<T>(), b.positions.data(), N, s.n_heads, hd, rope_frequencies(s));
   kernels::rope_backward(space_, b.dk.as<T>(), b.positions.data(), N, s.n_kv_heads, hd, rope_frequencies(s));
   T* dq = b.dq.as<T>();

@@ -11,7 +11,7 @@
 #include "kernels/swiglu.hpp"
 #include "core/error.hpp"
 #include "model/activations.hpp"
-#include "model/gemm_attention.hpp"
+#include "model/attention.hpp"
 #include "model/moe_layers.hpp"
 
 namespace shardrl {
@@ -56,8 +56,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), a.k.as<T>(), a.v.as<T>(),
                             static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-    gemm_attention_forward(space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                           a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
+    attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(),
+                      a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
     kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
@@ -68,8 +68,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-    gemm_attention_forward(space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
-                           a.attn.as<T>(), a.lse.as<float>(), act_->attention_workspace());
+    attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(),
+                      a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   }
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);

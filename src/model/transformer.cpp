@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/flash_attention.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "model/activations.hpp"
 #include "model/moe_layers.hpp"
@@ -59,6 +60,14 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       act_(std::make_unique<Activations>()) {
   const ModelShape& s = options_.shape;
   SHARDRL_CHECK(options_.max_seq_len <= s.max_seq_len, "sequence length beyond the model's max_seq_len");
+  // The config refuses model.attention = "flash" where it cannot run; a model built directly
+  // (tests, benchmarks) is checked here, before any buffer is sized for it.
+  if (options_.attention == AttentionImpl::flash) {
+    SHARDRL_CHECK(kernels::flash_attention_available(), "flash attention needs a GPU build");
+    SHARDRL_CHECK(options_.precision == Precision::bf16, "flash attention takes bf16 only");
+    SHARDRL_CHECK(kernels::flash_attention_supports_head_dim(s.head_dim),
+                  fmt::format("flash attention does not take head_dim {}", s.head_dim));
+  }
   const std::size_t N = std::size_t(options_.max_batch) * options_.max_seq_len;
   const std::size_t D = s.d_model, V = s.vocab_size;
   // The dense MLP's hidden buffers also serve an MoE layer's shared expert.
@@ -132,18 +141,26 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     }
   }
   {
-    // Attention scratch for the largest batch: one (row, kv head) block of scores at a time.
+    // Attention scratch for the largest batch.
     const kernels::AttentionShape largest{options_.max_batch, options_.max_seq_len, s.n_heads, s.n_kv_heads,
                                           s.head_dim};
-    const AttentionWorkspaceSizes w = attention_workspace_bytes(largest, es, !inference);
-    a.attn_scores = make("attn_scores", w.scores, MemoryCategory::workspace);
-    a.attn_probs = make("attn_probs", w.probs, MemoryCategory::workspace);
-    if (!inference) {
-      a.attn_dk = make("attn_dk", w.dkv, MemoryCategory::workspace);
-      a.attn_dv = make("attn_dv", w.dkv, MemoryCategory::workspace);
-      a.norm_scratch = make("norm_scratch", kernels::kRmsnormDwScratch * f4, MemoryCategory::workspace);
+    if (options_.attention == AttentionImpl::flash) {
+      // The flash kernels keep the scores in registers: nothing of S x S, only backward's row sums.
+      if (!inference)
+        a.attn_delta = make("attn_delta", kernels::flash_attention_backward_workspace_bytes(largest),
+                            MemoryCategory::workspace);
+    } else {
+      // One (row, kv head) block of scores at a time.
+      const AttentionWorkspaceSizes w = attention_workspace_bytes(largest, es, !inference);
+      a.attn_scores = make("attn_scores", w.scores, MemoryCategory::workspace);
+      a.attn_probs = make("attn_probs", w.probs, MemoryCategory::workspace);
+      if (!inference) {
+        a.attn_dk = make("attn_dk", w.dkv, MemoryCategory::workspace);
+        a.attn_dv = make("attn_dv", w.dkv, MemoryCategory::workspace);
+      }
+      if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
     }
-    if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
+    if (!inference) a.norm_scratch = make("norm_scratch", kernels::kRmsnormDwScratch * f4, MemoryCategory::workspace);
   }
   a.tokens = make.ids("tokens", N);
   a.targets = make.ids("targets", N);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "blas/gemm.hpp"
+#include "core/attention_impl.hpp"
 #include "core/device_region.hpp"
 #include "core/dtype.hpp"
 #include "core/kokkos.hpp"
@@ -39,6 +40,9 @@ struct ModelOptions {
   Precision precision = Precision::bf16;
   bool gradient_accumulation_fusion = true;
   bool activation_recompute = false;
+  // Training and prefill attention; flash needs a GPU build, bf16 and head_dim 64 or 128
+  // (job/options.cpp resolves model.attention into it; the constructor checks it).
+  AttentionImpl attention = AttentionImpl::gemm;
   int max_batch = 1;     // sequences
   int max_seq_len = 1;   // positions per sequence
   // Generation only: no backward buffers, one layer's activations shared by all layers, two

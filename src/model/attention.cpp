@@ -1,0 +1,64 @@
+#include "model/attention.hpp"
+
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "kernels/flash_attention.hpp"
+
+namespace shardrl {
+namespace {
+
+// The flash kernels launch on the execution space's own stream, so they stay ordered with the
+// Kokkos kernels and GEMMs around them (and inside a captured step graph).
+void* stream_of([[maybe_unused]] const ExecSpace& space) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return space.cuda_stream();
+#else
+  return nullptr;   // never reached: CPU builds resolve every model to gemm
+#endif
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(AttentionImpl impl, const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& shape,
+                       const std::int32_t* positions, const T* q, const T* k, const T* v, T* out, float* lse,
+                       const AttentionScratch& scratch) {
+  if (impl == AttentionImpl::gemm)
+    return gemm_attention_forward(space, gemm, shape, positions, q, k, v, out, lse, scratch.gemm);
+  if constexpr (std::is_same_v<T, bf16>) {
+    kernels::flash_attention_forward(stream_of(space), shape, positions, q, k, v, out, lse);
+  } else {
+    SHARDRL_FATAL("flash attention takes bf16 only (model.precision = \"fp32\" needs model.attention = \"gemm\")");
+  }
+}
+
+template <class T>
+void attention_backward(AttentionImpl impl, const ExecSpace& space, Gemm& gemm, const kernels::AttentionShape& shape,
+                        const std::int32_t* positions, const T* q, const T* k, const T* v, const T* out,
+                        const float* lse, const T* dout, T* dq, T* dk, T* dv, const AttentionScratch& scratch) {
+  if (impl == AttentionImpl::gemm)
+    return gemm_attention_backward(space, gemm, shape, positions, q, k, v, out, lse, dout, dq, dk, dv, scratch.gemm);
+  if constexpr (std::is_same_v<T, bf16>) {
+    SHARDRL_CHECK(scratch.delta != nullptr, "flash attention backward without its scratch (an inference-only model?)");
+    kernels::flash_attention_backward(stream_of(space), shape, positions, q, k, v, out, lse, dout, dq, dk, dv,
+                                      scratch.delta);
+  } else {
+    SHARDRL_FATAL("flash attention takes bf16 only (model.precision = \"fp32\" needs model.attention = \"gemm\")");
+  }
+}
+
+template void attention_forward<float>(AttentionImpl, const ExecSpace&, Gemm&, const kernels::AttentionShape&,
+                                       const std::int32_t*, const float*, const float*, const float*, float*, float*,
+                                       const AttentionScratch&);
+template void attention_forward<bf16>(AttentionImpl, const ExecSpace&, Gemm&, const kernels::AttentionShape&,
+                                      const std::int32_t*, const bf16*, const bf16*, const bf16*, bf16*, float*,
+                                      const AttentionScratch&);
+template void attention_backward<float>(AttentionImpl, const ExecSpace&, Gemm&, const kernels::AttentionShape&,
+                                        const std::int32_t*, const float*, const float*, const float*, const float*,
+                                        const float*, const float*, float*, float*, float*, const AttentionScratch&);
+template void attention_backward<bf16>(AttentionImpl, const ExecSpace&, Gemm&, const kernels::AttentionShape&,
+                                       const std::int32_t*, const bf16*, const bf16*, const bf16*, const bf16*,
+                                       const float*, const bf16*, bf16*, bf16*, bf16*, const AttentionScratch&);
+
+}  // namespace shardrl
