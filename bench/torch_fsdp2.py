@@ -5,6 +5,9 @@ tokens. Same shapes, micro-batch, sequence length and step count as shardrl's be
 
     torchrun --nproc_per_node N bench/torch_fsdp2.py --model llama-1b --micro-batch 1 --seq 2048 --steps 10
 
+--compile compiles each decoder block with torch.compile before sharding it (torchtitan's
+recipe); the default is eager.
+
 Prints step time, tokens/s per GPU, MFU (6 x params x tokens + causal attention, against
 --peak-tflops) and peak GPU memory, in the format of bench_train_step.
 """
@@ -44,6 +47,7 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--peak-tflops", type=float, default=989.0)
+    p.add_argument("--compile", action="store_true", help="torch.compile each decoder block (torchtitan style)")
     a = p.parse_args()
 
     dist.init_process_group("nccl")
@@ -53,7 +57,10 @@ def main():
     with torch.device("cuda"):
         model, config = build(a.model, a.seq)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.model.layers:
+    for i, layer in enumerate(model.model.layers):
+        if a.compile:
+            layer = torch.compile(layer)
+            model.model.layers[i] = layer
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
@@ -86,7 +93,8 @@ def main():
     peak = torch.tensor(float(torch.cuda.max_memory_allocated()), device="cuda")
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print(f"torch FSDP2 train step | model {a.model} ({params / 1e9:.3f}B params, bf16/fp32 reduce) | "
+        mode = "compiled" if a.compile else "eager"
+        print(f"torch FSDP2 ({mode}) train step | model {a.model} ({params / 1e9:.3f}B params, bf16/fp32 reduce) | "
               f"{world} rank(s), micro-batch {a.micro_batch} x {a.seq} per rank | torch {torch.__version__}")
         print(f"  step {step_s * 1e3:.1f} ms | {tokens_per_gpu:.0f} tokens/s per GPU | "
               f"MFU {100 * tokens_per_gpu * per_token / (a.peak_tflops * 1e12):.1f}% (of {a.peak_tflops:g} TFLOP/s) | "
