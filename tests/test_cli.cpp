@@ -17,7 +17,6 @@
 #include <sstream>
 #include <string>
 
-#include "app/printable_line.hpp"
 #include "cli_harness.hpp"
 
 namespace fs = std::filesystem;
@@ -411,80 +410,6 @@ TEST(Cli, StartUpReportShowsThePathsTheBuildTook) {
   EXPECT_NE(flipped.out.find("weight gradients         unfused"), std::string::npos) << flipped.out;
   EXPECT_NE(flipped.out.find("main gradient dtype      bf16"), std::string::npos) << flipped.out;
   EXPECT_NE(flipped.out.find("Adam moment dtype        bf16"), std::string::npos) << flipped.out;
-}
-
-TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
-  fs::path dir = test_dir();
-  write(dir / "job.toml", "[run]\nseed = 3\n");
-  const std::string cmd = shardrl_binary() + " generate --config job.toml --prompt \"add: 1+2=\" --n 4 --max-new-tokens 12";
-  RunResult a = run_in(dir, cmd), b = run_in(dir, cmd);
-  ASSERT_EQ(a.exit_code, 0) << a.err;
-  EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 4) << a.out;
-  EXPECT_EQ(a.out, b.out) << "the same seed draws the same completions";
-  RunResult other = run_in(dir, cmd + " --seed 4");
-  EXPECT_NE(other.out, a.out);
-  // Greedy: every sample is the same most likely completion.
-  RunResult greedy = run_in(dir, cmd + " --temperature 0");
-  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
-  std::istringstream lines(greedy.out);
-  std::string first, line;
-  std::getline(lines, first);
-  while (std::getline(lines, line)) EXPECT_EQ(line, first);
-  RunResult bad = run_in(dir, cmd + " --top-p 1.5");
-  EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_EQ(bad.err,
-            "shardrl: invalid configuration (1 problem):\n"
-            "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
-}
-
-// A prompt as token ids (a model with its own tokenizer): completions printed as ids, ending at
-// rl.eos_id; the ids of BOS and a text's bytes draw what the text draws. Bad ids and a prompt
-// given both ways are refused.
-TEST(Cli, GenerateFromTokenIds) {
-  fs::path dir = test_dir();
-  write(dir / "job.toml", "[run]\nseed = 5\n");
-  const std::string base = shardrl_binary() + " generate --config job.toml --n 3 --max-new-tokens 10";
-  RunResult text = run_in(dir, base + " --prompt \"ab\"");
-  RunResult ids = run_in(dir, base + " --prompt-ids \"256 97,98\"");
-  ASSERT_EQ(text.exit_code, 0) << text.err;
-  ASSERT_EQ(ids.exit_code, 0) << ids.err;
-  std::istringstream text_lines(text.out), id_lines(ids.out);
-  // Each id line, as `generate` prints text: the bytes (BOS and PAD dropped) as one printable
-  // line (app/printable_line.hpp, unit-tested on its own).
-  std::string t, i;
-  int compared = 0;
-  while (std::getline(id_lines, i)) {
-    ASSERT_TRUE(std::getline(text_lines, t));
-    std::istringstream in(i);
-    std::string bytes;
-    int id = 0, count = 0;
-    while (in >> id) {
-      ASSERT_LT(id, 259) << i;
-      ASSERT_NE(id, 257) << "the completion ends before EOS: " << i;
-      ++count;
-      if (id < 256) bytes += static_cast<char>(id);
-    }
-    EXPECT_LE(count, 10) << i;
-    EXPECT_EQ(shardrl::printable_line(bytes), t) << "the same draw as the text prompt: " << i;
-    ++compared;
-  }
-  EXPECT_FALSE(std::getline(text_lines, t)) << "as many lines";
-  EXPECT_EQ(compared, 3) << ids.out << text.out;
-  // Greedy with a custom EOS: no completion contains it.
-  RunResult custom = run_in(dir, base + " --prompt-ids \"256 97\" --temperature 0 --set rl.eos_id=98");
-  ASSERT_EQ(custom.exit_code, 0) << custom.err;
-  std::istringstream custom_ids(custom.out);
-  int id = 0;
-  while (custom_ids >> id) EXPECT_NE(id, 98) << custom.out;
-  RunResult beyond = run_in(dir, base + " --prompt-ids \"256 300\"");
-  EXPECT_EQ(beyond.exit_code, 2);
-  EXPECT_EQ(beyond.err, "shardrl: --prompt-ids: id 1 (\"300\") is outside the model's vocabulary (model.vocab_size = "
-                        "259)\n");
-  RunResult word = run_in(dir, base + " --prompt-ids \"256 x\"");
-  EXPECT_EQ(word.exit_code, 2);
-  EXPECT_EQ(word.err, "shardrl: --prompt-ids: id 1 (\"x\") is not a non-negative integer\n");
-  RunResult both = run_in(dir, base + " --prompt a --prompt-ids 1");
-  EXPECT_EQ(both.exit_code, 2) << both.err;
 }
 
 // A section only rank 0 runs fails as a full disk would: the metrics record mid-run, or the commit

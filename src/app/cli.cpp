@@ -89,7 +89,11 @@ int run_cli(int argc, char** argv) {
       gen->add_option("--prompt", gen_args.prompt, "The prompt text (the model's tokenizer when the job has one)");
   CLI::Option* ids = gen->add_option("--prompt-ids", gen_args.prompt_ids,
                                      "The prompt as token ids, e.g. \"151644 872 198\" (the model's own tokenizer)");
-  text->excludes(ids);
+  CLI::Option* task_input = gen->add_option(
+      "--task-input", gen_args.task_input,
+      "The input of the job's task, rendered as the task's prompt, e.g. \"3 1 9 2\" for sort (sort, add, reverse)");
+  text->excludes(ids)->excludes(task_input);
+  ids->excludes(task_input);
   gen->add_flag("--chat", gen_args.chat, "Render --prompt as a user message with the model's chat template")
       ->needs(text);
   gen->require_option(1, 0);

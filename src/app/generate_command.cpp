@@ -26,6 +26,7 @@
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
+#include "rl/task_prompt.hpp"
 #include "rl/tokenizer.hpp"
 #include "rollout/generator.hpp"
 #include "text/chat_prompt.hpp"
@@ -102,9 +103,27 @@ int run_generate(const GenerateArgs& args) {
   }
   KokkosRuntime kokkos(device.device_id);
 
-  if (args.prompt.empty() == args.prompt_ids.empty()) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: generate needs --prompt TEXT or --prompt-ids \"ID ...\"\n";
+  if (args.prompt.empty() + args.prompt_ids.empty() + args.task_input.empty() != 2) {
+    if (layout.world_rank == 0)
+      std::cerr << "shardrl: generate needs one of --prompt TEXT, --prompt-ids \"ID ...\" and --task-input TEXT\n";
     return kExitUsage;
+  }
+  std::string prompt_text = args.prompt;
+  if (!args.task_input.empty()) {
+    try {
+      prompt_text = task_prompt(cfg.rl.task, args.task_input);
+    } catch (const InputError& e) {
+      if (layout.world_rank == 0) std::cerr << "shardrl: --task-input: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  } else if (!args.prompt.empty() && !args.chat && has_prompt_form(cfg.rl.task) && args.prompt.back() != '\n') {
+    // Every prompt of the task ends with a newline, which a shell argument does not carry: a
+    // prompt typed as the task shows it draws completions of a prompt the policy never saw.
+    if (layout.world_rank == 0)
+      std::cerr << fmt::format("shardrl: note: this job's task ({}) writes its prompts like {:?}; to have it render "
+                               "yours, pass --task-input {:?}\n",
+                               cfg.rl.task, task_prompt(cfg.rl.task, example_task_input(cfg.rl.task)),
+                               example_task_input(cfg.rl.task));
   }
   const bool by_ids = !args.prompt_ids.empty();
   std::vector<std::int32_t> prompt;
@@ -132,8 +151,8 @@ int run_generate(const GenerateArgs& args) {
   } else if (model_tokenizer) {
     try {
       const std::string text = args.chat ? ChatPrompt(*model_tokenizer).render(
-                                               nlohmann::json::array({{{"role", "user"}, {"content", args.prompt}}}))
-                                         : args.prompt;
+                                               nlohmann::json::array({{{"role", "user"}, {"content", prompt_text}}}))
+                                         : prompt_text;
       prompt = model_tokenizer->encode(text);
     } catch (const InputError& e) {
       if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
@@ -141,7 +160,7 @@ int run_generate(const GenerateArgs& args) {
     }
   } else {
     prompt.push_back(tokenizer::kBos);
-    for (std::int32_t t : tokenizer::encode(args.prompt)) prompt.push_back(t);
+    for (std::int32_t t : tokenizer::encode(prompt_text)) prompt.push_back(t);
   }
   const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
   const int max_seq_len = resolve_model_shape(cfg.model).max_seq_len;

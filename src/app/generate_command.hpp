@@ -18,7 +18,9 @@ struct GenerateArgs {
   std::string checkpoint;               // weights from this checkpoint (else a fresh model)
   std::vector<std::string> overrides;   // --set and the sampling flags, as section.key=value
   std::string prompt;      // text, or
-  std::string prompt_ids;  // token ids separated by spaces or commas (exactly one of the two)
+  std::string prompt_ids;  // token ids separated by spaces or commas, or
+  std::string task_input;  // the input of the job's task, rendered as its prompt (rl/task_prompt.hpp)
+                           // (exactly one of the three)
   int samples = 1;
   bool chat = false;       // --prompt is one user message, rendered with the model's chat template
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "rl/task_common.hpp"
+#include "rl/task_prompt.hpp"
 
 namespace shardrl::task_detail {
 namespace {
@@ -19,7 +20,7 @@ class AddTask final : public Task {
     const std::uint64_t a = operand(engine);
     const std::uint64_t b = operand(engine);
     TaskExample ex;
-    ex.prompt = "add: " + std::to_string(a) + "+" + std::to_string(b) + "=\n";
+    ex.prompt = task_prompt("add", std::to_string(a) + "+" + std::to_string(b));
     ex.answer = std::to_string(a + b);
     ex.demonstration = ex.answer;
     return ex;

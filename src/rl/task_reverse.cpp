@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "rl/task_common.hpp"
+#include "rl/task_prompt.hpp"
 
 namespace shardrl::task_detail {
 namespace {
@@ -19,7 +20,7 @@ class ReverseTask final : public Task {
     std::string text(static_cast<std::size_t>(length_), 'a');
     for (char& c : text) c = static_cast<char>('a' + uniform_below(engine, 26));
     TaskExample ex;
-    ex.prompt = "reverse: " + text + "\n";
+    ex.prompt = task_prompt("reverse", text);
     ex.answer = std::string(text.rbegin(), text.rend());
     ex.demonstration = ex.answer;
     return ex;

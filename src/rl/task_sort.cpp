@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "rl/task_common.hpp"
+#include "rl/task_prompt.hpp"
 
 namespace shardrl::task_detail {
 namespace {
@@ -39,7 +40,7 @@ class SortTask final : public Task {
     std::vector<int> digits(static_cast<std::size_t>(n_));
     for (int& d : digits) d = static_cast<int>(uniform_below(engine, 10));
     TaskExample ex;
-    ex.prompt = "sort: " + join_digits(digits) + "\n";
+    ex.prompt = task_prompt("sort", join_digits(digits));
     std::sort(digits.begin(), digits.end());
     ex.answer = join_digits(digits);
     ex.demonstration = ex.answer;

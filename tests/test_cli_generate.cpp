@@ -1,0 +1,124 @@
+// `shardrl generate` as users run it: deterministic lines, prompts as token ids, and the task's own
+// prompt form (--task-input), which a prompt typed on the command line without its newline misses.
+#include <algorithm>
+#include <sstream>
+
+#include "app/printable_line.hpp"
+#include "cli_harness.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nseed = 3\n");
+  const std::string cmd = shardrl_binary() + " generate --config job.toml --prompt \"add: 1+2=\" --n 4 --max-new-tokens 12";
+  RunResult a = run_in(dir, cmd), b = run_in(dir, cmd);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 4) << a.out;
+  EXPECT_EQ(a.out, b.out) << "the same seed draws the same completions";
+  RunResult other = run_in(dir, cmd + " --seed 4");
+  EXPECT_NE(other.out, a.out);
+  // Greedy: every sample is the same most likely completion.
+  RunResult greedy = run_in(dir, cmd + " --temperature 0");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  std::istringstream lines(greedy.out);
+  std::string first, line;
+  std::getline(lines, first);
+  while (std::getline(lines, line)) EXPECT_EQ(line, first);
+  RunResult bad = run_in(dir, cmd + " --top-p 1.5");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "shardrl: invalid configuration (1 problem):\n"
+            "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
+}
+
+// A prompt as token ids (a model with its own tokenizer): completions printed as ids, ending at
+// rl.eos_id; the ids of BOS and a text's bytes draw what the text draws. Bad ids and a prompt
+// given both ways are refused.
+TEST(Cli, GenerateFromTokenIds) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nseed = 5\n");
+  const std::string base = shardrl_binary() + " generate --config job.toml --n 3 --max-new-tokens 10";
+  RunResult text = run_in(dir, base + " --prompt \"ab\"");
+  RunResult ids = run_in(dir, base + " --prompt-ids \"256 97,98\"");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::istringstream text_lines(text.out), id_lines(ids.out);
+  // Each id line, as `generate` prints text: the bytes (BOS and PAD dropped) as one printable
+  // line (app/printable_line.hpp, unit-tested on its own).
+  std::string t, i;
+  int compared = 0;
+  while (std::getline(id_lines, i)) {
+    ASSERT_TRUE(std::getline(text_lines, t));
+    std::istringstream in(i);
+    std::string bytes;
+    int id = 0, count = 0;
+    while (in >> id) {
+      ASSERT_LT(id, 259) << i;
+      ASSERT_NE(id, 257) << "the completion ends before EOS: " << i;
+      ++count;
+      if (id < 256) bytes += static_cast<char>(id);
+    }
+    EXPECT_LE(count, 10) << i;
+    EXPECT_EQ(shardrl::printable_line(bytes), t) << "the same draw as the text prompt: " << i;
+    ++compared;
+  }
+  EXPECT_FALSE(std::getline(text_lines, t)) << "as many lines";
+  EXPECT_EQ(compared, 3) << ids.out << text.out;
+  // Greedy with a custom EOS: no completion contains it.
+  RunResult custom = run_in(dir, base + " --prompt-ids \"256 97\" --temperature 0 --set rl.eos_id=98");
+  ASSERT_EQ(custom.exit_code, 0) << custom.err;
+  std::istringstream custom_ids(custom.out);
+  int id = 0;
+  while (custom_ids >> id) EXPECT_NE(id, 98) << custom.out;
+  RunResult beyond = run_in(dir, base + " --prompt-ids \"256 300\"");
+  EXPECT_EQ(beyond.exit_code, 2);
+  EXPECT_EQ(beyond.err, "shardrl: --prompt-ids: id 1 (\"300\") is outside the model's vocabulary (model.vocab_size = "
+                        "259)\n");
+  RunResult word = run_in(dir, base + " --prompt-ids \"256 x\"");
+  EXPECT_EQ(word.exit_code, 2);
+  EXPECT_EQ(word.err, "shardrl: --prompt-ids: id 1 (\"x\") is not a non-negative integer\n");
+  RunResult both = run_in(dir, base + " --prompt a --prompt-ids 1");
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+}
+
+// --task-input renders the input through the job's task: the same prompt, so the same draws, as
+// the task's own text with its newline; a prompt typed without the newline gets a note naming the
+// flag; the dataset tasks have no prompt form, and one prompt is given one way only.
+TEST(Cli, GenerateRendersTheTasksPromptForm) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nseed = 3\n[rl]\ntask = \"sort\"\n");
+  const std::string base = shardrl_binary() + " generate --config job.toml --n 3 --max-new-tokens 10";
+  RunResult rendered = run_in(dir, base + " --task-input \"3 1 9 2\"");
+  RunResult typed = run_in(dir, base + " --prompt 'sort: 3 1 9 2\n'");   // a newline inside the quotes
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.err;
+  ASSERT_EQ(typed.exit_code, 0) << typed.err;
+  EXPECT_EQ(rendered.out, typed.out) << "--task-input renders the task's prompt";
+  EXPECT_EQ(std::count(rendered.out.begin(), rendered.out.end(), '\n'), 3) << rendered.out;
+  EXPECT_EQ(rendered.err, "") << "no note: the prompt is the task's";
+  EXPECT_EQ(typed.err, "");
+
+  RunResult no_newline = run_in(dir, base + " --prompt \"sort: 3 1 9 2\"");
+  ASSERT_EQ(no_newline.exit_code, 0) << no_newline.err;
+  EXPECT_EQ(no_newline.err,
+            "shardrl: note: this job's task (sort) writes its prompts like \"sort: 3 1 9 2\\n\"; to have it render yours, "
+            "pass --task-input \"3 1 9 2\"\n");
+
+  RunResult add = run_in(dir, base + " --set rl.task='\"add\"' --task-input 12+30");
+  RunResult add_typed = run_in(dir, base + " --set rl.task='\"add\"' --prompt 'add: 12+30=\n'");
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  EXPECT_EQ(add.out, add_typed.out);
+
+  write(dir / "data.jsonl", "{\"prompt\": \"q\", \"answer\": \"a\"}\n");
+  RunResult dataset = run_in(dir, base + " --set rl.task='\"jsonl\"' --set rl.dataset='\"data.jsonl\"' --task-input x");
+  EXPECT_EQ(dataset.exit_code, 2);
+  EXPECT_EQ(dataset.err,
+            "shardrl: --task-input: task 'jsonl' takes its prompts from its dataset, so it has no prompt form to render an "
+            "input with: give the prompt itself with --prompt\n");
+  RunResult both = run_in(dir, base + " --prompt a --task-input x");
+  EXPECT_EQ(both.exit_code, 2) << both.err;
+}
+
+}  // namespace
