@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <vector>
 #include <filesystem>
@@ -331,6 +332,31 @@ TEST_P(ShortQuickstart, RaisesTheRewardByRl) {
 INSTANTIATE_TEST_SUITE_P(Cli, ShortQuickstart,
                          ::testing::Values("grpo", "dr_grpo", "rloo", "reinforce_plus_plus"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The quickstart's curves drawn as many people run a .py file, `python3 scripts/plot_metrics.py`,
+// when the python3 first on PATH has no matplotlib (pyenv, conda, a virtualenv; here a shim without
+// site-packages): the script runs itself again with Debian's python3 and the PNG exists.
+TEST(Cli, QuickstartCurvesDrawUnderAPython3WithoutMatplotlib) {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 has no matplotlib (apt-get install python3-matplotlib)";
+  fs::path dir = test_dir();
+  RunResult train = run_in(dir, mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
+                                    "/configs/quickstart.toml --set run.dir=runs --set rl.sft_steps=5 "
+                                    "--set run.iterations=4");
+  ASSERT_EQ(train.exit_code, 0) << train.out << train.err;
+  fs::create_directories(dir / "bin");
+  write(dir / "bin" / "python3", "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n");
+  fs::permissions(dir / "bin" / "python3", fs::perms::owner_all);
+  const std::string shim_path = "env PATH=\"" + (dir / "bin").string() + ":$PATH\" ";
+  ASSERT_EQ(run_in(dir, shim_path + "python3 -c 'import json'").exit_code, 0) << "the shim does not run";
+  ASSERT_NE(run_in(dir, shim_path + "python3 -c 'import matplotlib'").exit_code, 0)
+      << "the shim imports matplotlib: the test would prove nothing";
+  RunResult plot =
+      run_in(dir, shim_path + "python3 " + std::string(SHARDRL_SOURCE_DIR) + "/scripts/plot_metrics.py runs/quickstart");
+  ASSERT_EQ(plot.exit_code, 0) << plot.err;
+  EXPECT_EQ(plot.out, "runs/quickstart/metrics.png\n");
+  EXPECT_GT(fs::file_size(dir / "runs" / "quickstart" / "metrics.png"), 1000u);
+}
 
 // A user's prompt file with a bad line stops every rank with the file and line, exit 2.
 TEST(Cli, MalformedDatasetNamesFileAndLine) {
