@@ -7,6 +7,8 @@
 // unit's, once per timed step, fenced alike) run in the same process: bus bandwidth of both.
 // MFU counts 6 x parameters x tokens plus causal attention (6 x layers x heads x hd x S per
 // token), against --peak-tflops (H100/H200 dense bf16: 989).
+// On GPU builds the timed steps run between cudaProfilerStart and cudaProfilerStop, so
+// `ncu --profile-from-start off` sees only them (bench/kernel_breakdown.py groups its kernels).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <mpi.h>
@@ -26,6 +28,10 @@
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_profiler_api.h>
+#endif
 
 using namespace shardrl;
 
@@ -106,9 +112,15 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
   Kokkos::fence();
   MPI_Barrier(MPI_COMM_WORLD);
   trainer.reset_profile();
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaProfilerStart();
+#endif
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   Kokkos::fence();
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaProfilerStop();
+#endif
   MPI_Barrier(MPI_COMM_WORLD);
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
 

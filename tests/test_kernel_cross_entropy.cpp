@@ -223,6 +223,37 @@ TYPED_TEST(TokenLogprobKernel, ConfidentRow) {
                "dlogits elsewhere");
 }
 
+// The head keeps one buffer for the logits and their gradient: backward in place gives the bits
+// of backward into another buffer, for rows read in packs (V a multiple of the pack width) and
+// rows that are not (V odd), with the entropy term at a temperature.
+TYPED_TEST(TokenLogprobKernel, BackwardInPlaceEqualsOutOfPlace) {
+  using T = TypeParam;
+  for (int V : {1024, 1001}) {
+    SCOPED_TRACE("V=" + std::to_string(V));
+    const int N = 5;
+    const long count = static_cast<long>(N) * V;
+    std::vector<double> logits, dlogp, dentropy;
+    Buffer<T> logits_d = random_buffer<T>(count, 91 + V, &logits, -6.0, 6.0);
+    Buffer<T> in_place(count);
+    in_place.set(logits);
+    Buffer<std::int32_t> targets_d(N);
+    targets_d.set(random_targets(N, V, 92));
+    Buffer<float> dlogp_d = random_buffer<float>(N, 93, &dlogp), dentropy_d = random_buffer<float>(N, 94, &dentropy);
+    Buffer<float> logp_d(N), lse_d(N), entropy_d(N);
+    const float t = 0.7f;
+    kernels::token_logprob_forward<T>(ExecSpace(), logits_d.data(), targets_d.data(), t, logp_d.data(), lse_d.data(),
+                                      entropy_d.data(), N, V);
+    Buffer<T> out_of_place(count);
+    out_of_place.poison();
+    kernels::token_logprob_backward<T>(ExecSpace(), logits_d.data(), targets_d.data(), t, lse_d.data(), dlogp_d.data(),
+                                       entropy_d.data(), dentropy_d.data(), out_of_place.data(), N, V);
+    kernels::token_logprob_backward<T>(ExecSpace(), in_place.data(), targets_d.data(), t, lse_d.data(), dlogp_d.data(),
+                                       entropy_d.data(), dentropy_d.data(), in_place.data(), N, V);
+    const std::vector<double> want = out_of_place.host(), got = in_place.host();
+    for (long e = 0; e < count; ++e) ASSERT_EQ(got[e], want[e]) << "element " << e;
+  }
+}
+
 // ---- At a temperature, with the entropy. Where terms can cancel (the entropy, a gradient with
 // two terms, 1 - p at a likely target) a tolerance relative to the result does not bound the
 // error, so these tolerances are first-order roundoff bounds per element, formed from the fp64

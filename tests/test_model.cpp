@@ -423,6 +423,54 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
         << "unit " << u;
 }
 
+// The head in chunks of 5 tokens (18 tokens: 5, 5, 5, 3; backward recomputes all but the last)
+// computes what it computes over the whole batch at once: per-token log-probabilities, the loss
+// and every gradient, to the rounding of the head's weight gradient, which sums its chunks' GEMMs
+// instead of one; its logits buffer holds 5 tokens instead of 18.
+TEST(Model, ChunkedHeadEqualsWholeBatchHead) {
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(p == Precision::fp32 ? "fp32" : "bf16");
+    ModelShape s = tiny_shape();
+    Batch b(2, 9, s.vocab_size, 31);
+    ModelOptions whole_options = options(s, p, 2, 9), chunked_options = whole_options;
+    chunked_options.logits_chunk_tokens = 5;
+    Rig whole(whole_options, 17), chunked(chunked_options, 17);
+    whole.set(b);
+    chunked.set(b);
+    const double whole_loss = whole.step(1.0f / b.count()), chunked_loss = chunked.step(1.0f / b.count());
+    EXPECT_NEAR(chunked_loss, whole_loss, 1e-6 * std::fabs(whole_loss));
+    EXPECT_EQ(chunked.host(chunked.model.logp(), 18), whole.host(whole.model.logp(), 18));
+    EXPECT_EQ(whole.model.activation_bytes() - chunked.model.activation_bytes(),
+              std::size_t(18 - 5) * s.vocab_size * whole.model.compute_type_size());
+    const double rtol = p == Precision::fp32 ? 1e-5 : 2e-2;
+    for (int u = 0; u < whole.model.unit_count(); ++u) {
+      const auto w = whole.host(whole.params.grads(u), whole.params.numel(u));
+      const auto c = chunked.host(chunked.params.grads(u), chunked.params.numel(u));
+      double scale = 0;
+      for (float x : w) scale = std::max(scale, double(std::fabs(x)));
+      for (std::size_t i = 0; i < w.size(); ++i)
+        ASSERT_NEAR(c[i], w[i], rtol * scale) << "unit " << u << " element " << i;
+    }
+  }
+}
+
+// The logits of a chunked forward are not the batch's: asking for them is a caller's bug.
+TEST(ModelDeathTest, LogitsOfAChunkedForwardAreRefused) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ModelShape s = tiny_shape();
+        ModelOptions o = options(s, Precision::fp32, 2, 9);
+        o.logits_chunk_tokens = 5;
+        Rig rig(o, 17);
+        Batch b(2, 9, s.vocab_size, 31);
+        rig.set(b);
+        rig.nll_sum(b);
+        rig.model.logits();
+      },
+      "computed in chunks");
+}
+
 // Sequences packed into one row compute exactly what they compute alone: attention and RoPE
 // restart at every sequence. Per-token log-probabilities and summed gradients must agree.
 TEST(Model, PackedSequencesEqualSeparateOnes) {
@@ -485,13 +533,14 @@ TEST(Model, StepsAllocateNothing) {
 TEST(Model, EveryOptionComesFromTheOneConfig) {
   LoadedConfig l = load_config(
       "[model]\nprecision = \"fp32\"\n[train]\ngradient_accumulation_fusion = false\n"
-      "activation_recompute = true\nmicro_batch_size = 3\nseq_len = 11\n[rollout]\nmax_new_tokens = 8\n",
+      "activation_recompute = true\nlogits_chunk_tokens = 7\nmicro_batch_size = 3\nseq_len = 11\n[rollout]\nmax_new_tokens = 8\n",
       "f", {}, this_build());
   ASSERT_TRUE(l.ok());
   ModelOptions o = model_options(l.config);
   EXPECT_EQ(o.precision, Precision::fp32);
   EXPECT_FALSE(o.gradient_accumulation_fusion);
   EXPECT_TRUE(o.activation_recompute);
+  EXPECT_EQ(o.logits_chunk_tokens, 7);
   EXPECT_EQ(o.max_batch, 3);
   EXPECT_EQ(o.max_seq_len, 11);
   Transformer m(o, ExecSpace());

@@ -75,6 +75,9 @@ struct TrainConfig {
   std::int64_t micro_batch_size = 4;   // sequences per micro-batch
   std::int64_t seq_len = 128;          // positions per sequence (activation buffers)
   bool activation_recompute = false;
+  // Tokens whose logits exist at once in the head (0: the whole micro-batch). Above it the head
+  // runs in chunks and backward recomputes each chunk's logits: memory for one GEMM more.
+  std::int64_t logits_chunk_tokens = 4096;
   TrainGraph cuda_graph = TrainGraph::none;
   bool packing = true;                 // RL train phase: sequences packed into rows as long as needed
 };

@@ -228,6 +228,14 @@ std::vector<KeyDef> build_schema() {
                     "Keep only each layer's input during forward and recompute the layer's "
                     "activations in backward (less memory, one more forward).",
                     &Config::train, &TrainConfig::activation_recompute));
+  s.push_back(with_max(with_min(field("train", "logits_chunk_tokens", VK::integer,
+                                      "Tokens whose logits (tokens x vocabulary, compute type) exist at once in "
+                                      "the LM head; a larger micro-batch runs the head in chunks and backward "
+                                      "recomputes each chunk's logits (one more head GEMM, far less memory). "
+                                      "0: the whole micro-batch at once.",
+                                      &Config::train, &TrainConfig::logits_chunk_tokens),
+                                0),
+                       kMaxInt));
   s.push_back(choice("train", "cuda_graph",
                      "`full`: each optimizer step (all micro-batches' forward and backward, the collectives "
                      "and the optimizer) is captured once as a CUDA graph and replayed every step; `none`: "

@@ -98,7 +98,7 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
                          P / N * per_param});
 
   // Train phase: the largest gathered unit (two slots and its fp32 gradient), the activations of
-  // a micro-batch, its logits and their gradient. With expert parallelism a rank gathers only
+  // a micro-batch, the logits of a chunk of it (their gradient overwrites them). With expert parallelism a rank gathers only
   // its own experts of an MoE layer.
   const double expert_share = config.fsdp.expert_parallel ? 1 / N : 1;
   const double largest_layer =
@@ -108,6 +108,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
   const double largest_unit = std::max(d.V * d.D, largest_layer);
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
   const double stored = config.train.activation_recompute ? 1 : d.L;
+  const double logit_tokens =
+      config.train.logits_chunk_tokens > 0 ? std::min(T, double(config.train.logits_chunk_tokens)) : T;
   std::vector<MemoryTerm> train{
       {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): two "
                    "slots and its fp32 gradient",
@@ -116,9 +118,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},
-      {fmt::format("training logits, their gradient and GEMM workspace: {:.4g} tokens x model.vocab_size {:.4g}", T,
-                   d.V),
-       2 * T * d.V * es + gemm_workspace_bytes(d, T, es)},
+      {fmt::format("training logits (their gradient in place) and GEMM workspace: {:.4g} tokens "
+                   "(train.logits_chunk_tokens, at most the micro-batch's) x model.vocab_size {:.4g}",
+                   logit_tokens, d.V),
+       logit_tokens * d.V * es + gemm_workspace_bytes(d, T, es)},
       {m.attention == AttentionImpl::flash
            ? fmt::format("training attention scratch (flash kernels): {:.4g} tokens x model.n_heads {} row sums", T,
                          m.shape.n_heads)

@@ -31,6 +31,7 @@ ModelOptions model_options(const Config& config) {
   o.precision = config.model.precision;
   o.gradient_accumulation_fusion = config.train.gradient_accumulation_fusion;
   o.activation_recompute = config.train.activation_recompute;
+  o.logits_chunk_tokens = static_cast<int>(config.train.logits_chunk_tokens);
   o.max_batch = static_cast<int>(config.train.micro_batch_size);
   o.max_seq_len = static_cast<int>(config.train.seq_len);
   o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);

@@ -5,7 +5,7 @@
 // Cross-entropy is -logp at T = 1; RL losses are functions of logp (and of the entropy), at the
 // temperature the rollout sampled with, so the importance ratio compares the policy that sampled.
 // Backward takes dL/dlogp (and dL/dentropy) per token, zero where nothing is trained, and returns
-// dL/dlogits.
+// dL/dlogits, which may overwrite the logits (the head keeps one buffer for both).
 #pragma once
 
 #include <cmath>
@@ -13,6 +13,7 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "kernels/packed.hpp"
 
 namespace shardrl::kernels {
 
@@ -56,45 +57,124 @@ void masked_nll(const ExecSpace& space,
                 int N);
 
 // ---------------------------------------------------------------------------------------------
-// Definitions. Rows are long (the vocabulary), so the forward gives each row a team; the
-// backward is elementwise once lse is known.
+// Definitions. Rows are long (the vocabulary), so the forward gives each row a team that reads it
+// once in 16-byte packs, keeping an online softmax's running statistics (as a flash kernel does);
+// the backward is elementwise once lse is known, one pack of a row per work item.
+
+namespace detail {
+
+// A row's (part's) softmax statistics relative to its running maximum m (of the raw logits), at
+// temperature T: mass = sum_v exp((x_v - m) / T), moment = sum_v exp((x_v - m) / T) (x_v - m) / T.
+// `+=` merges two parts (what Kokkos::Sum reduces with): both are moved to the larger maximum,
+// which scales a part's mass by f = exp((m - m') / T) and its moment by f with the shift's term.
+struct SoftmaxParts {
+  float max = -INFINITY, mass = 0.0f, moment = 0.0f, temperature = 1.0f;
+
+  KOKKOS_INLINE_FUNCTION void rescale(float new_max) {
+    if (max == new_max) return;
+    const float shift = (max - new_max) / temperature;   // <= 0; -inf for an empty part
+    const float f = max == -INFINITY ? 0.0f : expf(shift);
+    moment = max == -INFINITY ? 0.0f : f * (moment + mass * shift);
+    mass *= f;
+    max = new_max;
+  }
+  KOKKOS_INLINE_FUNCTION SoftmaxParts& operator+=(const SoftmaxParts& o) {
+    if (o.max == -INFINITY) return *this;
+    temperature = o.temperature;
+    SoftmaxParts other = o;
+    const float m = fmaxf(max, o.max);
+    rescale(m);
+    other.rescale(m);
+    mass += other.mass;
+    moment += other.moment;
+    return *this;
+  }
+#if KOKKOS_VERSION < 40000
+  KOKKOS_INLINE_FUNCTION void operator+=(const volatile SoftmaxParts& o) volatile {
+    SoftmaxParts self{max, mass, moment, temperature}, other{o.max, o.mass, o.moment, o.temperature};
+    self += other;
+    max = self.max;
+    mass = self.mass;
+    moment = self.moment;
+    temperature = self.temperature;
+  }
+#endif
+  // Adds x_0 .. x_{k-1}, moving to their maximum first so each exp is <= 1.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION void add(const T* x, int k, bool with_moment) {
+    float m = max;
+    for (int j = 0; j < k; ++j) m = fmaxf(m, static_cast<float>(x[j]));
+    rescale(m);
+    for (int j = 0; j < k; ++j) {
+      const float s = (static_cast<float>(x[j]) - m) / temperature;
+      const float e = expf(s);
+      mass += e;
+      if (with_moment) moment += e * s;
+    }
+  }
+};
+
+// dL/dlogit of one element (see token_logprob_backward); dentropy = 0 without the entropy term.
+KOKKOS_INLINE_FUNCTION float logit_gradient(float logit, bool hit, float temperature, float lse, float dlogp,
+                                            float entropy, float dentropy) {
+  const float log_p = logit / temperature - lse;
+  const float p = expf(log_p);
+  float d = dlogp * ((hit ? 1.0f : 0.0f) - p);
+  if (dentropy != 0.0f) d -= dentropy * p * (log_p + entropy);
+  return d / temperature;
+}
+
+}  // namespace detail
+}  // namespace shardrl::kernels
+
+namespace Kokkos {
+template <>
+struct reduction_identity<shardrl::kernels::detail::SoftmaxParts> {
+  KOKKOS_FORCEINLINE_FUNCTION static shardrl::kernels::detail::SoftmaxParts sum() {
+    return shardrl::kernels::detail::SoftmaxParts();
+  }
+};
+}  // namespace Kokkos
+
+namespace shardrl::kernels {
 
 template <class T>
 void token_logprob_forward(const ExecSpace& space, const T* logits, const std::int32_t* targets, float temperature,
                            float* logp, float* lse, float* entropy, int N, int V) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
+  // Packs never straddle two rows: each row starts aligned and holds whole packs.
+  const bool aligned = packs_aligned(logits) && V % Packed<T>::width == 0;
+  const int width = aligned ? Packed<T>::width : 1;
+  const int packs = V / width;
+  const bool with_entropy = entropy != nullptr;
+  // A row is read once from memory: enough threads per team to keep its loads in flight.
+  const Policy policy = kDeviceIsGpu ? Policy(space, N, 256) : Policy(space, N, Kokkos::AUTO);
   Kokkos::parallel_for(
-      "token_logprob_forward", Policy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "token_logprob_forward", policy, KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const T* row = logits + static_cast<long>(n) * V;
-        // Subtracting the row max keeps every exp in (0, 1], whatever the logits' scale. The
-        // sampler (rollout/sampling_impl.hpp) forms (logit - max) / T the same way.
-        float row_max = 0.0f;
+        detail::SoftmaxParts parts;
+        parts.temperature = temperature;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, V),
-            [&](const int col, float& m) { m = fmaxf(m, static_cast<float>(row[col])); },
-            Kokkos::Max<float>(row_max));
-        float sum = 0.0f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, V),
-            [&](const int col, float& acc) { acc += expf((static_cast<float>(row[col]) - row_max) / temperature); },
-            sum);
-        // H = log(sum) - sum_v e_v s_v / sum with s_v = (logit - max) / T and e_v = exp(s_v).
-        float weighted = 0.0f;
-        if (entropy != nullptr)
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, V),
-              [&](const int col, float& acc) {
-                const float s = (static_cast<float>(row[col]) - row_max) / temperature;
-                acc += expf(s) * s;
-              },
-              weighted);
+            Kokkos::TeamThreadRange(team, packs),
+            [&](const int p, detail::SoftmaxParts& acc) {
+              acc.temperature = temperature;
+              if (width == 1) {
+                acc.add(row + p, 1, with_entropy);
+              } else {
+                const Packed<T> x = load_packed(row + static_cast<long>(p) * width);
+                acc.add(x.v, Packed<T>::width, with_entropy);
+              }
+            },
+            Kokkos::Sum<detail::SoftmaxParts>(parts));
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          const float log_sum = logf(sum);
-          lse[n] = row_max / temperature + log_sum;
-          logp[n] = (static_cast<float>(row[targets[n]]) - row_max) / temperature - log_sum;
-          if (entropy != nullptr) entropy[n] = log_sum - weighted / sum;
+          // With s_v = (x_v - max) / T: lse = max / T + log(mass), and the entropy
+          // H = log(mass) - sum_v e_v s_v / mass.
+          const float log_mass = logf(parts.mass);
+          lse[n] = parts.max / temperature + log_mass;
+          logp[n] = (static_cast<float>(row[targets[n]]) - parts.max) / temperature - log_mass;
+          if (with_entropy) entropy[n] = log_mass - parts.moment / parts.mass;
         });
       });
 }
@@ -103,17 +183,32 @@ template <class T>
 void token_logprob_backward(const ExecSpace& space, const T* logits, const std::int32_t* targets, float temperature,
                             const float* lse, const float* dlogp, const float* entropy, const float* dentropy,
                             T* dlogits, int N, int V) {
-  const long total = static_cast<long>(N) * V;
+  const bool aligned = packs_aligned(logits, dlogits) && V % Packed<T>::width == 0;
+  const int width = aligned ? Packed<T>::width : 1;
+  const long packs_per_row = V / width;
   const bool with_entropy = dentropy != nullptr;
   Kokkos::parallel_for(
-      "token_logprob_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, total), KOKKOS_LAMBDA(const long e) {
-        const long n = e / V;
-        const float hit = (e - n * V == targets[n]) ? 1.0f : 0.0f;
-        const float log_p = static_cast<float>(logits[e]) / temperature - lse[n];
-        const float p = expf(log_p);
-        float d = dlogp[n] * (hit - p);
-        if (with_entropy) d -= dentropy[n] * p * (log_p + entropy[n]);
-        dlogits[e] = T(d / temperature);
+      "token_logprob_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * packs_per_row),
+      KOKKOS_LAMBDA(const long item) {
+        const long n = item / packs_per_row;
+        const int v0 = static_cast<int>(item - n * packs_per_row) * width;
+        const long e0 = n * V + v0;
+        if (width == 1) {
+          dlogits[e0] = T(detail::logit_gradient(static_cast<float>(logits[e0]), v0 == targets[n], temperature, lse[n],
+                                                 dlogp[n], with_entropy ? entropy[n] : 0.0f,
+                                                 with_entropy ? dentropy[n] : 0.0f));
+          return;
+        }
+        // Reads its pack before it writes it, so dlogits may be the logits.
+        const Packed<T> x = load_packed(logits + e0);
+        const int target = targets[n];
+        const float row_lse = lse[n], row_dlogp = dlogp[n];
+        const float row_entropy = with_entropy ? entropy[n] : 0.0f, row_dentropy = with_entropy ? dentropy[n] : 0.0f;
+        Packed<T> d;
+        for (int j = 0; j < Packed<T>::width; ++j)
+          d.v[j] = T(detail::logit_gradient(static_cast<float>(x.v[j]), v0 + j == target, temperature, row_lse,
+                                            row_dlogp, row_entropy, row_dentropy));
+        store_packed(dlogits + e0, d);
       });
 }
 

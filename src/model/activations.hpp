@@ -66,11 +66,18 @@ struct Transformer::Activations {
                                               // (2, used in turn, for inference_only models)
   std::vector<LayerActivations> layers;       // n_layers of them, or 1 shared with recompute
   DeviceBytes recompute_out;                  // (N, D): a recomputed layer's (unused) output
-  DeviceBytes hf, logits;                     // head: normed (N, D), logits (N, V)
+  DeviceBytes hf;                             // head: normed (head_tokens, D)
+  // The logits of up to logits_tokens tokens, (logits_tokens, V): in training one chunk of the
+  // batch at a time, and backward overwrites them with their gradient.
+  DeviceBytes logits;
   DeviceBytes rstd_f, lse_tok, logp, dlogp, entropy, dentropy;   // fp32 (head_tokens)
   std::size_t head_tokens = 0;                // tokens the head buffers hold
+  std::size_t logits_tokens = 0;              // tokens `logits` holds
+  // Which tokens' logits `logits` holds now: [logits_first, logits_first + logits_count), or
+  // none (logits_count = 0) once backward has turned them into gradients.
+  int logits_first = 0, logits_count = 0;
   // Backward scratch, shared by all layers.
-  DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du, dlogits;
+  DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du;
   // Attention scratch, shared by all layers, of the model's implementation only. gemm: one
   // (row, kv head) block at a time (dk/dv: training only), sizes from model/gemm_attention.hpp.
   // flash: no S x S buffer at all; in training backward's fp32 row sums (N, n_heads).

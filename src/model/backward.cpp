@@ -1,6 +1,8 @@
 // Backward of each unit, by hand, in reverse order of forward.cpp. `dres` carries dL/d(residual
 // stream) from unit to unit. Weight gradients accumulate into the unit's fp32 gradient buffer,
 // through the fused (beta = 1) or unfused (separate tensor, then added) path.
+#include <algorithm>
+
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -28,11 +30,22 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
   const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
   float* lm_g = s.tie_embeddings ? tied_g : g + a.head_lm;
   const bool entropy = distribution_.entropy;
-  kernels::token_logprob_backward(space_, a.logits.as<T>(), a.targets.data(), distribution_.temperature,
-                                  a.lse_tok.as<float>(), a.dlogp.as<float>(), entropy ? a.entropy.as<float>() : nullptr,
-                                  entropy ? a.dentropy.as<float>() : nullptr, a.dlogits.as<T>(), N, V);
-  gemm_->gemm(Op::N, Op::N, N, D, V, 1.0f, a.dlogits.as<T>(), V, lm, D, 0.0f, a.dh.as<T>(), D);
-  weight_grad(a.dlogits.as<T>(), a.hf.as<T>(), lm_g, V, D);
+  // Chunk by chunk, last first: the forward's last chunk is still in the buffer, the others are
+  // recomputed. Each chunk's logits become their gradient in place, then give the chunk's dh and
+  // add to the head's weight gradient.
+  const int chunk = static_cast<int>(a.logits_tokens);
+  for (int first = ((N - 1) / chunk) * chunk; first >= 0; first -= chunk) {
+    const int n = std::min(chunk, N - first);
+    if (a.logits_first != first || a.logits_count != n) head_logits(lm, first, n);
+    T* dlogits = a.logits.as<T>();
+    kernels::token_logprob_backward(space_, a.logits.as<T>(), a.targets.data() + first, distribution_.temperature,
+                                    a.lse_tok.as<float>() + first, a.dlogp.as<float>() + first,
+                                    entropy ? a.entropy.as<float>() + first : nullptr,
+                                    entropy ? a.dentropy.as<float>() + first : nullptr, dlogits, n, V);
+    a.logits_count = 0;
+    gemm_->gemm(Op::N, Op::N, n, D, V, 1.0f, dlogits, V, lm, D, 0.0f, a.dh.as<T>() + static_cast<long>(first) * D, D);
+    wgrad_->add(dlogits, a.hf.as<T>() + static_cast<long>(first) * D, lm_g, V, D, n);
+  }
   kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(),
                             a.dh.as<T>(), a.dres.as<T>(), g + a.head_norm, N, D, 0.0f, a.norm_scratch.as<float>());
 }

@@ -1,6 +1,8 @@
 // Forward of each unit: embedding; decoder layer (RMSNorm -> q/k/v -> [q/k norm] -> RoPE ->
 // causal GQA attention -> o_proj + residual -> RMSNorm -> SwiGLU MLP + residual); final norm,
 // LM head and token log-probabilities. Linear layers are y = x W^T with W stored (out, in).
+#include <algorithm>
+
 #include "kernels/attention_decode.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
@@ -99,11 +101,30 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
   SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.head_tokens, "the head's buffers hold fewer tokens than the batch");
   kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, a.hf.as<T>(),
                            a.rstd_f.as<float>(), N, D, s.norm_eps);
-  gemm_->gemm(Op::N, Op::T, N, V, D, 1.0f, a.hf.as<T>(), D, lm, D, 0.0f, a.logits.as<T>(), V);
-  if (!target_logprobs) return;
-  kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data(), distribution_.temperature,
-                                 a.logp.as<float>(), a.lse_tok.as<float>(),
-                                 distribution_.entropy ? a.entropy.as<float>() : nullptr, N, V);
+  if (!target_logprobs) {   // decoding: every row's logits, for the draw
+    SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.logits_tokens, "the logits buffer holds fewer tokens than the batch");
+    head_logits(lm, 0, N);
+    return;
+  }
+  // Chunk by chunk: the logits of a chunk live only until its log-probabilities are taken.
+  const int chunk = static_cast<int>(a.logits_tokens);
+  for (int first = 0; first < N; first += chunk) {
+    const int n = std::min(chunk, N - first);
+    head_logits(lm, first, n);
+    kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data() + first, distribution_.temperature,
+                                   a.logp.as<float>() + first, a.lse_tok.as<float>() + first,
+                                   distribution_.entropy ? a.entropy.as<float>() + first : nullptr, n, V);
+  }
+}
+
+template <class T>
+void Transformer::head_logits(const T* lm, int first, int n) {
+  const int D = options_.shape.d_model, V = options_.shape.vocab_size;
+  Activations& a = *act_;
+  gemm_->gemm(Op::N, Op::T, n, V, D, 1.0f, a.hf.as<T>() + static_cast<long>(first) * D, D, lm, D, 0.0f,
+              a.logits.as<T>(), V);
+  a.logits_first = first;
+  a.logits_count = n;
 }
 
 template void Transformer::embed_forward<float>(const float*);
@@ -112,5 +133,7 @@ template void Transformer::layer_forward<float>(int, const float*, bool, KvCache
 template void Transformer::layer_forward<bf16>(int, const bf16*, bool, KvCache*, bool);
 template void Transformer::head_forward<float>(const float*, const float*, bool);
 template void Transformer::head_forward<bf16>(const bf16*, const bf16*, bool);
+template void Transformer::head_logits<float>(const float*, int, int);
+template void Transformer::head_logits<bf16>(const bf16*, int, int);
 
 }  // namespace shardrl

@@ -107,10 +107,16 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.layers.push_back(std::move(la));
   }
   if (options_.activation_recompute) a.recompute_out = make("recompute_out", N * D * es);
-  // The head runs on every token in training, on one token per row in generation.
+  // The head runs on every token in training, on one token per row in generation; its logits
+  // exist for at most logits_chunk_tokens tokens at once (training) and hold their own gradient
+  // in backward.
   const std::size_t H = inference ? std::size_t(options_.max_batch) : N;
+  const std::size_t chunk = inference || options_.logits_chunk_tokens <= 0
+                                ? H
+                                : std::min<std::size_t>(H, std::size_t(options_.logits_chunk_tokens));
   a.hf = make("hf", H * D * es);
-  a.logits = make("logits", H * V * es);
+  a.logits = make("logits", chunk * V * es);
+  a.logits_tokens = chunk;
   a.rstd_f = make("rstd_f", H * f4);
   a.lse_tok = make("lse_tok", H * f4);
   a.logp = make("logp", H * f4);
@@ -132,7 +138,6 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.da = make("da", N * F * es);
     a.dg = make("dg", N * F * es);
     a.du = make("du", N * F * es);
-    a.dlogits = make("dlogits", N * V * es);
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
       for (const auto& u : units_)
@@ -332,7 +337,12 @@ const float* Transformer::logp() const { return act_->logp.as<float>(); }
 const float* Transformer::entropy() const { return act_->entropy.as<float>(); }
 float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
 float* Transformer::dentropy() { return act_->dentropy.as<float>(); }
-const void* Transformer::logits() const { return act_->logits.buffer.data(); }
+const void* Transformer::logits() const {
+  SHARDRL_CHECK(act_->logits_first == 0 && act_->logits_count == B_ * S_,
+                "the logits of the last forward were computed in chunks (train.logits_chunk_tokens) or "
+                "turned into gradients by backward");
+  return act_->logits.buffer.data();
+}
 
 void Transformer::forward_unit(int u, const void* weights, const void* tied_embedding) {
   SHARDRL_CHECK(B_ > 0, "forward before set_batch");

@@ -40,6 +40,9 @@ struct ModelOptions {
   Precision precision = Precision::bf16;
   bool gradient_accumulation_fusion = true;
   bool activation_recompute = false;
+  // Training: the head computes the logits of at most this many tokens at once (0: the whole
+  // batch), and backward recomputes them chunk by chunk when the batch is larger.
+  int logits_chunk_tokens = 0;
   // Training and prefill attention; flash needs a GPU build, bf16 and head_dim 64 or 128
   // (job/options.cpp resolves model.attention into it; the constructor checks it).
   AttentionImpl attention = AttentionImpl::gemm;
@@ -135,7 +138,9 @@ class Transformer {
   // `cache` at its position.
   void prefill_unit(int u, const void* weights, KvCache& cache);
 
-  // Logits of the last head forward, (B*S, vocab) in the compute type.
+  // Logits of the last head forward, (B*S, vocab) in the compute type: only when the batch's
+  // logits fit one chunk (ModelOptions::logits_chunk_tokens) and no backward has run since
+  // (it overwrites them with their gradient); checked.
   const void* logits() const;
 
   const WgradCounters& wgrad_counters() const;
@@ -164,6 +169,8 @@ class Transformer {
   // target too (decoding draws from the logits and needs none).
   template <class T> void head_forward(const T* w, const T* tied, bool target_logprobs = true);
   template <class T> void head_backward(const T* w, float* g, const T* tied, float* tied_g);
+  // The logits of tokens [first, first + n) into the logits buffer, from the head's norm output.
+  template <class T> void head_logits(const T* lm, int first, int n);
   template <class T> void layer_backward(int layer, const T* w, float* g);
   template <class T> void embed_backward(float* g);
   // dW (out, in) += dY^T X with dY (N, out), X (N, in): fused or unfused as configured.

@@ -99,6 +99,8 @@ int run(int argc, char** argv, MpiSession& mpi) {
                                      "train.seq_len=" + std::to_string(S)};
   // transformers' loss has no load-balancing term unless asked (output_router_logits).
   if (toml.find("n_experts") != std::string::npos) overrides.push_back("model.aux_loss_coef=0");
+  // The comparison reads the whole batch's logits after a forward: one chunk holds them all.
+  overrides.push_back("train.logits_chunk_tokens=0");
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   const LoadedConfig loaded = parse_job_config(toml, args.model + "/config.json (as a job)", overrides, world);
   if (!loaded.ok()) {
