@@ -62,6 +62,13 @@ Buffer<std::int32_t> position_buffer(const std::vector<double>& positions) {
 
 // inv_freq as transformers computes it in fp32 (_compute_default_rope_parameters and, for
 // rope_type "llama3", _compute_llama3_parameters), written out here independently of the kernel.
+// The batch's rotation table on the device, formed as the model forms it (once per batch).
+Buffer<float> rope_table_for(const Buffer<std::int32_t>& positions, int N, int hd, const kernels::RopeFrequencies& f) {
+  Buffer<float> table(static_cast<long>(N) * hd);
+  kernels::rope_table(ExecSpace(), positions.data(), N, hd, f, table.data());
+  return table;
+}
+
 float ref_inv_freq(const kernels::RopeFrequencies& f, int i, int hd) {
   const float base = 1.0f / std::pow(f.theta, static_cast<float>(2 * i) / static_cast<float>(hd));
   if (f.scaling_factor <= 0) return base;
@@ -138,10 +145,11 @@ void check_rotation(float sign) {
     std::vector<double> positions = random_positions(s.N, ++seed);
     Buffer<T> x_dev = random_buffer<T>(n, ++seed, &x);
     Buffer<std::int32_t> pos_dev = position_buffer(positions);
+    const Buffer<float> table = rope_table_for(pos_dev, s.N, s.hd, s.freq);
     if (sign > 0)
-      kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+      kernels::rope_forward<T>(space, x_dev.data(), table.data(), s.N, s.n_heads, s.hd);
     else
-      kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+      kernels::rope_backward<T>(space, x_dev.data(), table.data(), s.N, s.n_heads, s.hd);
     expect_close(x_dev.host(), ref_rotate(x, positions, s.n_heads, s.hd, s.freq, sign), unit_roundoff<T>(), atol,
                  sign > 0 ? "rope_forward" : "rope_backward");
   }
@@ -187,8 +195,9 @@ TYPED_TEST(RopeKernel, BackwardUndoesForward) {
     std::vector<double> x;
     Buffer<T> x_dev = random_buffer<T>(n, ++seed, &x);
     Buffer<std::int32_t> pos_dev = position_buffer(random_positions(s.N, ++seed));
-    kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
-    kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+    const Buffer<float> table = rope_table_for(pos_dev, s.N, s.hd, s.freq);
+    kernels::rope_forward<T>(space, x_dev.data(), table.data(), s.N, s.n_heads, s.hd);
+    kernels::rope_backward<T>(space, x_dev.data(), table.data(), s.N, s.n_heads, s.hd);
     // The same angle is used both ways, so only rounding remains: the forward's rounding to T
     // (<= sqrt(2) u_T per pair, carried unchanged through the orthogonal backward), the
     // backward's own (u_T), and fp32 arithmetic: 4 u_T + 32 u_f.
@@ -206,17 +215,42 @@ TYPED_TEST(RopeKernel, PositionZeroIsIdentity) {
   Buffer<T> x_dev = random_buffer<T>(n, 90, &x);
   Buffer<std::int32_t> pos_dev = position_buffer(std::vector<double>(s.N, 0.0));
   // cos 0 = 1 and sin 0 = 0 exactly, so the values must come back bit for bit: tolerance 0.
-  kernels::rope_forward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+  const Buffer<float> table = rope_table_for(pos_dev, s.N, s.hd, s.freq);
+  kernels::rope_forward<T>(space, x_dev.data(), table.data(), s.N, s.n_heads, s.hd);
   expect_close(x_dev.host(), x, 0.0, 0.0, "rope_forward at position 0");
-  kernels::rope_backward<T>(space, x_dev.data(), pos_dev.data(), s.N, s.n_heads, s.hd, s.freq);
+  kernels::rope_backward<T>(space, x_dev.data(), table.data(), s.N, s.n_heads, s.hd);
   expect_close(x_dev.host(), x, 0.0, 0.0, "rope_backward at position 0");
+}
+
+// A head whose half is a multiple of the pack width is rotated in packs of pairs; the same values
+// one element off alignment are rotated pair by pair. Same arithmetic, so the same bits.
+TYPED_TEST(RopeKernel, PackedAndPairByPairRotationsAgree) {
+  using T = TypeParam;
+  ExecSpace space;
+  const Shape s = {9, 3, 64, llama3(5e5f, 32, 8192)};
+  const long n = static_cast<long>(s.N) * s.n_heads * s.hd;
+  std::vector<double> x;
+  Buffer<T> aligned = random_buffer<T>(n, 95, &x);
+  std::vector<double> shifted_values(1, 0.0);
+  shifted_values.insert(shifted_values.end(), x.begin(), x.end());
+  Buffer<T> shifted(n + 1);
+  shifted.set(shifted_values);
+  ASSERT_TRUE(kernels::packs_aligned(aligned.data()));
+  ASSERT_FALSE(kernels::packs_aligned(shifted.data() + 1));
+  Buffer<std::int32_t> pos_dev = position_buffer(random_positions(s.N, 96));
+  const Buffer<float> table = rope_table_for(pos_dev, s.N, s.hd, s.freq);
+  kernels::rope_forward<T>(space, aligned.data(), table.data(), s.N, s.n_heads, s.hd);
+  kernels::rope_forward<T>(space, shifted.data() + 1, table.data(), s.N, s.n_heads, s.hd);
+  std::vector<double> a = aligned.host(), b = shifted.host();
+  b.erase(b.begin());
+  ASSERT_EQ(a, b);
 }
 
 TEST(RopeKernelDeathTest, OddHeadDimIsRejected) {
   ::testing::GTEST_FLAG(death_test_style) = "threadsafe";   // fork-safe with a GPU runtime
   Buffer<float> x(3);
   Buffer<std::int32_t> pos = position_buffer({0.0});
-  EXPECT_DEATH(kernels::rope_forward<float>(ExecSpace(), x.data(), pos.data(), 1, 1, 3, plain(1e4f)), "even head dim");
+  EXPECT_DEATH(kernels::rope_table(ExecSpace(), pos.data(), 1, 3, plain(1e4f), x.data()), "even head dim");
 }
 
 }  // namespace

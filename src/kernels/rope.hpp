@@ -11,6 +11,7 @@
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
+#include "kernels/packed.hpp"
 
 namespace shardrl::kernels {
 
@@ -37,49 +38,82 @@ struct RopeFrequencies {
   }
 };
 
-namespace detail {
-
-// Rotates every pair by sign * angle. The angle is formed exactly as HF does in fp32:
-// angle = pos * inv_freq, so positions far into a sequence get the same (rounded) angles as the
-// reference model.
-template <class T>
-void rope_rotate(const ExecSpace& space, const char* name, T* x, const std::int32_t* positions, int N,
-                 int n_heads, int hd, RopeFrequencies freq, float sign) {
+// The rotation of every (token, pair) of a batch: table (N, hd) in fp32, row n holding
+// cos(angle_0..angle_{hd/2-1}) then sin(angle_0..angle_{hd/2-1}), angle_i = positions[n] *
+// inv_freq(i) formed exactly as HF does in fp32, so positions far into a sequence get the same
+// (rounded) angles as the reference model. The model forms it once per batch (the embedding's
+// forward) for every layer's queries and keys, forward and backward, instead of a powf, a sinf and
+// a cosf (of angles up to thousands of radians) per element of every layer.
+inline void rope_table(const ExecSpace& space, const std::int32_t* positions, int N, int hd, RopeFrequencies freq,
+                       float* table) {
   SHARDRL_CHECK(hd % 2 == 0, "rope needs an even head dim, got " + std::to_string(hd));
   const int half = hd / 2;
-  const long count = static_cast<long>(N) * n_heads * half;
-  Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long p) {
-    const long head = p / half;          // n * n_heads + h
-    const int i = static_cast<int>(p - head * half);
-    const long n = head / n_heads;
-    const float angle = static_cast<float>(positions[n]) * freq.inv_freq(i, hd);
-    const float c = cosf(angle);
-    const float s = sign * sinf(angle);
-    const long i0 = head * hd + i;
-    const long i1 = i0 + half;
-    const float x0 = static_cast<float>(x[i0]);
-    const float x1 = static_cast<float>(x[i1]);
-    x[i0] = T(x0 * c - x1 * s);
-    x[i1] = T(x1 * c + x0 * s);
-  });
+  Kokkos::parallel_for(
+      "rope_table", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * half), KOKKOS_LAMBDA(const long p) {
+        const long n = p / half;
+        const int i = static_cast<int>(p - n * half);
+        const float angle = static_cast<float>(positions[n]) * freq.inv_freq(i, hd);
+        table[n * hd + i] = cosf(angle);
+        table[n * hd + half + i] = sinf(angle);
+      });
+}
+
+namespace detail {
+
+// Rotates every pair (i, i + hd/2) of every head by sign * angle, from the table. A work item
+// takes a pack of consecutive pairs (8 for bf16) where the half head allows, else one pair.
+template <class T>
+void rope_rotate(const ExecSpace& space, const char* name, T* x, const float* table, int N, int n_heads, int hd,
+                 float sign) {
+  SHARDRL_CHECK(hd % 2 == 0, "rope needs an even head dim, got " + std::to_string(hd));
+  const int half = hd / 2;
+  const bool packed = packs_aligned(x) && half % Packed<T>::width == 0;
+  const int width = packed ? Packed<T>::width : 1;
+  const int groups = half / width;   // work items per head
+  Kokkos::parallel_for(
+      name, Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(N) * n_heads * groups),
+      KOKKOS_LAMBDA(const long item) {
+        const long head = item / groups;   // n * n_heads + h
+        const int i = static_cast<int>(item - head * groups) * width;
+        const long n = head / n_heads;
+        const float* c = table + n * hd + i;
+        const float* s = c + half;
+        T* x0 = x + head * hd + i;
+        T* x1 = x0 + half;
+        if (width == 1) {
+          const float a = static_cast<float>(*x0), b = static_cast<float>(*x1), sn = sign * s[0];
+          *x0 = T(a * c[0] - b * sn);
+          *x1 = T(b * c[0] + a * sn);
+          return;
+        }
+        const Packed<T> a = load_packed(x0), b = load_packed(x1);
+        Packed<T> ra, rb;
+        for (int j = 0; j < Packed<T>::width; ++j) {
+          const float av = static_cast<float>(a.v[j]), bv = static_cast<float>(b.v[j]), sn = sign * s[j];
+          ra.v[j] = T(av * c[j] - bv * sn);
+          rb.v[j] = T(bv * c[j] + av * sn);
+        }
+        store_packed(x0, ra);
+        store_packed(x1, rb);
+      });
 }
 
 }  // namespace detail
 
 template <class T>
 void rope_forward(const ExecSpace& space,
-                  T* x,                           // (N, n_heads, hd), rotated in place
-                  const std::int32_t* positions,  // (N)
-                  int N, int n_heads, int hd, const RopeFrequencies& freq) {
-  detail::rope_rotate(space, "rope_forward", x, positions, N, n_heads, hd, freq, 1.0f);
+                  T* x,                // (N, n_heads, hd), rotated in place
+                  const float* table,  // (N, hd) from rope_table
+                  int N, int n_heads, int hd) {
+  detail::rope_rotate(space, "rope_forward", x, table, N, n_heads, hd, 1.0f);
 }
 
 template <class T>
 void rope_backward(const ExecSpace& space,
-                   T* dx,                          // (N, n_heads, hd), in place
-                   const std::int32_t* positions,  // (N)
-                   int N, int n_heads, int hd, const RopeFrequencies& freq) {
-  detail::rope_rotate(space, "rope_backward", dx, positions, N, n_heads, hd, freq, -1.0f);
+                   T* dx,               // (N, n_heads, hd), in place
+                   const float* table,  // (N, hd) from rope_table
+                   int N, int n_heads, int hd) {
+  detail::rope_rotate(space, "rope_backward", dx, table, N, n_heads, hd, -1.0f);
 }
 
 }  // namespace shardrl::kernels

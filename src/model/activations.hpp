@@ -66,6 +66,7 @@ struct Transformer::Activations {
                                               // (2, used in turn, for inference_only models)
   std::vector<LayerActivations> layers;       // n_layers of them, or 1 shared with recompute
   DeviceBytes recompute_out;                  // (N, D): a recomputed layer's (unused) output
+  DeviceBytes rope;                           // fp32 (N, head_dim): the batch's rotations (kernels::rope_table)
   DeviceBytes hf;                             // head: normed (head_tokens, D)
   // The logits of up to logits_tokens tokens, (logits_tokens, V): in training one chunk of the
   // batch at a time, and backward overwrites them with their gradient.

@@ -8,7 +8,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
-#include "model/rope_frequencies.hpp"
+#include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
 #include "model/attention.hpp"
@@ -87,8 +87,8 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   attention_backward(options_.attention, space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(),
                      a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(),
                      b.dv.as<T>(), b.attention_scratch());
-  kernels::rope_backward(space_, b.dq.as<T>(), b.positions.data(), N, s.n_heads, hd, rope_frequencies(s));
-  kernels::rope_backward(space_, b.dk.as<T>(), b.positions.data(), N, s.n_kv_heads, hd, rope_frequencies(s));
+  kernels::rope_backward(space_, b.dq.as<T>(), b.rope.as<float>(), N, s.n_heads, hd);
+  kernels::rope_backward(space_, b.dk.as<T>(), b.rope.as<float>(), N, s.n_kv_heads, hd);
   T* dq = b.dq.as<T>();
   T* dk = b.dk.as<T>();
   if (s.qk_norm) {

@@ -20,8 +20,12 @@ namespace shardrl {
 
 template <class T>
 void Transformer::embed_forward(const T* w) {
-  const int N = B_ * S_, D = options_.shape.d_model;
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, D = s.d_model;
   kernels::embedding_forward(space_, act_->tokens.data(), w, residual<T>(0), N, D);
+  // Every forward starts here (training, prefill, decode, and inside a captured graph), so the
+  // batch's rotations are formed once for all layers, forward and backward.
+  kernels::rope_table(space_, act_->positions.data(), N, s.head_dim, rope_frequencies(s), act_->rope.as<float>());
 }
 
 template <class T>
@@ -49,8 +53,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, a.k.as<T>(), a.rstd_k.as<float>(),
                              N * s.n_kv_heads, hd, s.norm_eps);
   }
-  kernels::rope_forward(space_, a.q.as<T>(), act_->positions.data(), N, s.n_heads, hd, rope_frequencies(s));
-  kernels::rope_forward(space_, a.k.as<T>(), act_->positions.data(), N, s.n_kv_heads, hd, rope_frequencies(s));
+  kernels::rope_forward(space_, a.q.as<T>(), act_->rope.as<float>(), N, s.n_heads, hd);
+  kernels::rope_forward(space_, a.k.as<T>(), act_->rope.as<float>(), N, s.n_kv_heads, hd);
   if (cache && prefill) {
     // Prefill: every token's key and value go to the cache (slot = its row); the attention is
     // the ordinary causal one within the batch.

@@ -107,6 +107,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.layers.push_back(std::move(la));
   }
   if (options_.activation_recompute) a.recompute_out = make("recompute_out", N * D * es);
+  a.rope = make("rope", N * s.head_dim * f4);
   // The head runs on every token in training, on one token per row in generation; its logits
   // exist for at most logits_chunk_tokens tokens at once (training) and hold their own gradient
   // in backward.
