@@ -362,15 +362,16 @@ void ShardedTrainer::optimizer_step() {
       const long n = static_cast<long>(r.end - r.begin);
       const float decay = (r.no_decay && !options_.decay_norms_and_embeddings) ? 0.0f : wd;
       float* w = main_.as<float>(u) + r.begin;
+      // The bf16 copy the next step gathers is rounded from the updated weights in the same pass;
+      // elements outside every range (the shard's padding) never change in either.
+      bf16* compute = compute_.empty() ? nullptr : compute_.as<bf16>(u) + r.begin;
       grad_.visit(u, [&](const auto* g) {
         m_.visit(u, [&](auto* m) {
           using State = std::remove_pointer_t<decltype(m)>;   // the moments share one type
-          optimizer_.update(w, g + r.begin, m + r.begin, v_.as<State>(u) + r.begin, n, decay);
+          optimizer_.update(w, g + r.begin, m + r.begin, v_.as<State>(u) + r.begin, n, decay, compute);
         });
       });
     }
-    const long n = static_cast<long>(layout_.unit(u).shard);
-    if (!compute_.empty()) kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), n);
     grad_empty_[u] = 1;
   }
   if (options_.profile) {

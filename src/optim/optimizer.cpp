@@ -107,7 +107,7 @@ void Optimizer::prepare_step() {
 }
 
 template <class G, class S>
-void Optimizer::update(float* w, const G* g, S* m, S* v, long n, float weight_decay) {
+void Optimizer::update(float* w, const G* g, S* m, S* v, long n, float weight_decay, bf16* compute) {
   if (n <= 0) return;
   auto s = scalars_.view();
   const float beta1 = options_.beta1, beta2 = options_.beta2, eps = options_.eps;
@@ -117,6 +117,7 @@ void Optimizer::update(float* w, const G* g, S* m, S* v, long n, float weight_de
         const AdamWStepConstants k{static_cast<float>(s(kLr)),    beta1, beta2, eps, weight_decay,
                                    static_cast<float>(s(kBias1)), static_cast<float>(s(kBias2))};
         adamw_element(w[i], static_cast<float>(s(kClip)) * static_cast<float>(g[i]), m[i], v[i], k);
+        if (compute != nullptr) compute[i] = bf16(w[i]);
       });
 }
 
@@ -160,9 +161,9 @@ void adamw_update(const ExecSpace& space, float* w, const float* g, float* m, fl
 
 template void Optimizer::accumulate_sumsq<float>(const float*, long);
 template void Optimizer::accumulate_sumsq<bf16>(const bf16*, long);
-template void Optimizer::update<float, float>(float*, const float*, float*, float*, long, float);
-template void Optimizer::update<float, bf16>(float*, const float*, bf16*, bf16*, long, float);
-template void Optimizer::update<bf16, float>(float*, const bf16*, float*, float*, long, float);
-template void Optimizer::update<bf16, bf16>(float*, const bf16*, bf16*, bf16*, long, float);
+template void Optimizer::update<float, float>(float*, const float*, float*, float*, long, float, bf16*);
+template void Optimizer::update<float, bf16>(float*, const float*, bf16*, bf16*, long, float, bf16*);
+template void Optimizer::update<bf16, float>(float*, const bf16*, float*, float*, long, float, bf16*);
+template void Optimizer::update<bf16, bf16>(float*, const bf16*, bf16*, bf16*, long, float, bf16*);
 
 }  // namespace shardrl

@@ -60,8 +60,10 @@ class Optimizer {
   // AdamW on n elements with the step's lr, clip scale and step count; does nothing when the
   // step is skipped. g_used = clip * g; m, v in S (fp32 or bf16, rounded on store);
   //   w -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w)
+  // With `compute`, the weights' bf16 compute copy is rounded from the updated w in the same
+  // pass (a separate cast would read all of w again).
   template <class G, class S>
-  void update(float* w, const G* g, S* m, S* v, long n, float weight_decay);
+  void update(float* w, const G* g, S* m, S* v, long n, float weight_decay, bf16* compute = nullptr);
 
   StepMetrics read_metrics() const;   // host copy (synchronises with the space)
   const OptimizerOptions& options() const { return options_; }
