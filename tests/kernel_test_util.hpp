@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -89,12 +91,70 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
                   << " (rtol " << rtol << ", atol " << atol << ")";
 }
 
+// n elements from a device pointer (which may be offset into a buffer), on the host as stored.
+template <class T>
+std::vector<T> device_elements(const T* p, long n) {
+  Kokkos::View<const T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> d(p, static_cast<std::size_t>(n));
+  HostView<T> h("device_elements", static_cast<std::size_t>(n));
+  Kokkos::deep_copy(h, d);
+  return std::vector<T>(h.data(), h.data() + n);
+}
+
+// Every element of got has the bits of want: a packed kernel against its one-element form, where
+// the arithmetic per element is the same. Reports the first differing element and how many differ.
+template <class T>
+void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  long first = -1, differing = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      if (first < 0) first = static_cast<long>(i);
+      ++differing;
+    }
+  if (first >= 0)
+    ADD_FAILURE() << what << ": " << differing << " of " << got.size() << " elements differ in their bits, the first "
+                  << first << ": " << static_cast<float>(got[first]) << " instead of "
+                  << static_cast<float>(want[first]);
+}
+template <class T>
+void expect_same_bits(const T* got, const T* want, long n, const std::string& what) {
+  expect_same_bits(device_elements(got, n), device_elements(want, n), what);
+}
+
 // Guard elements past a kernel's range stay poisoned, so an out-of-range write is caught too.
 constexpr long kGuard = 16;
 
 inline void expect_guard_untouched(const std::vector<double>& got, long n, const char* what) {
   for (long i = n; i < static_cast<long>(got.size()); ++i)
     EXPECT_TRUE(std::isnan(got[i])) << what << ": guard element " << i - n << " was written";
+}
+
+// A buffer of offset + values.size() + kGuard elements holding values from element `offset` on,
+// NaN elsewhere. Offset 1 moves the kernel's range off the 16-byte alignment of the allocation,
+// so a packed kernel must take its one-element path.
+template <class T>
+Buffer<T> buffer_at(long offset, const std::vector<double>& values) {
+  std::vector<double> all(offset + values.size() + kGuard, std::numeric_limits<double>::quiet_NaN());
+  std::copy(values.begin(), values.end(), all.begin() + offset);
+  Buffer<T> b(static_cast<long>(all.size()));
+  b.set(all);
+  return b;
+}
+
+// A buffer for a kernel to write n elements into from element `offset` on, NaN throughout.
+template <class T>
+Buffer<T> poisoned_at(long offset, long n) {
+  Buffer<T> b(offset + n + kGuard);
+  b.poison();
+  return b;
+}
+
+// Elements before `offset` and from offset + n on were not written (they are NaN).
+inline void expect_untouched_outside(const std::vector<double>& got, long offset, long n, const std::string& what) {
+  for (long i = 0; i < static_cast<long>(got.size()); ++i) {
+    if (i >= offset && i < offset + n) continue;
+    EXPECT_TRUE(std::isnan(got[i])) << what << ": element " << i - offset << " outside the range was written";
+  }
 }
 
 }  // namespace shardrl::test

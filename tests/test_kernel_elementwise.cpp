@@ -1,10 +1,12 @@
 // Element-wise kernels (cast, add_scaled, scale, fill) against fp64 host references, for every
 // float/bf16 combination the model uses. Rounding to bf16 is checked against an independent
-// round-to-nearest-even, including exact ties.
+// round-to-nearest-even, including exact ties. The packed kernels are also compared bit for bit
+// with their one-element form, at aligned and misaligned pointers.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -15,6 +17,10 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::buffer_at;
+using test::expect_same_bits;
+using test::expect_untouched_outside;
+using test::poisoned_at;
 using test::expect_close;
 using test::random_buffer;
 using test::random_values;
@@ -22,7 +28,8 @@ using test::expect_guard_untouched;
 using test::kGuard;
 using test::unit_roundoff;
 
-const long kCounts[] = {1, 7, 64, 129, 37 * 129};
+// Odd counts and ones past a multiple of the pack width (8 * k + 3) included.
+const long kCounts[] = {1, 7, 64, 129, 8 * 37 + 3, 37 * 129};
 
 // Nearest bf16 (8 significant bits) to v, ties to even; written without core/bf16.hpp so the
 // kernel's rounding is checked against a second implementation. Normal range only.
@@ -36,6 +43,47 @@ double round_to_bf16(double v) {
 template <class T>
 double round_to(double v) {
   return std::is_same_v<T, bf16> ? round_to_bf16(static_cast<float>(v)) : static_cast<float>(v);
+}
+
+// The kernels as they were before packing, one element per work item: the packed kernels (and
+// the copies that replace same-type casts) must give these bits, on CPU and GPU alike.
+namespace one_element {
+
+template <class From, class To>
+void cast(const ExecSpace& space, const From* in, To* out, long count) {
+  Kokkos::parallel_for(
+      "cast_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(const long i) { out[i] = To(static_cast<float>(in[i])); });
+}
+
+template <class TX, class TY>
+void add_scaled(const ExecSpace& space, const TX* x, TY* y, float alpha, long count) {
+  Kokkos::parallel_for(
+      "add_scaled_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
+        y[i] = TY(static_cast<float>(y[i]) + alpha * static_cast<float>(x[i]));
+      });
+}
+
+template <class T>
+void scale(const ExecSpace& space, T* x, float alpha, long count) {
+  Kokkos::parallel_for(
+      "scale_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(const long i) { x[i] = T(alpha * static_cast<float>(x[i])); });
+}
+
+}  // namespace one_element
+
+// Offset 0 takes the packed path (the allocation is 16-byte aligned), offset 1 the one-element
+// path. Input and output offsets are varied apart, since one misaligned pointer is enough to
+// leave the packed path.
+struct Offsets {
+  long in, out;
+};
+const Offsets kOffsets[] = {{0, 0}, {1, 1}, {0, 1}, {1, 0}};
+
+std::string case_name(const char* kernel, long n, Offsets off) {
+  return std::string(kernel) + ", n " + std::to_string(n) + ", offsets " + std::to_string(off.in) + "/" +
+         std::to_string(off.out);
 }
 
 template <class A, class B>
@@ -77,6 +125,32 @@ TYPED_TEST(CastKernel, RoundsToNearestEven) {
   }
 }
 
+// Special values as well: signed zeros, infinities, NaN, a float subnormal, the largest floats.
+TYPED_TEST(CastKernel, HasTheBitsOfTheOneElementKernel) {
+  using From = typename TypeParam::First;
+  using To = typename TypeParam::Second;
+  ExecSpace space;
+  std::uint64_t seed = 30;
+  const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, 3.0e38, -3.0e38};
+  for (long n : kCounts) {
+    std::vector<double> in = random_values<From>(n, ++seed, -4.0, 4.0);
+    for (long i = 0; i < n && i < 8; ++i) in[(i * 37) % n] = static_cast<float>(From(static_cast<float>(specials[i])));
+    Buffer<To> want(n);
+    {
+      Buffer<From> in0 = buffer_at<From>(0, in);
+      one_element::cast<From, To>(space, in0.data(), want.data(), n);
+    }
+    for (Offsets off : kOffsets) {
+      Buffer<From> in_dev = buffer_at<From>(off.in, in);
+      Buffer<To> out = poisoned_at<To>(off.out, n);
+      kernels::cast<From, To>(space, in_dev.data() + off.in, out.data() + off.out, n);
+      const std::string what = case_name("cast", n, off);
+      expect_untouched_outside(out.host(), off.out, n, what);
+      expect_same_bits(out.data() + off.out, want.data(), n, what);
+    }
+  }
+}
+
 template <class P>
 class AddScaledKernel : public ::testing::Test {};
 TYPED_TEST_SUITE(AddScaledKernel, TypePairs);
@@ -105,6 +179,30 @@ TYPED_TEST(AddScaledKernel, AddsScaledX) {
       // 2 u_f * (|y| + |alpha x|) with |x|, |y| < 1; then rtol u_TY for the rounding to TY.
       const double atol = 2 * unit_roundoff<float>() * (1 + std::fabs(alpha));
       expect_close(got, want, unit_roundoff<TY>(), atol, "add_scaled");
+    }
+  }
+}
+
+TYPED_TEST(AddScaledKernel, HasTheBitsOfTheOneElementKernel) {
+  using TX = typename TypeParam::First;
+  using TY = typename TypeParam::Second;
+  ExecSpace space;
+  std::uint64_t seed = 60;
+  const float alpha = -0.75f;
+  for (long n : kCounts) {
+    const std::vector<double> x = random_values<TX>(n, ++seed), y = random_values<TY>(n, ++seed);
+    Buffer<TY> want = buffer_at<TY>(0, y);
+    {
+      Buffer<TX> x0 = buffer_at<TX>(0, x);
+      one_element::add_scaled<TX, TY>(space, x0.data(), want.data(), alpha, n);
+    }
+    for (Offsets off : kOffsets) {
+      Buffer<TX> x_dev = buffer_at<TX>(off.in, x);
+      Buffer<TY> y_dev = buffer_at<TY>(off.out, y);
+      kernels::add_scaled<TX, TY>(space, x_dev.data() + off.in, y_dev.data() + off.out, alpha, n);
+      const std::string what = case_name("add_scaled", n, off);
+      expect_untouched_outside(y_dev.host(), off.out, n, what);
+      expect_same_bits(y_dev.data() + off.out, want.data(), n, what);
     }
   }
 }
@@ -149,6 +247,44 @@ TYPED_TEST(SingleTypeKernel, Fill) {
     got.resize(n);
     // T(value) is one correctly rounded conversion: tolerance 0.
     expect_close(got, std::vector<double>(n, round_to<T>(value)), 0.0, 0.0, "fill");
+  }
+}
+
+TYPED_TEST(SingleTypeKernel, ScaleHasTheBitsOfTheOneElementKernel) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 90;
+  const float alpha = 0.37f;
+  for (long n : kCounts) {
+    const std::vector<double> x = random_values<T>(n, ++seed);
+    Buffer<T> want = buffer_at<T>(0, x);
+    one_element::scale<T>(space, want.data(), alpha, n);
+    for (long off : {0L, 1L}) {
+      Buffer<T> x_dev = buffer_at<T>(off, x);
+      kernels::scale<T>(space, x_dev.data() + off, alpha, n);
+      const std::string what = case_name("scale", n, {off, off});
+      expect_untouched_outside(x_dev.host(), off, n, what);
+      expect_same_bits(x_dev.data() + off, want.data(), n, what);
+    }
+  }
+}
+
+// Zero (a memset) and a value (the packed kernel), at aligned and misaligned pointers.
+TYPED_TEST(SingleTypeKernel, FillWritesExactlyItsRange) {
+  using T = TypeParam;
+  ExecSpace space;
+  for (float value : {0.0f, 0.3f}) {
+    for (long n : kCounts) {
+      for (long off : {0L, 1L}) {
+        Buffer<T> x = poisoned_at<T>(off, n);
+        kernels::fill<T>(space, x.data() + off, value, n);
+        const std::string what = case_name("fill", n, {off, off}) + ", value " + std::to_string(value);
+        std::vector<double> got = x.host();
+        expect_untouched_outside(got, off, n, what);
+        got = std::vector<double>(got.begin() + off, got.begin() + off + n);
+        expect_close(got, std::vector<double>(n, round_to<T>(value)), 0.0, 0.0, what);
+      }
+    }
   }
 }
 

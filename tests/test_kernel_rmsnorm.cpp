@@ -1,10 +1,14 @@
 // RMSNorm forward/backward kernels against an fp64 host reference, for float and bf16; the
-// reference backward is itself checked against finite differences of the reference forward.
+// reference backward is itself checked against finite differences of the reference forward. The
+// packed kernels are also checked bit for bit: against themselves at misaligned pointers (their
+// one-element path), against the kernels as they were before packing where the arithmetic is the
+// same, and y against its host recomputation from the kernel's rstd.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -14,6 +18,11 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::buffer_at;
+using test::device_elements;
+using test::expect_same_bits;
+using test::expect_untouched_outside;
+using test::poisoned_at;
 using test::expect_close;
 using test::random_buffer;
 using test::random_values;
@@ -25,11 +34,86 @@ struct Shape {
   int R, C;
   double x_range;   // x uniform in [-x_range, x_range): 1e-3 makes eps matter
 };
+// 43 columns are 8 * 5 + 3 (no packs for either type), 12 whole float packs but no bf16 ones.
 // The last two give the weight gradient several rows per chunk, and empty trailing chunks
 // (kernels::rmsnorm_dw_chunks: 256 chunks of 4 rows for 1000 x 1024, 64 of 6 for 333 x 4096).
-const Shape kShapes[] = {{1, 1, 1.0},      {3, 7, 1.0},       {37, 64, 1.0},     {5, 129, 1.0},
-                         {3, 64, 1e-3},    {2, 2048, 1.0},    {1000, 1024, 1.0}, {333, 4096, 1.0}};
+const Shape kShapes[] = {{1, 1, 1.0},     {3, 7, 1.0},    {37, 64, 1.0},     {5, 129, 1.0},    {4, 43, 1.0},
+                         {6, 12, 1.0},    {3, 64, 1e-3},  {2, 2048, 1.0},    {1000, 1024, 1.0}, {333, 4096, 1.0}};
 constexpr float kEps = 1e-6f;
+
+// The kernels as they were before packing: one column per thread of a team, and per thread of
+// the weight gradient's first pass.
+namespace one_element {
+
+template <class T>
+void rmsnorm_forward(const ExecSpace& space, const T* x, const T* w, T* y, float* rstd, int R, int C, float eps) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "rmsnorm_forward_one_element", Kokkos::TeamPolicy<ExecSpace>(space, R, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const long base = static_cast<long>(team.league_rank()) * C;
+        float sum_sq = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C),
+            [&](const int c, float& acc) {
+              const float v = static_cast<float>(x[base + c]);
+              acc += v * v;
+            },
+            sum_sq);
+        const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
+          y[base + c] = T(static_cast<float>(x[base + c]) * r * static_cast<float>(w[c]));
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { rstd[team.league_rank()] = r; });
+      });
+}
+
+template <class T>
+void rmsnorm_backward(const ExecSpace& space, const T* x, const T* w, const float* rstd, const T* dy, T* dx,
+                      float* dw, int R, int C, float beta, float* scratch) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "rmsnorm_backward_dx_one_element", Kokkos::TeamPolicy<ExecSpace>(space, R, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const long base = static_cast<long>(team.league_rank()) * C;
+        const float r = rstd[team.league_rank()];
+        float sum_gx = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C),
+            [&](const int c, float& acc) {
+              acc += static_cast<float>(dy[base + c]) * static_cast<float>(w[c]) * static_cast<float>(x[base + c]);
+            },
+            sum_gx);
+        const float mean_gx = sum_gx * r / static_cast<float>(C);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
+          const float g = static_cast<float>(dy[base + c]) * static_cast<float>(w[c]);
+          const float xhat = static_cast<float>(x[base + c]) * r;
+          const float d = r * (g - xhat * mean_gx);
+          dx[base + c] = beta == 0.0f ? T(d) : T(beta * static_cast<float>(dx[base + c]) + d);
+        });
+      });
+  const int chunks = kernels::rmsnorm_dw_chunks(R, C);
+  const int rows_per_chunk = (R + chunks - 1) / chunks;
+  Kokkos::parallel_for(
+      "rmsnorm_backward_dw_chunks_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(chunks) * C),
+      KOKKOS_LAMBDA(const long i) {
+        const long k = i / C, c = i % C;
+        const long first = k * rows_per_chunk;
+        const long last = first + rows_per_chunk < R ? first + rows_per_chunk : R;
+        float sum = 0.0f;
+        for (long r = first; r < last; ++r)
+          sum += static_cast<float>(dy[r * C + c]) * static_cast<float>(x[r * C + c]) * rstd[r];
+        scratch[i] = sum;
+      });
+  Kokkos::parallel_for(
+      "rmsnorm_backward_dw_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, C), KOKKOS_LAMBDA(const int c) {
+        float sum = 0.0f;
+        for (int k = 0; k < chunks; ++k) sum += scratch[static_cast<long>(k) * C + c];
+        dw[c] += sum;
+      });
+}
+
+}  // namespace one_element
 
 // fp64 references.
 std::vector<double> ref_rstd(const std::vector<double>& x, int R, int C, double eps) {
@@ -204,6 +288,124 @@ void check_backward(float beta) {
 
 TYPED_TEST(RmsnormKernel, BackwardOverwritesPoisonedDxWhenBetaIsZero) { check_backward<TypeParam>(0.0f); }
 TYPED_TEST(RmsnormKernel, BackwardAddsIntoDxWhenBetaIsOne) { check_backward<TypeParam>(1.0f); }
+
+// Where the kernels' pointers start: offset 0 is the allocation's 16-byte alignment, offset 1 one
+// element past it. `rows` moves x, dy, y and dx, `w` the weight, `scratch` the dw scratch; any
+// one of them misaligned leaves the packed path of the kernels that use it.
+struct Offsets {
+  long rows, w, scratch;
+};
+const Offsets kOffsets[] = {{0, 0, 0}, {1, 1, 0}, {0, 1, 0}, {0, 0, 1}};
+
+std::string case_name(const char* kernel, const Shape& s, Offsets off) {
+  return std::string(kernel) + ", " + std::to_string(s.R) + " x " + std::to_string(s.C) + ", offsets rows " +
+         std::to_string(off.rows) + " w " + std::to_string(off.w) + " scratch " + std::to_string(off.scratch);
+}
+
+// rstd and y at every alignment have the bits of the aligned run; y has the bits of its host
+// recomputation from that rstd (products only, so no contraction can differ). On one thread
+// (Serial) a team adds a row left to right as before packing, so there rstd and y also have the
+// bits of the kernel before packing; on GPUs a thread adds groups of pack-width columns rather
+// than single ones, which may change rstd in its last bits (the fp64 checks above bound it).
+TYPED_TEST(RmsnormKernel, ForwardBitsDoNotDependOnPacking) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 70;
+  for (const Shape& s : kShapes) {
+    const long n = static_cast<long>(s.R) * s.C;
+    const std::vector<double> x = random_values<T>(n, ++seed, -s.x_range, s.x_range),
+                              w = random_values<T>(s.C, ++seed, 0.5, 1.5);
+    std::vector<T> aligned_y;
+    std::vector<float> aligned_rstd;
+    for (Offsets off : kOffsets) {
+      if (off.scratch != 0) continue;   // the forward has no scratch
+      Buffer<T> x_dev = buffer_at<T>(off.rows, x), w_dev = buffer_at<T>(off.w, w), y = poisoned_at<T>(off.rows, n);
+      Buffer<float> rstd = poisoned_at<float>(0, s.R);
+      kernels::rmsnorm_forward<T>(space, x_dev.data() + off.rows, w_dev.data() + off.w, y.data() + off.rows,
+                                  rstd.data(), s.R, s.C, kEps);
+      const std::string what = case_name("rmsnorm_forward", s, off);
+      expect_untouched_outside(y.host(), off.rows, n, what + ": y");
+      const std::vector<T> got_y = device_elements(y.data() + off.rows, n);
+      const std::vector<float> got_rstd = device_elements(rstd.data(), s.R);
+      std::vector<T> host_y(n);
+      for (long i = 0; i < n; ++i)
+        host_y[i] = T(static_cast<float>(x[i]) * got_rstd[i / s.C] * static_cast<float>(w[i % s.C]));
+      expect_same_bits(got_y, host_y, what + ": y against x * rstd * w on the host");
+      if (off.rows == 0 && off.w == 0) {
+        aligned_y = got_y;
+        aligned_rstd = got_rstd;
+        if (!kDeviceIsGpu) {
+          Buffer<T> y0(n);
+          Buffer<float> rstd0(s.R);
+          one_element::rmsnorm_forward<T>(space, x_dev.data(), w_dev.data(), y0.data(), rstd0.data(), s.R, s.C, kEps);
+          expect_same_bits(rstd.data(), rstd0.data(), s.R, what + ": rstd against the kernel before packing");
+          expect_same_bits(y.data(), y0.data(), n, what + ": y against the kernel before packing");
+        }
+      } else {
+        expect_same_bits(got_rstd, aligned_rstd, what + ": rstd against the aligned run");
+        expect_same_bits(got_y, aligned_y, what + ": y against the aligned run");
+      }
+    }
+  }
+}
+
+// dx and dw at every alignment have the bits of the aligned run. dw has the bits of the kernel
+// before packing on every device (each column still adds its rows, then its chunks, in order);
+// dx on one thread (Serial) only, for the reason given for rstd above.
+template <class T>
+void check_backward_bits(float beta) {
+  ExecSpace space;
+  std::uint64_t seed = beta == 0 ? 130 : 150;
+  for (const Shape& s : kShapes) {
+    const long n = static_cast<long>(s.R) * s.C;
+    const std::vector<double> x = random_values<T>(n, ++seed, -s.x_range, s.x_range),
+                              w = random_values<T>(s.C, ++seed, 0.5, 1.5), dy = random_values<T>(n, ++seed),
+                              dx_old = beta == 0 ? std::vector<double>(n, std::nan("")) : random_values<T>(n, ++seed),
+                              dw_old = random_values<float>(s.C, ++seed);
+    std::vector<double> rstd = ref_rstd(x, s.R, s.C, kEps);
+    for (double& r : rstd) r = static_cast<float>(r);
+    const Buffer<float> rstd_dev = buffer_at<float>(0, rstd);
+
+    Buffer<T> want_dx = buffer_at<T>(0, dx_old);
+    Buffer<float> want_dw = buffer_at<float>(0, dw_old);
+    {
+      Buffer<T> x0 = buffer_at<T>(0, x), w0 = buffer_at<T>(0, w), dy0 = buffer_at<T>(0, dy);
+      Buffer<float> scratch(kernels::kRmsnormDwScratch);
+      one_element::rmsnorm_backward<T>(space, x0.data(), w0.data(), rstd_dev.data(), dy0.data(), want_dx.data(),
+                                       want_dw.data(), s.R, s.C, beta, scratch.data());
+    }
+    std::vector<T> aligned_dx;
+    std::vector<float> aligned_dw;
+    for (Offsets off : kOffsets) {
+      Buffer<T> x_dev = buffer_at<T>(off.rows, x), w_dev = buffer_at<T>(off.w, w), dy_dev = buffer_at<T>(off.rows, dy);
+      Buffer<T> dx = buffer_at<T>(off.rows, dx_old);
+      Buffer<float> dw = buffer_at<float>(0, dw_old);
+      Buffer<float> scratch(kernels::kRmsnormDwScratch + off.scratch);
+      scratch.poison();   // the kernel must write every partial sum it reads
+      kernels::rmsnorm_backward<T>(space, x_dev.data() + off.rows, w_dev.data() + off.w, rstd_dev.data(),
+                                   dy_dev.data() + off.rows, dx.data() + off.rows, dw.data(), s.R, s.C, beta,
+                                   scratch.data() + off.scratch);
+      const std::string what = case_name(beta == 0 ? "rmsnorm_backward (beta 0)" : "rmsnorm_backward (beta 1)", s, off);
+      expect_untouched_outside(dx.host(), off.rows, n, what + ": dx");
+      expect_untouched_outside(dw.host(), 0, s.C, what + ": dw");
+      const std::vector<T> got_dx = device_elements(dx.data() + off.rows, n);
+      const std::vector<float> got_dw = device_elements(dw.data(), s.C);
+      expect_same_bits(got_dw, device_elements(want_dw.data(), s.C), what + ": dw against the kernel before packing");
+      if (off.rows == 0 && off.w == 0 && off.scratch == 0) {
+        aligned_dx = got_dx;
+        aligned_dw = got_dw;
+        if (!kDeviceIsGpu)
+          expect_same_bits(got_dx, device_elements(want_dx.data(), n), what + ": dx against the kernel before packing");
+      } else {
+        expect_same_bits(got_dx, aligned_dx, what + ": dx against the aligned run");
+        expect_same_bits(got_dw, aligned_dw, what + ": dw against the aligned run");
+      }
+    }
+  }
+}
+
+TYPED_TEST(RmsnormKernel, BackwardBitsDoNotDependOnPackingWhenBetaIsZero) { check_backward_bits<TypeParam>(0.0f); }
+TYPED_TEST(RmsnormKernel, BackwardBitsDoNotDependOnPackingWhenBetaIsOne) { check_backward_bits<TypeParam>(1.0f); }
 
 }  // namespace
 }  // namespace shardrl

@@ -1,10 +1,13 @@
 // SwiGLU forward/backward kernels against an fp64 host reference, for float and bf16; the
-// reference backward is itself checked against finite differences of the reference forward.
+// reference backward is itself checked against finite differences of the reference forward. The
+// packed kernels are also compared bit for bit with their one-element form, at aligned and
+// misaligned pointers, and the backward's recomputed activation with the forward's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -14,21 +17,54 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::buffer_at;
+using test::expect_same_bits;
+using test::expect_untouched_outside;
 using test::expect_close;
 using test::random_buffer;
 using test::random_values;
 using test::expect_guard_untouched;
 using test::kGuard;
+using test::poisoned_at;
 using test::unit_roundoff;
 
-// Counts N * F, odd ones included. g spans [-8, 8) so both tails of the sigmoid are exercised.
-const long kCounts[] = {1, 7, 64, 129, 37 * 129};
+// Counts N * F, odd ones and ones past a multiple of the pack width (8 * k + 3) included. g spans
+// [-8, 8) so both tails of the sigmoid are exercised.
+const long kCounts[] = {1, 7, 64, 129, 8 * 37 + 3, 37 * 129};
 constexpr double kGateRange = 8.0;
 
 double sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 double ref_a(double g, double u) { return g * sigmoid(g) * u; }
 double ref_dg(double g, double u, double da) { return da * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))); }
 double ref_du(double g, double da) { return da * g * sigmoid(g); }
+
+// The kernels as they were before packing, one element per work item: the packed kernels must
+// give these bits, on CPU and GPU alike.
+namespace one_element {
+
+template <class T>
+void swiglu_forward(const ExecSpace& space, const T* g, const T* u, T* a, long count) {
+  Kokkos::parallel_for(
+      "swiglu_forward_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
+        const float gv = static_cast<float>(g[i]);
+        const float sig = 1.0f / (1.0f + expf(-gv));
+        a[i] = T(gv * sig * static_cast<float>(u[i]));
+      });
+}
+
+template <class T>
+void swiglu_backward(const ExecSpace& space, const T* g, const T* u, const T* da, T* dg, T* du, long count) {
+  Kokkos::parallel_for(
+      "swiglu_backward_one_element", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
+        const float gv = static_cast<float>(g[i]);
+        const float dav = static_cast<float>(da[i]);
+        const float sig = 1.0f / (1.0f + expf(-gv));
+        dg[i] = T(dav * static_cast<float>(u[i]) * sig * (1.0f + gv * (1.0f - sig)));
+        du[i] = T(dav * gv * sig);
+      });
+}
+
+}  // namespace one_element
 
 TEST(SwigluReference, BackwardMatchesFiniteDifferences) {
   const std::vector<double> g = random_values<double>(9, 1, -kGateRange, kGateRange), u = random_values<double>(9, 2),
@@ -102,6 +138,68 @@ TYPED_TEST(SwigluKernel, Backward) {
     expect_close(got_dg, want_dg, unit_roundoff<T>(), dg_atol, "swiglu_backward dg");
     // du = da * g * sig: relative error as in the forward.
     expect_close(got_du, want_du, unit_roundoff<T>() + 8 * unit_roundoff<float>(), 0.0, "swiglu_backward du");
+  }
+}
+
+// Offset 0 takes the packed path (the allocation is 16-byte aligned), offset 1 the one-element
+// path; both must give the one-element kernel's bits, and write nothing outside their range.
+const long kOffsets[] = {0, 1};
+
+TYPED_TEST(SwigluKernel, ForwardHasTheBitsOfTheOneElementKernel) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 70;
+  for (long n : kCounts) {
+    const std::vector<double> g = random_values<T>(n, ++seed, -kGateRange, kGateRange), u = random_values<T>(n, ++seed);
+    Buffer<T> want(n);
+    {
+      Buffer<T> g0 = buffer_at<T>(0, g), u0 = buffer_at<T>(0, u);
+      one_element::swiglu_forward<T>(space, g0.data(), u0.data(), want.data(), n);
+    }
+    for (long off : kOffsets) {
+      Buffer<T> g_dev = buffer_at<T>(off, g), u_dev = buffer_at<T>(off, u), a = poisoned_at<T>(off, n);
+      ASSERT_EQ(kernels::packs_aligned(a.data() + off), off == 0);
+      kernels::swiglu_forward<T>(space, g_dev.data() + off, u_dev.data() + off, a.data() + off, n);
+      const std::string what = "swiglu_forward, n " + std::to_string(n) + ", offset " + std::to_string(off);
+      expect_untouched_outside(a.host(), off, n, what);
+      expect_same_bits(a.data() + off, want.data(), n, what);
+    }
+  }
+}
+
+TYPED_TEST(SwigluKernel, BackwardHasTheBitsOfTheOneElementKernelAndRecomputesTheForward) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 100;
+  for (long n : kCounts) {
+    const std::vector<double> g = random_values<T>(n, ++seed, -kGateRange, kGateRange), u = random_values<T>(n, ++seed),
+                              da = random_values<T>(n, ++seed);
+    Buffer<T> want_dg(n), want_du(n), want_a(n);
+    {
+      Buffer<T> g0 = buffer_at<T>(0, g), u0 = buffer_at<T>(0, u), da0 = buffer_at<T>(0, da);
+      one_element::swiglu_backward<T>(space, g0.data(), u0.data(), da0.data(), want_dg.data(), want_du.data(), n);
+      kernels::swiglu_forward<T>(space, g0.data(), u0.data(), want_a.data(), n);
+    }
+    for (long off : kOffsets) {
+      for (bool with_a : {false, true}) {
+        Buffer<T> g_dev = buffer_at<T>(off, g), u_dev = buffer_at<T>(off, u), da_dev = buffer_at<T>(off, da);
+        Buffer<T> dg = poisoned_at<T>(off, n), du = poisoned_at<T>(off, n), a = poisoned_at<T>(off, n);
+        kernels::swiglu_backward<T>(space, g_dev.data() + off, u_dev.data() + off, da_dev.data() + off,
+                                    dg.data() + off, du.data() + off, n, with_a ? a.data() + off : nullptr);
+        const std::string what = "swiglu_backward, n " + std::to_string(n) + ", offset " + std::to_string(off) +
+                                 (with_a ? ", with a" : "");
+        expect_untouched_outside(dg.host(), off, n, what + ": dg");
+        expect_untouched_outside(du.host(), off, n, what + ": du");
+        expect_same_bits(dg.data() + off, want_dg.data(), n, what + ": dg");
+        expect_same_bits(du.data() + off, want_du.data(), n, what + ": du");
+        if (with_a) {
+          expect_untouched_outside(a.host(), off, n, what + ": a");
+          expect_same_bits(a.data() + off, want_a.data(), n, what + ": a against swiglu_forward");
+        } else {
+          expect_untouched_outside(a.host(), off, 0, what + ": a not asked for");
+        }
+      }
+    }
   }
 }
 

@@ -11,8 +11,9 @@
 #include "core/kokkos.hpp"
 
 // Loops over the lanes of a pack are unrolled so that the pack stays in registers on GPUs: a
-// lane indexed at run time would put the whole pack in local memory.
-#if defined(__CUDACC__)
+// lane indexed at run time would put the whole pack in local memory. Device passes only: the
+// host compiler warns on the pragma.
+#if defined(__CUDA_ARCH__)
 #define SHARDRL_UNROLL_LANES _Pragma("unroll")
 #else
 #define SHARDRL_UNROLL_LANES

@@ -1,13 +1,25 @@
 // RMSNorm over the last dimension: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps), computed
 // in fp32. Also used per head for Qwen3's q/k norms (rows = tokens * heads, cols = head_dim).
+// Rows move in 16-byte packs (kernels/packed.hpp) when C is a multiple of the pack width and the
+// pointers are aligned. A row's sums go over groups of that width in every case (each thread of a
+// team adds its groups' elements in order), so rstd and dx do not depend on alignment; on one
+// thread (Serial) that is the plain left-to-right sum.
 #pragma once
 
 #include <cmath>
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "kernels/packed.hpp"
 
 namespace shardrl::kernels {
+
+namespace detail {
+
+// The columns [k * W, k * W + W) of a row, clipped to C: the unit in which a team adds up a row.
+KOKKOS_INLINE_FUNCTION int rmsnorm_group_end(int k, int W, int C) { return k * W + W < C ? k * W + W : C; }
+
+}  // namespace detail
 
 template <class T>
 void rmsnorm_forward(const ExecSpace& space,
@@ -17,22 +29,47 @@ void rmsnorm_forward(const ExecSpace& space,
                      float* rstd,    // (R)  saved for backward
                      int R, int C, float eps) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  constexpr int W = Packed<T>::width;
+  // Packs never straddle two rows: each row starts aligned and holds whole packs.
+  const bool packed = packs_aligned(x, w, y) && C % W == 0;
+  const int groups = (C + W - 1) / W;
   // One team per row: the sum of squares is a team reduction, so a row is read coalesced.
   Kokkos::parallel_for(
       "rmsnorm_forward", Kokkos::TeamPolicy<ExecSpace>(space, R, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const long base = static_cast<long>(team.league_rank()) * C;
         float sum_sq = 0.0f;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](const int c, float& acc) {
-              const float v = static_cast<float>(x[base + c]);
-              acc += v * v;
+            Kokkos::TeamThreadRange(team, groups),
+            [&](const int k, float& acc) {
+              if (packed) {
+                const Packed<T> xp = load_packed(x + base + k * W);
+                SHARDRL_UNROLL_LANES
+                for (int j = 0; j < W; ++j) {
+                  const float v = static_cast<float>(xp.v[j]);
+                  acc += v * v;
+                }
+              } else {
+                for (int c = k * W; c < detail::rmsnorm_group_end(k, W, C); ++c) {
+                  const float v = static_cast<float>(x[base + c]);
+                  acc += v * v;
+                }
+              }
             },
             sum_sq);
         const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
-          y[base + c] = T(static_cast<float>(x[base + c]) * r * static_cast<float>(w[c]));
-        });
+        if (packed) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const int k) {
+            const Packed<T> xp = load_packed(x + base + k * W), wp = load_packed(w + k * W);
+            Packed<T> yp;
+            SHARDRL_UNROLL_LANES
+            for (int j = 0; j < W; ++j) yp.v[j] = T(static_cast<float>(xp.v[j]) * r * static_cast<float>(wp.v[j]));
+            store_packed(y + base + k * W, yp);
+          });
+        } else {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
+            y[base + c] = T(static_cast<float>(x[base + c]) * r * static_cast<float>(w[c]));
+          });
+        }
         Kokkos::single(Kokkos::PerTeam(team), [&]() { rstd[team.league_rank()] = r; });
       });
 }
@@ -60,6 +97,9 @@ void rmsnorm_backward(const ExecSpace& space,
                       float* dw,           // (C)
                       int R, int C, float beta, float* scratch) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  constexpr int W = Packed<T>::width;
+  const bool packed = packs_aligned(x, w, dy, dx) && C % W == 0;
+  const int groups = (C + W - 1) / W;
   // With xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)).
   Kokkos::parallel_for(
       "rmsnorm_backward_dx", Kokkos::TeamPolicy<ExecSpace>(space, R, Kokkos::AUTO),
@@ -68,36 +108,81 @@ void rmsnorm_backward(const ExecSpace& space,
         const float r = rstd[team.league_rank()];
         float sum_gx = 0.0f;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](const int c, float& acc) {
-              acc += static_cast<float>(dy[base + c]) * static_cast<float>(w[c]) * static_cast<float>(x[base + c]);
+            Kokkos::TeamThreadRange(team, groups),
+            [&](const int k, float& acc) {
+              if (packed) {
+                const long i = base + k * W;
+                const Packed<T> dyp = load_packed(dy + i), wp = load_packed(w + k * W), xp = load_packed(x + i);
+                SHARDRL_UNROLL_LANES
+                for (int j = 0; j < W; ++j)
+                  acc += static_cast<float>(dyp.v[j]) * static_cast<float>(wp.v[j]) * static_cast<float>(xp.v[j]);
+              } else {
+                for (int c = k * W; c < detail::rmsnorm_group_end(k, W, C); ++c)
+                  acc += static_cast<float>(dy[base + c]) * static_cast<float>(w[c]) * static_cast<float>(x[base + c]);
+              }
             },
             sum_gx);
         const float mean_gx = sum_gx * r / static_cast<float>(C);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
-          const float g = static_cast<float>(dy[base + c]) * static_cast<float>(w[c]);
-          const float xhat = static_cast<float>(x[base + c]) * r;
-          const float d = r * (g - xhat * mean_gx);
-          // beta == 0 must not read dx: a fresh buffer may hold NaN, and 0 * NaN is NaN.
-          dx[base + c] = beta == 0.0f ? T(d) : T(beta * static_cast<float>(dx[base + c]) + d);
-        });
+        // beta == 0 must not read dx: a fresh buffer may hold NaN, and 0 * NaN is NaN.
+        if (packed) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const int k) {
+            const long i = base + k * W;
+            const Packed<T> dyp = load_packed(dy + i), wp = load_packed(w + k * W), xp = load_packed(x + i);
+            Packed<T> dxp{};
+            if (beta != 0.0f) dxp = load_packed(dx + i);
+            SHARDRL_UNROLL_LANES
+            for (int j = 0; j < W; ++j) {
+              const float g = static_cast<float>(dyp.v[j]) * static_cast<float>(wp.v[j]);
+              const float xhat = static_cast<float>(xp.v[j]) * r;
+              const float d = r * (g - xhat * mean_gx);
+              dxp.v[j] = beta == 0.0f ? T(d) : T(beta * static_cast<float>(dxp.v[j]) + d);
+            }
+            store_packed(dx + i, dxp);
+          });
+        } else {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
+            const float g = static_cast<float>(dy[base + c]) * static_cast<float>(w[c]);
+            const float xhat = static_cast<float>(x[base + c]) * r;
+            const float d = r * (g - xhat * mean_gx);
+            dx[base + c] = beta == 0.0f ? T(d) : T(beta * static_cast<float>(dx[base + c]) + d);
+          });
+        }
       });
   // dw in two passes, without atomics. First, each (row chunk, column) sums its chunk's rows in
-  // order: neighbouring threads take neighbouring columns, so the reads are coalesced (one team
-  // per column, reading down a column, was 15 ms of a qwen3-0.6b step). Then each column adds
-  // its chunks' sums in order.
+  // order: neighbouring threads take neighbouring columns (or packs of them), so the reads are
+  // coalesced (one team per column, reading down a column, was 15 ms of a qwen3-0.6b step). Then
+  // each column adds its chunks' sums in order. A pack's columns are summed exactly as single
+  // columns are, so dw does not depend on alignment.
   const int chunks = rmsnorm_dw_chunks(R, C);
   const int rows_per_chunk = (R + chunks - 1) / chunks;
+  const bool dw_packed = packs_aligned(x, dy, scratch) && C % W == 0;
+  const int dw_width = dw_packed ? W : 1;
+  const long columns = C / dw_width;   // columns, or packs of W columns, per chunk
   Kokkos::parallel_for(
-      "rmsnorm_backward_dw_chunks", Kokkos::RangePolicy<ExecSpace>(space, 0, static_cast<long>(chunks) * C),
+      "rmsnorm_backward_dw_chunks", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks * columns),
       KOKKOS_LAMBDA(const long i) {
-        const long k = i / C, c = i % C;
+        const long k = i / columns, c = (i % columns) * dw_width;
         const long first = k * rows_per_chunk;
         const long last = first + rows_per_chunk < R ? first + rows_per_chunk : R;
-        float sum = 0.0f;
-        for (long r = first; r < last; ++r)
-          sum += static_cast<float>(dy[r * C + c]) * static_cast<float>(x[r * C + c]) * rstd[r];
-        scratch[i] = sum;
+        if (dw_packed) {
+          // The rows' loads do not depend on the sums: unrolled, several rows are in flight at once.
+          Packed<float, W> sum{};
+#if defined(__CUDA_ARCH__)
+#pragma unroll 4
+#endif
+          for (long r = first; r < last; ++r) {
+            const Packed<T> dyp = load_packed(dy + r * C + c), xp = load_packed(x + r * C + c);
+            const float rs = rstd[r];
+            SHARDRL_UNROLL_LANES
+            for (int j = 0; j < W; ++j) sum.v[j] += static_cast<float>(dyp.v[j]) * static_cast<float>(xp.v[j]) * rs;
+          }
+          store_packed(scratch + k * C + c, sum);
+        } else {
+          float sum = 0.0f;
+          for (long r = first; r < last; ++r)
+            sum += static_cast<float>(dy[r * C + c]) * static_cast<float>(x[r * C + c]) * rstd[r];
+          scratch[k * C + c] = sum;
+        }
       });
   Kokkos::parallel_for(
       "rmsnorm_backward_dw", Kokkos::RangePolicy<ExecSpace>(space, 0, C), KOKKOS_LAMBDA(const int c) {
