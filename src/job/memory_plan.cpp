@@ -48,10 +48,14 @@ Dims dims_of(const ModelShape& s) {
 
 // Activations of `tokens` tokens through `stored` layers' saved tensors (or, for inference, one
 // layer's scratch), in the compute type: the residual stream of every layer boundary, each saved
-// layer's normalised inputs, q/k/v and attention output, the MLP's gate, up and product.
+// layer's q/k/v, attention output, xmid, the MLP's gate and up, and the shared norm outputs and
+// MLP product.
 double activation_bytes(const Dims& d, double tokens, double residuals, double stored, double es) {
-  const double per_layer = d.D + d.Hq + 2 * d.Hkv + d.Hq + 2 * d.D + 3 * d.F;
-  return tokens * (residuals * d.D + stored * per_layer) * es;
+  // Kept per layer: q, k, v, the attention's output, xmid, gate and up; one layer's worth of the
+  // norms' outputs and the MLP's activation, shared (model/activations.hpp).
+  const double per_layer = d.Hq + 2 * d.Hkv + d.Hq + d.D + 2 * d.F;
+  const double shared = 2 * d.D + d.F;
+  return tokens * (residuals * d.D + stored * per_layer + shared) * es;
 }
 
 // A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU; on the CPU, bf16 GEMMs

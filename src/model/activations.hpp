@@ -55,10 +55,13 @@ struct LayerOffsets {
   std::int64_t expert_stride_in = 0, expert_stride_out = 0;   // gate/up (Fe, D); down (D, Fe)
 };
 
-// What one decoder layer keeps from forward for backward.
+// What one decoder layer keeps from forward for backward. Its norms' outputs and its MLP's
+// activation are not among them (Activations::h1, h2, mlp_a): backward recomputes them from the
+// layer's input, xmid and the saved rstd, gate and up, which costs a pass over each and saves
+// (2 d_model + d_ff) values per token per layer. An MoE layer keeps `a` (its shared expert's).
 struct LayerActivations {
-  DeviceBytes h1, q_raw, k_raw, q, k, v, attn, xmid, h2, g, u, a;   // compute type
-  DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;                      // fp32
+  DeviceBytes q_raw, k_raw, q, k, v, attn, xmid, g, u, a;   // compute type
+  DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;             // fp32
 };
 
 struct Transformer::Activations {
@@ -66,6 +69,9 @@ struct Transformer::Activations {
                                               // (2, used in turn, for inference_only models)
   std::vector<LayerActivations> layers;       // n_layers of them, or 1 shared with recompute
   DeviceBytes recompute_out;                  // (N, D): a recomputed layer's (unused) output
+  // One layer's worth, shared by the layers (see LayerActivations): the input norm's and the
+  // post-attention norm's outputs (N, D) and a dense MLP's silu(gate) * up (N, F).
+  DeviceBytes h1, h2, mlp_a;
   DeviceBytes rope;                           // fp32 (N, head_dim): the batch's rotations (kernels::rope_table)
   DeviceBytes hf;                             // head: normed (head_tokens, D)
   // The logits of up to logits_tokens tokens, (logits_tokens, V): in training one chunk of the

@@ -62,20 +62,29 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   Activations& b = *act_;
   T* dres = b.dres.as<T>();
   Gemm& mm = *gemm_;
+  // The norms' outputs are one layer's worth, shared (activations.hpp): this layer's come back
+  // from its input and xmid, bit for bit (the same kernel on the same values), unless the
+  // recompute above has just formed them.
+  T* h1 = b.h1.as<T>();
+  T* h2 = b.h2.as<T>();
+  if (!options_.activation_recompute)
+    kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D, s.norm_eps);
 
   if (s.moe_layer(layer)) {
-    moe_->backward(set, o, w, g, a.h2.as<T>(), dres, b.dh.as<T>(), {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()},
+    moe_->backward(set, o, w, g, h2, dres, b.dh.as<T>(), {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()},
                    {b.da.as<T>(), b.dg.as<T>(), b.du.as<T>()}, N);
   } else {
-    // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid).
+    // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid). silu(gate) * up comes
+    // back from the swiglu backward's own pass over gate and up.
+    T* act = b.mlp_a.as<T>();
     mm.gemm(Op::N, Op::N, N, F, D, 1.0f, dres, D, w + o.down, F, 0.0f, b.da.as<T>(), F);
-    weight_grad(dres, a.a.as<T>(), g + o.down, D, F);
     kernels::swiglu_backward(space_, a.g.as<T>(), a.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
-                             long(N) * F);
+                             long(N) * F, act);
+    weight_grad(dres, act, g + o.down, D, F);
     mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.dg.as<T>(), F, w + o.gate, D, 0.0f, b.dh.as<T>(), D);
     mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.du.as<T>(), F, w + o.up, D, 1.0f, b.dh.as<T>(), D);
-    weight_grad(b.dg.as<T>(), a.h2.as<T>(), g + o.gate, F, D);
-    weight_grad(b.du.as<T>(), a.h2.as<T>(), g + o.up, F, D);
+    weight_grad(b.dg.as<T>(), h2, g + o.gate, F, D);
+    weight_grad(b.du.as<T>(), h2, g + o.up, F, D);
   }
   kernels::rmsnorm_backward(space_, a.xmid.as<T>(), w + o.post_norm, a.rstd2.as<float>(), b.dh.as<T>(), dres,
                             g + o.post_norm, N, D, 1.0f, b.norm_scratch.as<float>());
@@ -102,9 +111,11 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   mm.gemm(Op::N, Op::N, N, D, Hq, 1.0f, dq, Hq, w + o.q, D, 0.0f, b.dh.as<T>(), D);
   mm.gemm(Op::N, Op::N, N, D, Hkv, 1.0f, dk, Hkv, w + o.k, D, 1.0f, b.dh.as<T>(), D);
   mm.gemm(Op::N, Op::N, N, D, Hkv, 1.0f, b.dv.as<T>(), Hkv, w + o.v, D, 1.0f, b.dh.as<T>(), D);
-  weight_grad(dq, a.h1.as<T>(), g + o.q, Hq, D);
-  weight_grad(dk, a.h1.as<T>(), g + o.k, Hkv, D);
-  weight_grad(b.dv.as<T>(), a.h1.as<T>(), g + o.v, Hkv, D);
+  if (!options_.activation_recompute)
+    kernels::rmsnorm_forward(space_, residual<T>(layer), w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
+  weight_grad(dq, h1, g + o.q, Hq, D);
+  weight_grad(dk, h1, g + o.k, Hkv, D);
+  weight_grad(b.dv.as<T>(), h1, g + o.v, Hkv, D);
   kernels::rmsnorm_backward(space_, residual<T>(layer), w + o.input_norm, a.rstd1.as<float>(),
                             b.dh.as<T>(), dres, g + o.input_norm, N, D, 1.0f, b.norm_scratch.as<float>());
 }

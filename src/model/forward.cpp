@@ -41,12 +41,14 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   T* out = recompute ? act_->recompute_out.as<T>() : residual<T>(layer + 1);
   Gemm& mm = *gemm_;
 
-  kernels::rmsnorm_forward(space_, x, w + o.input_norm, a.h1.as<T>(), a.rstd1.as<float>(), N, D, s.norm_eps);
+  T* h1 = act_->h1.as<T>();
+  T* h2 = act_->h2.as<T>();
+  kernels::rmsnorm_forward(space_, x, w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
   T* q = s.qk_norm ? a.q_raw.as<T>() : a.q.as<T>();
   T* k = s.qk_norm ? a.k_raw.as<T>() : a.k.as<T>();
-  mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, a.h1.as<T>(), D, w + o.q, D, 0.0f, q, Hq);
-  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, a.h1.as<T>(), D, w + o.k, D, 0.0f, k, Hkv);
-  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, a.h1.as<T>(), D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+  mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
+  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
+  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
   if (s.qk_norm) {
     kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, a.q.as<T>(), a.rstd_q.as<float>(),
                              N * s.n_heads, hd, s.norm_eps);
@@ -81,19 +83,20 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);
   mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
 
-  kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, a.h2.as<T>(), a.rstd2.as<float>(), N, D,
+  kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D,
                            s.norm_eps);
   if (s.moe_layer(layer)) {
     kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
-    moe_->forward(set, o, w, a.h2.as<const T>(), out, {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()}, N,
+    moe_->forward(set, o, w, h2, out, {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()}, N,
                   /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only);
     return;
   }
-  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
-  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, a.h2.as<T>(), D, w + o.up, D, 0.0f, a.u.as<T>(), F);
-  kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), a.a.as<T>(), long(N) * F);
+  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
+  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
+  T* act = act_->mlp_a.as<T>();
+  kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), act, long(N) * F);
   kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
-  mm.gemm(Op::N, Op::T, N, D, F, 1.0f, a.a.as<T>(), F, w + o.down, F, 1.0f, out, D);
+  mm.gemm(Op::N, Op::T, N, D, F, 1.0f, act, F, w + o.down, F, 1.0f, out, D);
 }
 
 template <class T>

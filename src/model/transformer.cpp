@@ -85,7 +85,6 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   const int stored = (options_.activation_recompute || inference) ? 1 : s.n_layers;
   for (int l = 0; l < stored; ++l) {
     LayerActivations la;
-    la.h1 = make("h1", N * D * es);
     if (s.qk_norm) {
       la.q_raw = make("q_raw", N * Hq * es);
       la.k_raw = make("k_raw", N * Hkv * es);
@@ -98,15 +97,18 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     la.attn = make("attn", N * Hq * es);
     la.lse = make("lse", N * s.n_heads * f4);
     la.xmid = make("xmid", N * D * es);
-    la.h2 = make("h2", N * D * es);
     la.g = make("g", N * F * es);
     la.u = make("u", N * F * es);
-    la.a = make("a", N * F * es);
+    // An MoE layer's shared expert keeps its activation; the shared set serves every layer.
+    if (stored == 1 ? any_moe : s.moe_layer(l)) la.a = make("a", N * F * es);
     la.rstd1 = make("rstd1", N * f4);
     la.rstd2 = make("rstd2", N * f4);
     a.layers.push_back(std::move(la));
   }
   if (options_.activation_recompute) a.recompute_out = make("recompute_out", N * D * es);
+  a.h1 = make("h1", N * D * es);
+  a.h2 = make("h2", N * D * es);
+  a.mlp_a = make("mlp_a", N * F * es);
   a.rope = make("rope", N * s.head_dim * f4);
   // The head runs on every token in training, on one token per row in generation; its logits
   // exist for at most logits_chunk_tokens tokens at once (training) and hold their own gradient
