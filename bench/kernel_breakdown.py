@@ -32,14 +32,18 @@ CATEGORIES = [
 
 
 def short_name(kernel):
-    """A Kokkos kernel's name carries its lambda's enclosing function (nvcc's extended-lambda
-    tag: `&shardrl::kernels::rmsnorm_forward<...>`, or `shardrl::...::name<...>::{lambda}`):
-    keep that; any other kernel keeps its own name up to its template arguments."""
-    m = re.search(r"(shardrl::[A-Za-z0-9_:]+)", kernel)
-    if m and "Kokkos" in kernel:
-        return m.group(1).replace("shardrl::", "")
-    m = re.search(r"^(?:void\s+)?([A-Za-z0-9_:]+)", kernel)
-    return (m.group(1) if m else kernel)[:80]
+    """A Kokkos kernel's demangled name carries its functor, the lambda of a shardrl function
+    (`Kokkos::ParallelFor<void kernels::rmsnorm_forward<bf16>(...)::[lambda ...]`): keep that
+    function's name; any other kernel keeps its own name without namespaces' anonymity and
+    template arguments."""
+    k = kernel.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    if "Kokkos" in k:
+        m = re.search(r"Parallel(?:For|Reduce|Scan)<(?:Kokkos::CombinedFunctorReducer<)?(?:void )?"
+                      r"([A-Za-z_][A-Za-z0-9_:]*)", k)
+        if m:
+            return m.group(1)
+    m = re.search(r"^(?:void\s+)?([A-Za-z_][A-Za-z0-9_:]*)", k)
+    return (m.group(1) if m else k)[:80]
 
 
 def read(path):
