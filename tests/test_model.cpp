@@ -425,8 +425,10 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
 
 // The head in chunks of 5 tokens (18 tokens: 5, 5, 5, 3; backward recomputes all but the last)
 // computes what it computes over the whole batch at once: per-token log-probabilities, the loss
-// and every gradient, to the rounding of the head's weight gradient, which sums its chunks' GEMMs
-// instead of one; its logits buffer holds 5 tokens instead of 18.
+// and every gradient, to rounding: a GEMM of 5 rows may sum in another order than one of 18 (on
+// the CPU it does not, and the logits agree bit for bit; cuBLAS picks kernels by shape), which
+// moves a logit by its last bit (bf16: 2^-8 relative of logits of size ~0.2), and the head's
+// weight gradient sums its chunks' GEMMs instead of one. Its logits buffer holds 5 tokens, not 18.
 TEST(Model, ChunkedHeadEqualsWholeBatchHead) {
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     SCOPED_TRACE(p == Precision::fp32 ? "fp32" : "bf16");
@@ -438,8 +440,15 @@ TEST(Model, ChunkedHeadEqualsWholeBatchHead) {
     whole.set(b);
     chunked.set(b);
     const double whole_loss = whole.step(1.0f / b.count()), chunked_loss = chunked.step(1.0f / b.count());
-    EXPECT_NEAR(chunked_loss, whole_loss, 1e-6 * std::fabs(whole_loss));
-    EXPECT_EQ(chunked.host(chunked.model.logp(), 18), whole.host(whole.model.logp(), 18));
+    const bool fp32 = p == Precision::fp32;
+    EXPECT_NEAR(chunked_loss, whole_loss, (fp32 ? 1e-6 : 1e-3) * std::fabs(whole_loss));
+    const std::vector<float> whole_logp = whole.host(whole.model.logp(), 18);
+    const std::vector<float> chunked_logp = chunked.host(chunked.model.logp(), 18);
+    for (int t = 0; t < 18; ++t) {
+      if (!kDeviceIsGpu) EXPECT_EQ(chunked_logp[t], whole_logp[t]) << "token " << t;
+      EXPECT_NEAR(chunked_logp[t], whole_logp[t], (fp32 ? 1e-5 : 2e-3) * std::max(1.0f, std::fabs(whole_logp[t])))
+          << "token " << t;
+    }
     EXPECT_EQ(whole.model.activation_bytes() - chunked.model.activation_bytes(),
               std::size_t(18 - 5) * s.vocab_size * whole.model.compute_type_size());
     const double rtol = p == Precision::fp32 ? 1e-5 : 2e-2;
