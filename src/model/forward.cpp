@@ -60,7 +60,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   if (cache && prefill) {
     // Prefill: every token's key and value go to the cache (slot = its row); the attention is
     // the ordinary causal one within the batch.
-    kernels::CacheShape cs{N, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
+    const kernels::CacheShape cs = cache->step_shape(N);
     kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), a.k.as<T>(), a.v.as<T>(),
                             static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
@@ -68,7 +68,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
                       a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
-    kernels::CacheShape cs{B_, cache->max_len(), s.n_heads, s.n_kv_heads, hd};
+    const kernels::CacheShape cs = cache->step_shape(B_);
     T* kc = static_cast<T*>(cache->keys(layer));
     T* vc = static_cast<T*>(cache->values(layer));
     const std::int32_t* slots = act_->decode_slots ? act_->slots.data() : nullptr;

@@ -1,14 +1,73 @@
 #include "model/kv_cache.hpp"
 
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
 namespace shardrl {
 
 KvCache::KvCache(const ModelShape& s, int rows, int max_len, std::size_t element_size, ArenaPlacement at)
-    : rows_(rows), max_len_(max_len) {
+    : rows_(rows), max_len_(max_len), n_heads_(s.n_heads), n_kv_heads_(s.n_kv_heads), head_dim_(s.head_dim),
+      element_size_(element_size) {
   const std::size_t bytes = std::size_t(rows) * max_len * s.n_kv_heads * s.head_dim * element_size;
   for (int l = 0; l < s.n_layers; ++l) {
     k_.emplace_back(at, MemoryCategory::kv_cache, "kv_cache_k", bytes);
     v_.emplace_back(at, MemoryCategory::kv_cache, "kv_cache_v", bytes);
   }
+}
+
+KvCache::KvCache(const ModelShape& s, const Paged& p, int max_len, std::size_t element_size, ArenaPlacement at)
+    : rows_(p.sequences), max_len_(max_len), paged_(true), blocks_(p.blocks), block_positions_(p.block_positions),
+      n_heads_(s.n_heads), n_kv_heads_(s.n_kv_heads), head_dim_(s.head_dim), element_size_(element_size) {
+  SHARDRL_CHECK(p.block_positions > 0 && (p.block_positions & (p.block_positions - 1)) == 0,
+                fmt::format("KV cache blocks of {} positions: a power of two is needed", p.block_positions));
+  SHARDRL_CHECK(p.blocks >= 1 && p.sequences >= 1, "a paged KV cache needs blocks and sequences");
+  while ((1 << block_shift_) < block_positions_) ++block_shift_;
+  blocks_per_sequence_ = (max_len + block_positions_ - 1) / block_positions_;
+  const std::size_t bytes = std::size_t(p.blocks) * block_positions_ * s.n_kv_heads * s.head_dim * element_size;
+  for (int l = 0; l < s.n_layers; ++l) {
+    k_.emplace_back(at, MemoryCategory::kv_cache, "kv_cache_k", bytes);
+    v_.emplace_back(at, MemoryCategory::kv_cache, "kv_cache_v", bytes);
+  }
+  const std::size_t entries = std::size_t(p.sequences) * blocks_per_sequence_;
+  table_ = LedgerView<std::int32_t>(at, MemoryCategory::kv_cache, "kv_block_table", entries);
+  table_h_.assign(entries, 0);
+}
+
+std::size_t KvCache::bytes() const {
+  std::size_t total = 0;
+  for (std::size_t l = 0; l < k_.size(); ++l) total += k_[l].size() + v_[l].size();
+  return total;
+}
+
+kernels::CacheShape KvCache::step_shape(int rows) const {
+  kernels::CacheShape cs{rows, max_len_, n_heads_, n_kv_heads_, head_dim_};
+  if (paged_) {
+    cs.block_table = table_.data();
+    cs.blocks_per_sequence = blocks_per_sequence_;
+    cs.block_shift = block_shift_;
+  }
+  return cs;
+}
+
+void KvCache::upload_table(const ExecSpace& space) {
+  SHARDRL_CHECK(paged_, "a contiguous KV cache has no block table");
+  Kokkos::deep_copy(space, table_.view(),
+                    Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        table_h_.data(), table_h_.size()));
+}
+
+void KvCache::copy_block(const ExecSpace& space, int from, int to) {
+  SHARDRL_CHECK(paged_ && from >= 0 && from < blocks_ && to >= 0 && to < blocks_ && from != to,
+                fmt::format("KV cache block copy {} -> {}", from, to));
+  const std::size_t block_bytes = std::size_t(block_positions_) * n_kv_heads_ * head_dim_ * element_size_;
+  using Bytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  for (std::size_t l = 0; l < k_.size(); ++l)
+    for (const auto* pool : {&k_[l], &v_[l]}) {
+      char* base = pool->data();
+      Kokkos::deep_copy(space, Bytes(base + std::size_t(to) * block_bytes, block_bytes),
+                        Bytes(base + std::size_t(from) * block_bytes, block_bytes));
+    }
 }
 
 }  // namespace shardrl

@@ -1,25 +1,64 @@
-// The keys and values of every layer for the rows being generated, in the compute type:
-// (rows, max_len, n_kv_heads, head_dim) per layer, allocated once (ledger: kv-cache), in the rollout phase's arena region if given one.
+// The keys and values of every layer for the sequences being generated, in the compute type,
+// allocated once (ledger: kv-cache), in the rollout phase's arena region if given one.
+// Contiguous: (sequences, max_len, n_kv_heads, head_dim) per layer, sequence s at row s. Paged: a
+// pool of blocks of block_positions (a power of two) positions per layer, and a block table
+// (sequences, max_len / block_positions) saying which blocks hold each sequence's positions; the
+// caller (the rollout's scheduler) fills the table on the host and uploads it before a step.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
-#include "model/model_shape.hpp"
+#include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
+#include "kernels/attention_decode.hpp"
+#include "model/model_shape.hpp"
 
 namespace shardrl {
 
 class KvCache {
  public:
+  // Contiguous: `rows` sequences of `max_len` positions.
   KvCache(const ModelShape& shape, int rows, int max_len, std::size_t element_size, ArenaPlacement at = {});
-  int rows() const { return rows_; }
-  int max_len() const { return max_len_; }
+  struct Paged {
+    int blocks = 1;            // blocks in the pool
+    int block_positions = 16;  // positions per block, a power of two
+    int sequences = 1;         // rows of the block table
+  };
+  // Paged: a pool of `paged.blocks` blocks; sequences of up to `max_len` positions.
+  KvCache(const ModelShape& shape, const Paged& paged, int max_len, std::size_t element_size, ArenaPlacement at = {});
+
+  int rows() const { return rows_; }          // sequences the cache addresses
+  int max_len() const { return max_len_; }    // positions per sequence
+  bool paged() const { return paged_; }
+  int blocks() const { return blocks_; }
+  int block_positions() const { return block_positions_; }
+  int blocks_per_sequence() const { return blocks_per_sequence_; }
   void* keys(int layer) const { return k_[layer].data(); }
   void* values(int layer) const { return v_[layer].data(); }
+  std::size_t bytes() const;   // keys and values of every layer
+
+  // A step of `rows` rows through this cache, as the kernels take it.
+  kernels::CacheShape step_shape(int rows) const;
+
+  // Paged only: the host copy of the block table, (sequences, blocks_per_sequence); entries of
+  // positions a sequence does not reach are never read. upload_table() copies it to the device
+  // on the model's stream (before the step that reads it).
+  std::int32_t* table(int sequence) { return table_h_.data() + std::size_t(sequence) * blocks_per_sequence_; }
+  void upload_table(const ExecSpace& space);
+  // Copies block `from` into block `to`, every layer, keys and values (a sample's own copy of
+  // its prompt's last, partly filled block).
+  void copy_block(const ExecSpace& space, int from, int to);
 
  private:
   int rows_, max_len_;
+  bool paged_ = false;
+  int blocks_ = 0, block_positions_ = 0, block_shift_ = 0, blocks_per_sequence_ = 0;
+  int n_heads_, n_kv_heads_, head_dim_;
+  std::size_t element_size_;
   std::vector<LedgerView<char>> k_, v_;
+  LedgerView<std::int32_t> table_;
+  std::vector<std::int32_t> table_h_;
 };
 
 }  // namespace shardrl

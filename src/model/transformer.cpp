@@ -265,6 +265,16 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   }
 }
 
+void Transformer::set_prefill_sequences(const std::int32_t* sequences) {
+  SHARDRL_CHECK(B_ > 0 && !act_->decode_slots, "set_prefill_sequences after set_batch");
+  Activations& a = *act_;
+  for (int i = 0; i < B_ * S_; ++i) {
+    SHARDRL_CHECK(sequences[i / S_] >= 0, "a negative cache sequence");
+    a.slots_h(i) = sequences[i / S_];
+  }
+  Kokkos::deep_copy(space_, a.slots.view(), a.slots_h);
+}
+
 std::vector<DeviceRegion> Transformer::batch_inputs() const {
   Activations& a = *act_;
   std::vector<DeviceRegion> out;

@@ -133,6 +133,9 @@ class Transformer {
   // and attend over the row's cached positions 0..positions[r]; the head computes the logits
   // only (no target log-probabilities).
   void decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding = nullptr);
+  // After set_batch: row b of the batch goes to cache sequence sequences[b] in a prefill (by
+  // default row b is sequence b). Host array of the batch's rows.
+  void set_prefill_sequences(const std::int32_t* sequences);
   // Prefill, after set_batch (row b of the batch is cache slot b): the embedding and the layers
   // (not the head) over every position at once, writing each token's key and value into
   // `cache` at its position.
