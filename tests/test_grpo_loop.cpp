@@ -1,6 +1,7 @@
 // The RL loop end to end on the tiny model (np 1, 2 and 4):
 // - the same configuration gives the same trajectory at any world size (fp32): the job on all
-//   ranks against the same job on one rank (every rank runs that reference on MPI_COMM_SELF);
+//   ranks against the same job on one rank (every rank runs that reference on MPI_COMM_SELF),
+//   and with the paged rollout engine;
 // - rollout and train re-entered 200 times, in varying order, hold the same memory and open
 //   handles from the second iteration on (the fourth upstream failure);
 // - the KL to a frozen reference is exactly 0 before the first update and grows after it;
@@ -70,9 +71,23 @@ TEST(GrpoLoop, SameTrajectoryAsOneRank) {
     warm_one = job.warm_up();
     one = trajectory(job, kIterations);
   }
+  // rollout.engine = "paged" on every rank, with a pool small enough that rows wait and are
+  // preempted: the same draws, so the same trajectory.
+  std::vector<Record> paged;
+  {
+    Config p = c;
+    p.rollout.engine = RolloutEngine::paged;
+    p.rollout.kv_cache_tokens = 1;
+    Job job(p, MPI_COMM_WORLD);
+    job.warm_up();
+    paged = trajectory(job, kIterations);
+  }
   for (std::size_t s = 0; s < warm_one.size(); ++s) expect_close(warm_world[s], warm_one[s], "warm-up loss", int(s));
   bool learned_something = false;
   for (int it = 0; it < kIterations; ++it) {
+    expect_close(paged[it].reward, one[it].reward, "reward (paged engine)", it);
+    expect_close(paged[it].loss, one[it].loss, "loss (paged engine)", it);
+    expect_close(paged[it].entropy, one[it].entropy, "entropy (paged engine)", it);
     expect_close(world[it].reward, one[it].reward, "reward", it);
     expect_close(world[it].loss, one[it].loss, "loss", it);
     expect_close(world[it].kl, one[it].kl, "kl", it);
@@ -235,13 +250,17 @@ TEST(GrpoLoop, KlToTheFrozenReferenceStartsAtZero) {
 // in between, in a NaN-poisoned arena: from the second iteration on the ledger (current and
 // peak), the open communicators, streams and events and the HDF5 identifiers never change, and
 // nothing at all is allocated in device memory (Kokkos' own count, beyond the ledger's).
-TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNew) {
+// Rollout and train re-entered 200 times hold the same memory and handles from the second
+// iteration on, with either rollout engine (the paged one's block table and pool are allocated
+// once; its bookkeeping is host memory).
+void two_hundred_alternations(RolloutEngine engine) {
   Config c = small_config();
   c.model.precision = Precision::bf16;
   c.rl.prompts_per_iteration = 4;
   c.rl.samples_per_prompt = 2;
   c.rl.sft_steps = 1;
   c.debug.check_released = true;
+  c.rollout.engine = engine;
   Job job(c, MPI_COMM_WORLD);
   job.warm_up();
   struct Snapshot {
@@ -283,6 +302,9 @@ TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNew) {
   EXPECT_GE(end.events, 1) << "the trainer's events are counted";
   EXPECT_GE(last_reward, 0.0);
 }
+
+TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNew) { two_hundred_alternations(RolloutEngine::static_batch); }
+TEST(GrpoLoop, TwoHundredAlternationsHoldNothingNewPagedEngine) { two_hundred_alternations(RolloutEngine::paged); }
 
 // ------------------------------------------------------------------------ pre-tokenized datasets
 

@@ -1,6 +1,7 @@
 // Rollout across ranks: weights gathered from the shards into a full set, prompts split by
 // rank, samples generated; the union over ranks equals what one rank generates for the whole
-// batch from an unsharded model with the same seed (np 1, 2 and 4).
+// batch from an unsharded model with the same seed (np 1, 2 and 4), with the static engine and
+// with the paged one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,15 +64,24 @@ TEST(Rollout, SameSamplesAtAnyWorldSize) {
 
   auto [begin, end] = prompts_of_rank(kPrompts, comm->size(), comm->rank());
   std::vector<GenerationRow> mine = rows_for(begin, end);
-  std::string text;
+  std::string text, paged_text;
   if (!mine.empty()) {
     Generator gen(opts(1, 1), static_cast<int>(mine.size()), 16, ExecSpace());
     text = render(mine, gen.generate(weights.units(), mine, SamplingOptions{}, kNew, 11, 2, 258));
+    // rollout.engine = "paged" with 3 decode slots: prompts prefilled once for their samples,
+    // rows joining as others finish, blocks of 4 positions.
+    EngineOptions paged;
+    paged.engine = RolloutEngine::paged;
+    paged.block_positions = 4;
+    Generator paged_gen(opts(1, 1), 3, 16, ExecSpace(), nullptr, paged);
+    paged_text = render(mine, paged_gen.generate(weights.units(), mine, SamplingOptions{}, kNew, 11, 2, 258));
   }
   std::vector<std::string> parts = gather_strings(MPI_COMM_WORLD, text, 0);
+  std::vector<std::string> paged_parts = gather_strings(MPI_COMM_WORLD, paged_text, 0);
   if (comm->rank() != 0) return;
-  std::string all;
+  std::string all, paged_all;
   for (const auto& p : parts) all += p;
+  for (const auto& p : paged_parts) paged_all += p;
 
   // One rank, the whole batch, an unsharded model from the same seed.
   Transformer ref_model(opts(1, 8), ExecSpace());
@@ -83,6 +93,7 @@ TEST(Rollout, SameSamplesAtAnyWorldSize) {
   Generator gen(opts(1, 1), static_cast<int>(everything.size()), 16, ExecSpace());
   std::string want = render(everything, gen.generate(ref_weights, everything, SamplingOptions{}, kNew, 11, 2, 258));
   EXPECT_EQ(all, want);
+  EXPECT_EQ(paged_all, want) << "the paged engine";
 }
 
 // An RL-shaped job on this rank: a sharded trainer, the rollout's weight set and a generator,

@@ -12,6 +12,7 @@
 #include "core/lr_schedule.hpp"
 #include "core/moe_impl.hpp"
 #include "rl/loss_choices.hpp"
+#include "rollout/engine_choice.hpp"
 
 namespace shardrl {
 
@@ -110,6 +111,8 @@ struct RolloutConfig {
   double top_p = 1.0;              // 1: off
   std::int64_t max_new_tokens = 64;
   RolloutGraph cuda_graph = RolloutGraph::none;
+  RolloutEngine engine = RolloutEngine::static_batch;
+  std::int64_t kv_cache_tokens = 0;   // paged: positions of the block pool; 0: as many as static
 };
 
 struct RlConfig {

@@ -327,6 +327,19 @@ std::vector<KeyDef> build_schema() {
                      "graph per batch bucket (powers of two) and replayed; `none`: launched kernel by "
                      "kernel. `decode` needs a CUDA build.",
                      &Config::rollout, &RolloutConfig::cuda_graph, std::vector<std::string>{"none", "decode"}));
+  s.push_back(choice("rollout", "engine",
+                     "`static`: every row's prompt is prefilled and all rows decode together, each leaving "
+                     "when it ends; the KV cache is rows x positions. `paged`: a prompt is prefilled once for "
+                     "its samples, which share its KV cache blocks (16 positions each); blocks are taken as "
+                     "sequences grow and a finished row's slot takes the next waiting one (the same draws "
+                     "as `static`).",
+                     &Config::rollout, &RolloutConfig::engine, std::vector<std::string>{"static", "paged"}));
+  s.push_back(with_max(with_min(field("rollout", "kv_cache_tokens", VK::integer,
+                                      "`paged`: positions the KV cache's block pool holds (rows that do not fit "
+                                      "wait, or are recomputed later); 0: as many as `static` allocates.",
+                                      &Config::rollout, &RolloutConfig::kv_cache_tokens),
+                                0),
+                       kMaxInt));
 
   s.push_back(field("rl", "task", VK::choice,
                     "Verifiable task: `sort`, `add`, `reverse`, `jsonl`, or `text` (prompts of a JSONL dataset, "

@@ -144,12 +144,18 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
     const double rows = K * std::ceil(double(config.rl.prompts_per_iteration) / K / N) *
                         double(config.rl.samples_per_prompt);
     const double len = std::min(double(config.train.seq_len) + 1, double(m.shape.max_seq_len));
-    const double kv = rows * len * d.Hkv * 2 * d.L * es;
+    // The paged engine's pool: rollout.kv_cache_tokens positions (at least two sequences' worth),
+    // or by default as many as the static engine's rows x positions.
+    const bool pool = config.rollout.engine == RolloutEngine::paged && config.rollout.kv_cache_tokens > 0;
+    const double positions = pool ? std::max(double(config.rollout.kv_cache_tokens), 2 * len) : rows * len;
+    const double kv = positions * d.Hkv * 2 * d.L * es;
     rollout = {
         {fmt::format("rollout weights: every unit's {:.4g} parameters in the compute type", P), P * es},
-        {fmt::format("KV cache: {:.4g} rows (rl.prompts_per_iteration / ranks x rl.samples_per_prompt) x {:.4g} "
-                     "positions x {:.4g} layers (model.n_layers)",
-                     rows, len, d.L),
+        {pool ? fmt::format("KV cache: rollout.kv_cache_tokens = {:.4g} positions x {:.4g} layers (model.n_layers)",
+                            positions, d.L)
+              : fmt::format("KV cache: {:.4g} rows (rl.prompts_per_iteration / ranks x rl.samples_per_prompt) x "
+                            "{:.4g} positions x {:.4g} layers (model.n_layers)",
+                            rows, len, d.L),
          kv},
         {fmt::format("rollout activations, logits, GEMM and attention workspace: {:.4g} rows x {:.4g} positions, "
                      "logits of model.vocab_size {:.4g}",

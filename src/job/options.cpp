@@ -133,6 +133,8 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   // world size; their rows stay one sequence per row (docs/config.md says so).
   o.packing = c.train.packing && c.model.n_experts == 0;
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
+  o.engine.engine = c.rollout.engine;
+  o.engine.kv_cache_tokens = c.rollout.kv_cache_tokens;
   o.train_graph = c.train.cuda_graph == TrainGraph::full;
   o.advantage_estimator = c.rl.advantage_estimator;
   o.scale_by_std = c.rl.scale_by_std;

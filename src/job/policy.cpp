@@ -86,6 +86,9 @@ std::string Policy::build_report() const {
   if (loop_) {
     line("train step", loop_->step_graphs() ? "CUDA graph (train.cuda_graph = \"full\")" : "eager");
     line("decode step", loop_->decode_graphs() ? "CUDA graphs (rollout.cuda_graph = \"decode\")" : "eager");
+    line("rollout engine", loop_->options().engine.engine == RolloutEngine::paged
+                               ? "paged (a prompt prefilled once for its samples; blocks as rows grow)"
+                               : "static (every row prefilled; rows x positions of KV cache)");
   }
   return out;
 }

@@ -69,7 +69,7 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
   const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
   weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
                                          ArenaPlacement{&arena, Phase::rollout});
-  generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena);
+  generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena, options.engine);
   if (options.decode_graphs) generator_->use_decode_graphs();
   // The sums reduced over the ranks: the rollout's 5 statistics and each minibatch's token and
   // completion counts, the train phase's 8 statistics, the warm-up's loss.

@@ -84,6 +84,7 @@ struct GrpoLoopOptions {
   int max_new_tokens = 64;
   bool packing = true;                        // train.packing: RL train rows packed, as long as needed
   bool decode_graphs = false;                 // rollout.cuda_graph = "decode"
+  EngineOptions engine;                       // rollout.engine, rollout.kv_cache_tokens
   bool train_graph = false;                   // train.cuda_graph = "full"
   AdvantageEstimator advantage_estimator = AdvantageEstimator::grpo;
   bool scale_by_std = true;                   // grpo: advantages divided by the group's std

@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <deque>
+#include <set>
 
 #include "core/device_stream.hpp"
 #include "core/error.hpp"
+#include "rollout/block_pool.hpp"
 
 namespace shardrl {
 namespace {
@@ -21,15 +25,46 @@ ModelOptions generation_options(ModelOptions o, int rows, int max_len, PhaseAren
   return o;
 }
 
+// The paged engine's cache: block 0 is the scratch block (what unused table entries point at,
+// written by padding rows, never read), then a pool of kv_cache_tokens positions (default: as
+// many as the static engine's rows x max_len). Its sequences: `rows` decode slots, then `rows`
+// prefill rows.
+KvCache make_cache(const ModelOptions& model, int rows, int max_len, const EngineOptions& engine, PhaseArena* arena) {
+  const std::size_t es = model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float);
+  const ArenaPlacement at{arena, Phase::rollout};
+  if (engine.engine == RolloutEngine::static_batch) return KvCache(model.shape, rows, max_len, es, at);
+  const std::int64_t bp = engine.block_positions;
+  const std::int64_t tokens = engine.kv_cache_tokens > 0 ? engine.kv_cache_tokens : std::int64_t(rows) * max_len;
+  const std::int64_t per_sequence = (max_len + bp - 1) / bp;
+  // The scheduler needs room for one sequence of max_len and its prompt's blocks at once.
+  const std::int64_t blocks = std::max<std::int64_t>((tokens + bp - 1) / bp, 2 * per_sequence + 1);
+  KvCache::Paged p;
+  p.blocks = static_cast<int>(blocks + 1);
+  p.block_positions = engine.block_positions;
+  p.sequences = 2 * rows;
+  return KvCache(model.shape, p, max_len, es, at);
+}
+
+// A row's own limit of new tokens, at most the call's.
+int limit(const GenerationRow& row, int max_new_tokens) {
+  return row.max_new_tokens > 0 ? std::min(row.max_new_tokens, max_new_tokens) : max_new_tokens;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
-Generator::Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena)
-    : model_(generation_options(model, rows, max_len, arena), space),
-      cache_(model.shape, rows, max_len, model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float),
-             ArenaPlacement{arena, Phase::rollout}),
+Generator::Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena,
+                     const EngineOptions& engine)
+    : engine_(engine),
+      model_(generation_options(model, rows, max_len, arena), space),
+      cache_(make_cache(model, rows, max_len, engine, arena)),
       max_rows_(rows), max_len_(max_len), keys_(MemoryCategory::workspace, "draw_keys", rows),
       drawn_(MemoryCategory::workspace, "drawn", rows), drawn_logp_(MemoryCategory::workspace, "drawn_logp", rows),
-      drawn_entropy_(MemoryCategory::workspace, "drawn_entropy", rows) {
+      drawn_entropy_(MemoryCategory::workspace, "drawn_entropy", rows), keys_h_(rows), drawn_h_(rows),
+      logp_h_(rows), entropy_h_(rows) {
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");
 }
 
@@ -58,12 +93,74 @@ void Generator::decode_step(const std::vector<const void*>& weights, const Sampl
                   drawn_logp_.data(), drawn_entropy_.data(), rows, V);
 }
 
+namespace {
+template <class T>
+using HostUnmanaged = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+}  // namespace
+
+void Generator::decode(const std::vector<const void*>& weights, const SamplingOptions& sampling,
+                       const std::vector<std::int32_t>& input, const std::vector<std::int32_t>& position,
+                       const std::vector<std::int32_t>& slot, const std::vector<std::uint64_t>& key) {
+  const int n = static_cast<int>(input.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  // With graphs the step runs for a bucket of rows; rows past n are padding.
+  int rows_in_step = n;
+  if (graphs_on_) {
+    rows_in_step = 1;
+    while (rows_in_step < n) rows_in_step *= 2;
+    rows_in_step = std::min(rows_in_step, max_rows_);
+  }
+  std::vector<std::int32_t> step_input(input), step_position(position), step_slot(slot);
+  step_input.resize(rows_in_step, 0);
+  step_position.resize(rows_in_step, 0);
+  step_slot.resize(rows_in_step, 0);
+  std::fill(keys_h_.begin(), keys_h_.end(), 0);
+  std::copy(key.begin(), key.end(), keys_h_.begin());
+  // Padding rows write position 0 of sequences no active row reads again (there are enough:
+  // the bucket is at most the generator's rows).
+  std::vector<char> slot_used(std::size_t(cache_.rows()), 0);
+  for (int i = 0; i < n; ++i) slot_used[std::size_t(slot[i])] = 1;
+  for (int i = n, free_slot = 0; i < rows_in_step; ++i) {
+    while (slot_used[std::size_t(free_slot)]) ++free_slot;
+    step_slot[i] = free_slot++;
+  }
+  model_.set_decode_step(step_input.data(), step_position.data(), rows_in_step, step_slot.data());
+  Kokkos::deep_copy(keys_.view(), HostUnmanaged<std::uint64_t>(keys_h_.data(), keys_h_.size()));
+  if (graphs_on_) {
+    std::string graph_key = fmt::format("{} rows | sampling {} {} {}", rows_in_step, sampling.temperature,
+                                        sampling.top_k, sampling.top_p);
+    for (const void* w : weights) graph_key += fmt::format(" {}", w);
+    replay_weights_ = &weights;
+    replay_sampling_ = sampling;
+    replay_rows_ = rows_in_step;
+    const StreamHandle stream = stream_handle(model_.space());
+    auto found = graphs_.find(graph_key);
+    if (found == graphs_.end()) {
+      // A new bucket's first step runs eagerly: first launches do things once (loading
+      // kernels, Kokkos' lock arrays, scratch) that capture must not see.
+      decode_step(weights, sampling, rows_in_step);
+      graphs_[graph_key] = std::make_unique<CapturedGraph>();
+    } else {
+      CapturedGraph& g = *found->second;
+      if (!g.captured()) g.capture(stream, [this] { decode_step(*replay_weights_, replay_sampling_, replay_rows_); });
+      g.replay(stream);
+    }
+  } else {
+    decode_step(weights, sampling, n);
+  }
+  Kokkos::deep_copy(HostUnmanaged<std::int32_t>(drawn_h_.data(), drawn_h_.size()), drawn_.view());
+  Kokkos::deep_copy(HostUnmanaged<float>(logp_h_.data(), logp_h_.size()), drawn_logp_.view());
+  Kokkos::deep_copy(HostUnmanaged<float>(entropy_h_.data(), entropy_h_.size()), drawn_entropy_.view());
+  stats_.decode_s += seconds_since(t0);
+  ++stats_.decode_steps;
+  stats_.decode_row_steps += n;
+  if (2 * n < max_rows_) ++stats_.sparse_steps;
+}
+
 std::vector<Completion> Generator::generate(const std::vector<const void*>& weights,
                                             const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
                                             int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
                                             std::int32_t eos) {
-  const int R = static_cast<int>(rows.size());
-  SHARDRL_CHECK(R >= 1 && R <= max_rows_, fmt::format("{} rows for a generator of {}", R, max_rows_));
   std::size_t longest = 0;
   for (const auto& r : rows) {
     SHARDRL_CHECK(!r.prompt.empty(), "an empty prompt");
@@ -72,7 +169,21 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   SHARDRL_CHECK(static_cast<int>(longest) + max_new_tokens <= max_len_,
                 fmt::format("prompt of {} tokens + {} new tokens exceed the generator's {} positions", longest,
                             max_new_tokens, max_len_));
+  stats_ = GenerationStats{};
+  stats_.kv_bytes = cache_.bytes();
+  if (engine_.engine == RolloutEngine::paged)
+    return generate_paged(weights, rows, sampling, max_new_tokens, seed, iteration, eos);
+  return generate_static(weights, rows, sampling, max_new_tokens, seed, iteration, eos);
+}
+
+std::vector<Completion> Generator::generate_static(const std::vector<const void*>& weights,
+                                                   const std::vector<GenerationRow>& rows,
+                                                   const SamplingOptions& sampling, int max_new_tokens,
+                                                   std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
+  const int R = static_cast<int>(rows.size());
+  SHARDRL_CHECK(R >= 1 && R <= max_rows_, fmt::format("{} rows for a generator of {}", R, max_rows_));
   const int head = model_.head_unit();
+  stats_.kv_peak_bytes = stats_.kv_bytes;
 
   std::vector<Completion> out(R);
   if (max_new_tokens == 0) return out;
@@ -86,8 +197,12 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
     std::vector<std::int32_t> tokens(std::size_t(R) * prefix, 0), targets(tokens.size(), 0);
     for (int r = 0; r < R; ++r)
       for (std::size_t t = 0; t + 1 < rows[r].prompt.size(); ++t) tokens[std::size_t(r) * prefix + t] = rows[r].prompt[t];
+    const auto t0 = std::chrono::steady_clock::now();
     model_.set_batch(tokens.data(), targets.data(), R, prefix);
     for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
+    model_.space().fence();
+    stats_.prefill_s += seconds_since(t0);
+    for (const auto& r : rows) stats_.prefill_tokens += static_cast<std::int64_t>(r.prompt.size()) - 1;
   }
 
   // Decode: each step feeds every active row one token at its own position (the last prompt
@@ -95,78 +210,248 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   // others do not move), so finished sequences stop costing work.
   std::vector<int> active(R);
   for (int r = 0; r < R; ++r) active[r] = r;
-  std::vector<std::int32_t> input(R);
-  for (int r = 0; r < R; ++r) input[r] = rows[r].prompt.back();
-  auto keys_h = Kokkos::create_mirror_view(keys_.view());
-  auto drawn_h = Kokkos::create_mirror_view(drawn_.view());
-  auto logp_h = Kokkos::create_mirror_view(drawn_logp_.view());
-  auto entropy_h = Kokkos::create_mirror_view(drawn_entropy_.view());
+  std::vector<std::int32_t> next(R);
+  for (int r = 0; r < R; ++r) next[r] = rows[r].prompt.back();
   while (!active.empty()) {
-    const int n = static_cast<int>(active.size());
-    // With graphs the step runs for a bucket of rows; rows past n are padding.
-    int rows_in_step = n;
-    if (graphs_on_) {
-      rows_in_step = 1;
-      while (rows_in_step < n) rows_in_step *= 2;
-      rows_in_step = std::min(rows_in_step, max_rows_);
+    std::vector<std::int32_t> input, position, slot;
+    std::vector<std::uint64_t> key;
+    for (int r : active) {
+      input.push_back(next[r]);
+      position.push_back(static_cast<std::int32_t>(rows[r].prompt.size() - 1 + out[r].tokens.size()));
+      slot.push_back(r);
+      key.push_back(draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
+                             static_cast<std::int64_t>(out[r].tokens.size())));
     }
-    std::vector<std::int32_t> step_input(rows_in_step, 0), step_position(rows_in_step, 0), step_slot(rows_in_step);
-    std::vector<char> slot_used(max_rows_, 0);
-    for (int i = 0; i < n; ++i) {
-      const int r = active[i];
-      step_input[i] = input[r];
-      step_position[i] = static_cast<std::int32_t>(rows[r].prompt.size() - 1 + out[r].tokens.size());
-      step_slot[i] = r;
-      slot_used[r] = 1;
-      keys_h(i) = draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
-                           static_cast<std::int64_t>(out[r].tokens.size()));
-    }
-    // Padding rows write position 0 of slots no active row reads again (there are enough:
-    // the bucket is at most the generator's rows).
-    for (int i = n, free_slot = 0; i < rows_in_step; ++i) {
-      while (slot_used[free_slot]) ++free_slot;
-      step_slot[i] = free_slot++;
-      keys_h(i) = 0;
-    }
-    model_.set_decode_step(step_input.data(), step_position.data(), rows_in_step, step_slot.data());
-    Kokkos::deep_copy(keys_.view(), keys_h);
-    if (graphs_on_) {
-      std::string key = fmt::format("{} rows | sampling {} {} {}", rows_in_step, sampling.temperature, sampling.top_k,
-                                    sampling.top_p);
-      for (const void* w : weights) key += fmt::format(" {}", w);
-      replay_weights_ = &weights;
-      replay_sampling_ = sampling;
-      replay_rows_ = rows_in_step;
-      const StreamHandle stream = stream_handle(model_.space());
-      auto found = graphs_.find(key);
-      if (found == graphs_.end()) {
-        // A new bucket's first step runs eagerly: first launches do things once (loading
-        // kernels, Kokkos' lock arrays, scratch) that capture must not see.
-        decode_step(weights, sampling, rows_in_step);
-        graphs_[key] = std::make_unique<CapturedGraph>();
-      } else {
-        CapturedGraph& g = *found->second;
-        if (!g.captured()) g.capture(stream, [this] { decode_step(*replay_weights_, replay_sampling_, replay_rows_); });
-        g.replay(stream);
-      }
-    } else {
-      decode_step(weights, sampling, n);
-    }
-    Kokkos::deep_copy(drawn_h, drawn_.view());
-    Kokkos::deep_copy(logp_h, drawn_logp_.view());
-    Kokkos::deep_copy(entropy_h, drawn_entropy_.view());
+    decode(weights, sampling, input, position, slot, key);
     std::vector<int> still;
-    for (int i = 0; i < n; ++i) {
+    for (std::size_t i = 0; i < active.size(); ++i) {
       const int r = active[i];
       Completion& c = out[r];
-      c.tokens.push_back(drawn_h(i));
-      c.logp.push_back(logp_h(i));
-      c.entropy.push_back(entropy_h(i));
-      c.finished = drawn_h(i) == eos;
-      input[r] = drawn_h(i);
-      if (!c.finished && static_cast<int>(c.tokens.size()) < max_new_tokens) still.push_back(r);
+      c.tokens.push_back(drawn_h_[i]);
+      c.logp.push_back(logp_h_[i]);
+      c.entropy.push_back(entropy_h_[i]);
+      c.finished = drawn_h_[i] == eos;
+      next[r] = drawn_h_[i];
+      if (!c.finished && static_cast<int>(c.tokens.size()) < limit(rows[r], max_new_tokens)) still.push_back(r);
     }
     active.swap(still);
+  }
+  return out;
+}
+
+// The paged engine. Its state on the host: the pool's blocks with their references; each row's
+// blocks (one reference each, in position order); each prompt group's prefix blocks, held until
+// its last sample has joined; the rows waiting (in row order, a preempted row back at the front)
+// and those decoding, each in a slot whose block-table row lists its blocks (unused entries and
+// free slots: the scratch block 0).
+std::vector<Completion> Generator::generate_paged(const std::vector<const void*>& weights,
+                                                  const std::vector<GenerationRow>& rows,
+                                                  const SamplingOptions& sampling, int max_new_tokens,
+                                                  std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
+  const int R = static_cast<int>(rows.size());
+  std::vector<Completion> out(R);
+  if (R == 0 || max_new_tokens == 0) return out;
+  const int head = model_.head_unit();
+  const int bp = cache_.block_positions(), per_sequence = cache_.blocks_per_sequence();
+  const std::size_t block_bytes = cache_.bytes() / std::size_t(cache_.blocks());
+  auto blocks_for = [bp](int positions) { return (positions + bp - 1) / bp; };
+
+  BlockPool pool(cache_.blocks());
+  const int scratch = pool.take();   // block 0
+  auto set_table = [&](int sequence, const std::vector<int>& blocks) {
+    std::int32_t* t = cache_.table(sequence);
+    for (int b = 0; b < per_sequence; ++b) t[b] = b < static_cast<int>(blocks.size()) ? blocks[b] : scratch;
+  };
+  for (int s = 0; s < cache_.rows(); ++s) set_table(s, {});
+
+  // Samples of one prompt (same index, same tokens) form a group that shares its prefill.
+  struct Group {
+    int first_row = 0;
+    int prefix = 0;            // prompt tokens through prefill (the last one is fed by decode)
+    int waiting = 0;           // its rows not yet joined
+    bool prefilled = false;
+    std::vector<int> blocks;   // its prefix's, one reference held by the group until waiting == 0
+  };
+  std::vector<Group> groups;
+  std::vector<int> group_of(R);
+  for (int r = 0; r < R; ++r) {
+    int g = static_cast<int>(groups.size()) - 1;
+    if (g < 0 || rows[groups[g].first_row].prompt_index != rows[r].prompt_index ||
+        rows[groups[g].first_row].prompt != rows[r].prompt) {
+      groups.push_back(Group{r, static_cast<int>(rows[r].prompt.size()) - 1, 0, false, {}});
+      g = static_cast<int>(groups.size()) - 1;
+    }
+    ++groups[g].waiting;
+    group_of[r] = g;
+  }
+
+  std::vector<std::vector<int>> blocks_of(R);
+  std::vector<int> slot_of(R, -1);
+  std::vector<char> joined(R, 0);   // attached to its group's prefix (or prefilled alone)
+  std::set<int> free_slots;
+  for (int s = 0; s < max_rows_; ++s) free_slots.insert(s);
+  std::deque<int> waiting;
+  for (int r = 0; r < R; ++r) waiting.push_back(r);
+  std::vector<int> running;   // in the order they were admitted
+  auto position_of = [&](int r) {
+    return static_cast<int>(rows[r].prompt.size()) - 1 + static_cast<int>(out[r].tokens.size());
+  };
+  auto release_row = [&](int r) {
+    for (int b : blocks_of[r]) pool.release(b);
+    blocks_of[r].clear();
+    set_table(slot_of[r], {});
+    free_slots.insert(slot_of[r]);
+    slot_of[r] = -1;
+  };
+  // A row that has not joined its group shares its prompt's prefill (the group holds its prefix
+  // until its last row joins); a joined row that comes back after preemption is prefilled alone.
+  auto shares_group = [&](int r) { return !joined[r]; };
+
+  while (!waiting.empty() || !running.empty()) {
+    // Admit waiting rows into free slots while the pool has room for what each needs now: its
+    // group's prefix if not yet prefilled, or its own prefix if prefilled alone, and one block
+    // for the position it decodes next.
+    std::vector<int> prefill_groups, prefill_rows, joining;
+    int promised = 0;   // blocks admitted rows take after the admission (a copy, the next position's)
+    while (!free_slots.empty() && !waiting.empty()) {
+      const int r = waiting.front();
+      Group& g = groups[group_of[r]];
+      const bool share = shares_group(r);
+      const bool group_scheduled = std::find(prefill_groups.begin(), prefill_groups.end(), group_of[r]) != prefill_groups.end();
+      int need = 1;
+      if (share && !g.prefilled && !group_scheduled) need += blocks_for(g.prefix);
+      if (!share) need += blocks_for(position_of(r));
+      if (pool.free_blocks() - promised < need) break;
+      ++promised;
+      waiting.pop_front();
+      slot_of[r] = *free_slots.begin();
+      free_slots.erase(free_slots.begin());
+      running.push_back(r);
+      if (share) {
+        if (!g.prefilled && !group_scheduled) {
+          for (int b = 0; b < blocks_for(g.prefix); ++b) g.blocks.push_back(pool.take());
+          if (g.prefix > 0) prefill_groups.push_back(group_of[r]);
+          g.prefilled = true;
+        }
+        joining.push_back(r);
+      } else {
+        for (int b = 0; b < blocks_for(position_of(r)); ++b) blocks_of[r].push_back(pool.take());
+        if (position_of(r) > 0) prefill_rows.push_back(r);
+        joined[r] = 1;
+      }
+    }
+    SHARDRL_CHECK(!running.empty(), "the paged KV cache cannot hold one sequence (the generator sizes it to)");
+
+    // Prefill what was admitted, one batch: each group's prompt once, each row prefilled alone
+    // with its prompt and what it generated before it was preempted (all but the last token,
+    // which decode feeds). Batch row b writes through prefill sequence rows_ + b.
+    const int batch = static_cast<int>(prefill_groups.size() + prefill_rows.size());
+    if (batch > 0) {
+      std::vector<std::vector<std::int32_t>> texts;
+      std::vector<const std::vector<int>*> blocks;
+      for (int gi : prefill_groups) {
+        const auto& p = rows[groups[gi].first_row].prompt;
+        texts.emplace_back(p.begin(), p.end() - 1);
+        blocks.push_back(&groups[gi].blocks);
+      }
+      for (int r : prefill_rows) {
+        std::vector<std::int32_t> text(rows[r].prompt);
+        text.insert(text.end(), out[r].tokens.begin(), out[r].tokens.end());
+        text.pop_back();
+        texts.push_back(std::move(text));
+        blocks.push_back(&blocks_of[r]);
+      }
+      int S = 0;
+      for (const auto& t : texts) S = std::max(S, static_cast<int>(t.size()));
+      std::vector<std::int32_t> tokens(std::size_t(batch) * S, 0), targets(tokens.size(), 0), sequence(batch);
+      for (int b = 0; b < batch; ++b) {
+        std::copy(texts[b].begin(), texts[b].end(), tokens.begin() + std::size_t(b) * S);
+        sequence[b] = max_rows_ + b;
+        set_table(max_rows_ + b, *blocks[b]);
+        stats_.prefill_tokens += static_cast<std::int64_t>(texts[b].size());
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      cache_.upload_table(model_.space());
+      model_.set_batch(tokens.data(), targets.data(), batch, S);
+      model_.set_prefill_sequences(sequence.data());
+      for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
+      model_.space().fence();
+      stats_.prefill_s += seconds_since(t0);
+      for (int b = 0; b < batch; ++b) set_table(max_rows_ + b, {});
+    }
+
+    // Joining samples take references to their prompt's full blocks and copy its last, partly
+    // filled one (their own positions follow in it). The group lets its prefix go when its last
+    // sample has joined.
+    for (int r : joining) {
+      Group& g = groups[group_of[r]];
+      const int full = g.prefix / bp;
+      for (int b = 0; b < full; ++b) {
+        pool.share(g.blocks[b]);
+        blocks_of[r].push_back(g.blocks[b]);
+      }
+      if (g.prefix % bp != 0) {
+        const int own = pool.take();
+        cache_.copy_block(model_.space(), g.blocks[full], own);
+        blocks_of[r].push_back(own);
+      }
+      joined[r] = 1;
+      if (--g.waiting == 0) {
+        for (int b : g.blocks) pool.release(b);
+        g.blocks.clear();
+      }
+    }
+
+    // Every decoding row needs the block of the position it writes now. Without a free one, the
+    // row admitted last is preempted (its blocks freed; it waits at the front and is recomputed
+    // when it comes back: its draws are keyed, so it continues as it would have).
+    for (std::size_t i = 0; i < running.size();) {
+      const int r = running[i];
+      const int need = position_of(r) / bp + 1;
+      bool preempted_self = false;
+      while (static_cast<int>(blocks_of[r].size()) < need) {
+        if (pool.free_blocks() == 0) {
+          const int victim = running.back();
+          release_row(victim);
+          running.pop_back();
+          waiting.push_front(victim);
+          ++stats_.preemptions;
+          if (victim == r) {
+            preempted_self = true;
+            break;
+          }
+          continue;
+        }
+        blocks_of[r].push_back(pool.take());
+      }
+      if (!preempted_self) ++i;
+    }
+    for (int r : running) set_table(slot_of[r], blocks_of[r]);
+    cache_.upload_table(model_.space());
+    stats_.kv_peak_bytes = std::max(stats_.kv_peak_bytes, std::size_t(pool.in_use()) * block_bytes);
+
+    std::vector<std::int32_t> input, position, slot;
+    std::vector<std::uint64_t> key;
+    for (int r : running) {
+      input.push_back(out[r].tokens.empty() ? rows[r].prompt.back() : out[r].tokens.back());
+      position.push_back(position_of(r));
+      slot.push_back(slot_of[r]);
+      key.push_back(draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
+                             static_cast<std::int64_t>(out[r].tokens.size())));
+    }
+    decode(weights, sampling, input, position, slot, key);
+    std::vector<int> still;
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      const int r = running[i];
+      Completion& c = out[r];
+      c.tokens.push_back(drawn_h_[i]);
+      c.logp.push_back(logp_h_[i]);
+      c.entropy.push_back(entropy_h_[i]);
+      c.finished = drawn_h_[i] == eos;
+      if (!c.finished && static_cast<int>(c.tokens.size()) < limit(rows[r], max_new_tokens)) still.push_back(r);
+      else release_row(r);
+    }
+    running.swap(still);
   }
   return out;
 }

@@ -1,7 +1,10 @@
-// Generation for a batch of rows (a prompt's group of samples is several rows): one prefill of
-// all prompts writes the KV cache, then each row draws its next token per step until EOS or
-// max_new_tokens, at its own position (prompts of different lengths need no alignment); a
-// finished row leaves the step. A draw's key is (seed, iteration, prompt index, sample index, token index), never the
+// Generation for a batch of rows (a prompt's group of samples is several rows), by one of two
+// engines (rollout/engine_choice.hpp). Static: one prefill of all rows' prompts writes the KV
+// cache, then each row draws its next token per step until EOS or max_new_tokens, at its own
+// position (prompts of different lengths need no alignment); a finished row leaves the step.
+// Paged: rows wait in order for one of the generator's decode slots; a prompt is prefilled once
+// when its first sample is admitted and its samples share its cache blocks; a finished row's slot
+// goes to the next waiting row at the next step. A draw's key is (seed, iteration, prompt index, sample index, token index), never the
 // row or the rank: the same request draws the same completions in any batch and at any world
 // size (up to GEMM rounding that differs between batch shapes).
 #pragma once
@@ -15,6 +18,7 @@
 #include "core/captured_graph.hpp"
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
+#include "rollout/engine_choice.hpp"
 #include "rollout/sampling.hpp"
 
 namespace shardrl {
@@ -23,6 +27,7 @@ struct GenerationRow {
   std::vector<std::int32_t> prompt;   // at least one token
   std::int64_t prompt_index = 0;      // global index of the prompt in the iteration's batch
   std::int64_t sample_index = 0;      // which of the prompt's samples
+  int max_new_tokens = 0;             // this row's own limit, at most the call's (0: the call's)
 };
 
 struct Completion {
@@ -32,11 +37,25 @@ struct Completion {
   bool finished = false;              // ended with EOS (else: max_new_tokens reached)
 };
 
+// What the last generate() did: the counts the tests and bench_rollout read.
+struct GenerationStats {
+  std::int64_t prefill_tokens = 0;     // prompt (and recomputed) tokens run through prefill, no padding
+  std::int64_t decode_steps = 0;
+  std::int64_t decode_row_steps = 0;   // rows summed over steps: the tokens drawn
+  std::int64_t sparse_steps = 0;       // steps with fewer than half of the generator's rows
+  std::int64_t preemptions = 0;        // paged: sequences evicted for blocks, recomputed later
+  std::size_t kv_bytes = 0;            // the KV cache allocated (keys and values, every layer)
+  std::size_t kv_peak_bytes = 0;       // of it, the most in use at once (static: all of it)
+  double prefill_s = 0, decode_s = 0;  // wall time in prefill (fenced) and in the decode steps
+};
+
 class Generator {
  public:
-  // Buffers for up to `rows` rows of up to `max_len` positions (prompt and completion); with an
-  // arena, the KV cache and activations live in its rollout region (ignoring model.arena).
-  Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena = nullptr);
+  // Buffers for up to `rows` rows decoding at once, of up to `max_len` positions (prompt and
+  // completion); with an arena, the KV cache and activations live in its rollout region
+  // (ignoring model.arena).
+  Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena = nullptr,
+            const EngineOptions& engine = {});
 
   // `weights[u]`: every unit's full weights in the compute type (the rollout's materialised
   // set); `tied_embedding` is weights[0] when the LM head is tied.
@@ -46,6 +65,8 @@ class Generator {
 
   Transformer& model() { return model_; }
   int max_rows() const { return max_rows_; }
+  const EngineOptions& engine() const { return engine_; }
+  const GenerationStats& last_stats() const { return stats_; }
 
   // rollout.cuda_graph = "decode": each decode step runs as a CUDA graph per batch bucket (the
   // active rows rounded up to a power of two, at most the generator's rows; the extra rows
@@ -57,16 +78,36 @@ class Generator {
   bool decode_graphs() const { return graphs_on_; }
 
  private:
+  std::vector<Completion> generate_static(const std::vector<const void*>& weights,
+                                         const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
+                                         int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
+                                         std::int32_t eos);
+  std::vector<Completion> generate_paged(const std::vector<const void*>& weights,
+                                        const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
+                                        int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
+                                        std::int32_t eos);
+  // One decode step of rows i < input.size(): token input[i] at position[i] of cache sequence
+  // slot[i], drawn with key[i]; the draws land in drawn_h_, logp_h_, entropy_h_ (row i at i).
+  // With graphs the step runs for a bucket of rows, the extra ones on sequences no row uses.
+  void decode(const std::vector<const void*>& weights, const SamplingOptions& sampling,
+              const std::vector<std::int32_t>& input, const std::vector<std::int32_t>& position,
+              const std::vector<std::int32_t>& slot, const std::vector<std::uint64_t>& key);
   // The decode step's work on the device: every unit and the draw for `rows` rows.
   void decode_step(const std::vector<const void*>& weights, const SamplingOptions& sampling, int rows);
 
+  EngineOptions engine_;
   Transformer model_;
   KvCache cache_;
   int max_rows_, max_len_;
+  GenerationStats stats_;
   LedgerView<std::uint64_t> keys_;   // (rows): each row's draw key of the step
   LedgerView<std::int32_t> drawn_;   // (rows): the token drawn
   LedgerView<float> drawn_logp_;     // (rows): its log-probability
   LedgerView<float> drawn_entropy_;  // (rows): the entropy of the distribution it was drawn from
+  // Host copies of the four above (plain vectors: nothing that Kokkos allocates outside the ledger).
+  std::vector<std::uint64_t> keys_h_;
+  std::vector<std::int32_t> drawn_h_;
+  std::vector<float> logp_h_, entropy_h_;
   bool graphs_on_ = false;
   std::map<std::string, std::unique_ptr<CapturedGraph>> graphs_;   // per bucket, weights and sampling
   // What a host replay of a decode graph runs with (the current call's).
