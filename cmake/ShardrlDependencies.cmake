@@ -4,6 +4,7 @@
 find_package(MPI 3.0 REQUIRED COMPONENTS C CXX)
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)   # crc32 of checkpoint tensors (Debian: zlib1g-dev)
+find_package(Boost REQUIRED)   # header-only: Boost.CRC's CRC-32C of TensorBoard records (Debian: libboost-dev)
 
 set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)

@@ -10,6 +10,7 @@ packages=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libopenblas-
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libtrilinos-kokkos-dev libgtest-dev cmake g++ make
   libpcre2-dev libutf8proc-dev pkgconf   # src/text: tokenizer regexes and Unicode normalisation
+  libboost-dev   # io/: CRC-32C of TensorBoard event records (Boost.CRC, header-only)
   zlib1g-dev   # io/: crc32 of checkpoint tensors (libhdf5-openmpi-dev pulls it in; named as a direct dependency)
   python3-matplotlib)   # scripts/plot_metrics.py (and its test) draw metrics.jsonl
 scripts/install_packages.sh "${packages[@]}"

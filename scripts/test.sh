@@ -15,6 +15,9 @@ scripts/install_packages.sh clang ||
   echo "test: clang could not be installed: the fuzz test will be skipped"
 # The text tests compare with Hugging Face's own tokenizer and Jinja (npm); without npm they
 # report themselves skipped, with the reason.
+# The TensorBoard test reads the event file with Debian's protobuf runtime and crcmod.
+scripts/install_packages.sh python3-protobuf protobuf-compiler python3-crcmod ||
+  echo "test: python3-protobuf, protobuf-compiler or python3-crcmod could not be installed: the TensorBoard test will be skipped"
 scripts/install_test_references.sh ||
   echo "test: the npm test references could not be installed: the tokenizer and chat-template parity tests will be skipped"
 source scripts/mpi_env.sh

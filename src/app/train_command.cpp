@@ -24,6 +24,7 @@
 #include "core/watchdog.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
+#include "io/tensorboard_log.hpp"
 #include "io/rank_heartbeats.hpp"
 #include "io/run_lock.hpp"
 #include "io/text_file.hpp"
@@ -319,10 +320,19 @@ int run_train(const TrainArgs& args) {
     trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
 
     std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
+    std::unique_ptr<TensorBoardLog> tensorboard;   // the same records, for TensorBoard; rank 0
     watch("opening the metrics log");   // its agreement must not wait unwatched
     run_on_root(mpi.world(), 0, [&] {
       metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
+      // A resumed run's event file starts again from metrics.jsonl (now without the iterations
+      // this job redoes), so no step appears twice.
+      tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml,
+                                                     read_metrics(metrics->path()));
     });
+    const auto record_metrics = [&](const MetricsRecord& record) {
+      metrics->write(record);
+      tensorboard->write(record);
+    };
     watchdog.disarm();
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t first = position.iterations_done;
@@ -357,7 +367,7 @@ int run_train(const TrainArgs& args) {
           throw InputError(fmt::format("cannot write '{}': No space left on device (injected: debug.fail_io = "
                                        "\"metrics\")",
                                        (derived.run_dir / "metrics.jsonl").string()));
-        metrics->write(metrics_record(r));
+        record_metrics(metrics_record(r));
       });
       last = std::move(r.rollout);
       const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
@@ -378,7 +388,7 @@ int run_train(const TrainArgs& args) {
       const EvalStats e = evaluate(cfg.run.iterations);
       std::vector<std::pair<std::string, double>> record{{"iteration", static_cast<double>(cfg.run.iterations)}};
       for (auto& f : eval_fields(e)) record.push_back(std::move(f));
-      run_on_root(mpi.world(), 0, [&] { metrics->write(record); });
+      run_on_root(mpi.world(), 0, [&] { record_metrics(record); });
       watchdog.disarm();
     }
     save("end of the job");
