@@ -46,6 +46,11 @@ int run_cli(int argc, char** argv) {
   train->add_flag("--profile", train_args.profile,
                   "Print a per-step breakdown: all-gather, compute, reduce-scatter, optimizer, bytes moved "
                   "(fences between phases, so steps run slower)");
+  train->add_option("--trace", train_args.trace,
+                    "Write every rank's timeline (iterations, rollout, prefill and decode steps, each unit's "
+                    "forward and backward, all-gathers, reduce-scatters, optimizer, checkpoint saves) to this "
+                    "Chrome trace file for Perfetto; host times, fenced with --profile")
+      ->type_name("FILE.json");
   CLI::Option* no_resume = train->add_flag(
       "--no-resume", train_args.no_resume,
       "Start fresh; refused where the run directory has checkpoints (another run.name, or --overwrite)");

@@ -13,6 +13,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;   // "section.key=value"
   bool log_all_ranks = false;
   bool profile = false;   // per-step breakdown (fences between phases)
+  std::string trace;      // every rank's timeline, merged into this Chrome trace file ("": none)
   bool no_resume = false;          // start fresh (refused where the run has checkpoints, unless overwrite)
   bool overwrite = false;          // with no_resume: delete the run's checkpoints and metrics first
   bool allow_config_change = false;   // resume although keys that shape the trajectory changed

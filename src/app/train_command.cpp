@@ -12,6 +12,7 @@
 #include "app/collective_smoke.hpp"
 #include "app/job_config.hpp"
 #include "app/progress.hpp"
+#include "app/trace_file.hpp"
 #include "config/changes.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
@@ -20,6 +21,7 @@
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
 #include "core/stop_request.hpp"
+#include "core/trace.hpp"
 #include "core/version.hpp"
 #include "core/watchdog.hpp"
 #include "io/checkpoint_dir.hpp"
@@ -262,6 +264,11 @@ int run_train(const TrainArgs& args) {
   };
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);
+  if (!args.trace.empty()) Trace::enable(/*fence=*/args.profile);
+  // --trace: the merged timeline, written where the job ends well (collective).
+  const auto write_trace = [&] {
+    if (!args.trace.empty()) write_trace_file(mpi.world(), layout.host, args.trace);
+  };
   try {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
@@ -281,6 +288,7 @@ int run_train(const TrainArgs& args) {
     if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty())
       throw InputError("run directory: " + problem);
     auto save = [&](const char* why) {
+      const TraceSpan span("checkpoint save");
       watch("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
       save_job_checkpoint(checkpoints, position, trainer, model.units(), cfg, config_toml, mpi.world());
@@ -297,6 +305,7 @@ int run_train(const TrainArgs& args) {
     };
     auto stop_after_save = [&] {
       save("stop requested by a signal");
+      write_trace();
       spdlog::warn("stopped by a signal after a checkpoint: run the same command again to continue");
       return kExitStoppedBySignal;
     };
@@ -347,6 +356,7 @@ int run_train(const TrainArgs& args) {
     RolloutBatch last;
     for (std::int64_t it = first; it < cfg.run.iterations; ++it) {
       if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
+      const TraceSpan span("iteration", it);
       IterationReport r;
       if (cfg.rl.eval_interval > 0 && it % cfg.rl.eval_interval == 0) r.eval = evaluate(it);
       watch(fmt::format("iteration {}", it + 1));
@@ -380,6 +390,7 @@ int run_train(const TrainArgs& args) {
       spdlog::info("nothing to do: the run has finished its {} iterations (raise run.iterations to continue, or "
                    "start afresh with --no-resume --overwrite)",
                    cfg.run.iterations);
+      write_trace();
       return kExitOk;
     }
     if (cfg.rl.eval_interval > 0 && first < cfg.run.iterations) {
@@ -392,6 +403,7 @@ int run_train(const TrainArgs& args) {
       watchdog.disarm();
     }
     save("end of the job");
+    write_trace();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("done: {} iterations ({} in this job) in {:.1f}s, final reward {:.3f} (pass rate {:.3f}); {} optimizer "
                  "steps, {} skipped; metrics in {}",

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.hpp"
+#include "core/trace.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "model/init.hpp"
@@ -128,6 +129,7 @@ void ShardedTrainer::initialize(std::uint64_t seed, float std) {
 
 GatheredUnit ShardedTrainer::gather(int u) {
   if (slots_->holding(u) >= 0) return last_handle_[u] = slots_->current(u);
+  const TraceSpan span("all-gather unit", u);
   const double t = now();
   GatheredUnit g = slots_->claim(u);
   const UnitShard& s = layout_.unit(u);
@@ -180,6 +182,7 @@ void ShardedTrainer::compute_forward(const GatheredUnit& w, const GatheredUnit& 
     slots_->verify(embedding, "forward (tied head)");
     gathered_[embedding.slot].wait(compute_stream());
   }
+  const TraceSpan span("forward unit", w.unit);
   const double t = now();
   model_.forward_unit(w.unit, w.weights, embedding.weights);
   if (options_.profile) {
@@ -196,6 +199,7 @@ void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit&
     slots_->verify(embedding, "backward (tied head)");
     gathered_[embedding.slot].wait(compute_stream());
   }
+  const TraceSpan span("backward unit", w.unit);
   const double t = now();
   model_.backward_unit(w.unit, w.weights, grad_full_[grad_buffer].data(), embedding.weights,
                        embed_buffer >= 0 ? grad_full_[embed_buffer].data() : nullptr);
@@ -217,6 +221,7 @@ int ShardedTrainer::take_grad_buffer(int unit) {
 }
 
 void ShardedTrainer::reduce(int unit, int b) {
+  const TraceSpan span("reduce-scatter unit", unit);
   const double t = now();
   const UnitShard& s = layout_.unit(unit);
   const StreamRef comm{comm_stream_.get()};
@@ -272,6 +277,7 @@ void ShardedTrainer::forward_backward(const float* mask, float scale, float* los
 }
 
 void ShardedTrainer::forward_logp(float* out, WeightSource source, float temperature) {
+  const TraceSpan span(source == WeightSource::reference ? "reference log-probs" : "log-probs");
   SHARDRL_CHECK(source == WeightSource::policy || !reference_.empty(),
                 "forward_logp of the reference policy, but the trainer keeps none (FsdpOptions::keep_reference)");
   source_ = source;
@@ -342,6 +348,7 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
 }
 
 void ShardedTrainer::optimizer_step() {
+  const TraceSpan span("optimizer");
   const double t = now();
   for (int u = 0; u < layout_.unit_count(); ++u)   // no gradient since the last step: zero
     if (grad_empty_[u]) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/trace.hpp"
 #include "rl/advantage.hpp"
 #include "rl/grpo_objective.hpp"
 #include "rl/grpo_loop_internal.hpp"
@@ -122,6 +123,7 @@ void GrpoLoop::set_micro_batch(const std::vector<Sequence>& seqs, int first, int
 }
 
 TrainStats GrpoLoop::warmup_step(std::int64_t step) {
+  const TraceSpan span("warm-up step", step);
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::train);
   const std::int64_t B = options_.sft_batch_size;
@@ -229,6 +231,7 @@ std::vector<std::vector<float>> GrpoLoop::advantages(const RolloutBatch& b,
 }
 
 TrainStats GrpoLoop::train(const RolloutBatch& b) {
+  const TraceSpan span("train");
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::train);
   Staging& st = *staging_;

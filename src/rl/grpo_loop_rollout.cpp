@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/trace.hpp"
 #include "mpi/host_exchange.hpp"
 #include "rl/grpo_loop.hpp"
 #include "rl/grpo_loop_internal.hpp"
@@ -96,12 +97,16 @@ std::vector<SampledGroup> GrpoLoop::gather_batch(std::vector<SampledGroup>& draw
 }
 
 RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
+  const TraceSpan span("rollout");
   const auto t0 = std::chrono::steady_clock::now();
   arena_.enter(Phase::rollout);
   const std::int64_t P = options_.prompts_per_iteration;
   RolloutBatch b;
   b.iteration = iteration;
-  weights_->materialize(trainer_);
+  {
+    const TraceSpan gather("rollout weights");
+    weights_->materialize(trainer_);
+  }
 
   // Without dynamic sampling one round is the batch, already where it trains. With it, rounds
   // go on until P informative groups are drawn (or the rounds run out); every rank learns every
@@ -212,6 +217,7 @@ std::vector<double> GrpoLoop::agreed_score(const std::vector<TaskExample>& examp
 }
 
 EvalStats GrpoLoop::evaluate() {
+  const TraceSpan span("evaluation");
   const auto t0 = std::chrono::steady_clock::now();
   EvalStats e;
   e.prompts = task_->eval_count();

@@ -9,6 +9,7 @@
 
 #include "core/device_stream.hpp"
 #include "core/error.hpp"
+#include "core/trace.hpp"
 #include "rollout/block_pool.hpp"
 
 namespace shardrl {
@@ -102,6 +103,7 @@ void Generator::decode(const std::vector<const void*>& weights, const SamplingOp
                        const std::vector<std::int32_t>& input, const std::vector<std::int32_t>& position,
                        const std::vector<std::int32_t>& slot, const std::vector<std::uint64_t>& key) {
   const int n = static_cast<int>(input.size());
+  const TraceSpan span("decode step");
   const auto t0 = std::chrono::steady_clock::now();
   // With graphs the step runs for a bucket of rows; rows past n are padding.
   int rows_in_step = n;
@@ -197,6 +199,7 @@ std::vector<Completion> Generator::generate_static(const std::vector<const void*
     std::vector<std::int32_t> tokens(std::size_t(R) * prefix, 0), targets(tokens.size(), 0);
     for (int r = 0; r < R; ++r)
       for (std::size_t t = 0; t + 1 < rows[r].prompt.size(); ++t) tokens[std::size_t(r) * prefix + t] = rows[r].prompt[t];
+    const TraceSpan span("prefill");
     const auto t0 = std::chrono::steady_clock::now();
     model_.set_batch(tokens.data(), targets.data(), R, prefix);
     for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
@@ -370,6 +373,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
         set_table(max_rows_ + b, *blocks[b]);
         stats_.prefill_tokens += static_cast<std::int64_t>(texts[b].size());
       }
+      const TraceSpan span("prefill");
       const auto t0 = std::chrono::steady_clock::now();
       cache_.upload_table(model_.space());
       model_.set_batch(tokens.data(), targets.data(), batch, S);
