@@ -10,6 +10,7 @@
 #include "app/generate_command.hpp"
 #include "app/convert_command.hpp"
 #include "app/inspect_command.hpp"
+#include "app/report_command.hpp"
 #include "app/score_command.hpp"
 #include "app/tokenize_command.hpp"
 #include "app/train_command.hpp"
@@ -63,6 +64,12 @@ int run_cli(int argc, char** argv) {
   train->add_option("--resume-from", train_args.resume_from, "Resume from this checkpoint file")
       ->type_name("PATH")
       ->excludes(no_resume);
+
+  ReportArgs report_args;
+  CLI::App* report = app.add_subcommand(
+      "report", "Summarise a run in RUN_DIR/report.md: config changes, progress, curves, time per phase, checkpoints");
+  report->add_option("run_dir", report_args.run_dir, "The run directory (run.dir/run.name)")->required();
+  report->add_option("--out", report_args.out, "Write the report here instead")->type_name("FILE.md");
 
   InspectArgs inspect_args;
   CLI::App* inspect = app.add_subcommand("inspect", "Describe a checkpoint: tensors, shapes, iteration, config");
@@ -152,6 +159,7 @@ int run_cli(int argc, char** argv) {
   try {
     if (train->parsed()) return run_train(train_args);
     if (inspect->parsed()) return run_inspect(inspect_args);
+    if (report->parsed()) return run_report(report_args);
     if (score->parsed()) return run_score(score_args);
     if (tok->parsed()) {
       if (tok_args.text.empty() && tok_args.file.empty() && tok_args.decode.empty()) {

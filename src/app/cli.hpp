@@ -20,6 +20,11 @@ struct TrainArgs {
   std::string resume_from;         // this checkpoint instead of the run's latest
 };
 
+struct ReportArgs {
+  std::string run_dir;
+  std::string out;   // "": RUN_DIR/report.md
+};
+
 struct InspectArgs {
   std::string path;
   bool verify = false;

@@ -1,0 +1,173 @@
+#include "app/report_command.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "app/job_config.hpp"
+#include "config/changes.hpp"
+#include "core/error.hpp"
+#include "core/version.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "io/metrics_log.hpp"
+#include "io/text_file.hpp"
+#include "job/checkpoint_format.hpp"
+#include "job/job_checkpoint.hpp"
+#include "mpi/session.hpp"
+
+namespace shardrl {
+namespace {
+
+namespace fs = std::filesystem;
+using Record = std::vector<std::pair<std::string, double>>;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw InputError(fmt::format("cannot read '{}'", p.string()));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "-";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.4g}", v);
+}
+
+// The values of one field over the records that have it (finite), with their iterations.
+std::vector<std::pair<double, double>> series(const std::vector<Record>& records, const std::string& field) {
+  std::vector<std::pair<double, double>> out;
+  for (const auto& r : records)
+    for (const auto& [k, v] : r)
+      if (k == field && std::isfinite(v)) out.emplace_back(r.front().second, v);
+  return out;
+}
+
+std::string config_section(const fs::path& run) {
+  const fs::path path = run / "config.toml";
+  const LoadedConfig loaded = parse_saved_config(read_text(path), path.string());
+  if (!loaded.ok()) {
+    std::string errors;
+    for (const auto& e : loaded.errors) errors += "\n- " + e;
+    return "## Configuration\n\n`config.toml` does not load:" + errors + "\n\n";
+  }
+  std::string out = "## Configuration\n\nWhat `config.toml` sets differently from the defaults:\n\n"
+                    "| key | this run | default |\n| --- | --- | --- |\n";
+  const std::vector<ConfigChange> changes = config_changes(Config{}, loaded.config);
+  for (const auto& c : changes) out += fmt::format("| `{}` | `{}` | `{}` |\n", c.key, c.after, c.before);
+  if (changes.empty()) out += "| (none) | | |\n";
+  return out + "\n";
+}
+
+std::string progress_section(const std::vector<Record>& records) {
+  if (records.empty()) return "## Progress\n\nNo iteration recorded yet (`metrics.jsonl` is empty or absent).\n\n";
+  std::string out = fmt::format("## Progress\n\n{} records, iterations {} to {}.\n\n| metric | first | last | best "
+                                "| at iteration |\n| --- | --- | --- | --- | --- |\n",
+                                records.size(), number(records.front().front().second),
+                                number(records.back().front().second));
+  // Higher is better for these; the curves show the rest.
+  std::vector<std::string> fields = {"reward_mean", "pass_rate"};
+  for (const auto& r : records)
+    for (const auto& [k, v] : r)
+      if (k.rfind("eval/", 0) == 0 && std::find(fields.begin(), fields.end(), k) == fields.end()) fields.push_back(k);
+  for (const std::string& f : fields) {
+    const auto s = series(records, f);
+    if (s.empty()) continue;
+    const auto best = std::max_element(s.begin(), s.end(), [](auto a, auto b) { return a.second < b.second; });
+    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", f, number(s.front().second), number(s.back().second),
+                       number(best->second), number(best->first));
+  }
+  return out + "\n";
+}
+
+std::string throughput_section(const std::vector<Record>& records) {
+  // The first iteration carries one-time costs (first launches, graph captures): left out of the
+  // means when there are others.
+  const std::vector<Record> steady(records.size() > 1 ? records.begin() + 1 : records.begin(), records.end());
+  auto mean = [&](const std::string& field) {
+    const auto s = series(steady, field);
+    double sum = 0;
+    for (const auto& p : s) sum += p.second;
+    return s.empty() ? NAN : sum / double(s.size());
+  };
+  std::string out = fmt::format("## Time per phase\n\nMeans over {} iteration(s){}.\n\n| phase | seconds per iteration | "
+                                "tokens/s |\n| --- | --- | --- |\n",
+                                steady.size(), records.size() > 1 ? ", the first left out" : "");
+  out += fmt::format("| rollout | {} | {} |\n", number(mean("rollout_s")), number(mean("rollout_tokens_per_s")));
+  out += fmt::format("| train | {} | {} |\n", number(mean("train_s")), number(mean("train_tokens_per_s")));
+  if (!series(records, "eval_s").empty()) out += fmt::format("| evaluation | {} | |\n", number(mean("eval_s")));
+  return out + "\n";
+}
+
+std::string checkpoints_section(const fs::path& run, MPI_Comm comm) {
+  namespace f = checkpoint_format;
+  std::string out = "## Checkpoints\n\n";
+  const fs::path dir = run / "checkpoints";
+  std::vector<fs::path> found;
+  if (fs::is_directory(dir)) found = committed_checkpoints(dir);
+  if (found.empty()) return out + "None in `checkpoints/`.\n\n";
+  out += "| checkpoint | iterations done | tensors | checksums |\n| --- | --- | --- | --- |\n";
+  for (const fs::path& p : found) {
+    try {
+      const auto opened = open_checkpoint(p.string(), comm);
+      std::size_t tensors = 0;
+      for (const std::string& name : opened->datasets()) tensors += f::is_tensor(name) ? 1 : 0;
+      const std::vector<std::string> bad = opened->verify_all();
+      out += fmt::format("| `{}` | {} | {} | {} |\n", p.filename().string(), opened->read_int64(f::kIterationsDone),
+                         tensors, bad.empty() ? "all verified" : fmt::format("**{} fail**", bad.size()));
+    } catch (const InputError& e) {
+      out += fmt::format("| `{}` | | | **unreadable**: {} |\n", p.filename().string(), e.what());
+    }
+  }
+  return out + "\n";
+}
+
+// scripts/plot_metrics.py's PNG beside the report; "" and the reason when it cannot be drawn.
+std::pair<std::string, std::string> draw_curves(const fs::path& run) {
+  const char* env = std::getenv("SHARDRL_SCRIPTS");
+  const fs::path script = fs::path(env ? env : SHARDRL_SCRIPTS_DIR) / "plot_metrics.py";
+  if (!fs::exists(script)) return {"", fmt::format("{} not found (set SHARDRL_SCRIPTS)", script.string())};
+  if (!fs::exists(run / "metrics.jsonl")) return {"", "no metrics.jsonl"};
+  const fs::path png = run / "report_curves.png";
+  const std::string cmd = fmt::format("python3 '{}' '{}' --out '{}' > /dev/null 2>&1", script.string(), run.string(),
+                                      png.string());
+  if (std::system(cmd.c_str()) != 0 || !fs::exists(png))
+    return {"", fmt::format("`{}` failed", "python3 scripts/plot_metrics.py")};
+  return {png.filename().string(), ""};
+}
+
+}  // namespace
+
+int run_report(const ReportArgs& args) {
+  MpiSession mpi(nullptr, nullptr);
+  try {
+    const fs::path run(args.run_dir);
+    if (!fs::is_directory(run)) throw InputError(fmt::format("'{}' is not a run directory", args.run_dir));
+    std::vector<Record> records;
+    if (fs::exists(run / "metrics.jsonl")) records = read_metrics(run / "metrics.jsonl");
+    std::string md = fmt::format("# Run report: `{}`\n\nWritten by `shardrl report` ({}).\n\n", run.string(), kVersion);
+    md += config_section(run);
+    md += progress_section(records);
+    const auto [png, why] = draw_curves(run);
+    md += "## Curves\n\n" + (png.empty() ? "Not drawn: " + why + ".\n\n" : fmt::format("![reward, loss and throughput]({})\n\n", png));
+    md += throughput_section(records);
+    md += checkpoints_section(run, mpi.world());
+    const fs::path out = args.out.empty() ? run / "report.md" : fs::path(args.out);
+    write_text_atomically(out, md);
+    std::cout << out.string() << "\n";
+  } catch (const InputError& e) {
+    std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+}  // namespace shardrl

@@ -1,0 +1,61 @@
+// `shardrl report RUN_DIR` on a real run (2 ranks, the quickstart shortened): the report names
+// the keys the run changed, its iterations and reward, draws the curves, gives each phase's time
+// and verifies each checkpoint; a checkpoint with a damaged tensor is reported as failing, and a
+// directory that is not a run is refused.
+#include <fstream>
+
+#include "cli_harness.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+TEST(Cli, ReportSummarisesARun) {
+  const fs::path dir = test_dir();
+  RunResult job = run_in(dir, mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
+                                  "/configs/quickstart.toml --set run.dir=runs --set run.name=r --set run.iterations=3 "
+                                  "--set rl.sft_steps=1 --set checkpoint.interval=2");
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  RunResult report = run_in(dir, shardrl_binary() + " report runs/r");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_EQ(report.out, "runs/r/report.md\n");
+  const std::string md = slurp(dir / "runs/r/report.md");
+  EXPECT_NE(md.find("| `run.iterations` | `3` | `10` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("3 records, iterations 0 to 2."), std::string::npos) << md;
+  EXPECT_NE(md.find("| `reward_mean` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("![reward, loss and throughput](report_curves.png)"), std::string::npos) << md;
+  EXPECT_TRUE(fs::exists(dir / "runs/r/report_curves.png"));
+  EXPECT_NE(md.find("| rollout | "), std::string::npos) << md;
+  EXPECT_NE(md.find("| `iter_00000002.h5` | 2 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("| `iter_00000003.h5` | 3 | "), std::string::npos) << md;
+  EXPECT_EQ(md.find("fail"), std::string::npos) << md;
+
+  // Bytes flipped inside the earlier checkpoint (most of it is tensor data): it fails its checksums
+  // or no longer opens.
+  const fs::path ckpt = dir / "runs/r/checkpoints/iter_00000002.h5";
+  const auto size = fs::file_size(ckpt);
+  {
+    std::fstream f(ckpt, std::ios::in | std::ios::out | std::ios::binary);
+    for (const auto at : {size / 4, size / 2, 3 * size / 4}) {
+      f.seekg(static_cast<std::streamoff>(at));
+      char c = 0;
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(static_cast<std::streamoff>(at));
+      f.write(&c, 1);
+    }
+  }
+  RunResult damaged = run_in(dir, shardrl_binary() + " report runs/r --out damaged.md");
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
+  const std::string d = slurp(dir / "damaged.md");
+  const std::size_t row = d.find("| `iter_00000002.h5` |");
+  ASSERT_NE(row, std::string::npos) << d;
+  const std::string line = d.substr(row, d.find('\n', row) - row);
+  EXPECT_TRUE(line.find("fail") != std::string::npos || line.find("unreadable") != std::string::npos) << line;
+
+  RunResult missing = run_in(dir, shardrl_binary() + " report nowhere");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(missing.err, "shardrl: 'nowhere' is not a run directory\n");
+}
+
+}  // namespace
