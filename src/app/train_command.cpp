@@ -4,8 +4,10 @@
 #include "app/train_command.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "core/log.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
+#include "core/progress_meter.hpp"
 #include "core/stop_request.hpp"
 #include "core/trace.hpp"
 #include "core/version.hpp"
@@ -265,6 +268,14 @@ int run_train(const TrainArgs& args) {
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);
   if (!args.trace.empty()) Trace::enable(/*fence=*/args.profile);
+  // Progress bars of long silent phases: rank 0, on a terminal, outside Slurm jobs, so that a
+  // batch log stays plain lines. (Under mpirun a rank's stdout is Open MPI's pseudo-terminal
+  // whatever mpirun's own is, so the Slurm job is what tells a log apart.) SHARDRL_PROGRESS=0 or 1
+  // decides instead.
+  const char* progress = std::getenv("SHARDRL_PROGRESS");
+  if (rank == 0 && (progress ? std::string(progress) == "1"
+                             : isatty(STDOUT_FILENO) && std::getenv("SLURM_JOB_ID") == nullptr))
+    ProgressMeter::enable();
   // --trace: the merged timeline, written where the job ends well (collective).
   const auto write_trace = [&] {
     if (!args.trace.empty()) write_trace_file(mpi.world(), layout.host, args.trace);

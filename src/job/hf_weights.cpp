@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "core/progress_meter.hpp"
 #include "io/json_parse_message.hpp"
 #include "io/safetensors.hpp"
 #include "job/hf_config.hpp"
@@ -85,10 +86,14 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
   const ShardLayout& layout = trainer.layout();
   // This rank's first problem with its own slices: a read that failed, or a NaN or an Inf.
   std::string problem;
+  std::int64_t tensors = 0;
+  for (const auto& unit : units) tensors += static_cast<std::int64_t>(unit.params.size());
+  ProgressMeter meter("loading model.init_from", tensors);
   for (int u = 0; u < layout.unit_count(); ++u) {
     const UnitShard& s = layout.unit(u);
     std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
     for (const ParamSpec& p : units[static_cast<std::size_t>(u)].params) {
+      meter.advance();
       const ParamOverlap o = layout.overlap(u, p);
       const SafetensorsFile& f = file_for(p.name);
       const StTensor* t = f.find(p.name);

@@ -8,6 +8,7 @@
 
 #include "config/model_presets.hpp"
 #include "core/error.hpp"
+#include "core/progress_meter.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/sharded_file.hpp"
@@ -32,13 +33,19 @@ std::vector<StateGroup> state_groups(const ShardedTrainer& trainer) {
   return g;
 }
 
+std::int64_t tensor_count(const std::vector<UnitSpec>& units) {
+  std::int64_t n = 0;
+  for (const UnitSpec& u : units) n += static_cast<std::int64_t>(u.params.size());
+  return n;
+}
+
 std::vector<std::uint64_t> global_shape(const ParamSpec& p) {
   return std::vector<std::uint64_t>(p.shape.begin(), p.shape.end());
 }
 
 // One state of every unit from the file into this rank's slices (any world size at save).
 void read_state(ShardedFileReader& in, const StateGroup& g, ShardedTrainer& trainer,
-                const std::vector<UnitSpec>& units, bool verify) {
+                const std::vector<UnitSpec>& units, bool verify, ProgressMeter& meter) {
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     // Alignment gaps and padding stay 0.
     std::vector<float> slice(static_cast<std::size_t>(trainer.layout().unit(u).shard), 0.0f);
@@ -46,6 +53,7 @@ void read_state(ShardedFileReader& in, const StateGroup& g, ShardedTrainer& trai
       const ParamOverlap o = trainer.layout().overlap(u, p);
       in.read(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
               static_cast<std::uint64_t>(o.count), slice.data() + o.at, verify);
+      meter.advance();
     }
     trainer.write_slice(u, g.state, slice);
   }
@@ -96,7 +104,9 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
     const StepMetrics m = trainer.metrics();
     file.write_int64(f::kOptimStep, m.step);
     file.write_int64(f::kOptimSkipped, m.skipped);
-    for (const StateGroup& g : state_groups(trainer))
+    const std::vector<StateGroup> groups = state_groups(trainer);
+    ProgressMeter meter("saving checkpoint", static_cast<std::int64_t>(groups.size()) * tensor_count(units));
+    for (const StateGroup& g : groups)
       for (int u = 0; u < static_cast<int>(units.size()); ++u) {
         const std::vector<float> slice = trainer.read_slice(u, g.state);
         for (const ParamSpec& p : units[u].params) {
@@ -104,6 +114,7 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
           file.write(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
                      static_cast<std::uint64_t>(o.count), slice.data() + o.at);
           if (pause.count() > 0) std::this_thread::sleep_for(pause);
+          meter.advance();
         }
       }
     file.close();
@@ -126,8 +137,9 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
   if (const std::vector<std::string> missing = missing_tensors(in, config); !missing.empty())
     throw InputError(fmt::format("{}: incomplete checkpoint: {} tensor(s) this job needs are missing, the first {}",
                                  file.string(), missing.size(), missing.front()));
-  for (const StateGroup& g : state_groups(trainer))
-    read_state(in, g, trainer, units, config.checkpoint.verify);
+  const std::vector<StateGroup> groups = state_groups(trainer);
+  ProgressMeter meter("loading checkpoint", static_cast<std::int64_t>(groups.size()) * tensor_count(units));
+  for (const StateGroup& g : groups) read_state(in, g, trainer, units, config.checkpoint.verify, meter);
   trainer.set_step_counters(in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped));
   JobPosition position;
   position.iterations_done = in.read_int64(f::kIterationsDone);
@@ -138,7 +150,8 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
 void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
                          bool verify, MPI_Comm comm) {
   const std::unique_ptr<ShardedFileReader> in = open_checkpoint(file, comm);
-  read_state(*in, StateGroup{SliceState::main, f::kModel}, trainer, units, verify);
+  ProgressMeter meter("loading weights", tensor_count(units));
+  read_state(*in, StateGroup{SliceState::main, f::kModel}, trainer, units, verify, meter);
 }
 
 }  // namespace shardrl

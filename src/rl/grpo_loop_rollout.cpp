@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/progress_meter.hpp"
 #include "core/trace.hpp"
 #include "mpi/host_exchange.hpp"
 #include "rl/grpo_loop.hpp"
@@ -237,7 +238,8 @@ EvalStats GrpoLoop::evaluate() {
     SamplingOptions sampling = options_.sampling;
     if (greedy) sampling.temperature = 0.0f;
     const std::int64_t chunk = std::max<std::int64_t>(1, generator_->max_rows() / per_prompt);
-    for (std::int64_t first = begin; first < end; first += chunk) {
+    ProgressMeter meter(greedy ? "evaluation (greedy)" : "evaluation (samples)", (end - begin + chunk - 1) / chunk);
+    for (std::int64_t first = begin; first < end; first += chunk, meter.advance()) {
       std::vector<GenerationRow> rows;
       std::vector<TaskExample> examples;
       for (std::int64_t i = first; i < std::min<std::int64_t>(end, first + chunk); ++i) {
