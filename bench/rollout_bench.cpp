@@ -3,8 +3,10 @@
 // log-normal distribution (median --median, capped at --max-new-tokens; no EOS). Prints, per
 // engine: generated tokens/s (the whole rollout's time), prefill tokens/s and the prompt tokens
 // prefilled, the share of decode steps with fewer than half of the rows, preemptions, and the KV
-// cache allocated and at most in use. The paged engine runs with --slots decode slots (default:
-// every row) and a pool of --kv-cache-tokens positions (default: the static engine's size).
+// cache allocated and at most in use. Both engines run with --slots rows decoding at once
+// (default: every row): the static engine takes the rows in consecutive batches of that many,
+// each to its end, as a rollout too large for one batch must; the paged one refills its slots,
+// with a pool of --kv-cache-tokens positions (default: the static engine's size).
 //   bench_rollout [--config F] [--set k=v ...] [--prompts P] [--samples G] [--prompt-tokens Lp]
 //                 [--median M] [--max-new-tokens N] [--slots S] [--kv-cache-tokens T]
 #include <CLI/CLI.hpp>
@@ -34,7 +36,8 @@ int main(int argc, char** argv) {
   app.add_option("--prompt-tokens", prompt_tokens, "Prompt length (Lp)")->check(CLI::PositiveNumber);
   app.add_option("--median", median, "Median completion length")->check(CLI::PositiveNumber);
   app.add_option("--max-new-tokens", max_new, "Longest completion (the lengths' cap)")->check(CLI::PositiveNumber);
-  app.add_option("--slots", slots, "Paged engine: rows decoding at once (0: every row)")->check(CLI::NonNegativeNumber);
+  app.add_option("--slots", slots, "Rows decoding at once (0: every row); static: batches of this many")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-tokens", kv_cache_tokens, "Paged engine: positions of the block pool (0: as static)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
     EngineOptions e;
     e.engine = engine;
     e.kv_cache_tokens = kv_cache_tokens;
-    const int capacity = engine == RolloutEngine::paged && slots > 0 ? slots : R;
+    const int capacity = slots > 0 ? std::min(slots, R) : R;
     Generator g(model, capacity, prompt_tokens + max_new, ExecSpace(), nullptr, e);
     if (cfg.rollout.cuda_graph == RolloutGraph::decode) g.use_decode_graphs();
     DenseParameters params(g.model(), ExecSpace());
@@ -79,12 +82,26 @@ int main(int argc, char** argv) {
     g.generate(weights, {rows.front()}, SamplingOptions{}, 2, 1, 0, -1);   // warm-up
     Kokkos::fence();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto out = g.generate(weights, rows, SamplingOptions{}, max_new, 1, 1, -1);
+    std::int64_t tokens = 0;
+    GenerationStats st;
+    // Static: consecutive batches of `capacity` rows; paged: every row in one call.
+    const int batch = engine == RolloutEngine::paged ? R : capacity;
+    for (int first = 0; first < R; first += batch) {
+      const std::vector<GenerationRow> part(rows.begin() + first, rows.begin() + std::min(R, first + batch));
+      for (const auto& c : g.generate(weights, part, SamplingOptions{}, max_new, 1, 1, -1))
+        tokens += static_cast<std::int64_t>(c.tokens.size());
+      const GenerationStats& call = g.last_stats();
+      st.prefill_tokens += call.prefill_tokens;
+      st.prefill_s += call.prefill_s;
+      st.decode_steps += call.decode_steps;
+      st.decode_s += call.decode_s;
+      st.sparse_steps += call.sparse_steps;
+      st.preemptions += call.preemptions;
+      st.kv_bytes = call.kv_bytes;
+      st.kv_peak_bytes = std::max(st.kv_peak_bytes, call.kv_peak_bytes);
+    }
     Kokkos::fence();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::int64_t tokens = 0;
-    for (const auto& c : out) tokens += static_cast<std::int64_t>(c.tokens.size());
-    const GenerationStats& st = g.last_stats();
     std::cout << fmt::format(
         "  {:6s}: {} tokens in {:.3f} s, {:.0f} tokens/s | prefill {} tokens in {:.3f} s ({:.0f} tokens/s) | {} "
         "decode steps ({:.3f} s), {:.0f}% with under half of {} rows | {} preemptions | KV cache {:.1f} MiB, at "
