@@ -4,13 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
-#include <set>
 
 #include "core/device_stream.hpp"
 #include "core/error.hpp"
 #include "core/trace.hpp"
-#include "rollout/block_pool.hpp"
+#include "rollout/row_limit.hpp"
 
 namespace shardrl {
 namespace {
@@ -44,11 +42,6 @@ KvCache make_cache(const ModelOptions& model, int rows, int max_len, const Engin
   p.block_positions = engine.block_positions;
   p.sequences = 2 * rows;
   return KvCache(model.shape, p, max_len, es, at);
-}
-
-// A row's own limit of new tokens, at most the call's.
-int limit(const GenerationRow& row, int max_new_tokens) {
-  return row.max_new_tokens > 0 ? std::min(row.max_new_tokens, max_new_tokens) : max_new_tokens;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -235,227 +228,9 @@ std::vector<Completion> Generator::generate_static(const std::vector<const void*
       c.entropy.push_back(entropy_h_[i]);
       c.finished = drawn_h_[i] == eos;
       next[r] = drawn_h_[i];
-      if (!c.finished && static_cast<int>(c.tokens.size()) < limit(rows[r], max_new_tokens)) still.push_back(r);
+      if (!c.finished && static_cast<int>(c.tokens.size()) < row_token_limit(rows[r], max_new_tokens)) still.push_back(r);
     }
     active.swap(still);
-  }
-  return out;
-}
-
-// The paged engine. Its state on the host: the pool's blocks with their references; each row's
-// blocks (one reference each, in position order); each prompt group's prefix blocks, held until
-// its last sample has joined; the rows waiting (in row order, a preempted row back at the front)
-// and those decoding, each in a slot whose block-table row lists its blocks (unused entries and
-// free slots: the scratch block 0).
-std::vector<Completion> Generator::generate_paged(const std::vector<const void*>& weights,
-                                                  const std::vector<GenerationRow>& rows,
-                                                  const SamplingOptions& sampling, int max_new_tokens,
-                                                  std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
-  const int R = static_cast<int>(rows.size());
-  std::vector<Completion> out(R);
-  if (R == 0 || max_new_tokens == 0) return out;
-  const int head = model_.head_unit();
-  const int bp = cache_.block_positions(), per_sequence = cache_.blocks_per_sequence();
-  const std::size_t block_bytes = cache_.bytes() / std::size_t(cache_.blocks());
-  auto blocks_for = [bp](int positions) { return (positions + bp - 1) / bp; };
-
-  BlockPool pool(cache_.blocks());
-  const int scratch = pool.take();   // block 0
-  auto set_table = [&](int sequence, const std::vector<int>& blocks) {
-    std::int32_t* t = cache_.table(sequence);
-    for (int b = 0; b < per_sequence; ++b) t[b] = b < static_cast<int>(blocks.size()) ? blocks[b] : scratch;
-  };
-  for (int s = 0; s < cache_.rows(); ++s) set_table(s, {});
-
-  // Samples of one prompt (same index, same tokens) form a group that shares its prefill.
-  struct Group {
-    int first_row = 0;
-    int prefix = 0;            // prompt tokens through prefill (the last one is fed by decode)
-    int waiting = 0;           // its rows not yet joined
-    bool prefilled = false;
-    std::vector<int> blocks;   // its prefix's, one reference held by the group until waiting == 0
-  };
-  std::vector<Group> groups;
-  std::vector<int> group_of(R);
-  for (int r = 0; r < R; ++r) {
-    int g = static_cast<int>(groups.size()) - 1;
-    if (g < 0 || rows[groups[g].first_row].prompt_index != rows[r].prompt_index ||
-        rows[groups[g].first_row].prompt != rows[r].prompt) {
-      groups.push_back(Group{r, static_cast<int>(rows[r].prompt.size()) - 1, 0, false, {}});
-      g = static_cast<int>(groups.size()) - 1;
-    }
-    ++groups[g].waiting;
-    group_of[r] = g;
-  }
-
-  std::vector<std::vector<int>> blocks_of(R);
-  std::vector<int> slot_of(R, -1);
-  std::vector<char> joined(R, 0);   // attached to its group's prefix (or prefilled alone)
-  std::set<int> free_slots;
-  for (int s = 0; s < max_rows_; ++s) free_slots.insert(s);
-  std::deque<int> waiting;
-  for (int r = 0; r < R; ++r) waiting.push_back(r);
-  std::vector<int> running;   // in the order they were admitted
-  auto position_of = [&](int r) {
-    return static_cast<int>(rows[r].prompt.size()) - 1 + static_cast<int>(out[r].tokens.size());
-  };
-  auto release_row = [&](int r) {
-    for (int b : blocks_of[r]) pool.release(b);
-    blocks_of[r].clear();
-    set_table(slot_of[r], {});
-    free_slots.insert(slot_of[r]);
-    slot_of[r] = -1;
-  };
-  // A row that has not joined its group shares its prompt's prefill (the group holds its prefix
-  // until its last row joins); a joined row that comes back after preemption is prefilled alone.
-  auto shares_group = [&](int r) { return !joined[r]; };
-
-  while (!waiting.empty() || !running.empty()) {
-    // Admit waiting rows into free slots while the pool has room for what each needs now: its
-    // group's prefix if not yet prefilled, or its own prefix if prefilled alone, and one block
-    // for the position it decodes next.
-    std::vector<int> prefill_groups, prefill_rows, joining;
-    int promised = 0;   // blocks admitted rows take after the admission (a copy, the next position's)
-    while (!free_slots.empty() && !waiting.empty()) {
-      const int r = waiting.front();
-      Group& g = groups[group_of[r]];
-      const bool share = shares_group(r);
-      const bool group_scheduled = std::find(prefill_groups.begin(), prefill_groups.end(), group_of[r]) != prefill_groups.end();
-      int need = 1;
-      if (share && !g.prefilled && !group_scheduled) need += blocks_for(g.prefix);
-      if (!share) need += blocks_for(position_of(r));
-      if (pool.free_blocks() - promised < need) break;
-      ++promised;
-      waiting.pop_front();
-      slot_of[r] = *free_slots.begin();
-      free_slots.erase(free_slots.begin());
-      running.push_back(r);
-      if (share) {
-        if (!g.prefilled && !group_scheduled) {
-          for (int b = 0; b < blocks_for(g.prefix); ++b) g.blocks.push_back(pool.take());
-          if (g.prefix > 0) prefill_groups.push_back(group_of[r]);
-          g.prefilled = true;
-        }
-        joining.push_back(r);
-      } else {
-        for (int b = 0; b < blocks_for(position_of(r)); ++b) blocks_of[r].push_back(pool.take());
-        if (position_of(r) > 0) prefill_rows.push_back(r);
-        joined[r] = 1;
-      }
-    }
-    SHARDRL_CHECK(!running.empty(), "the paged KV cache cannot hold one sequence (the generator sizes it to)");
-
-    // Prefill what was admitted, one batch: each group's prompt once, each row prefilled alone
-    // with its prompt and what it generated before it was preempted (all but the last token,
-    // which decode feeds). Batch row b writes through prefill sequence rows_ + b.
-    const int batch = static_cast<int>(prefill_groups.size() + prefill_rows.size());
-    if (batch > 0) {
-      std::vector<std::vector<std::int32_t>> texts;
-      std::vector<const std::vector<int>*> blocks;
-      for (int gi : prefill_groups) {
-        const auto& p = rows[groups[gi].first_row].prompt;
-        texts.emplace_back(p.begin(), p.end() - 1);
-        blocks.push_back(&groups[gi].blocks);
-      }
-      for (int r : prefill_rows) {
-        std::vector<std::int32_t> text(rows[r].prompt);
-        text.insert(text.end(), out[r].tokens.begin(), out[r].tokens.end());
-        text.pop_back();
-        texts.push_back(std::move(text));
-        blocks.push_back(&blocks_of[r]);
-      }
-      int S = 0;
-      for (const auto& t : texts) S = std::max(S, static_cast<int>(t.size()));
-      std::vector<std::int32_t> tokens(std::size_t(batch) * S, 0), targets(tokens.size(), 0), sequence(batch);
-      for (int b = 0; b < batch; ++b) {
-        std::copy(texts[b].begin(), texts[b].end(), tokens.begin() + std::size_t(b) * S);
-        sequence[b] = max_rows_ + b;
-        set_table(max_rows_ + b, *blocks[b]);
-        stats_.prefill_tokens += static_cast<std::int64_t>(texts[b].size());
-      }
-      const TraceSpan span("prefill");
-      const auto t0 = std::chrono::steady_clock::now();
-      cache_.upload_table(model_.space());
-      model_.set_batch(tokens.data(), targets.data(), batch, S);
-      model_.set_prefill_sequences(sequence.data());
-      for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
-      model_.space().fence();
-      stats_.prefill_s += seconds_since(t0);
-      for (int b = 0; b < batch; ++b) set_table(max_rows_ + b, {});
-    }
-
-    // Joining samples take references to their prompt's full blocks and copy its last, partly
-    // filled one (their own positions follow in it). The group lets its prefix go when its last
-    // sample has joined.
-    for (int r : joining) {
-      Group& g = groups[group_of[r]];
-      const int full = g.prefix / bp;
-      for (int b = 0; b < full; ++b) {
-        pool.share(g.blocks[b]);
-        blocks_of[r].push_back(g.blocks[b]);
-      }
-      if (g.prefix % bp != 0) {
-        const int own = pool.take();
-        cache_.copy_block(model_.space(), g.blocks[full], own);
-        blocks_of[r].push_back(own);
-      }
-      joined[r] = 1;
-      if (--g.waiting == 0) {
-        for (int b : g.blocks) pool.release(b);
-        g.blocks.clear();
-      }
-    }
-
-    // Every decoding row needs the block of the position it writes now. Without a free one, the
-    // row admitted last is preempted (its blocks freed; it waits at the front and is recomputed
-    // when it comes back: its draws are keyed, so it continues as it would have).
-    for (std::size_t i = 0; i < running.size();) {
-      const int r = running[i];
-      const int need = position_of(r) / bp + 1;
-      bool preempted_self = false;
-      while (static_cast<int>(blocks_of[r].size()) < need) {
-        if (pool.free_blocks() == 0) {
-          const int victim = running.back();
-          release_row(victim);
-          running.pop_back();
-          waiting.push_front(victim);
-          ++stats_.preemptions;
-          if (victim == r) {
-            preempted_self = true;
-            break;
-          }
-          continue;
-        }
-        blocks_of[r].push_back(pool.take());
-      }
-      if (!preempted_self) ++i;
-    }
-    for (int r : running) set_table(slot_of[r], blocks_of[r]);
-    cache_.upload_table(model_.space());
-    stats_.kv_peak_bytes = std::max(stats_.kv_peak_bytes, std::size_t(pool.in_use()) * block_bytes);
-
-    std::vector<std::int32_t> input, position, slot;
-    std::vector<std::uint64_t> key;
-    for (int r : running) {
-      input.push_back(out[r].tokens.empty() ? rows[r].prompt.back() : out[r].tokens.back());
-      position.push_back(position_of(r));
-      slot.push_back(slot_of[r]);
-      key.push_back(draw_key(seed, iteration, rows[r].prompt_index, rows[r].sample_index,
-                             static_cast<std::int64_t>(out[r].tokens.size())));
-    }
-    decode(weights, sampling, input, position, slot, key);
-    std::vector<int> still;
-    for (std::size_t i = 0; i < running.size(); ++i) {
-      const int r = running[i];
-      Completion& c = out[r];
-      c.tokens.push_back(drawn_h_[i]);
-      c.logp.push_back(logp_h_[i]);
-      c.entropy.push_back(entropy_h_[i]);
-      c.finished = drawn_h_[i] == eos;
-      if (!c.finished && static_cast<int>(c.tokens.size()) < limit(rows[r], max_new_tokens)) still.push_back(r);
-      else release_row(r);
-    }
-    running.swap(still);
   }
   return out;
 }
