@@ -331,12 +331,15 @@ std::vector<KeyDef> build_schema() {
                      "`static`: every row's prompt is prefilled and all rows decode together, each leaving "
                      "when it ends; the KV cache is rows x positions. `paged`: a prompt is prefilled once for "
                      "its samples, which share its KV cache blocks (16 positions each); blocks are taken as "
-                     "sequences grow and a finished row's slot takes the next waiting one (the same draws "
-                     "as `static`).",
+                     "sequences grow, a finished row's slot takes the next waiting one, and when the pool runs "
+                     "out the row admitted last is recomputed later. The same draws as `static` (on a GPU to "
+                     "the rounding of GEMMs of other shapes, which can flip a near tie).",
                      &Config::rollout, &RolloutConfig::engine, std::vector<std::string>{"static", "paged"}));
   s.push_back(with_max(with_min(field("rollout", "kv_cache_tokens", VK::integer,
-                                      "`paged`: positions the KV cache's block pool holds (rows that do not fit "
-                                      "wait, or are recomputed later); 0: as many as `static` allocates.",
+                                      "`paged`: positions the KV cache's block pool holds, rounded up to whole "
+                                      "blocks and at least two sequences' worth, plus one scratch block; rows that "
+                                      "do not fit wait, or are recomputed later. 0: as many as `static` allocates "
+                                      "(rows x positions).",
                                       &Config::rollout, &RolloutConfig::kv_cache_tokens),
                                 0),
                        kMaxInt));

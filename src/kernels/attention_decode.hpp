@@ -79,8 +79,10 @@ void attention_decode(const ExecSpace& space, const CacheShape& s, const std::in
   // took a third of a llama-1b decode step.)
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Scratch = Kokkos::View<float*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Entries = Kokkos::View<long*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   constexpr int kChunk = 128;
-  const std::size_t scratch = Scratch::shmem_size(kChunk) + 2 * Scratch::shmem_size(hd);
+  const std::size_t scratch =
+      Scratch::shmem_size(kChunk) + 2 * Scratch::shmem_size(hd) + Entries::shmem_size(kChunk);
   Kokkos::parallel_for(
       "attention_decode",
       Policy(space, s.rows * H, Kokkos::AUTO).set_scratch_size(0, Kokkos::PerTeam(scratch)),
@@ -89,6 +91,9 @@ void attention_decode(const ExecSpace& space, const CacheShape& s, const std::in
         const long r = rh / H, slot = slots ? slots[r] : r;
         const int g = static_cast<int>(rh % H) / group;
         Scratch p(team.team_scratch(0), kChunk), qs(team.team_scratch(0), hd), acc(team.team_scratch(0), hd);
+        // The cache entries of the chunk's positions, looked up once (the block table, when
+        // paged) by the scoring pass and read again by the values' pass.
+        Entries entry(team.team_scratch(0), kChunk);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](const int d) {
           qs(d) = static_cast<float>(q[rh * hd + d]);
           acc(d) = 0.0f;
@@ -99,7 +104,8 @@ void attention_decode(const ExecSpace& space, const CacheShape& s, const std::in
         for (long c0 = 0; c0 <= last; c0 += kChunk) {
           const int n = static_cast<int>(last + 1 - c0 < kChunk ? last + 1 - c0 : kChunk);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), [&](const int j) {
-            const T* kj = k_cache + (cs.entry(slot, c0 + j) * G + g) * hd;
+            entry(j) = cs.entry(slot, c0 + j);
+            const T* kj = k_cache + (entry(j) * G + g) * hd;
             float dot = 0.0f;
             for (int d = 0; d < hd; ++d) dot += qs(d) * static_cast<float>(kj[d]);
             p(j) = scale * dot;
@@ -124,7 +130,7 @@ void attention_decode(const ExecSpace& space, const CacheShape& s, const std::in
           l = l * correction + chunk_sum;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](const int d) {
             float a = acc(d) * correction;
-            for (int j = 0; j < n; ++j) a += p(j) * static_cast<float>(v_cache[(cs.entry(slot, c0 + j) * G + g) * hd + d]);
+            for (int j = 0; j < n; ++j) a += p(j) * static_cast<float>(v_cache[(entry(j) * G + g) * hd + d]);
             acc(d) = a;
           });
           team.team_barrier();

@@ -2,8 +2,9 @@
 // allocated once (ledger: kv-cache), in the rollout phase's arena region if given one.
 // Contiguous: (sequences, max_len, n_kv_heads, head_dim) per layer, sequence s at row s. Paged: a
 // pool of blocks of block_positions (a power of two) positions per layer, and a block table
-// (sequences, max_len / block_positions) saying which blocks hold each sequence's positions; the
-// caller (the rollout's scheduler) fills the table on the host and uploads it before a step.
+// (sequences, ceil(max_len / block_positions)) saying which blocks hold each sequence's
+// positions; the caller (the rollout's scheduler) fills the table on the host and uploads it
+// before a step.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +42,11 @@ class KvCache {
   // A step of `rows` rows through this cache, as the kernels take it.
   kernels::CacheShape step_shape(int rows) const;
 
-  // Paged only: the host copy of the block table, (sequences, blocks_per_sequence); entries of
-  // positions a sequence does not reach are never read. upload_table() copies it to the device
-  // on the model's stream (before the step that reads it).
+  // Paged only: the host copy of the block table, (sequences, blocks_per_sequence). Every entry
+  // must name a block the sequence may write: a prefill's padding positions and a decode
+  // bucket's padding rows write through entries no real position reaches (the scheduler points
+  // them at a scratch block). upload_table() copies it to the device on the model's stream
+  // (before the step that reads it).
   std::int32_t* table(int sequence) { return table_h_.data() + std::size_t(sequence) * blocks_per_sequence_; }
   void upload_table(const ExecSpace& space);
   // Copies block `from` into block `to`, every layer, keys and values (a sample's own copy of

@@ -327,6 +327,8 @@ void Transformer::prefill_unit(int u, const void* weights, KvCache& cache) {
   SHARDRL_CHECK(B_ > 0, "prefill_unit before set_batch");
   SHARDRL_CHECK(u != head_unit(), "prefill runs the embedding and the layers, not the head");
   SHARDRL_CHECK(cache.rows() >= B_ && cache.max_len() >= S_, "KV cache smaller than the prefill batch");
+  for (int i = 0; i < B_ * S_; i += S_)
+    SHARDRL_CHECK(act_->slots_h(i) >= 0 && act_->slots_h(i) < cache.rows(), "prefill cache sequence out of range");
   if (u == 0) return forward_unit(0, weights);
   const bool half = options_.precision == Precision::bf16;
   half ? layer_forward(u - 1, static_cast<const bf16*>(weights), false, &cache, true)

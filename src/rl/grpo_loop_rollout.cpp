@@ -237,7 +237,11 @@ EvalStats GrpoLoop::evaluate() {
     const int per_prompt = greedy ? 1 : e.k;
     SamplingOptions sampling = options_.sampling;
     if (greedy) sampling.temperature = 0.0f;
-    const std::int64_t chunk = std::max<std::int64_t>(1, generator_->max_rows() / per_prompt);
+    // The paged engine takes every row at once and refills its slots; the static one runs
+    // batches of its rows.
+    const std::int64_t chunk = std::max<std::int64_t>(1, generator_->engine().engine == RolloutEngine::paged
+                                                             ? end - begin
+                                                             : generator_->max_rows() / per_prompt);
     ProgressMeter meter(greedy ? "evaluation (greedy)" : "evaluation (samples)", (end - begin + chunk - 1) / chunk);
     for (std::int64_t first = begin; first < end; first += chunk, meter.advance()) {
       std::vector<GenerationRow> rows;

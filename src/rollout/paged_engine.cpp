@@ -86,21 +86,26 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
   auto shares_group = [&](int r) { return !joined[r]; };
 
   while (!waiting.empty() || !running.empty()) {
-    // Admit waiting rows into free slots while the pool has room for what each needs now: its
-    // group's prefix if not yet prefilled, or its own prefix if prefilled alone, and one block
-    // for the position it decodes next.
+    // Admit waiting rows into free slots while the pool has room for what each needs now (its
+    // group's prefix if not yet prefilled, or its own prefix if prefilled alone) and for the block
+    // it takes later in this step (its copy of the prompt's last block, or the block of the
+    // position it decodes next), beside the blocks the running rows take in this step.
     std::vector<int> prefill_groups, prefill_rows, joining;
-    int promised = 0;   // blocks admitted rows take after the admission (a copy, the next position's)
+    int promised = 0;   // blocks taken later in this step
+    for (int r : running) promised += static_cast<int>(blocks_of[r].size()) <= position_of(r) / bp ? 1 : 0;
     while (!free_slots.empty() && !waiting.empty()) {
       const int r = waiting.front();
       Group& g = groups[group_of[r]];
       const bool share = shares_group(r);
       const bool group_scheduled = std::find(prefill_groups.begin(), prefill_groups.end(), group_of[r]) != prefill_groups.end();
-      int need = 1;
+      // A sharing row takes one block later (the copy of a partly filled last block, or the block
+      // its first position opens); a row prefilled alone one only when its position opens a block.
+      const int later = share ? 1 : (position_of(r) % bp == 0 ? 1 : 0);
+      int need = later;
       if (share && !g.prefilled && !group_scheduled) need += blocks_for(g.prefix);
       if (!share) need += blocks_for(position_of(r));
       if (pool.free_blocks() - promised < need) break;
-      ++promised;
+      promised += later;
       waiting.pop_front();
       slot_of[r] = *free_slots.begin();
       free_slots.erase(free_slots.begin());
@@ -160,22 +165,28 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     }
 
     // Joining samples take references to their prompt's full blocks and copy its last, partly
-    // filled one (their own positions follow in it). The group lets its prefix go when its last
-    // sample has joined.
+    // filled one (their own positions follow in it); the group's last sample takes that block
+    // over instead, and the group lets its prefix go.
     for (int r : joining) {
       Group& g = groups[group_of[r]];
       const int full = g.prefix / bp;
+      const bool last = --g.waiting == 0;
       for (int b = 0; b < full; ++b) {
         pool.share(g.blocks[b]);
         blocks_of[r].push_back(g.blocks[b]);
       }
       if (g.prefix % bp != 0) {
-        const int own = pool.take();
-        cache_.copy_block(model_.space(), g.blocks[full], own);
-        blocks_of[r].push_back(own);
+        if (last) {
+          pool.share(g.blocks[full]);
+          blocks_of[r].push_back(g.blocks[full]);
+        } else {
+          const int own = pool.take();
+          cache_.copy_block(model_.space(), g.blocks[full], own);
+          blocks_of[r].push_back(own);
+        }
       }
       joined[r] = 1;
-      if (--g.waiting == 0) {
+      if (last) {
         for (int b : g.blocks) pool.release(b);
         g.blocks.clear();
       }
@@ -183,7 +194,8 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
 
     // Every decoding row needs the block of the position it writes now. Without a free one, the
     // row admitted last is preempted (its blocks freed; it waits at the front and is recomputed
-    // when it comes back: its draws are keyed, so it continues as it would have).
+    // when it comes back: its draws are keyed, so it continues with the same tokens, to the
+    // rounding of a prefill against decode steps, which on a GPU can change a near tie).
     for (std::size_t i = 0; i < running.size();) {
       const int r = running[i];
       const int need = position_of(r) / bp + 1;
@@ -207,7 +219,6 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     }
     for (int r : running) set_table(slot_of[r], blocks_of[r]);
     cache_.upload_table(model_.space());
-    stats_.kv_peak_bytes = std::max(stats_.kv_peak_bytes, std::size_t(pool.in_use()) * block_bytes);
 
     std::vector<std::int32_t> input, position, slot;
     std::vector<std::uint64_t> key;
@@ -232,6 +243,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     }
     running.swap(still);
   }
+  stats_.kv_peak_bytes = std::size_t(pool.peak_in_use() - 1) * block_bytes;   // the scratch block aside
   return out;
 }
 
