@@ -6,14 +6,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
-#include <sstream>
 
 #include "app/job_config.hpp"
 #include "config/changes.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/metrics_log.hpp"
@@ -27,14 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Record = std::vector<std::pair<std::string, double>>;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw InputError(fmt::format("cannot read '{}'", p.string()));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string number(double v) {
   if (!std::isfinite(v)) return "-";
@@ -53,7 +43,7 @@ std::vector<std::pair<double, double>> series(const std::vector<Record>& records
 
 std::string config_section(const fs::path& run) {
   const fs::path path = run / "config.toml";
-  const LoadedConfig loaded = parse_saved_config(read_text(path), path.string());
+  const LoadedConfig loaded = parse_saved_config(read_input_file(path, "run config"), path.string());
   if (!loaded.ok()) {
     std::string errors;
     for (const auto& e : loaded.errors) errors += "\n- " + e;

@@ -63,11 +63,20 @@ std::vector<TraceEvent> Trace::take() {
 std::int64_t Trace::dropped() { return recorder().dropped; }
 
 TraceSpan::TraceSpan(const char* name, std::int64_t index) {
+  Recorder& r = recorder();
 #if defined(SHARDRL_ENABLE_CUDA)
-  nvtxRangePushA(span_name(name, index).c_str());
+  // The NVTX range's name on the stack: spans open in the train step and every decode step,
+  // traced or not.
+  char label[96];
+  const char* text = name;
+  if (index >= 0) {
+    const auto end = fmt::format_to_n(label, sizeof label - 1, "{} {}", name, index).out;
+    *end = '\0';
+    text = label;
+  }
+  nvtxRangePushA(text);
   nvtx_ = true;
 #endif
-  Recorder& r = recorder();
   if (!r.on) return;
   if (r.fence) Kokkos::fence();
   r.open.push_back(Open{span_name(name, index), now_us()});

@@ -37,6 +37,15 @@ KOKKOS_INLINE_FUNCTION void swiglu_gradients(T g, T u, T da, T& dg, T& du) {
   du = T(dav * gv * sig);
 }
 
+// A pack of the forward's activations, element by element through swiglu_activation.
+template <class T>
+KOKKOS_INLINE_FUNCTION Packed<T> swiglu_activation_pack(const Packed<T>& g, const Packed<T>& u) {
+  Packed<T> a;
+  SHARDRL_UNROLL_LANES
+  for (int k = 0; k < Packed<T>::width; ++k) a.v[k] = swiglu_activation(g.v[k], u.v[k]);
+  return a;
+}
+
 }  // namespace detail
 
 template <class T>
@@ -51,11 +60,7 @@ void swiglu_forward(const ExecSpace& space,
       "swiglu_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, range.items), KOKKOS_LAMBDA(const long item) {
         if (item < range.packs) {
           const long i = item * W;
-          const Packed<T> gp = load_packed(g + i), up = load_packed(u + i);
-          Packed<T> ap;
-          SHARDRL_UNROLL_LANES
-          for (int k = 0; k < W; ++k) ap.v[k] = detail::swiglu_activation(gp.v[k], up.v[k]);
-          store_packed(a + i, ap);
+          store_packed(a + i, detail::swiglu_activation_pack(load_packed(g + i), load_packed(u + i)));
         } else {
           const long i = range.tail_element(item);
           a[i] = detail::swiglu_activation(g[i], u[i]);
@@ -87,12 +92,7 @@ void swiglu_backward(const ExecSpace& space,
           for (int k = 0; k < W; ++k) detail::swiglu_gradients(gp.v[k], up.v[k], dap.v[k], dgp.v[k], dup.v[k]);
           store_packed(dg + i, dgp);
           store_packed(du + i, dup);
-          if (with_a) {
-            Packed<T> ap;
-            SHARDRL_UNROLL_LANES
-            for (int k = 0; k < W; ++k) ap.v[k] = detail::swiglu_activation(gp.v[k], up.v[k]);
-            store_packed(a + i, ap);
-          }
+          if (with_a) store_packed(a + i, detail::swiglu_activation_pack(gp, up));
         } else {
           // Reads its inputs before it writes, as a pack does, so outputs may overwrite inputs.
           const long i = range.tail_element(item);

@@ -81,10 +81,6 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     free_slots.insert(slot_of[r]);
     slot_of[r] = -1;
   };
-  // A row that has not joined its group shares its prompt's prefill (the group holds its prefix
-  // until its last row joins); a joined row that comes back after preemption is prefilled alone.
-  auto shares_group = [&](int r) { return !joined[r]; };
-
   while (!waiting.empty() || !running.empty()) {
     // Admit waiting rows into free slots while the pool has room for what each needs now (its
     // group's prefix if not yet prefilled, or its own prefix if prefilled alone) and for the block
@@ -96,13 +92,15 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     while (!free_slots.empty() && !waiting.empty()) {
       const int r = waiting.front();
       Group& g = groups[group_of[r]];
-      const bool share = shares_group(r);
-      const bool group_scheduled = std::find(prefill_groups.begin(), prefill_groups.end(), group_of[r]) != prefill_groups.end();
+      // A row that has not joined its group shares its prompt's prefill (the group holds its
+      // prefix until its last row joins, and marks it prefilled when its first row is admitted);
+      // a joined row that comes back after preemption is prefilled alone.
+      const bool share = !joined[r];
       // A sharing row takes one block later (the copy of a partly filled last block, or the block
       // its first position opens); a row prefilled alone one only when its position opens a block.
       const int later = share ? 1 : (position_of(r) % bp == 0 ? 1 : 0);
       int need = later;
-      if (share && !g.prefilled && !group_scheduled) need += blocks_for(g.prefix);
+      if (share && !g.prefilled) need += blocks_for(g.prefix);
       if (!share) need += blocks_for(position_of(r));
       if (pool.free_blocks() - promised < need) break;
       promised += later;
@@ -111,7 +109,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
       free_slots.erase(free_slots.begin());
       running.push_back(r);
       if (share) {
-        if (!g.prefilled && !group_scheduled) {
+        if (!g.prefilled) {
           for (int b = 0; b < blocks_for(g.prefix); ++b) g.blocks.push_back(pool.take());
           if (g.prefix > 0) prefill_groups.push_back(group_of[r]);
           g.prefilled = true;
