@@ -16,6 +16,10 @@
 #include "model/dense_parameters.hpp"
 #include "rollout/generator.hpp"
 
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_profiler_api.h>
+#endif
+
 using namespace shardrl;
 
 int main(int argc, char** argv) {
@@ -71,9 +75,17 @@ int main(int argc, char** argv) {
     gen.generate(weights, rows, SamplingOptions{}, 1, 1, 0, -1);
     Kokkos::fence();
     const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
+    // The timed generation runs between cudaProfilerStart and cudaProfilerStop, so `ncu
+    // --profile-from-start off` sees one prefill and new_tokens - 1 decode steps.
+#if defined(KOKKOS_ENABLE_CUDA)
+    cudaProfilerStart();
+#endif
     auto t0 = std::chrono::steady_clock::now();
     auto out = gen.generate(weights, rows, SamplingOptions{}, new_tokens, 1, 1, -1);
     Kokkos::fence();
+#if defined(KOKKOS_ENABLE_CUDA)
+    cudaProfilerStop();
+#endif
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     long tokens = 0;
     for (const auto& c : out) tokens += static_cast<long>(c.tokens.size());

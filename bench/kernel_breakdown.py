@@ -19,6 +19,8 @@ import sys
 # First match wins; the pattern is searched in the kernel's short name (see short_name).
 CATEGORIES = [
     ("attention", r"flash_|attention|softmax"),
+    ("KV cache write", r"kv_cache_write"),
+    ("sampling (the draw)", r"sample_tokens|logits_max|sampling"),
     ("cross-entropy", r"token_logprob|masked_nll"),
     ("optimizer", r"adamw|optimizer"),
     ("collectives", r"nccl"),

@@ -1,9 +1,15 @@
 // Decode attention and the KV-cache write against an fp64 host reference: float and bf16, GQA,
-// rows at different positions, outputs poisoned first.
+// rows at different positions, outputs poisoned first; the model's head dims (64, 128) over
+// contiguous and paged caches, where GPU builds take the CUDA kernel (compared with the portable
+// one there too).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernel_test_util.hpp"
 #include "kernels/attention_decode.hpp"
@@ -15,6 +21,35 @@ using test::Buffer;
 using test::expect_close;
 using test::random_buffer;
 using test::unit_roundoff;
+
+// The fp64 reference of attention_decode over any cache layout: `entry(seq, pos)` as the
+// CacheShape addresses it, on the host.
+template <class Entry>
+std::vector<double> decode_reference(const kernels::CacheShape& s, const std::vector<int>& slot,
+                                     const std::vector<int>& pos, const std::vector<double>& q,
+                                     const std::vector<double>& kc, const std::vector<double>& vc, Entry entry) {
+  const int H = s.n_heads, G = s.n_kv_heads, hd = s.hd, group = H / G;
+  std::vector<double> want(static_cast<std::size_t>(s.rows) * H * hd, 0.0);
+  for (int r = 0; r < s.rows; ++r)
+    for (int h = 0; h < H; ++h) {
+      const int g = h / group;
+      std::vector<double> sc(pos[r] + 1);
+      double mx = -1e300, z = 0;
+      for (int j = 0; j <= pos[r]; ++j) {
+        const long e = entry(slot[r], j);
+        double dot = 0;
+        for (int d = 0; d < hd; ++d) dot += q[(long(r) * H + h) * hd + d] * kc[(e * G + g) * hd + d];
+        sc[j] = dot / std::sqrt(double(hd));
+        mx = std::max(mx, sc[j]);
+      }
+      for (auto& e : sc) z += (e = std::exp(e - mx));
+      for (int j = 0; j <= pos[r]; ++j) {
+        const long e = entry(slot[r], j);
+        for (int d = 0; d < hd; ++d) want[(long(r) * H + h) * hd + d] += sc[j] / z * vc[(e * G + g) * hd + d];
+      }
+    }
+  return want;
+}
 
 template <class T>
 class AttentionDecode : public ::testing::Test {};
@@ -52,25 +87,11 @@ TYPED_TEST(AttentionDecode, CacheWriteAndAttentionMatchTheReference) {
     Buffer<T> out(q_n);
     out.poison();
     kernels::attention_decode(ExecSpace(), s, nullptr, posd.data(), qb.data(), kcb.data(), vcb.data(), out.data());
-    std::vector<double> want(q_n, 0.0);
-    const int group = sh.H / sh.G;
-    for (int r = 0; r < sh.R; ++r)
-      for (int h = 0; h < sh.H; ++h) {
-        const int g = h / group;
-        std::vector<double> sc(pos[r] + 1);
-        double mx = -1e300, z = 0;
-        for (int j = 0; j <= pos[r]; ++j) {
-          double dot = 0;
-          for (int d = 0; d < sh.hd; ++d)
-            dot += q[(long(r) * sh.H + h) * sh.hd + d] * kc[((long(r) * sh.L + j) * sh.G + g) * sh.hd + d];
-          sc[j] = dot / std::sqrt(double(sh.hd));
-          mx = std::max(mx, sc[j]);
-        }
-        for (auto& e : sc) z += (e = std::exp(e - mx));
-        for (int j = 0; j <= pos[r]; ++j)
-          for (int d = 0; d < sh.hd; ++d)
-            want[(long(r) * sh.H + h) * sh.hd + d] += sc[j] / z * vc[((long(r) * sh.L + j) * sh.G + g) * sh.hd + d];
-      }
+    std::vector<int> rows(sh.R);
+    std::iota(rows.begin(), rows.end(), 0);
+    const std::vector<int> pos_i(pos.begin(), pos.end());
+    const std::vector<double> want =
+        decode_reference(s, rows, pos_i, q, kc, vc, [&](long seq, long j) { return seq * sh.L + j; });
     // bf16: the result is rounded once to T (1 ulp) over fp32 arithmetic; fp32: dot products of
     // up to 64 terms and sums over up to 33 positions (64 ulp of the largest value).
     expect_close(out.host(), want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), "attention_decode");
@@ -117,6 +138,74 @@ TYPED_TEST(AttentionDecode, SlotsSelectTheCacheRows) {
   for (int i = 0; i < 32; ++i) {
     EXPECT_EQ(kh[(3L * 7 + p2(0)) * 32 + i], knew[i]);
     EXPECT_EQ(kh[(1L * 7 + p2(1)) * 32 + i], knew[32 + i]);
+  }
+}
+
+// The shapes the model decodes with: head dims 64 and 128, GQA groups 1 to 16 (the CUDA kernel
+// takes 4, 2 or 1 query heads per CTA), contexts from 1 to past several of its tiles with
+// ragged ends, rows through slots, and a paged cache whose first blocks two sequences share (a
+// prompt's samples). attention_decode (on GPU builds the CUDA kernel, for bf16) and the portable
+// kernel, each against fp64 to the same tolerance (same math, other summation orders).
+TEST(AttentionDecodeModelShapes, ContiguousAndPagedCachesMatchTheReference) {
+  using T = bf16;
+  struct Shape { int H, G, hd; };
+  for (const Shape& sh : {Shape{16, 8, 128}, Shape{32, 8, 64}, Shape{6, 1, 64}, Shape{12, 2, 128}, Shape{16, 1, 128},
+                          Shape{4, 4, 64}}) {
+    for (const bool paged : {false, true}) {
+      const int R = 5, L = 700, shift = 4, bps = (L + 15) >> shift;
+      const std::vector<int> pos = {0, 699, 130, 17, 64};      // contexts 1 .. 700 positions
+      const std::vector<int> slot = {2, 0, 4, 1, 3};           // rows read sequences out of order
+      std::vector<std::int32_t> table;
+      long entries = long(R) * L;
+      if (paged) {
+        // Sequences 0 and 1 share their first 3 blocks; every other block is the sequence's own,
+        // placed at a shuffled pool position.
+        std::vector<std::int32_t> pool(R * bps);
+        std::iota(pool.begin(), pool.end(), 0);
+        std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
+        table.assign(pool.begin(), pool.end());
+        for (int b = 0; b < 3; ++b) table[bps + b] = table[b];
+        entries = long(R) * bps << shift;
+      }
+      kernels::CacheShape s{R, L, sh.H, sh.G, sh.hd};
+      Kokkos::View<std::int32_t*, MemSpace> table_d("table", table.size());
+      if (paged) {
+        auto th = Kokkos::create_mirror_view(table_d);
+        for (std::size_t i = 0; i < table.size(); ++i) th(i) = table[i];
+        Kokkos::deep_copy(table_d, th);
+        s.block_table = table_d.data();
+        s.blocks_per_sequence = bps;
+        s.block_shift = shift;
+      }
+      kernels::CacheShape host_shape = s;
+      host_shape.block_table = paged ? table.data() : nullptr;
+      const auto entry = [&](long seq, long j) { return host_shape.entry(seq, j); };
+      const long q_n = long(R) * sh.H * sh.hd, cache_n = entries * sh.G * sh.hd;
+      std::vector<double> q, kc, vc;
+      auto qb = random_buffer<T>(q_n, 11, &q, -2.0, 2.0);
+      auto kcb = random_buffer<T>(cache_n, 12, &kc), vcb = random_buffer<T>(cache_n, 13, &vc);
+      Kokkos::View<std::int32_t*, MemSpace> pos_d("pos", R), slot_d("slot", R);
+      auto ph = Kokkos::create_mirror_view(pos_d);
+      auto sl = Kokkos::create_mirror_view(slot_d);
+      for (int r = 0; r < R; ++r) {
+        ph(r) = pos[r];
+        sl(r) = slot[r];
+      }
+      Kokkos::deep_copy(pos_d, ph);
+      Kokkos::deep_copy(slot_d, sl);
+      const std::string what = fmt::format("H {} G {} hd {} {}", sh.H, sh.G, sh.hd, paged ? "paged" : "contiguous");
+      const std::vector<double> want = decode_reference(s, slot, pos, q, kc, vc, entry);
+      Buffer<T> out(q_n), portable(q_n);
+      out.poison();
+      portable.poison();
+      kernels::attention_decode(ExecSpace(), s, slot_d.data(), pos_d.data(), qb.data(), kcb.data(), vcb.data(),
+                                out.data());
+      kernels::attention_decode_portable(ExecSpace(), s, slot_d.data(), pos_d.data(), qb.data(), kcb.data(),
+                                         vcb.data(), portable.data());
+      // One bf16 rounding of an fp32 result (sums over up to 700 positions of 128-term dots).
+      expect_close(out.host(), want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what);
+      expect_close(portable.host(), want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what + " portable");
+    }
   }
 }
 

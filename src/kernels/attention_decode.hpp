@@ -5,37 +5,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_decode_cuda.hpp"
+#include "kernels/cache_shape.hpp"
 
 namespace shardrl::kernels {
-
-// A step's rows and heads, and where the cache keeps each sequence's positions. Contiguous
-// (block_table == nullptr): sequence s owns positions [s * max_len, s * max_len + max_len) of
-// the cache. Paged: the cache is a pool of blocks of 2^block_shift positions, and position p of
-// sequence s is at offset p mod 2^block_shift of block block_table[s * blocks_per_sequence +
-// p >> block_shift], so sequences may share blocks (a prompt's, by its samples) and take blocks
-// only as they grow.
-struct CacheShape {
-  int rows = 1;        // rows of this step (each the new token of one sequence)
-  int max_len = 1;     // positions the cache holds per sequence
-  int n_heads = 1;
-  int n_kv_heads = 1;
-  int hd = 1;
-  const std::int32_t* block_table = nullptr;   // (sequences, blocks_per_sequence), or contiguous
-  int blocks_per_sequence = 0;
-  int block_shift = 0;
-
-  // The cache entry (a position of the pool) of position `pos` of sequence `seq`.
-  KOKKOS_INLINE_FUNCTION long entry(long seq, long pos) const {
-    if (block_table == nullptr) return seq * max_len + pos;
-    const long block = block_table[seq * blocks_per_sequence + (pos >> block_shift)];
-    return (block << block_shift) + (pos & ((1L << block_shift) - 1));
-  }
-};
 
 // Row r of a step is sequence slots[r] of the cache (so finished sequences can leave the
 // batch while the others keep their cache); with slots == nullptr, row r is sequence r.
@@ -60,13 +39,14 @@ void kv_cache_write(const ExecSpace& space, const CacheShape& s, const std::int3
 }
 
 // out(r, h, :) = softmax_j(q(r,h,:) . k_cache(slot(r),j,g,:) / sqrt(hd)) v_cache(slot(r),j,g,:),
-// j <= positions[r].
+// j <= positions[r]. The portable kernel: every build, every type and head dim; the CPU's
+// decode attention and the GPU kernel's reference.
 template <class T>
-void attention_decode(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
-                      const std::int32_t* positions,
-                      const T* q,                              // (rows, n_heads, hd)
-                      const T* k_cache, const T* v_cache,      // (entries, n_kv_heads, hd)
-                      T* out) {                                // (rows, n_heads, hd)
+void attention_decode_portable(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
+                               const std::int32_t* positions,
+                               const T* q,                              // (rows, n_heads, hd)
+                               const T* k_cache, const T* v_cache,      // (entries, n_kv_heads, hd)
+                               T* out) {                                // (rows, n_heads, hd)
   SHARDRL_CHECK(s.n_kv_heads >= 1 && s.n_heads % s.n_kv_heads == 0 && s.hd >= 1 && s.hd <= detail::kAttentionMaxHeadDim,
                 "attention_decode: bad head shape");
   const int H = s.n_heads, G = s.n_kv_heads, hd = s.hd, group = H / G;
@@ -138,6 +118,20 @@ void attention_decode(const ExecSpace& space, const CacheShape& s, const std::in
         }
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](const int d) { out[rh * hd + d] = T(acc(d) / l); });
       });
+}
+
+// The decode attention of the model: on GPU builds the CUDA kernel (attention_decode_cuda.hpp)
+// for bf16 and the head dims it takes, the portable one otherwise.
+template <class T>
+void attention_decode(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
+                      const std::int32_t* positions, const T* q, const T* k_cache, const T* v_cache, T* out) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (attention_decode_cuda_supports(s))
+      return attention_decode_cuda(space.cuda_stream(), s, slots, positions, q, k_cache, v_cache, out);
+  }
+#endif
+  attention_decode_portable(space, s, slots, positions, q, k_cache, v_cache, out);
 }
 
 }  // namespace shardrl::kernels
