@@ -5,10 +5,11 @@
 // prefilled, the share of decode steps with fewer than half of the rows, preemptions, and the KV
 // cache allocated and at most in use. Both engines run with --slots rows decoding at once
 // (default: every row): the static engine takes the rows in consecutive batches of that many,
-// each to its end, as a rollout too large for one batch must; the paged one refills its slots,
-// with a pool of --kv-cache-tokens positions (default: the static engine's size).
+// each to its end, as a rollout too large for one batch must; the paged one refills its slots
+// (--paged-slots, default --slots: a smaller pool than the static cache can keep more rows
+// decoding), with a pool of --kv-cache-tokens positions (default: the static engine's size).
 //   bench_rollout [--config F] [--set k=v ...] [--prompts P] [--samples G] [--prompt-tokens Lp]
-//                 [--median M] [--max-new-tokens N] [--slots S] [--kv-cache-tokens T]
+//                 [--median M] [--max-new-tokens N] [--slots S] [--paged-slots S] [--kv-cache-tokens T]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -28,7 +29,7 @@ using namespace shardrl;
 int main(int argc, char** argv) {
   CLI::App app{"shardrl rollout benchmark: the static and the paged engine on an RL-shaped rollout"};
   BenchConfigArgs config_args;
-  int prompts = 32, samples = 8, prompt_tokens = 256, median = 256, max_new = 2048, slots = 0;
+  int prompts = 32, samples = 8, prompt_tokens = 256, median = 256, max_new = 2048, slots = 0, paged_slots = 0;
   std::int64_t kv_cache_tokens = 0;
   config_args.add_to(app);
   app.add_option("--prompts", prompts, "Prompts (P)")->check(CLI::PositiveNumber);
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("--median", median, "Median completion length")->check(CLI::PositiveNumber);
   app.add_option("--max-new-tokens", max_new, "Longest completion (the lengths' cap)")->check(CLI::PositiveNumber);
   app.add_option("--slots", slots, "Rows decoding at once (0: every row); static: batches of this many")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--paged-slots", paged_slots, "Paged engine: rows decoding at once (0: as --slots)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-tokens", kv_cache_tokens, "Paged engine: positions of the block pool (0: as static)")
       ->check(CLI::NonNegativeNumber);
@@ -72,7 +75,8 @@ int main(int argc, char** argv) {
     EngineOptions e;
     e.engine = engine;
     e.kv_cache_tokens = kv_cache_tokens;
-    const int capacity = slots > 0 ? std::min(slots, R) : R;
+    const int engine_slots = engine == RolloutEngine::paged && paged_slots > 0 ? paged_slots : slots;
+    const int capacity = engine_slots > 0 ? std::min(engine_slots, R) : R;
     Generator g(model, capacity, prompt_tokens + max_new, ExecSpace(), nullptr, e);
     if (cfg.rollout.cuda_graph == RolloutGraph::decode) g.use_decode_graphs();
     DenseParameters params(g.model(), ExecSpace());

@@ -272,6 +272,56 @@ TEST(BlockPool, ReferencesFreeBlocksAndPeak) {
   EXPECT_EQ(pool.peak_in_use(), 3);
 }
 
+// copy_blocks: each target block becomes its source, in every layer's keys and values; every
+// other block is untouched. Blocks of 16 bytes of fp32 (8-byte words) and of 6 bytes of bf16
+// (2-byte words: one position of 3 dimensions).
+TEST(KvCache, CopyBlocksCopiesEveryLayerAndNothingElse) {
+  for (const std::size_t element : {std::size_t(4), std::size_t(2)}) {
+    ModelShape shape;
+    shape.n_layers = 3;
+    shape.n_heads = shape.n_kv_heads = 1;
+    shape.head_dim = element == 4 ? 2 : 3;
+    const int positions = element == 4 ? 2 : 1, blocks = 6;
+    KvCache cache(shape, KvCache::Paged{blocks, positions, 4}, 8, element);
+    const std::size_t pool_bytes = std::size_t(blocks) * positions * shape.head_dim * element;
+    using Bytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    std::vector<std::vector<char>> before;
+    for (int l = 0; l < shape.n_layers; ++l)
+      for (void* pool : {cache.keys(l), cache.values(l)}) {
+        std::vector<char> bytes(pool_bytes);
+        for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + l * 31 + before.size());
+        Kokkos::deep_copy(Bytes(static_cast<char*>(pool), pool_bytes),
+                          Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                              bytes.data(), pool_bytes));
+        before.push_back(bytes);
+      }
+    cache.copy_blocks(ExecSpace(), {{1, 4}, {0, 2}, {5, 3}});
+    Kokkos::fence();
+    const std::size_t block = pool_bytes / blocks;
+    int pool_index = 0;
+    for (int l = 0; l < shape.n_layers; ++l)
+      for (void* pool : {cache.keys(l), cache.values(l)}) {
+        std::vector<char> want = before[pool_index++], got(pool_bytes);
+        for (const auto& [from, to] : {std::pair{1, 4}, std::pair{0, 2}, std::pair{5, 3}})
+          std::copy_n(want.begin() + from * block, block, want.begin() + to * block);
+        Kokkos::deep_copy(Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                              got.data(), pool_bytes),
+                          Bytes(static_cast<char*>(pool), pool_bytes));
+        EXPECT_EQ(got, want) << "layer " << l << ", element size " << element;
+      }
+  }
+}
+
+TEST(KvCacheDeathTest, CopyingABlockOntoItselfIsRefused) {
+  ModelShape shape;
+  shape.n_layers = 1;
+  shape.n_heads = shape.n_kv_heads = 1;
+  shape.head_dim = 2;
+  KvCache cache(shape, KvCache::Paged{4, 2, 2}, 4, 4);
+  EXPECT_DEATH(cache.copy_blocks(ExecSpace(), {{1, 1}}), "KV cache block copy 1 -> 1");
+  EXPECT_DEATH(cache.copy_blocks(ExecSpace(), {{0, 1}, {1, 2}, {2, 3}}), "3 KV cache block copies at once");
+}
+
 TEST(BlockPoolDeathTest, ReleasingAFreeBlockIsRefused) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(

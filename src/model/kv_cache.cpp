@@ -32,6 +32,7 @@ KvCache::KvCache(const ModelShape& s, const Paged& p, int max_len, std::size_t e
   const std::size_t entries = std::size_t(p.sequences) * blocks_per_sequence_;
   table_ = LedgerView<std::int32_t>(at, MemoryCategory::kv_cache, "kv_block_table", entries);
   table_h_.assign(entries, 0);
+  copies_ = LedgerView<std::int32_t>(at, MemoryCategory::kv_cache, "kv_block_copies", 2 * std::size_t(p.sequences));
 }
 
 std::size_t KvCache::bytes() const {
@@ -57,16 +58,43 @@ void KvCache::upload_table(const ExecSpace& space) {
                         table_h_.data(), table_h_.size()));
 }
 
-void KvCache::copy_block(const ExecSpace& space, int from, int to) {
-  SHARDRL_CHECK(paged_ && from >= 0 && from < blocks_ && to >= 0 && to < blocks_ && from != to,
-                fmt::format("KV cache block copy {} -> {}", from, to));
+namespace {
+
+// Every (from, to) pair's block of one layer's pool, copied in words of type Word.
+template <class Word>
+void copy_pool_blocks(const ExecSpace& space, char* pool, const std::int32_t* pairs, int n, std::size_t block_bytes) {
+  const long words = static_cast<long>(block_bytes / sizeof(Word));
+  Word* w = reinterpret_cast<Word*>(pool);
+  Kokkos::parallel_for(
+      "kv_cache_copy_blocks", Kokkos::RangePolicy<ExecSpace>(space, 0, long(n) * words), KOKKOS_LAMBDA(const long i) {
+        const long c = i / words, at = i % words;
+        w[long(pairs[2 * c + 1]) * words + at] = w[long(pairs[2 * c]) * words + at];
+      });
+}
+
+}  // namespace
+
+void KvCache::copy_blocks(const ExecSpace& space, const std::vector<BlockCopy>& copies) {
+  SHARDRL_CHECK(paged_, "a contiguous KV cache has no blocks to copy");
+  SHARDRL_CHECK(copies.size() <= std::size_t(rows_),
+                fmt::format("{} KV cache block copies at once (at most {})", copies.size(), rows_));
+  if (copies.empty()) return;
+  std::vector<std::int32_t> pairs;
+  for (const BlockCopy& c : copies) {
+    SHARDRL_CHECK(c.from >= 0 && c.from < blocks_ && c.to >= 0 && c.to < blocks_ && c.from != c.to,
+                  fmt::format("KV cache block copy {} -> {}", c.from, c.to));
+    pairs.push_back(c.from);
+    pairs.push_back(c.to);
+  }
+  Kokkos::deep_copy(space, Kokkos::subview(copies_.view(), std::make_pair(std::size_t(0), pairs.size())),
+                    Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        pairs.data(), pairs.size()));
   const std::size_t block_bytes = std::size_t(block_positions_) * n_kv_heads_ * head_dim_ * element_size_;
-  using Bytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const int n = static_cast<int>(copies.size());
   for (std::size_t l = 0; l < k_.size(); ++l)
     for (const auto* pool : {&k_[l], &v_[l]}) {
-      char* base = pool->data();
-      Kokkos::deep_copy(space, Bytes(base + std::size_t(to) * block_bytes, block_bytes),
-                        Bytes(base + std::size_t(from) * block_bytes, block_bytes));
+      if (block_bytes % 8 == 0) copy_pool_blocks<std::uint64_t>(space, pool->data(), copies_.data(), n, block_bytes);
+      else copy_pool_blocks<std::uint16_t>(space, pool->data(), copies_.data(), n, block_bytes);
     }
 }
 

@@ -164,7 +164,10 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
 
     // Joining samples take references to their prompt's full blocks and copy its last, partly
     // filled one (their own positions follow in it); the group's last sample takes that block
-    // over instead, and the group lets its prefix go.
+    // over instead, and the group lets its prefix go. The copies run together after the loop:
+    // a source is held by its group until the group's last sample (which shares it, not
+    // copies it), so no target of this step is also a source.
+    std::vector<KvCache::BlockCopy> copies;
     for (int r : joining) {
       Group& g = groups[group_of[r]];
       const int full = g.prefix / bp;
@@ -179,7 +182,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
           blocks_of[r].push_back(g.blocks[full]);
         } else {
           const int own = pool.take();
-          cache_.copy_block(model_.space(), g.blocks[full], own);
+          copies.push_back({g.blocks[full], own});
           blocks_of[r].push_back(own);
         }
       }
@@ -189,6 +192,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
         g.blocks.clear();
       }
     }
+    cache_.copy_blocks(model_.space(), copies);
 
     // Every decoding row needs the block of the position it writes now. Without a free one, the
     // row admitted last is preempted (its blocks freed; it waits at the front and is recomputed
