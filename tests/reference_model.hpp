@@ -42,9 +42,9 @@ class ReferenceModel {
       const int u = 1 + l;
       const std::string pre = "model.layers." + std::to_string(l) + ".";
       auto h = rmsnorm(x, N, D, p(u, pre + "input_layernorm.weight"));
-      auto q = linear(h, N, D, p(u, pre + "self_attn.q_proj.weight"), H * hd);
-      auto k = linear(h, N, D, p(u, pre + "self_attn.k_proj.weight"), Hk * hd);
-      auto v = linear(h, N, D, p(u, pre + "self_attn.v_proj.weight"), Hk * hd);
+      auto q = adapted(h, N, D, u, pre + "self_attn.q_proj", H * hd);
+      auto k = adapted(h, N, D, u, pre + "self_attn.k_proj", Hk * hd);
+      auto v = adapted(h, N, D, u, pre + "self_attn.v_proj", Hk * hd);
       if (s_.qk_norm) {
         q = rmsnorm(q, N * H, hd, p(u, pre + "self_attn.q_norm.weight"));
         k = rmsnorm(k, N * Hk, hd, p(u, pre + "self_attn.k_norm.weight"));
@@ -70,17 +70,17 @@ class ReferenceModel {
               for (int d = 0; d < hd; ++d)
                 att[(std::size_t(n) * H + hh) * hd + d] += sc[j] / z * v[(std::size_t(b * S + j) * Hk + g) * hd + d];
           }
-      auto o = linear(att, N, H * hd, p(u, pre + "self_attn.o_proj.weight"), D);
+      auto o = adapted(att, N, H * hd, u, pre + "self_attn.o_proj", D);
       for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
       auto h2 = rmsnorm(x, N, D, p(u, pre + "post_attention_layernorm.weight"));
       if (s_.moe_layer(l)) {
         moe(h2, N, u, pre, x);
         continue;
       }
-      auto gt = linear(h2, N, D, p(u, pre + "mlp.gate_proj.weight"), F);
-      auto up = linear(h2, N, D, p(u, pre + "mlp.up_proj.weight"), F);
+      auto gt = adapted(h2, N, D, u, pre + "mlp.gate_proj", F);
+      auto up = adapted(h2, N, D, u, pre + "mlp.up_proj", F);
       for (std::size_t i = 0; i < gt.size(); ++i) gt[i] = gt[i] / (1.0 + std::exp(-gt[i])) * up[i];
-      auto m = linear(gt, N, F, p(u, pre + "mlp.down_proj.weight"), D);
+      auto m = adapted(gt, N, F, u, pre + "mlp.down_proj", D);
       for (std::size_t i = 0; i < x.size(); ++i) x[i] += m[i];
     }
     const int head = static_cast<int>(units_.size()) - 1, V = s_.vocab_size;
@@ -139,6 +139,22 @@ class ReferenceModel {
       }
     }
     for (int e = 0; e < E; ++e) aux_ += E * (count[e] / N) * mean_p[e];
+  }
+
+  // A dense layer's linear module (its base weight `module`.weight), plus its LoRA adapter when
+  // the unit has one: (alpha / rank) (x A^T) B^T, A (rank, in), B (out, rank).
+  std::vector<double> adapted(const std::vector<double>& x, int N, int in, int u, const std::string& module,
+                              int out) const {
+    auto y = linear(x, N, in, p(u, module + ".weight"), out);
+    bool has = false;
+    for (const auto& ps : units_[u].params) has |= ps.name == module + ".lora_A.weight";
+    if (!has) return y;
+    const int r = s_.lora.rank;
+    const double scale = double(s_.lora.alpha) / r;
+    auto xa = linear(x, N, in, p(u, module + ".lora_A.weight"), r);
+    auto delta = linear(xa, N, r, p(u, module + ".lora_B.weight"), out);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] += scale * delta[i];
+    return y;
   }
 
   const double* p(int u, const std::string& name) const {

@@ -36,6 +36,24 @@ std::vector<float> host_logits(const Transformer& m, int rows) {
   return out;
 }
 
+// LoRA's B is zero at initialisation (the adapters then change nothing): set every B to a fixed
+// pattern, the same for every model of the shape, so that the adapters take part (about as much
+// as the base's own products: larger adapters scale the activations, and bf16's absolute
+// rounding with them).
+void set_lora_b(const Transformer& m, DenseParameters& params) {
+  for (int u = 0; u < m.unit_count(); ++u) {
+    std::vector<float> w(params.numel(u));
+    using Device = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    using Host = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(Host(w.data(), w.size()), Device(params.main_weights(u), w.size()));
+    for (const auto& p : m.units()[u].params)
+      if (p.name.find(".lora_B.") != std::string::npos)
+        for (std::int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] = 0.01f * std::sin(0.7f * float(i + u));
+    Kokkos::deep_copy(Device(params.main_weights(u), w.size()), Host(w.data(), w.size()));
+  }
+  params.refresh_compute_weights();
+}
+
 // Logits of a full forward of (B, L) tokens with the weights of seed 9.
 template <class T>
 std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vector<std::int32_t>& tokens, int B, int L) {
@@ -43,6 +61,7 @@ std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vect
   Transformer full(opts(s, p, B, L), ExecSpace());
   DenseParameters params(full, ExecSpace());
   params.initialize(9, 0.02f);
+  if (s.lora.on()) set_lora_b(full, params);
   full.set_batch(tokens.data(), targets.data(), B, L);
   for (int u = 0; u < full.unit_count(); ++u)
     full.forward_unit(u, params.compute_weights(u), u == full.head_unit() ? params.compute_weights(0) : nullptr);
@@ -53,8 +72,11 @@ std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vect
 // With `truth` (an fp32 model's logits), both the decode and `want` must also be within
 // `tolerance` of it.
 template <class T>
-void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0) {
+void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, int lora_rank = 0) {
   ModelShape s = resolve_model_shape(ModelConfig{});
+  s.lora.rank = lora_rank;   // adapters on every linear layer
+  s.lora.alpha = 2.0f * lora_rank;
+  s.lora.targets = 0x7f;
   s.n_experts = n_experts;   // mixture-of-experts MLPs: 4 experts, top 2, a shared expert
   s.top_k = n_experts > 0 ? 2 : 0;
   s.d_ff_expert = n_experts > 0 ? 32 : 0;
@@ -72,10 +94,20 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0) {
   // model of the same weights as well as to each other.
   const bool bf = p == Precision::bf16;
   const std::vector<float> truth = bf ? full_logits<float>(s, Precision::fp32, tokens, B, L) : want;
+  if (s.lora.on()) {
+    // The adapters move the logits well past the tolerance: a decode that skipped them fails.
+    ModelShape base = s;
+    base.lora = LoraShape{};
+    const std::vector<float> plain = full_logits<float>(base, Precision::fp32, tokens, B, L);
+    double moved = 0;
+    for (std::size_t i = 0; i < plain.size(); ++i) moved = std::max(moved, double(std::fabs(plain[i] - truth[i])));
+    ASSERT_GT(moved, 5 * tolerance);
+  }
 
   Transformer step(opts(s, p, B, 1), ExecSpace());
   DenseParameters params(step, ExecSpace());
   params.initialize(9, 0.02f);
+  if (s.lora.on()) set_lora_b(step, params);
   KvCache cache(s, B, L, step.compute_type_size());
   double worst = 0, worst_decode = 0, worst_full = 0;
   for (int t = 0; t < L; ++t) {
@@ -114,6 +146,11 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeFp32) {
 }
 TEST(Decode, KvCacheLogitsEqualFullRecomputeBf16) { check_decode<bf16>(Precision::bf16, false, 8e-3); }
 TEST(Decode, KvCacheLogitsEqualFullRecomputeMixtureOfExperts) { check_decode<float>(Precision::fp32, false, 1e-5, 4); }
+// Decoding runs the adapters too (the rollout samples from the adapted policy, not the base).
+TEST(Decode, KvCacheLogitsEqualFullRecomputeLora) {
+  check_decode<float>(Precision::fp32, false, 1e-5, 0, 4);
+  check_decode<bf16>(Precision::bf16, false, 8e-3, 0, 4);
+}
 
 // Rows of prompts with different lengths; the completions are checked against a full forward of
 // prompt + completion: each drawn token's recorded log-probability is the model's, and greedy

@@ -92,6 +92,22 @@ struct Rig {
     for (int i = 0; i < b.B * b.S; ++i) sum -= b.mask[i] * double(h(i));
     return sum;
   }
+  // Every LoRA B (zero at initialisation) to N(0, 0.05^2) values, seeded.
+  void randomize_lora_b(std::uint64_t seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    for (int u = 0; u < model.unit_count(); ++u) {
+      std::vector<float> w = host(params.main_weights(u), params.numel(u));
+      for (const auto& p : model.units()[u].params)
+        if (p.name.find(".lora_B.") != std::string::npos)
+          for (std::int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] = normal(gen);
+      Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(params.main_weights(u),
+                                                                                              w.size()),
+                        Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(w.data(),
+                                                                                                       w.size()));
+    }
+    params.refresh_compute_weights();
+  }
   std::vector<float> host(const float* p, std::int64_t n) {
     std::vector<float> out(n);
     Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> dst(out.data(), n);
@@ -169,6 +185,8 @@ void gradient_check(const ModelShape& s, int entries_per_tensor, float aux_coef 
   o.aux_loss_coef = aux_coef;
   o.moe_impl = impl;
   Rig rig(o, 11);
+  // LoRA's B starts at zero, where A's gradient is zero too: give every B weights first.
+  if (s.lora.on()) rig.randomize_lora_b(13);
   rig.set(b);
   rig.step(1.0f);   // loss = sum of NLL over masked tokens
   test::ReferenceModel ref = reference_of(rig);
@@ -177,7 +195,13 @@ void gradient_check(const ModelShape& s, int entries_per_tensor, float aux_coef 
   double worst = 0;
   for (int u = 0; u < rig.model.unit_count(); ++u) {
     std::vector<float> g = rig.host(rig.params.grads(u), rig.params.numel(u));
+    const std::int64_t adapters = rig.model.units()[u].adapters_begin;
     for (const auto& p : rig.model.units()[u].params) {
+      if (s.lora.on() && (adapters < 0 || p.offset < adapters)) {
+        // LoRA: the base is frozen, its gradient never written.
+        for (std::int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(g[p.offset + i], 0.0f) << p.name << " is frozen";
+        continue;
+      }
       // Entries whose gradient is at least 1e-3 of the tensor's largest: smaller ones are sums
       // that cancel, where fp32 rounding of the analytic value itself exceeds 1e-3 relative.
       double gmax = 0;
@@ -238,6 +262,118 @@ TEST(Model, GradientsMatchFiniteDifferencesTinyPreset) { gradient_check(tiny_sha
 TEST(Model, GradientsMatchFiniteDifferencesLlama3Rope) { gradient_check(llama3_rope_shape(), 10); }
 TEST(Model, GradientsMatchFiniteDifferencesTiedNoQkNorm) { gradient_check(tiny_shape(true, false), 10); }
 
+// Cosine and relative error of two units' gradients.
+struct GradAgreement {
+  double cosine, rel_err;
+};
+GradAgreement agreement(const std::vector<float>& want, const std::vector<float>& got) {
+  double dot = 0, nw = 0, ng = 0, diff = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    dot += double(want[i]) * got[i];
+    nw += double(want[i]) * want[i];
+    ng += double(got[i]) * got[i];
+    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
+  }
+  return {dot / std::sqrt(nw * ng), std::sqrt(diff / nw)};
+}
+
+// LoRA (rank 4, alpha 8) on every linear layer of the tiny shape, or on some.
+ModelShape lora_shape(std::uint32_t targets = 0x7f, bool tied = false) {
+  ModelShape s = tiny_shape(tied);
+  s.lora.rank = 4;
+  s.lora.alpha = 8;
+  s.lora.targets = targets;
+  return s;
+}
+
+// Adapter gradients against fp64 finite differences through the reference model's own LoRA
+// path; every base parameter's gradient stays exactly zero (frozen).
+TEST(Model, LoraAdapterGradientsMatchFiniteDifferences) { gradient_check(lora_shape(), 8); }
+TEST(Model, LoraOnSomeTargetsTiedEmbeddings) {
+  gradient_check(lora_shape((1u << int(LoraTarget::q)) | (1u << int(LoraTarget::v)) | (1u << int(LoraTarget::down)),
+                            true),
+                 17);
+}
+
+// The adapters follow PEFT's names, after the base in each layer (aligned, A Gaussian with
+// std 1 / rank, B zero); the base keeps its layout and initial values, so with B = 0 the adapted
+// model's loss is the base model's, bit for bit, in fp32 and bf16.
+TEST(Model, LoraAdaptersStartAsTheBaseModel) {
+  const ModelShape s = lora_shape(), base = tiny_shape();
+  const auto units = model_units(s), base_units = model_units(base);
+  std::int64_t adapters = 0;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const bool layer = u >= 1 && u + 1 < units.size();
+    EXPECT_EQ(units[u].adapters_begin >= 0, layer) << units[u].name;
+    for (std::size_t i = 0; i < base_units[u].params.size(); ++i) {
+      EXPECT_EQ(units[u].params[i].name, base_units[u].params[i].name);
+      EXPECT_EQ(units[u].params[i].offset, base_units[u].params[i].offset);
+    }
+    for (const auto& p : units[u].params)
+      if (p.offset >= units[u].adapters_begin && units[u].adapters_begin >= 0) {
+        adapters += p.numel();
+        EXPECT_EQ(p.offset % kParamAlignElements, 0) << p.name;
+      }
+  }
+  EXPECT_EQ(adapters, s.adapter_count());
+  EXPECT_EQ(units[1].param(".q_proj.lora_A.weight").name, "model.layers.0.self_attn.q_proj.lora_A.weight");
+  EXPECT_EQ((units[2].param(".down_proj.lora_B.weight").shape), (std::vector<std::int64_t>{s.d_model, 4}));
+  EXPECT_EQ((units[2].param(".down_proj.lora_A.weight").shape), (std::vector<std::int64_t>{4, s.d_ff}));
+
+  Batch b(2, 7, s.vocab_size, 3);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Rig adapted(options(s, p, 2, 7), 11), plain(options(base, p, 2, 7), 11);
+    adapted.set(b);
+    plain.set(b);
+    EXPECT_EQ(adapted.nll_sum(b), plain.nll_sum(b)) << (p == Precision::bf16 ? "bf16" : "fp32");
+    const auto a = adapted.host(adapted.params.main_weights(1), adapted.params.numel(1));
+    const ParamSpec& A = units[1].param(".q_proj.lora_A.weight");
+    const ParamSpec& B = units[1].param(".q_proj.lora_B.weight");
+    double sq = 0;
+    for (std::int64_t i = 0; i < A.numel(); ++i) sq += double(a[A.offset + i]) * a[A.offset + i];
+    EXPECT_NEAR(std::sqrt(sq / A.numel()), 1.0 / 4, 0.05);   // std 1 / rank
+    for (std::int64_t i = 0; i < B.numel(); ++i) ASSERT_EQ(a[B.offset + i], 0.0f);
+  }
+  // With B moved off zero the adapters change the model, and the fp64 reference follows.
+  Rig rig(options(s, Precision::fp32, 2, 7), 11);
+  rig.randomize_lora_b(13);
+  rig.set(b);
+  Rig plain(options(base, Precision::fp32, 2, 7), 11);
+  plain.set(b);
+  const double got = rig.nll_sum(b), want = nll(reference_of(rig), b);
+  EXPECT_NEAR(got, want, 1e-5 * std::fabs(want));
+  EXPECT_GT(std::fabs(got - plain.nll_sum(b)), 1e-3 * std::fabs(want));
+}
+
+// LoRA in bf16 against fp32 (adapter gradients: cosine and relative error, as Bf16AgreesWithFp32),
+// and with activation recompute bit-identical to without, in both precisions.
+TEST(Model, LoraBf16AgreesWithFp32AndRecomputeIsIdentical) {
+  const ModelShape s = lora_shape();
+  Batch b(2, 9, s.vocab_size, 6);
+  std::vector<std::vector<float>> grads[2];
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Rig plain(options(s, p, 2, 9, true, false), 8), recompute(options(s, p, 2, 9, true, true), 8);
+    for (Rig* r : {&plain, &recompute}) {
+      r->randomize_lora_b(13);
+      r->set(b);
+    }
+    EXPECT_EQ(plain.step(1.0f / b.count()), recompute.step(1.0f / b.count()));
+    for (int u = 0; u < plain.model.unit_count(); ++u) {
+      const auto g = plain.host(plain.params.grads(u), plain.params.numel(u));
+      EXPECT_EQ(g, recompute.host(recompute.params.grads(u), recompute.params.numel(u))) << "unit " << u;
+      grads[p == Precision::bf16].push_back(g);
+    }
+  }
+  for (int u = 1; u + 1 < static_cast<int>(grads[0].size()); ++u) {
+    const std::int64_t begin = model_units(s)[u].adapters_begin;
+    const std::vector<float> g32(grads[0][u].begin() + begin, grads[0][u].end());
+    const std::vector<float> g16(grads[1][u].begin() + begin, grads[1][u].end());
+    const GradAgreement a = agreement(g32, g16);
+    EXPECT_GT(a.cosine, 0.995) << "unit " << u;   // NaN (an all-zero gradient) fails too
+    EXPECT_LT(a.rel_err, 0.1) << "unit " << u;
+  }
+}
+
 // Mixture-of-experts layers (4 experts, top 2, gates renormalised), with the load-balancing
 // loss: every layer MoE with a shared expert, through the grouped path; every second layer MoE,
 // through the per-expert loop.
@@ -264,33 +400,11 @@ TEST(Model, Bf16AgreesWithFp32) {
   double l32 = f32.step(1.0f / b.count()), l16 = b16.step(1.0f / b.count());
   EXPECT_NEAR(l16, l32, 2e-2 * l32);   // bf16 activations: ~2^-8 relative per rounding
   for (int u = 0; u < f32.model.unit_count(); ++u) {
-    auto g32 = f32.host(f32.params.grads(u), f32.params.numel(u));
-    auto g16 = b16.host(b16.params.grads(u), b16.params.numel(u));
-    double dot = 0, n32 = 0, n16 = 0, diff = 0;
-    for (std::size_t i = 0; i < g32.size(); ++i) {
-      dot += double(g32[i]) * g16[i];
-      n32 += double(g32[i]) * g32[i];
-      n16 += double(g16[i]) * g16[i];
-      diff += (double(g32[i]) - g16[i]) * (double(g32[i]) - g16[i]);
-    }
-    EXPECT_GT(dot / std::sqrt(n32 * n16), 0.995) << "unit " << u;
-    EXPECT_LT(std::sqrt(diff / n32), 0.1) << "unit " << u;   // relative gradient error, bf16 tolerance
+    const GradAgreement a = agreement(f32.host(f32.params.grads(u), f32.params.numel(u)),
+                                      b16.host(b16.params.grads(u), b16.params.numel(u)));
+    EXPECT_GT(a.cosine, 0.995) << "unit " << u;
+    EXPECT_LT(a.rel_err, 0.1) << "unit " << u;   // relative gradient error, bf16 tolerance
   }
-}
-
-// Cosine and relative error of two units' gradients.
-struct GradAgreement {
-  double cosine, rel_err;
-};
-GradAgreement agreement(const std::vector<float>& want, const std::vector<float>& got) {
-  double dot = 0, nw = 0, ng = 0, diff = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    dot += double(want[i]) * got[i];
-    nw += double(want[i]) * want[i];
-    ng += double(got[i]) * got[i];
-    diff += (double(want[i]) - got[i]) * (double(want[i]) - got[i]);
-  }
-  return {dot / std::sqrt(nw * ng), std::sqrt(diff / nw)};
 }
 
 // The tensor-core attention inside the model (GPU builds): a bf16 model with flash attention

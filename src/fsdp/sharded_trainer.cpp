@@ -31,6 +31,10 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
     : model_(model), comm_(comm), options_(options), space_(model.space()),
       layout_(model.units(), comm.size(), comm.rank(), options.expert_parallel),
       optimizer_(optimizer, model.space()) {
+  // A LoRA model's base is frozen: sharding it as trainable state would keep fp32 masters and
+  // moments for it and let weight decay move it. Until the trainer keeps the base as bf16 slices
+  // only (issue 27), it refuses such a model rather than train it wrongly.
+  SHARDRL_CHECK(!model.options().shape.lora.on(), "LoRA models are not trained by the sharded trainer yet");
   SHARDRL_CHECK(options.expert_parallel == (model.options().expert_exchange != nullptr),
                 "fsdp.expert_parallel needs the model built with an ExpertExchange (make_expert_exchange), and "
                 "an ExpertExchange needs fsdp.expert_parallel");

@@ -94,7 +94,7 @@ void rmsnorm_backward(const ExecSpace& space,
                       const float* rstd,   // (R)
                       const T* dy,         // (R, C)
                       T* dx,               // (R, C)
-                      float* dw,           // (C)
+                      float* dw,           // (C), or nullptr: no weight gradient (a frozen weight)
                       int R, int C, float beta, float* scratch) {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   constexpr int W = Packed<T>::width;
@@ -148,6 +148,7 @@ void rmsnorm_backward(const ExecSpace& space,
           });
         }
       });
+  if (dw == nullptr) return;   // a frozen weight (LoRA's base): the input gradient only
   // dw in two passes, without atomics. First, each (row chunk, column) sums its chunk's rows in
   // order: neighbouring threads take neighbouring columns (or packs of them), so the reads are
   // coalesced (one team per column, reading down a column, was 15 ms of a qwen3-0.6b step). Then

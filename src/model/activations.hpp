@@ -53,6 +53,9 @@ struct LayerOffsets {
   // MoE layers: the router, and expert 0's matrices; expert e's is at + e * its kind's stride.
   std::int64_t router = -1, expert_gate = -1, expert_up = -1, expert_down = -1;
   std::int64_t expert_stride_in = 0, expert_stride_out = 0;   // gate/up (Fe, D); down (D, Fe)
+  // LoRA: each target's A (rank, in) and B (out, rank), by LoraTarget; -1 without an adapter.
+  std::int64_t lora_a[kLoraTargets] = {-1, -1, -1, -1, -1, -1, -1};
+  std::int64_t lora_b[kLoraTargets] = {-1, -1, -1, -1, -1, -1, -1};
 };
 
 // What one decoder layer keeps from forward for backward. Its norms' outputs and its MLP's
@@ -62,6 +65,7 @@ struct LayerOffsets {
 struct LayerActivations {
   DeviceBytes q_raw, k_raw, q, k, v, attn, xmid, g, u, a;   // compute type
   DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;             // fp32
+  DeviceBytes lora;   // LoRA: (kLoraTargets, N, rank) of scale x A^T, compute type (only with LoRA)
 };
 
 struct Transformer::Activations {
@@ -90,6 +94,7 @@ struct Transformer::Activations {
   // flash: no S x S buffer at all; in training backward's fp32 row sums (N, n_heads).
   DeviceBytes attn_scores, attn_probs, attn_dk, attn_dv;
   DeviceBytes attn_delta;
+  DeviceBytes lora_dt;                        // LoRA backward: (N, rank) of scale dy B, compute type
   DeviceBytes norm_scratch;                   // fp32, the RMSNorm weight gradient's partial sums
   AttentionScratch attention_scratch() const {
     return {{attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()},

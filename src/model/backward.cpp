@@ -8,7 +8,6 @@
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
-#include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
 #include "model/attention.hpp"
@@ -16,6 +15,10 @@
 #include "model/weight_gradients.hpp"
 
 namespace shardrl {
+
+// A norm's weight gradient, or none (nullptr: the kernel forms only the input gradient) when
+// LoRA freezes the base.
+float* Transformer::frozen(float* g, std::int64_t offset) const { return base_frozen() ? nullptr : g + offset; }
 
 template <class T>
 void Transformer::weight_grad(const T* dY, const T* X, float* dW, int out, int in) {
@@ -44,10 +47,11 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
                                     entropy ? a.dentropy.as<float>() + first : nullptr, dlogits, n, V);
     a.logits_count = 0;
     gemm_->gemm(Op::N, Op::N, n, D, V, 1.0f, dlogits, V, lm, D, 0.0f, a.dh.as<T>() + static_cast<long>(first) * D, D);
-    wgrad_->add(dlogits, a.hf.as<T>() + static_cast<long>(first) * D, lm_g, V, D, n);
+    if (!base_frozen()) wgrad_->add(dlogits, a.hf.as<T>() + static_cast<long>(first) * D, lm_g, V, D, n);
   }
   kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(),
-                            a.dh.as<T>(), a.dres.as<T>(), g + a.head_norm, N, D, 0.0f, a.norm_scratch.as<float>());
+                            a.dh.as<T>(), a.dres.as<T>(), frozen(g, a.head_norm), N, D, 0.0f,
+                            a.norm_scratch.as<float>());
 }
 
 template <class T>
@@ -78,20 +82,30 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
     // back from the swiglu backward's own pass over gate and up.
     T* act = b.mlp_a.as<T>();
     mm.gemm(Op::N, Op::N, N, F, D, 1.0f, dres, D, w + o.down, F, 0.0f, b.da.as<T>(), F);
+    lora_backward_input(layer, LoraTarget::down, w, g, dres, D, b.da.as<T>(), F);
     kernels::swiglu_backward(space_, a.g.as<T>(), a.u.as<T>(), b.da.as<T>(), b.dg.as<T>(), b.du.as<T>(),
                              long(N) * F, act);
-    weight_grad(dres, act, g + o.down, D, F);
+    lora_backward_weight(layer, LoraTarget::down, g, act, F);
+    if (!base_frozen()) weight_grad(dres, act, g + o.down, D, F);
     mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.dg.as<T>(), F, w + o.gate, D, 0.0f, b.dh.as<T>(), D);
     mm.gemm(Op::N, Op::N, N, D, F, 1.0f, b.du.as<T>(), F, w + o.up, D, 1.0f, b.dh.as<T>(), D);
-    weight_grad(b.dg.as<T>(), h2, g + o.gate, F, D);
-    weight_grad(b.du.as<T>(), h2, g + o.up, F, D);
+    lora_backward_input(layer, LoraTarget::gate, w, g, b.dg.as<T>(), F, b.dh.as<T>(), D);
+    lora_backward_weight(layer, LoraTarget::gate, g, h2, D);
+    lora_backward_input(layer, LoraTarget::up, w, g, b.du.as<T>(), F, b.dh.as<T>(), D);
+    lora_backward_weight(layer, LoraTarget::up, g, h2, D);
+    if (!base_frozen()) {
+      weight_grad(b.dg.as<T>(), h2, g + o.gate, F, D);
+      weight_grad(b.du.as<T>(), h2, g + o.up, F, D);
+    }
   }
   kernels::rmsnorm_backward(space_, a.xmid.as<T>(), w + o.post_norm, a.rstd2.as<float>(), b.dh.as<T>(), dres,
-                            g + o.post_norm, N, D, 1.0f, b.norm_scratch.as<float>());
+                            frozen(g, o.post_norm), N, D, 1.0f, b.norm_scratch.as<float>());
 
   // Attention: xmid = x + o_proj(attn(rope(norm(q)), rope(norm(k)), v)).
   mm.gemm(Op::N, Op::N, N, Hq, D, 1.0f, dres, D, w + o.o, Hq, 0.0f, b.dattn.as<T>(), Hq);
-  weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
+  lora_backward_input(layer, LoraTarget::o, w, g, dres, D, b.dattn.as<T>(), Hq);
+  lora_backward_weight(layer, LoraTarget::o, g, a.attn.as<T>(), Hq);
+  if (!base_frozen()) weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
   attention_backward(options_.attention, space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(),
                      a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(),
@@ -102,9 +116,9 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   T* dk = b.dk.as<T>();
   if (s.qk_norm) {
     kernels::rmsnorm_backward(space_, a.q_raw.as<T>(), w + o.q_norm, a.rstd_q.as<float>(), dq, b.dq_raw.as<T>(),
-                              g + o.q_norm, N * s.n_heads, hd, 0.0f, b.norm_scratch.as<float>());
+                              frozen(g, o.q_norm), N * s.n_heads, hd, 0.0f, b.norm_scratch.as<float>());
     kernels::rmsnorm_backward(space_, a.k_raw.as<T>(), w + o.k_norm, a.rstd_k.as<float>(), dk, b.dk_raw.as<T>(),
-                              g + o.k_norm, N * s.n_kv_heads, hd, 0.0f, b.norm_scratch.as<float>());
+                              frozen(g, o.k_norm), N * s.n_kv_heads, hd, 0.0f, b.norm_scratch.as<float>());
     dq = b.dq_raw.as<T>();
     dk = b.dk_raw.as<T>();
   }
@@ -113,15 +127,24 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   mm.gemm(Op::N, Op::N, N, D, Hkv, 1.0f, b.dv.as<T>(), Hkv, w + o.v, D, 1.0f, b.dh.as<T>(), D);
   if (!options_.activation_recompute)
     kernels::rmsnorm_forward(space_, residual<T>(layer), w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
-  weight_grad(dq, h1, g + o.q, Hq, D);
-  weight_grad(dk, h1, g + o.k, Hkv, D);
-  weight_grad(b.dv.as<T>(), h1, g + o.v, Hkv, D);
+  lora_backward_input(layer, LoraTarget::q, w, g, dq, Hq, b.dh.as<T>(), D);
+  lora_backward_weight(layer, LoraTarget::q, g, h1, D);
+  lora_backward_input(layer, LoraTarget::k, w, g, dk, Hkv, b.dh.as<T>(), D);
+  lora_backward_weight(layer, LoraTarget::k, g, h1, D);
+  lora_backward_input(layer, LoraTarget::v, w, g, b.dv.as<T>(), Hkv, b.dh.as<T>(), D);
+  lora_backward_weight(layer, LoraTarget::v, g, h1, D);
+  if (!base_frozen()) {
+    weight_grad(dq, h1, g + o.q, Hq, D);
+    weight_grad(dk, h1, g + o.k, Hkv, D);
+    weight_grad(b.dv.as<T>(), h1, g + o.v, Hkv, D);
+  }
   kernels::rmsnorm_backward(space_, residual<T>(layer), w + o.input_norm, a.rstd1.as<float>(),
-                            b.dh.as<T>(), dres, g + o.input_norm, N, D, 1.0f, b.norm_scratch.as<float>());
+                            b.dh.as<T>(), dres, frozen(g, o.input_norm), N, D, 1.0f, b.norm_scratch.as<float>());
 }
 
 template <class T>
 void Transformer::embed_backward(float* g) {
+  if (base_frozen()) return;   // LoRA: the embedding is part of the frozen base
   const int N = B_ * S_, D = options_.shape.d_model;
   const Activations& a = *act_;
   kernels::embedding_backward(space_, a.tokens.data(), a.token_order.data(), a.token_starts.data(),

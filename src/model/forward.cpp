@@ -49,6 +49,9 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
   mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
   mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+  lora_forward(layer, LoraTarget::q, w, h1, D, q, Hq);
+  lora_forward(layer, LoraTarget::k, w, h1, D, k, Hkv);
+  lora_forward(layer, LoraTarget::v, w, h1, D, a.v.as<T>(), Hkv);
   if (s.qk_norm) {
     kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, a.q.as<T>(), a.rstd_q.as<float>(),
                              N * s.n_heads, hd, s.norm_eps);
@@ -82,6 +85,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
   kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);
   mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
+  lora_forward(layer, LoraTarget::o, w, a.attn.as<T>(), Hq, a.xmid.as<T>(), D);
 
   kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D,
                            s.norm_eps);
@@ -93,10 +97,13 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   }
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
+  lora_forward(layer, LoraTarget::gate, w, h2, D, a.g.as<T>(), F);
+  lora_forward(layer, LoraTarget::up, w, h2, D, a.u.as<T>(), F);
   T* act = act_->mlp_a.as<T>();
   kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), act, long(N) * F);
   kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
   mm.gemm(Op::N, Op::T, N, D, F, 1.0f, act, F, w + o.down, F, 1.0f, out, D);
+  lora_forward(layer, LoraTarget::down, w, act, F, out, D);
 }
 
 template <class T>

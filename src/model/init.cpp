@@ -31,16 +31,17 @@ void init_unit_slice(const ExecSpace& space, const UnitSpec& unit, std::uint64_t
     if (lo >= hi) continue;
     const std::uint64_t key = splitmix64(seed ^ fnv1a(p.name));
     const std::int64_t offset = p.offset;
-    const bool ones = p.init == Init::ones;
+    const Init init = p.init;
+    const float sigma = p.init_std > 0 ? p.init_std : std;
     Kokkos::parallel_for(
         "init_param", Kokkos::RangePolicy<ExecSpace>(space, lo, hi), KOKKOS_LAMBDA(const std::int64_t g) {
-          float value = 1.0f;
-          if (!ones) {
+          float value = init == Init::ones ? 1.0f : 0.0f;
+          if (init == Init::normal) {
             // Box-Muller on two 32-bit uniforms in (0, 1].
             std::uint64_t r = splitmix64(key + static_cast<std::uint64_t>(g - offset));
             float u1 = (static_cast<float>(r >> 40) + 1.0f) / 16777216.0f;
             float u2 = static_cast<float>((r >> 16) & 0xffffffull) / 16777216.0f;
-            value = std * sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+            value = sigma * sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
           }
           out[g - begin] = value;
         });

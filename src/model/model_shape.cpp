@@ -14,4 +14,14 @@ std::int64_t ModelShape::parameter_count() const {
   return V * D + layers + D + (tie_embeddings ? 0 : V * D);
 }
 
+std::int64_t ModelShape::adapter_count() const {
+  if (!lora.on()) return 0;
+  const std::int64_t D = d_model, q = std::int64_t(n_heads) * head_dim, kv = std::int64_t(n_kv_heads) * head_dim;
+  const std::int64_t in[kLoraTargets] = {D, D, D, q, D, D, d_ff}, out[kLoraTargets] = {q, kv, kv, D, d_ff, d_ff, D};
+  std::int64_t per_layer = 0;
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (lora.targets_(static_cast<LoraTarget>(t))) per_layer += std::int64_t(lora.rank) * (in[t] + out[t]);
+  return std::int64_t(n_layers) * per_layer;
+}
+
 }  // namespace shardrl

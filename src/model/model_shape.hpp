@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "model/lora_shape.hpp"
+
 namespace shardrl {
 
 struct ModelShape {
@@ -31,10 +33,13 @@ struct ModelShape {
   int d_ff_expert = 0;
   int moe_every = 1;
   bool shared_expert = false;
+  // Low-rank adapters on a frozen base (dense layers only); rank 0: none.
+  LoraShape lora;
 
   // Decoder layer l's MLP is a mixture of experts.
   bool moe_layer(int l) const { return n_experts > 0 && (l + 1) % moe_every == 0; }
-  std::int64_t parameter_count() const;
+  std::int64_t parameter_count() const;   // the base model's, adapters aside
+  std::int64_t adapter_count() const;     // the adapters' (0 without LoRA)
 };
 
 }  // namespace shardrl

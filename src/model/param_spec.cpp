@@ -11,8 +11,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void add(UnitSpec& unit, std::string name, std::vector<std::int64_t> shape, Init init, bool no_decay) {
+void add(UnitSpec& unit, std::string name, std::vector<std::int64_t> shape, Init init, bool no_decay,
+         float init_std = 0) {
   ParamSpec p;
+  p.init_std = init_std;
   p.name = std::move(name);
   p.shape = std::move(shape);
   p.init = init;
@@ -91,6 +93,19 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
       add(layer, p + "mlp.gate_proj.weight", {F, D}, Init::normal, false);
       add(layer, p + "mlp.up_proj.weight", {F, D}, Init::normal, false);
       add(layer, p + "mlp.down_proj.weight", {D, F}, Init::normal, false);
+    }
+    if (s.lora.on()) {
+      SHARDRL_CHECK(!s.moe_layer(l), "LoRA on mixture-of-experts layers is not built yet");
+      const std::int64_t in[kLoraTargets] = {D, D, D, q, D, D, F}, out[kLoraTargets] = {q, kv, kv, D, F, F, D};
+      const std::int64_t r = s.lora.rank;
+      layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
+      layer.adapters_begin = layer.numel;
+      for (int t = 0; t < kLoraTargets; ++t) {
+        if (!s.lora.targets_(static_cast<LoraTarget>(t))) continue;
+        add(layer, p + kLoraModules[t] + ".lora_A.weight", {r, in[t]}, Init::normal, false, 1.0f / float(r));
+        add(layer, p + kLoraModules[t] + ".lora_B.weight", {out[t], r}, Init::zeros, false);
+      }
+      layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
     }
     units.push_back(layer);
   }

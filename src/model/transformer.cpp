@@ -48,6 +48,12 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
   o.gate = u.param(".gate_proj.weight").offset;
   o.up = u.param(".up_proj.weight").offset;
   o.down = u.param(".down_proj.weight").offset;
+  for (int t = 0; t < kLoraTargets; ++t) {
+    const std::string module = std::string(".") + kLoraModules[t];
+    if (!u.has(module + ".lora_A.weight")) continue;
+    o.lora_a[t] = u.param(module + ".lora_A.weight").offset;
+    o.lora_b[t] = u.param(module + ".lora_B.weight").offset;
+  }
   return o;
 }
 
@@ -103,6 +109,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     if (stored == 1 ? any_moe : s.moe_layer(l)) la.a = make("a", N * F * es);
     la.rstd1 = make("rstd1", N * f4);
     la.rstd2 = make("rstd2", N * f4);
+    if (s.lora.on()) la.lora = make("lora", kLoraTargets * N * s.lora.rank * es);
     a.layers.push_back(std::move(la));
   }
   if (options_.activation_recompute) a.recompute_out = make("recompute_out", N * D * es);
@@ -141,6 +148,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.da = make("da", N * F * es);
     a.dg = make("dg", N * F * es);
     a.du = make("du", N * F * es);
+    if (s.lora.on()) a.lora_dt = make("lora_dt", N * s.lora.rank * es);
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
       for (const auto& u : units_)

@@ -178,6 +178,18 @@ class Transformer {
   template <class T> void embed_backward(float* g);
   // dW (out, in) += dY^T X with dY (N, out), X (N, in): fused or unfused as configured.
   template <class T> void weight_grad(const T* dY, const T* X, float* dW, int out, int in);
+  // LoRA (model/lora_layers.cpp). With an adapter on target t of `layer`: y (N, out) += scale
+  // (x A^T) B^T, keeping ts = scale x A^T (N, rank) for backward. No adapter: nothing.
+  template <class T> void lora_forward(int layer, LoraTarget t, const T* w, const T* x, int in, T* y, int out);
+  // Backward in two halves, so that the input gradient can be formed before x exists again (the
+  // MLP's down projection): dB += dy^T ts, dt = scale dy B (kept), dx (N, in) += dt A; then
+  // dA += dt^T x.
+  template <class T> void lora_backward_input(int layer, LoraTarget t, const T* w, float* g, const T* dy, int out,
+                                              T* dx, int in);
+  template <class T> void lora_backward_weight(int layer, LoraTarget t, float* g, const T* x, int in);
+  // With LoRA the base is frozen: no gradient for anything but the adapters.
+  bool base_frozen() const { return options_.shape.lora.on(); }
+  float* frozen(float* g, std::int64_t offset) const;
 
   ModelOptions options_;
   ExecSpace space_;

@@ -1,0 +1,57 @@
+// LoRA's part of a decoder layer (model/lora_shape.hpp): y = x W^T + scale (x A^T) B^T on the
+// targeted linear layers, by four small GEMMs forward and backward around the base's. The
+// forward keeps ts = scale x A^T (N x rank per target: a few MiB per layer at rank 16) so that
+// backward need not form it again; the scale is folded into ts (forward) and dt (backward), so
+// each product runs once with its alpha and no separate scaling pass.
+#include "core/error.hpp"
+#include "model/activations.hpp"
+
+namespace shardrl {
+
+template <class T>
+void Transformer::lora_forward(int layer, LoraTarget t, const T* w, const T* x, int in, T* y, int out) {
+  const LayerOffsets& o = act_->offsets[layer];
+  const int ti = static_cast<int>(t);
+  if (o.lora_a[ti] < 0) return;
+  const int N = B_ * S_, r = options_.shape.lora.rank;
+  const int set = act_->layers.size() == 1 ? 0 : layer;
+  T* ts = act_->layers[set].lora.as<T>() + static_cast<long>(ti) * N * r;
+  Gemm& mm = *gemm_;
+  mm.gemm(Op::N, Op::T, N, r, in, options_.shape.lora.scale(), x, in, w + o.lora_a[ti], in, 0.0f, ts, r);
+  mm.gemm(Op::N, Op::T, N, out, r, 1.0f, ts, r, w + o.lora_b[ti], r, 1.0f, y, out);
+}
+
+template <class T>
+void Transformer::lora_backward_input(int layer, LoraTarget t, const T* w, float* g, const T* dy, int out, T* dx,
+                                      int in) {
+  const LayerOffsets& o = act_->offsets[layer];
+  const int ti = static_cast<int>(t);
+  if (o.lora_a[ti] < 0) return;
+  const int N = B_ * S_, r = options_.shape.lora.rank;
+  const int set = act_->layers.size() == 1 ? 0 : layer;
+  const T* ts = act_->layers[set].lora.as<T>() + static_cast<long>(ti) * N * r;
+  T* dt = act_->lora_dt.as<T>();
+  Gemm& mm = *gemm_;
+  weight_grad(dy, ts, g + o.lora_b[ti], out, r);
+  mm.gemm(Op::N, Op::N, N, r, out, options_.shape.lora.scale(), dy, out, w + o.lora_b[ti], r, 0.0f, dt, r);
+  mm.gemm(Op::N, Op::N, N, in, r, 1.0f, dt, r, w + o.lora_a[ti], in, 1.0f, dx, in);
+}
+
+template <class T>
+void Transformer::lora_backward_weight(int layer, LoraTarget t, float* g, const T* x, int in) {
+  const LayerOffsets& o = act_->offsets[layer];
+  const int ti = static_cast<int>(t);
+  if (o.lora_a[ti] < 0) return;
+  weight_grad(act_->lora_dt.as<T>(), x, g + o.lora_a[ti], options_.shape.lora.rank, in);
+}
+
+template void Transformer::lora_forward<float>(int, LoraTarget, const float*, const float*, int, float*, int);
+template void Transformer::lora_forward<bf16>(int, LoraTarget, const bf16*, const bf16*, int, bf16*, int);
+template void Transformer::lora_backward_input<float>(int, LoraTarget, const float*, float*, const float*, int,
+                                                      float*, int);
+template void Transformer::lora_backward_input<bf16>(int, LoraTarget, const bf16*, float*, const bf16*, int, bf16*,
+                                                     int);
+template void Transformer::lora_backward_weight<float>(int, LoraTarget, float*, const float*, int);
+template void Transformer::lora_backward_weight<bf16>(int, LoraTarget, float*, const bf16*, int);
+
+}  // namespace shardrl
