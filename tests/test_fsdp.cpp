@@ -71,6 +71,11 @@ DeviceView<float> load(Transformer& model, const GlobalBatch& b, int first, int 
   return mask;
 }
 
+// Whether the optimizer moves `p`: every parameter, or with LoRA the adapters only.
+bool trains(const UnitSpec& unit, const ParamSpec& p, const ModelShape& s) {
+  return !s.lora.on() || (unit.adapters_begin >= 0 && p.offset >= unit.adapters_begin);
+}
+
 // The unsharded reference: all sequences on one rank, whole units, the same optimizer.
 std::vector<std::vector<float>> reference_weights(const ModelShape& s, const OptimizerOptions& oo, int steps,
                                                   const std::vector<GlobalBatch>& batches) {
@@ -94,6 +99,7 @@ std::vector<std::vector<float>> reference_weights(const ModelShape& s, const Opt
     opt.prepare_step();
     for (int u = 0; u < model.unit_count(); ++u)
       for (const auto& ps : model.units()[u].params)
+        if (trains(model.units()[u], ps, s))
         opt.update(p.main_weights(u) + ps.offset, p.grads(u) + ps.offset, m[u].data() + ps.offset,
                    v[u].data() + ps.offset, ps.numel(), ps.no_decay ? 0.0f : oo.weight_decay);
     p.refresh_compute_weights();
@@ -188,6 +194,51 @@ TEST(Fsdp, FiveStepsEqualTheUnshardedReference) {
     auto got = sharded_weights(s, checked(), adamw(), 5, batches);
     expect_close(got, want, 1e-5, tied ? "tied" : "untied");
   }
+}
+
+// LoRA (rank 4 on every linear layer, untied and tied head): the adapters trained sharded equal
+// the unsharded reference's, the base does not move by a bit (its only copy is the compute-type
+// slice, no fp32 main weights), and the trainable state is the adapters' alone.
+TEST(Fsdp, LoraEqualsTheUnshardedReference) {
+  for (bool tied : {false, true}) {
+    ModelShape s = shape(tied);
+    s.lora = LoraShape{4, 8.0f, 0x7f};
+    std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 1), GlobalBatch(s.vocab_size, 2)};
+    const auto initial = reference_weights(s, adamw(), 0, batches);
+    auto want = reference_weights(s, adamw(), 5, batches);
+    auto got = sharded_weights(s, checked(), adamw(), 5, batches);
+    expect_close(got, want, 1e-5, tied ? "LoRA, tied" : "LoRA");
+    const auto units = model_units(s);
+    double moved = 0;
+    for (std::size_t u = 0; u < units.size(); ++u)
+      for (const auto& p : units[u].params)
+        for (std::int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
+          if (trains(units[u], p, s)) moved = std::max(moved, double(std::fabs(got[u][i] - initial[u][i])));
+          else ASSERT_EQ(got[u][i], initial[u][i]) << p.name << " is frozen";
+        }
+    EXPECT_GT(moved, 1e-3);   // the adapters did train
+    // The adapters alone (in the whole units the frozen base dominates the norm).
+    std::vector<std::vector<float>> got_adapters, want_adapters;
+    for (std::size_t u = 0; u < units.size(); ++u)
+      if (units[u].adapters_begin >= 0) {
+        got_adapters.emplace_back(got[u].begin() + units[u].adapters_begin, got[u].end());
+        want_adapters.emplace_back(want[u].begin() + units[u].adapters_begin, want[u].end());
+      }
+    expect_close(got_adapters, want_adapters, 1e-5, tied ? "LoRA adapters, tied" : "LoRA adapters");
+  }
+  // Trainable state per rank: the adapters' share, not the model's.
+  ModelShape s = shape();
+  s.lora = LoraShape{4, 8.0f, 0x7f};
+  const ShardLayout layout(model_units(s), comm().size(), comm().rank(), false, true);
+  std::int64_t trainable = 0, slice = 0;
+  for (int u = 0; u < layout.unit_count(); ++u) {
+    trainable += layout.unit(u).trainable;
+    slice += layout.unit(u).shard;
+  }
+  const std::int64_t quantum = std::int64_t(comm().size()) * kParamAlignElements;
+  EXPECT_LE(trainable * comm().size(), s.adapter_count() + s.n_layers * quantum);
+  EXPECT_GE(trainable * comm().size(), s.adapter_count());
+  EXPECT_GE(slice * comm().size(), s.parameter_count() + s.adapter_count());
 }
 
 // A mixture-of-experts model (every layer: 4 experts, top 2, a shared expert) sharded, with
@@ -374,6 +425,29 @@ TEST(Fsdp, PersistentMemoryIsTheShardedStateAndNothingElse) {
     EXPECT_EQ(l.total_shard() * comm().size(), padded);
     EXPECT_GE(numel, s.parameter_count());
   }
+}
+
+// LoRA: the frozen base is its bf16 slices only (2 bytes per element of every slice); the fp32
+// main weights, gradients and moments (16 bytes) cover the adapters' slices alone.
+TEST(Fsdp, LoraPersistentMemoryIsTheBaseInBf16AndTheAdaptersState) {
+  ModelShape s = resolve_model_shape(ModelConfig{});
+  s.lora = LoraShape{8, 16.0f, 0x7f};
+  const std::int64_t before = MemoryLedger::instance().persistent();
+  const std::int64_t weights_before = MemoryLedger::instance().bytes(MemoryCategory::weights);
+  Transformer model(model_opts(s, 2, Precision::bf16), ExecSpace());
+  ShardedTrainer trainer(model, comm(), checked(), adamw());
+  const ShardLayout& l = trainer.layout();
+  std::int64_t trainable = 0;
+  for (int u = 0; u < l.unit_count(); ++u) trainable += l.unit(u).trainable;
+  EXPECT_EQ(MemoryLedger::instance().persistent() - before, 2 * l.total_shard() + 16 * trainable);
+  EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::weights) - weights_before,
+            2 * l.total_shard() + 4 * trainable)
+      << "weights: the bf16 slices (base and adapters) and the adapters' fp32 main weights";
+  // Against full fine-tuning of the base (18 bytes per element of its slices).
+  ModelShape base = s;
+  base.lora = LoraShape{};
+  const ShardLayout full(model_units(base), comm().size(), comm().rank());
+  EXPECT_LT(2 * l.total_shard() + 16 * trainable, 18 * full.total_shard());
 }
 
 // A schedule that computes on a unit after releasing it stops with an error (the slot's

@@ -8,6 +8,12 @@
 // and experts r * E / W .. (r + 1) * E / W whole, which stay on the rank (the tokens travel to
 // them instead). Both pieces are exact: the dense part is a multiple of E x 128 elements and W
 // divides E. A rank's slice holds its pieces one after the other.
+//
+// With LoRA (frozen_base) only the adapters train. A decoder layer's unit (its base, then its
+// adapters from UnitSpec::adapters_begin) is owned in two pieces, each sharded like a unit of its
+// own: 1 / W of the padded base region, then 1 / W of the padded adapter region; both are
+// gathered. The trainable state (fp32 main weights, gradients, moments) covers the second piece
+// only; the other units (embedding, head) are frozen whole.
 #pragma once
 
 #include <cstdint>
@@ -35,12 +41,19 @@ struct UnitShard {
   // unit, or (expert-parallel) the dense part and then this rank's experts only, which is all
   // the model reads and writes there (its expert 0 being this rank's first).
   std::int64_t gathered = 0;
+  // The trainable part of the slice: its last `trainable` elements, from `trainable_offset`
+  // (without LoRA the whole slice; a frozen unit none). With LoRA's two pieces, `base` is the
+  // first piece's length and `adapters_begin` where the second's region starts in the unit.
+  std::int64_t trainable_offset = 0, trainable = 0;
+  std::int64_t base = 0, adapters_begin = -1;
   bool expert_parallel() const { return experts_begin >= 0; }
+  bool adapters() const { return adapters_begin >= 0; }
 };
 
-// A range of this rank's slice covered by one parameter, for per-parameter weight decay.
+// A range of this rank's trainable slice covered by one trainable parameter, for per-parameter
+// weight decay.
 struct SliceRange {
-  std::int64_t begin = 0, end = 0;   // offsets inside the slice
+  std::int64_t begin = 0, end = 0;   // offsets inside the trainable part of the slice
   bool no_decay = false;
 };
 
@@ -55,7 +68,9 @@ class ShardLayout {
  public:
   // expert_parallel: the units with experts are owned expert by expert (their expert count must
   // be a multiple of world_size; a bug otherwise, since the config checks it).
-  ShardLayout(const std::vector<UnitSpec>& units, int world_size, int rank, bool expert_parallel = false);
+  // frozen_base: a LoRA model (ModelShape::lora), whose adapters alone train.
+  ShardLayout(const std::vector<UnitSpec>& units, int world_size, int rank, bool expert_parallel = false,
+              bool frozen_base = false);
 
   int unit_count() const { return static_cast<int>(shards_.size()); }
   const UnitShard& unit(int u) const { return shards_[u]; }
@@ -65,6 +80,7 @@ class ShardLayout {
   std::int64_t max_padded() const;
   std::int64_t max_gathered() const;
   std::int64_t max_shard() const;
+  std::int64_t max_trainable() const;
   std::int64_t total_shard() const;   // sum of this rank's slices: the persistent elements
   int world_size() const { return world_; }
   int rank() const { return rank_; }

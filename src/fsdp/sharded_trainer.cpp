@@ -29,22 +29,22 @@ std::vector<float> to_host(const ExecSpace& space, const LedgerView<float>& stag
 ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const FsdpOptions& options,
                                const OptimizerOptions& optimizer)
     : model_(model), comm_(comm), options_(options), space_(model.space()),
-      layout_(model.units(), comm.size(), comm.rank(), options.expert_parallel),
+      layout_(model.units(), comm.size(), comm.rank(), options.expert_parallel, model.options().shape.lora.on()),
       optimizer_(optimizer, model.space()) {
-  // A LoRA model's base is frozen: sharding it as trainable state would keep fp32 masters and
-  // moments for it and let weight decay move it. Until the trainer keeps the base as bf16 slices
-  // only (issue 27), it refuses such a model rather than train it wrongly.
-  SHARDRL_CHECK(!model.options().shape.lora.on(), "LoRA models are not trained by the sharded trainer yet");
   SHARDRL_CHECK(options.expert_parallel == (model.options().expert_exchange != nullptr),
                 "fsdp.expert_parallel needs the model built with an ExpertExchange (make_expert_exchange), and "
                 "an ExpertExchange needs fsdp.expert_parallel");
   const GradDtype compute_type = model_.options().precision == Precision::bf16 ? GradDtype::bf16 : GradDtype::fp32;
-  main_ = UnitSlices(layout_, GradDtype::fp32, MemoryCategory::weights, "main_weights");
-  if (compute_type == GradDtype::bf16) compute_ = UnitSlices(layout_, GradDtype::bf16, MemoryCategory::weights, "compute_slice");
-  grad_ = UnitSlices(layout_, options_.main_grad_dtype, MemoryCategory::grads, "main_grads");
+  // The trainable state covers each slice's trainable part: all of it, or with LoRA the adapters
+  // only, whose frozen base then lives in the compute-type slices alone (also in fp32 mode).
+  using Extent = UnitSlices::Extent;
+  main_ = UnitSlices(layout_, GradDtype::fp32, MemoryCategory::weights, "main_weights", Extent::trainable);
+  if (compute_type == GradDtype::bf16 || lora())
+    compute_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "compute_slice");
+  grad_ = UnitSlices(layout_, options_.main_grad_dtype, MemoryCategory::grads, "main_grads", Extent::trainable);
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);   // nothing accumulated yet
-  m_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_m");
-  v_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_v");
+  m_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_m", Extent::trainable);
+  v_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_v", Extent::trainable);
   if (options_.keep_reference) reference_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "reference_slice");
 
   // Two slots let the next unit's all-gather overlap this unit's compute; keeping every unit
@@ -105,6 +105,12 @@ const void* ShardedTrainer::compute_slice(int u) const {
 
 bool ShardedTrainer::tied() const { return model_.options().shape.tie_embeddings; }
 
+bool ShardedTrainer::lora() const { return model_.options().shape.lora.on(); }
+
+DataType ShardedTrainer::compute_data_type() const {
+  return model_.options().precision == Precision::bf16 ? DataType::bf16 : DataType::f32;
+}
+
 StreamHandle ShardedTrainer::compute_stream() const { return stream_of(space_).handle; }
 
 double ShardedTrainer::now() const {
@@ -112,18 +118,29 @@ double ShardedTrainer::now() const {
 }
 
 void ShardedTrainer::initialize(std::uint64_t seed, float std) {
+  // With LoRA the whole slice is formed in an fp32 staging buffer first (the base has no fp32
+  // home), then cast into the compute slice; the trainable part is also the main weights.
+  LedgerView<float> staging;
+  if (lora()) staging = LedgerView<float>(MemoryCategory::workspace, "init_slice", std::size_t(layout_.max_shard()));
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const UnitShard& s = layout_.unit(u);
+    float* slice = lora() ? staging.data() : main_.as<float>(u);
+    if (lora()) kernels::fill(space_, slice, 0.0f, s.shard);   // a base piece's slot beyond the base
     for (const SlicePiece& piece : layout_.pieces(u)) {
       const std::int64_t end = std::min(piece.flat_begin + piece.length, s.numel);
-      float* out = main_.as<float>(u) + piece.slice_offset;
+      float* out = slice + piece.slice_offset;
       if (piece.flat_begin < end) init_unit_slice(space_, model_.units()[u], seed, std, piece.flat_begin, end, out);
       const std::int64_t written = std::max<std::int64_t>(0, end - piece.flat_begin);
       kernels::fill(space_, out + written, 0.0f, piece.length - written);   // padding beyond the unit
     }
-    if (!compute_.empty()) kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), s.shard);
+    if (lora()) {
+      kernels::cast(space_, slice + s.trainable_offset, main_.as<float>(u), s.trainable);
+      compute_.visit(u, [&](auto* c) { kernels::cast(space_, static_cast<const float*>(slice), c, s.shard); });
+    } else if (!compute_.empty()) {
+      kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), s.shard);
+    }
     for (const UnitSlices* zeroed : {&grad_, &m_, &v_})
-      zeroed->visit(u, [&](auto* p) { kernels::fill(space_, p, 0.0f, s.shard); });
+      zeroed->visit(u, [&](auto* p) { kernels::fill(space_, p, 0.0f, s.trainable); });
   }
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);
   optimizer_.set_counters(0, 0);
@@ -138,11 +155,25 @@ GatheredUnit ShardedTrainer::gather(int u) {
   GatheredUnit g = slots_->claim(u);
   const UnitShard& s = layout_.unit(u);
   const void* source = source_ == WeightSource::reference ? reference_.address(u) : compute_slice(u);
-  const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
+  const DataType type = compute_data_type();
   // The communication stream starts after everything computed so far: the own slice is up to
   // date and the slot's previous unit is no longer read.
   const std::int64_t es = static_cast<std::int64_t>(model_.compute_type_size());
   std::int64_t gathered = s.shard;
+  if (s.adapters()) {
+    // LoRA's two pieces, base then adapters, each to its region (shard_layout.hpp).
+    compute_point_.record(compute_stream());
+    compute_point_.wait(comm_stream_.get());
+    all_gather_unit(u, source, slots_->buffer(g.slot), type, StreamRef{comm_stream_.get()});
+    gathered_[g.slot].record(comm_stream_.get());
+    profile_.all_gathers += 2;
+    profile_.all_gather_bytes += s.shard * layout_.world_size() * es;
+    if (options_.profile) {
+      comm_.synchronize(StreamRef{comm_stream_.get()});
+      profile_.gather_s += now() - t;
+    }
+    return last_handle_[u] = g;
+  }
   if (s.expert_parallel()) {
     // Only the dense pieces travel; this rank's own experts are copied in after the dense part
     // (on the compute stream, before the point the communication stream waits for), where the
@@ -225,9 +256,11 @@ int ShardedTrainer::take_grad_buffer(int unit) {
 }
 
 void ShardedTrainer::reduce(int unit, int b) {
+  const UnitShard& s = layout_.unit(unit);
+  if (s.trainable == 0) return;   // a frozen unit (LoRA's embedding and head): no gradient
+  if (s.adapters()) return reduce_adapters(unit, b);
   const TraceSpan span("reduce-scatter unit", unit);
   const double t = now();
-  const UnitShard& s = layout_.unit(unit);
   const StreamRef comm{comm_stream_.get()};
   // Expert-parallel units: the dense pieces are reduce-scattered; each of this rank's experts got
   // its whole gradient here (every rank's tokens came to it), copied into the slice after them.
@@ -257,10 +290,40 @@ void ShardedTrainer::reduce(int unit, int b) {
   }
 }
 
+// LoRA: only the adapter region's gradient (its padded span from adapters_begin) is reduced;
+// the base's part of the buffer was never written.
+void ShardedTrainer::reduce_adapters(int unit, int b) {
+  const TraceSpan span("reduce-scatter unit", unit);
+  const double t = now();
+  const UnitShard& s = layout_.unit(unit);
+  const StreamRef comm{comm_stream_.get()};
+  const float* from = grad_full_[b].data() + s.adapters_begin;
+  if (options_.reduce_dtype == GradDtype::bf16) {
+    kernels::cast(space_, from, send_bf16_[b].data(), s.trainable * layout_.world_size());
+    grad_ready_[b].record(compute_stream());
+    grad_ready_[b].wait(comm_stream_.get());
+    comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(s.trainable),
+                         ReduceOp::sum, comm);
+  } else {
+    grad_ready_[b].record(compute_stream());
+    grad_ready_[b].wait(comm_stream_.get());
+    comm_.reduce_scatter(from, recv_f32_[b].data(), static_cast<std::size_t>(s.trainable), ReduceOp::sum, comm);
+  }
+  reduced_[b].record(comm_stream_.get());
+  pending_[b] = unit;
+  profile_.reduce_scatters += 1;
+  profile_.reduce_scatter_bytes +=
+      s.trainable * layout_.world_size() * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
+  if (options_.profile) {
+    comm_.synchronize(comm);
+    profile_.reduce_s += now() - t;
+  }
+}
+
 // The reduced slice of `b` is added into its unit's persistent gradient, on the compute stream.
 void ShardedTrainer::finish_reduce(int b) {
   const int u = pending_[b];
-  const long n = static_cast<long>(layout_.unit(u).shard);
+  const long n = static_cast<long>(layout_.unit(u).trainable);
   reduced_[b].wait(compute_stream());
   // The first gradient since the optimizer step is copied, later ones (micro-batches, the tied
   // embedding's second share) are added.
@@ -356,12 +419,12 @@ void ShardedTrainer::optimizer_step() {
   const double t = now();
   for (int u = 0; u < layout_.unit_count(); ++u)   // no gradient since the last step: zero
     if (grad_empty_[u]) {
-      const long n = static_cast<long>(layout_.unit(u).shard);
+      const long n = static_cast<long>(layout_.unit(u).trainable);
       grad_.visit(u, [&](auto* g) { kernels::fill(space_, g, 0.0f, n); });
     }
   optimizer_.begin_norm();
   for (int u = 0; u < layout_.unit_count(); ++u) {
-    const long n = static_cast<long>(layout_.unit(u).shard);
+    const long n = static_cast<long>(layout_.unit(u).trainable);
     grad_.visit(u, [&](const auto* g) { optimizer_.accumulate_sumsq(g, n); });
   }
   comm_.all_reduce(optimizer_.sumsq(), optimizer_.sumsq(), 1, ReduceOp::sum, stream_of(space_));
@@ -374,14 +437,19 @@ void ShardedTrainer::optimizer_step() {
       const float decay = (r.no_decay && !options_.decay_norms_and_embeddings) ? 0.0f : wd;
       float* w = main_.as<float>(u) + r.begin;
       // The bf16 copy the next step gathers is rounded from the updated weights in the same pass;
-      // elements outside every range (the shard's padding) never change in either.
-      bf16* compute = compute_.empty() ? nullptr : compute_.as<bf16>(u) + r.begin;
+      // elements outside every range (the shard's padding) never change in either. (Ranges are
+      // offsets in the trainable part, which starts trainable_offset into the compute slice.)
+      const std::int64_t at = layout_.unit(u).trainable_offset + r.begin;
+      bf16* compute = compute_.type() == GradDtype::bf16 && !compute_.empty() ? compute_.as<bf16>(u) + at : nullptr;
       grad_.visit(u, [&](const auto* g) {
         m_.visit(u, [&](auto* m) {
           using State = std::remove_pointer_t<decltype(m)>;   // the moments share one type
           optimizer_.update(w, g + r.begin, m + r.begin, v_.as<State>(u) + r.begin, n, decay, compute);
         });
       });
+      // LoRA in fp32: the compute slice is fp32 and separate (it holds the base): copy the range.
+      if (!compute_.empty() && compute_.type() == GradDtype::fp32)
+        kernels::cast(space_, static_cast<const float*>(w), compute_.as<float>(u) + at, n);
     }
     grad_empty_[u] = 1;
   }
@@ -415,7 +483,7 @@ std::vector<const void*> ShardedTrainer::buffer_addresses() const {
 
 void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
   SHARDRL_CHECK(static_cast<int>(out.size()) == layout_.unit_count(), "one output buffer per unit");
-  const DataType type = compute_.empty() ? DataType::f32 : DataType::bf16;
+  const DataType type = compute_data_type();
   for (int u = 0; u < layout_.unit_count(); ++u) {
     all_gather_unit(u, compute_slice(u), out[u], type, stream_of(space_));
     profile_.all_gathers += 1;
@@ -426,6 +494,13 @@ void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
 
 void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream) {
   const UnitShard& s = layout_.unit(u);
+  if (s.adapters()) {   // in this order: the adapters' gather writes over the base's padding
+    const std::int64_t es = static_cast<std::int64_t>(size_of(type));
+    comm_.all_gather(source, out, static_cast<std::size_t>(s.base), type, stream);
+    comm_.all_gather(static_cast<const char*>(source) + s.base * es, static_cast<char*>(out) + s.adapters_begin * es,
+                     static_cast<std::size_t>(s.trainable), type, stream);
+    return;
+  }
   if (!s.expert_parallel()) {
     comm_.all_gather(source, out, static_cast<std::size_t>(s.shard), type, stream);
     return;
@@ -437,6 +512,7 @@ void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataT
 }
 
 std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
+  SHARDRL_CHECK(!lora(), "checkpoints of LoRA models are not built yet");
   const long n = static_cast<long>(layout_.unit(u).shard);
   LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
   slices(state).visit(u, [&](const auto* p) { kernels::cast(space_, p, staging.data(), n); });
@@ -444,6 +520,7 @@ std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
 }
 
 std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {
+  SHARDRL_CHECK(!lora(), "gradient slices of LoRA models are not built yet");
   const long n = static_cast<long>(layout_.unit(u).shard);
   if (grad_empty_[static_cast<std::size_t>(u)]) return std::vector<float>(static_cast<std::size_t>(n), 0.0f);
   LedgerView<float> staging(MemoryCategory::workspace, "gradient_slice", static_cast<std::size_t>(n));
@@ -452,6 +529,7 @@ std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {
 }
 
 void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<float>& values) {
+  SHARDRL_CHECK(!lora(), "checkpoints of LoRA models are not built yet");
   const long n = static_cast<long>(layout_.unit(u).shard);
   SHARDRL_CHECK(static_cast<long>(values.size()) == n, "write_slice: one value per element of the slice");
   LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
@@ -467,8 +545,18 @@ void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<floa
 std::vector<float> ShardedTrainer::gather_main_weights(int u) {
   const UnitShard& s = layout_.unit(u);
   LedgerView<float> full(MemoryCategory::workspace, "gathered_main", static_cast<std::size_t>(s.padded));
+  // With LoRA the slice is the compute-type base (its only copy) and the fp32 adapters.
+  LedgerView<float> slice;
+  const void* source = main_.address(u);
+  if (lora()) {
+    slice = LedgerView<float>(MemoryCategory::workspace, "main_slice", static_cast<std::size_t>(s.shard));
+    compute_.visit(u, [&](const auto* c) { kernels::cast(space_, c, slice.data(), s.shard); });
+    kernels::cast(space_, static_cast<const float*>(main_.as<float>(u)), slice.data() + s.trainable_offset,
+                  s.trainable);
+    source = slice.data();
+  }
   space_.fence();
-  all_gather_unit(u, main_.address(u), full.data(), DataType::f32, stream_of(space_));
+  all_gather_unit(u, source, full.data(), DataType::f32, stream_of(space_));
   comm_.synchronize(stream_of(space_));
   return to_host(space_, full, static_cast<std::size_t>(s.numel));
 }

@@ -137,6 +137,9 @@ class ShardedTrainer {
   void reduce(int unit, int buffer);
   void finish_reduce(int buffer);
   bool tied() const;
+  bool lora() const;   // a LoRA model: the adapters train, the base is frozen
+  DataType compute_data_type() const;   // of the compute slices and what a gather moves
+  void reduce_adapters(int unit, int b);
   double now() const;
 
   Transformer& model_;

@@ -20,10 +20,18 @@ namespace shardrl {
 class UnitSlices {
  public:
   UnitSlices() = default;   // none: e.g. no bf16 copy of the weights in fp32 mode
-  UnitSlices(const ShardLayout& layout, GradDtype type, MemoryCategory category, const char* label) : type_(type) {
+  // The whole slice of each unit (the weights a gather reads), or only its trainable part
+  // (UnitShard::trainable: the fp32 main weights, gradients and moments).
+  enum class Extent { slice, trainable };
+  UnitSlices(const ShardLayout& layout, GradDtype type, MemoryCategory category, const char* label,
+             Extent extent = Extent::slice)
+      : type_(type) {
     const std::size_t element = type == GradDtype::bf16 ? sizeof(bf16) : sizeof(float);
-    for (int u = 0; u < layout.unit_count(); ++u)
-      buffers_.emplace_back(category, label, static_cast<std::size_t>(layout.unit(u).shard) * element);
+    for (int u = 0; u < layout.unit_count(); ++u) {
+      const UnitShard& s = layout.unit(u);
+      buffers_.emplace_back(category, label,
+                            static_cast<std::size_t>(extent == Extent::slice ? s.shard : s.trainable) * element);
+    }
   }
 
   bool empty() const { return buffers_.empty(); }
