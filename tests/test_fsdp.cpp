@@ -427,6 +427,62 @@ TEST(Fsdp, PersistentMemoryIsTheShardedStateAndNothingElse) {
   }
 }
 
+// LoRA's KL reference is the frozen base, with no copy of it: after steps that moved the
+// adapters, the reference log-probabilities equal a model without adapters on the same base
+// weights, the policy's differ from them, and keep_reference allocates nothing.
+TEST(Fsdp, LoraReferenceIsTheBaseWithoutACopy) {
+  ModelShape s = shape();
+  s.lora = LoraShape{4, 8.0f, 0x7f};
+  ModelShape base = s;
+  base.lora = LoraShape{};
+  const int rows = kGlobalSequences / comm().size();
+  const GlobalBatch b(s.vocab_size, 3);
+  Transformer model(model_opts(s, rows), ExecSpace());
+  FsdpOptions fo = checked();
+  fo.keep_reference = true;
+  const std::int64_t weights_before = MemoryLedger::instance().bytes(MemoryCategory::weights);
+  ShardedTrainer trainer(model, comm(), fo, adamw());
+  std::int64_t trainable = 0;
+  for (int u = 0; u < trainer.layout().unit_count(); ++u) trainable += trainer.layout().unit(u).trainable;
+  EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::weights) - weights_before,
+            4 * trainer.layout().total_shard() + 4 * trainable)
+      << "fp32: the compute slices and the adapters' main weights, no reference copy";
+  trainer.initialize(42, 0.02f);
+  trainer.snapshot_reference();
+  DeviceView<float> loss("loss", 1);
+  for (int step = 0; step < 3; ++step) {
+    auto mask = load(model, b, comm().rank() * rows, rows);
+    trainer.forward_backward(mask.data(), b.scale(), loss.data());
+    trainer.optimizer_step();
+  }
+  load(model, b, comm().rank() * rows, rows);
+  DeviceView<float> ref("ref", rows * kS), policy("policy", rows * kS);
+  trainer.forward_logp(ref.data(), WeightSource::reference);
+  trainer.forward_logp(policy.data());
+
+  Transformer plain(model_opts(base, rows), ExecSpace());
+  DenseParameters p(plain, ExecSpace());
+  p.initialize(42, 0.02f);
+  load(plain, b, comm().rank() * rows, rows);
+  for (int u = 0; u < plain.unit_count(); ++u)
+    plain.forward_unit(u, p.compute_weights(u), u == plain.head_unit() ? p.compute_weights(0) : nullptr);
+  auto host = [](const float* d, int n) {
+    std::vector<float> h(n);
+    Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), n),
+                      Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(d, n));
+    return h;
+  };
+  const auto want = host(plain.logp(), rows * kS), got_ref = host(ref.data(), rows * kS),
+             got_policy = host(policy.data(), rows * kS);
+  double worst = 0, moved = 0;
+  for (int i = 0; i < rows * kS; ++i) {
+    worst = std::max(worst, double(std::fabs(got_ref[i] - want[i])));
+    moved = std::max(moved, double(std::fabs(got_policy[i] - want[i])));
+  }
+  EXPECT_LT(worst, 1e-5) << "the reference is the base";
+  EXPECT_GT(moved, 1e-3) << "the policy's adapters moved it";
+}
+
 // LoRA: the frozen base is its bf16 slices only (2 bytes per element of every slice); the fp32
 // main weights, gradients and moments (16 bytes) cover the adapters' slices alone.
 TEST(Fsdp, LoraPersistentMemoryIsTheBaseInBf16AndTheAdaptersState) {

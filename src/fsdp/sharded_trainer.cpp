@@ -45,7 +45,9 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);   // nothing accumulated yet
   m_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_m", Extent::trainable);
   v_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_v", Extent::trainable);
-  if (options_.keep_reference) reference_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "reference_slice");
+  // With LoRA the reference policy is the frozen base: the same slices with the adapters off.
+  if (options_.keep_reference && !lora())
+    reference_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "reference_slice");
 
   // Two slots let the next unit's all-gather overlap this unit's compute; keeping every unit
   // gathered from forward to backward needs one per unit.
@@ -345,9 +347,11 @@ void ShardedTrainer::forward_backward(const float* mask, float scale, float* los
 
 void ShardedTrainer::forward_logp(float* out, WeightSource source, float temperature) {
   const TraceSpan span(source == WeightSource::reference ? "reference log-probs" : "log-probs");
-  SHARDRL_CHECK(source == WeightSource::policy || !reference_.empty(),
+  SHARDRL_CHECK(source == WeightSource::policy || options_.keep_reference,
                 "forward_logp of the reference policy, but the trainer keeps none (FsdpOptions::keep_reference)");
-  source_ = source;
+  const bool base_as_reference = source == WeightSource::reference && lora();
+  if (base_as_reference) model_.set_adapters(false);
+  source_ = base_as_reference ? WeightSource::policy : source;
   model_.set_token_distribution(TokenDistribution{temperature, false});
   const int units = model_.unit_count(), head = model_.head_unit();
   for (int u = 0; u < units; ++u) {
@@ -359,11 +363,13 @@ void ShardedTrainer::forward_logp(float* out, WeightSource source, float tempera
   }
   if (tied()) release(0);
   source_ = WeightSource::policy;   // the next gathers (the train step's) read the policy
+  model_.set_adapters(true);
   kernels::cast(space_, model_.logp(), out, model_.tokens_in_batch());
 }
 
 void ShardedTrainer::snapshot_reference() {
-  SHARDRL_CHECK(!reference_.empty(), "snapshot_reference without FsdpOptions::keep_reference");
+  SHARDRL_CHECK(options_.keep_reference, "snapshot_reference without FsdpOptions::keep_reference");
+  if (lora()) return;   // the reference is the frozen base, which no step changes
   for (int u = 0; u < layout_.unit_count(); ++u) {
     const long n = static_cast<long>(layout_.unit(u).shard);
     reference_.visit(u, [&](auto* r) {

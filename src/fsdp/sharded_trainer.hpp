@@ -34,6 +34,7 @@ struct FsdpOptions {
   bool profile = false;   // fence between phases and time them (slower; for --profile)
   // Keep a frozen copy of the compute-type slices (the KL reference policy), sharded like the
   // policy: 2 (bf16) or 4 (fp32) bytes per parameter per rank / N, in the ledger as weights.
+  // A LoRA model keeps none: its reference is the frozen base (the policy's slices, adapters off).
   bool keep_reference = false;
   // Expert parallelism (fsdp.expert_parallel): MoE units are owned expert by expert
   // (ShardLayout); the model must have been built with an ExpertExchange, and without one this
@@ -78,7 +79,8 @@ class ShardedTrainer {
   // (the distribution logits / temperature).
   void forward_logp(float* out, WeightSource source = WeightSource::policy, float temperature = 1.0f);
 
-  // The reference policy becomes the current weights (needs FsdpOptions::keep_reference).
+  // The reference policy becomes the current weights (needs FsdpOptions::keep_reference; a
+  // LoRA model's reference stays its base).
   void snapshot_reference();
 
   // Global gradient norm (one all-reduce), clipping, non-finite skip, AdamW on every slice,

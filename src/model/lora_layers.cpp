@@ -12,7 +12,7 @@ template <class T>
 void Transformer::lora_forward(int layer, LoraTarget t, const T* w, const T* x, int in, T* y, int out) {
   const LayerOffsets& o = act_->offsets[layer];
   const int ti = static_cast<int>(t);
-  if (o.lora_a[ti] < 0) return;
+  if (o.lora_a[ti] < 0 || !adapters_on_) return;
   const int N = B_ * S_, r = options_.shape.lora.rank;
   const int set = act_->layers.size() == 1 ? 0 : layer;
   T* ts = act_->layers[set].lora.as<T>() + static_cast<long>(ti) * N * r;
@@ -27,6 +27,7 @@ void Transformer::lora_backward_input(int layer, LoraTarget t, const T* w, float
   const LayerOffsets& o = act_->offsets[layer];
   const int ti = static_cast<int>(t);
   if (o.lora_a[ti] < 0) return;
+  SHARDRL_CHECK(adapters_on_, "a backward pass through a LoRA model with its adapters off (the reference is forward-only)");
   const int N = B_ * S_, r = options_.shape.lora.rank;
   const int set = act_->layers.size() == 1 ? 0 : layer;
   const T* ts = act_->layers[set].lora.as<T>() + static_cast<long>(ti) * N * r;

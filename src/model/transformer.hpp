@@ -158,6 +158,10 @@ class Transformer {
   double aux_loss() const;
   // Weight-gradient GEMMs a replayed CUDA graph ran without this object's host code.
   void add_replayed_counts(const WgradCounters& replayed);
+  // LoRA: whether forward passes add the adapters (on by default). Off, the model is its frozen
+  // base: the KL reference policy, without a copy of any weight.
+  void set_adapters(bool on) { adapters_on_ = on; }
+  bool adapters_on() const { return adapters_on_; }
   Gemm& gemm() { return *gemm_; }
   std::size_t activation_bytes() const;
 
@@ -200,6 +204,7 @@ class Transformer {
   std::unique_ptr<MoeLayers> moe_;   // models with MoE layers
   int B_ = 0, S_ = 0;
   TokenDistribution distribution_;
+  bool adapters_on_ = true;
 };
 
 }  // namespace shardrl
