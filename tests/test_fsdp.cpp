@@ -483,6 +483,46 @@ TEST(Fsdp, LoraReferenceIsTheBaseWithoutACopy) {
   EXPECT_GT(moved, 1e-3) << "the policy's adapters moved it";
 }
 
+// LoRA in bf16 with bf16 gradient reduction: after steps, every element a gather delivers is
+// the bf16 rounding of the weights (the base's only copy, the adapters' fp32 main weights), so the
+// optimizer wrote each adapter's compute copy at its place; and the adapters moved.
+TEST(Fsdp, LoraBf16GathersTheRoundedAdapterWeights) {
+  ModelShape s = shape();
+  s.lora = LoraShape{4, 8.0f, 0x7f};
+  const int rows = kGlobalSequences / comm().size();
+  const GlobalBatch b(s.vocab_size, 5);
+  Transformer model(model_opts(s, rows, Precision::bf16), ExecSpace());
+  FsdpOptions fo = checked();
+  fo.reduce_dtype = GradDtype::bf16;
+  ShardedTrainer trainer(model, comm(), fo, adamw());
+  trainer.initialize(42, 0.02f);
+  std::vector<std::vector<float>> before;
+  for (int u = 0; u < model.unit_count(); ++u) before.push_back(trainer.gather_main_weights(u));
+  DeviceView<float> loss("loss", 1);
+  for (int step = 0; step < 3; ++step) {
+    auto mask = load(model, b, comm().rank() * rows, rows);
+    trainer.forward_backward(mask.data(), b.scale(), loss.data());
+    trainer.optimizer_step();
+  }
+  std::vector<Kokkos::View<bf16*, MemSpace>> gathered;
+  std::vector<void*> out;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    gathered.emplace_back("gathered", trainer.layout().unit(u).padded);
+    out.push_back(gathered.back().data());
+  }
+  trainer.gather_all_units(out);
+  double moved = 0;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    const std::vector<float> main = trainer.gather_main_weights(u);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), gathered[u]);
+    for (std::size_t i = 0; i < main.size(); ++i) {
+      ASSERT_EQ(h(i).bits, bf16(main[i]).bits) << model.units()[u].name << " element " << i;
+      moved = std::max(moved, double(std::fabs(main[i] - before[u][i])));
+    }
+  }
+  EXPECT_GT(moved, 1e-3);
+}
+
 // LoRA: the frozen base is its bf16 slices only (2 bytes per element of every slice); the fp32
 // main weights, gradients and moments (16 bytes) cover the adapters' slices alone.
 TEST(Fsdp, LoraPersistentMemoryIsTheBaseInBf16AndTheAdaptersState) {

@@ -349,7 +349,7 @@ TEST(KvCache, CopyBlocksCopiesEveryLayerAndNothingElse) {
   }
 }
 
-TEST(KvCacheDeathTest, CopyingABlockOntoItselfIsRefused) {
+TEST(KvCacheDeathTest, OverlappingBlockCopiesAreRefused) {
   ModelShape shape;
   shape.n_layers = 1;
   shape.n_heads = shape.n_kv_heads = 1;
@@ -357,6 +357,8 @@ TEST(KvCacheDeathTest, CopyingABlockOntoItselfIsRefused) {
   KvCache cache(shape, KvCache::Paged{4, 2, 2}, 4, 4);
   EXPECT_DEATH(cache.copy_blocks(ExecSpace(), {{1, 1}}), "KV cache block copy 1 -> 1");
   EXPECT_DEATH(cache.copy_blocks(ExecSpace(), {{0, 1}, {1, 2}, {2, 3}}), "3 KV cache block copies at once");
+  EXPECT_DEATH(cache.copy_blocks(ExecSpace(), {{0, 1}, {1, 2}}), "block 1 is a target twice, or also a source");
+  EXPECT_DEATH(cache.copy_blocks(ExecSpace(), {{0, 2}, {1, 2}}), "block 2 is a target twice, or also a source");
 }
 
 TEST(BlockPoolDeathTest, ReleasingAFreeBlockIsRefused) {

@@ -253,7 +253,10 @@ int ShardedTrainer::take_grad_buffer(int unit) {
   if (pending_[b] >= 0) finish_reduce(b);
   // Only the unit's part (padding included: it is reduce-scattered too). Zeroing the whole
   // buffer, sized for the largest unit (the embedding), cost 34 ms of a 217 ms llama-1b step.
-  kernels::fill(space_, grad_full_[b].data(), 0.0f, layout_.unit(unit).gathered);
+  // With LoRA only the adapter region is written and reduced; a frozen unit's, nothing.
+  const UnitShard& s = layout_.unit(unit);
+  const std::int64_t from = s.adapters() ? s.adapters_begin : 0;
+  if (s.trainable > 0) kernels::fill(space_, grad_full_[b].data() + from, 0.0f, s.gathered - from);
   return b;
 }
 

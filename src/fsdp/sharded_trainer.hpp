@@ -156,11 +156,13 @@ class ShardedTrainer {
   // Unit u's own slice in the compute type: what an all-gather of the policy reads.
   const void* compute_slice(int u) const;
 
-  // Persistent, sharded: one buffer per unit, `shard` elements each, in the type they carry.
-  UnitSlices main_;        // fp32 main weights
-  UnitSlices compute_;     // bf16 copy of the own slice (bf16 mode only; fp32 mode gathers main_)
-  UnitSlices grad_;        // main gradients (fsdp.main_grad_dtype)
-  UnitSlices m_, v_;       // Adam moments (optim.state_dtype)
+  // Persistent, sharded: one buffer per unit, in the type they carry; the trainable state covers
+  // the slice's trainable part (all `shard` elements, or with LoRA the adapters' `trainable`).
+  UnitSlices main_;        // fp32 main weights (trainable part)
+  UnitSlices compute_;     // the own slice in the compute type, the gather source: bf16 mode, and
+                           // with LoRA also fp32 mode (the base's only copy); else main_ is gathered
+  UnitSlices grad_;        // main gradients (fsdp.main_grad_dtype; trainable part)
+  UnitSlices m_, v_;       // Adam moments (optim.state_dtype; trainable part)
   UnitSlices reference_;   // frozen compute-type slices, if kept
   WeightSource source_ = WeightSource::policy; // what gather() reads
 

@@ -1,4 +1,5 @@
-// One persistent slice buffer per FSDP unit (this rank's `shard` elements of it), all of one
+// One persistent slice buffer per FSDP unit (this rank's `shard` elements of it, or only their
+// trainable part: UnitShard::trainable), all of one
 // element type chosen at construction, fp32 or bf16, with the type as a tag beside them. Every
 // use goes through visit(), which hands the unit's buffer in its own type, so the trainer's
 // kernels are instantiated once for each type and no code chooses a type by which of two

@@ -6,11 +6,12 @@
 // of 1 024 positions, qwen3-0.6b, the portable kernel took 44 of a 47 ms step, about a tenth of
 // the copy bandwidth). Here one CTA takes (row, KV head, a chunk of that head's query heads):
 // each cache entry is read once for all the query heads that share it (GQA), in 16-byte loads,
-// with several positions in flight per lane; each warp keeps its own online softmax and the
-// CTA's warps are merged at the end through shared memory.
+// with several positions in flight per lane; each warp keeps an online softmax per sub-stream
+// of positions (2 at head dim 128, 4 at 64), merged at the end through shared memory.
 //
 // Plain C++ (no Kokkos, no CUDA types): the kernel lives in attention_decode.cu, compiled by
-// nvcc; the portable kernel calls it on GPU builds for bf16 and the head dims it takes.
+// nvcc; kernels::attention_decode (attention_decode.hpp) takes it on GPU builds for bf16 and the
+// head dims it takes, and attention_decode_portable otherwise.
 #pragma once
 
 #include <cstdint>

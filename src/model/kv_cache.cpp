@@ -80,11 +80,20 @@ void KvCache::copy_blocks(const ExecSpace& space, const std::vector<BlockCopy>& 
                 fmt::format("{} KV cache block copies at once (at most {})", copies.size(), rows_));
   if (copies.empty()) return;
   std::vector<std::int32_t> pairs;
+  std::vector<char> role(static_cast<std::size_t>(blocks_), 0);   // 1: a source, 2: a target
   for (const BlockCopy& c : copies) {
     SHARDRL_CHECK(c.from >= 0 && c.from < blocks_ && c.to >= 0 && c.to < blocks_ && c.from != c.to,
                   fmt::format("KV cache block copy {} -> {}", c.from, c.to));
+    role[c.from] |= 1;
     pairs.push_back(c.from);
     pairs.push_back(c.to);
+  }
+  // One kernel copies every pair at once: a target written twice, or read as another's source,
+  // would race.
+  for (const BlockCopy& c : copies) {
+    SHARDRL_CHECK(role[c.to] == 0, fmt::format("KV cache block copies: block {} is a target twice, or also a source",
+                                              c.to));
+    role[c.to] = 2;
   }
   Kokkos::deep_copy(space, Kokkos::subview(copies_.view(), std::make_pair(std::size_t(0), pairs.size())),
                     Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
