@@ -19,6 +19,7 @@
 
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
+#include "job/checkpoint_format.hpp"
 #include "job/hf_config.hpp"
 #include "job/hf_weights.hpp"
 #include "mpi/host_exchange.hpp"
@@ -77,8 +78,9 @@ void expect_bitwise(const std::vector<std::vector<float>>& got, const std::vecto
   }
 }
 
-void resume_is_bit_exact(Precision precision, const std::string& name, bool cuda_graphs = false) {
-  Config c = small_config();
+void resume_is_bit_exact(Precision precision, const std::string& name, bool cuda_graphs = false,
+                         const Config& base = small_config()) {
+  Config c = base;
   c.model.precision = precision;
   if (cuda_graphs) {
     c.train.cuda_graph = TrainGraph::full;
@@ -378,6 +380,53 @@ TEST(Checkpoint, UnknownFormatVersionIsRefused) {
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_EQ(load_error(job, file),
             file.string() + ": checkpoint format version 99 is not one this shardrl reads (it reads 1)");
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+// LoRA (rank 4 on every linear layer; the KL reference is the base): resumed equals uninterrupted
+// byte for byte, base included; the checkpoint holds the adapters and their moments alone, with
+// the base's identity, and a job over another base (another seed) is refused; saved on all
+// ranks, it loads on one.
+Config lora_config() {
+  Config c = small_config();
+  c.lora.rank = 4;
+  c.lora.alpha = 8;
+  return c;
+}
+TEST(Checkpoint, LoraResumeIsBitExactFp32) { resume_is_bit_exact(Precision::fp32, "lora_fp32", false, lora_config()); }
+TEST(Checkpoint, LoraResumeIsBitExactBf16) { resume_is_bit_exact(Precision::bf16, "lora_bf16", false, lora_config()); }
+TEST(Checkpoint, LoraCheckpointsHoldTheAdaptersOverTheirBase) {
+  Config c = lora_config();
+  c.rl.sft_steps = 3;
+  const fs::path dir = fresh_dir("lora_contents");
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    save(job, dir, 0, 3, MPI_COMM_WORLD);
+  }
+  {
+    const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint_path(dir, 0), MPI_COMM_WORLD);
+    EXPECT_TRUE(in->has("/model/model.layers.0.self_attn.q_proj.lora_A.weight"));
+    EXPECT_TRUE(in->has("/optim/exp_avg_sq/model.layers.1.mlp.down_proj.lora_B.weight"));
+    EXPECT_FALSE(in->has("/model/model.layers.0.self_attn.q_proj.weight")) << "the frozen base is not saved";
+    EXPECT_FALSE(in->has("/model/model.embed_tokens.weight"));
+    EXPECT_FALSE(in->has("/reference/model.norm.weight")) << "the base is the reference";
+    EXPECT_NE(in->read_string("/meta/lora_base").find("run.seed = 1234"), std::string::npos);
+  }
+  Config other = c;
+  other.run.seed = 99;
+  Job job(other, MPI_COMM_WORLD);
+  const std::string e = load_error(job, checkpoint_path(dir, 0));
+  EXPECT_NE(e.find("trained over another base"), std::string::npos) << e;
+  EXPECT_NE(e.find("run.seed = 99"), std::string::npos) << e;
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+TEST(Checkpoint, LoraSavedOnAllRanksLoadsOnOne) {
+  Config c = lora_config();
+  c.rl.sft_steps = 3;
+  const fs::path dir = fresh_dir("lora_reshard");
+  const SavedRun saved = save_after_one_iteration(c, dir, MPI_COMM_WORLD);
+  expect_resumes(c, dir, 1, saved, "LoRA saved on " + std::to_string(world_size()) + ", loaded on 1");
   if (world_rank() == 0) fs::remove_all(dir);
 }
 

@@ -175,6 +175,38 @@ TEST(ConfigLoad, MixtureOfExpertsKeys) {
   EXPECT_NE(graphs.errors[0].find("cannot capture mixture-of-experts layers"), std::string::npos) << graphs.errors[0];
 }
 
+// [lora]: the job's shape carries the adapters; an unknown target, the experts, an init_from
+// base, a mixture-of-experts model, and adapter settings without a rank are refused by name.
+TEST(ConfigLoad, LoraKeys) {
+  LoadedConfig ok = load_config("[lora]\nrank = 8\nalpha = 32\ntargets = [\"q\", \"v\", \"down\"]\ninit = \"kaiming\"\n",
+                                "lora.toml", {}, kCpu);
+  ASSERT_TRUE(ok.ok()) << ok.errors.front();
+  const ModelShape s = job_model_shape(ok.config);
+  EXPECT_EQ(s.lora.rank, 8);
+  EXPECT_FLOAT_EQ(s.lora.scale(), 4.0f);
+  EXPECT_TRUE(s.lora.kaiming);
+  EXPECT_TRUE(s.lora.targets_(LoraTarget::q) && s.lora.targets_(LoraTarget::v) && s.lora.targets_(LoraTarget::down));
+  EXPECT_FALSE(s.lora.targets_(LoraTarget::k) || s.lora.targets_(LoraTarget::gate));
+  EXPECT_FALSE(job_model_shape(load_config("", "none.toml", {}, kCpu).config).lora.on());
+
+  auto one_error = [](const std::string& toml, const std::vector<std::string>& sets) {
+    LoadedConfig l = load_config(toml, "l.toml", sets, kCpu);
+    return l.errors.size() == 1 ? l.errors[0] : std::to_string(l.errors.size()) + " errors";
+  };
+  EXPECT_NE(one_error("[lora]\nrank = 4\ntargets = [\"q\", \"qkv\"]\n", {}).find("unknown target \"qkv\""),
+            std::string::npos);
+  EXPECT_NE(one_error("[lora]\nrank = 4\ntargets = [\"experts\"]\n", {}).find("experts are not built yet"),
+            std::string::npos);
+  EXPECT_EQ(one_error("[lora]\nrank = 4\ntargets = []\n", {}),
+            "l.toml:3:11: lora.rank = 4 needs at least one of lora.targets");
+  EXPECT_NE(one_error("[lora]\nrank = 4\n", {"model.init_from=/some/dir"}).find("model.init_from base is not built yet"),
+            std::string::npos);
+  EXPECT_NE(one_error("[model]\npreset = \"custom\"\nn_experts = 4\n[lora]\nrank = 4\n", {})
+                .find("LoRA on a mixture-of-experts model is not built yet"),
+            std::string::npos);
+  EXPECT_EQ(one_error("[lora]\nalpha = 8\n", {}), "l.toml:2:9: lora.alpha applies to lora.rank > 0");
+}
+
 // The configs shipped in configs/ load without a problem (a key renamed or a value tightened
 // would otherwise leave an example users copy broken). One that takes its shape from
 // model.init_from's config.json gets, as the job would, a shape's overrides: Qwen3-30B-A3B's.

@@ -43,6 +43,10 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
     report_config_errors(loaded, 0);
     return kExitUsage;
   }
+  if (loaded.config.lora.rank > 0)
+    throw InputError(fmt::format("{}: a LoRA run's checkpoint holds its adapters only; exporting them (PEFT) or the "
+                                 "merged model is not built yet",
+                                 args.from));
   const ModelShape shape = resolve_model_shape(loaded.config.model);
   const bool bf16 = args.dtype == "bf16";
   const std::string config_json = hf_config_json(shape, bf16 ? "bfloat16" : "float32");

@@ -181,7 +181,7 @@ int run_generate(const GenerateArgs& args) {
   Policy policy(cfg, *comm);
   try {
     if (!args.checkpoint.empty())
-      load_policy_weights(args.checkpoint, policy.trainer(), policy.model().units(), cfg.checkpoint.verify, mpi.world());
+      load_policy_weights(args.checkpoint, policy.trainer(), policy.model().units(), cfg, mpi.world());
     else if (!cfg.model.init_from.empty())
       policy.load_init_from(mpi.world());
   } catch (const InputError& e) {

@@ -187,9 +187,19 @@ struct DebugConfig {
   std::int64_t fail_io_iteration = 1;    // ... when this many iterations are done
 };
 
+// Low-rank adapters on a frozen base (model/lora_shape.hpp); rank 0: full fine-tuning.
+enum class LoraInit { gaussian, kaiming };
+struct LoraConfig {
+  std::int64_t rank = 0;
+  double alpha = 16.0;
+  std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  LoraInit init = LoraInit::gaussian;
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
+  LoraConfig lora;
   TrainConfig train;
   FsdpConfig fsdp;
   OptimConfig optim;

@@ -355,6 +355,26 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         out.errors.push_back(fmt::format("{}: {} applies to mixture-of-experts layers, but model.n_experts = 0",
                                          where(key), key));
   }
+  if (c.lora.rank > 0) {
+    if (c.lora.targets.empty())
+      out.errors.push_back(fmt::format("{}: lora.rank = {} needs at least one of lora.targets", where("lora.targets"),
+                                       c.lora.rank));
+    if (c.model.n_experts > 0)
+      out.errors.push_back(fmt::format("{}: LoRA on a mixture-of-experts model is not built yet (model.n_experts = {})",
+                                       where("lora.rank"), c.model.n_experts));
+    if (!c.model.init_from.empty())
+      out.errors.push_back(fmt::format("{}: LoRA over a model.init_from base is not built yet (issue 27); a LoRA job "
+                                       "now trains adapters over a base of random initialisation",
+                                       where("lora.rank")));
+  } else {
+    // The adapters' settings without adapters would be silently ignored.
+    const LoraConfig d;
+    const std::pair<const char*, bool> lora_only[] = {{"lora.alpha", c.lora.alpha != d.alpha},
+                                                      {"lora.targets", c.lora.targets != d.targets},
+                                                      {"lora.init", c.lora.init != d.init}};
+    for (const auto& [key, differs] : lora_only)
+      if (differs) out.errors.push_back(fmt::format("{}: {} applies to lora.rank > 0", where(key), key));
+  }
   const ModelShape shape = resolve_model_shape(c.model);
   for (const auto& [key, problem] : shape_problems(shape))
     out.errors.push_back(fmt::format("{}: {}", where(key), problem));

@@ -93,6 +93,18 @@ ModelShape resolve_model_shape(const ModelConfig& model) {
   return from_keys(model);   // "tiny" (the keys' defaults) or "custom"
 }
 
+ModelShape job_model_shape(const Config& config) {
+  ModelShape s = resolve_model_shape(config.model);
+  if (config.lora.rank <= 0) return s;
+  s.lora.rank = static_cast<int>(config.lora.rank);
+  s.lora.alpha = static_cast<float>(config.lora.alpha);
+  s.lora.kaiming = config.lora.init == LoraInit::kaiming;
+  for (const std::string& t : config.lora.targets)
+    for (int i = 0; i < kLoraTargets; ++i)
+      if (t == kLoraTargetNames[i]) s.lora.targets |= 1u << i;
+  return s;
+}
+
 ModelConfig with_resolved_shape(const ModelConfig& model) {
   const ModelShape s = resolve_model_shape(model);
   ModelConfig m = model;

@@ -20,6 +20,9 @@ const std::vector<std::string>& model_shape_keys();
 
 // Resolves the preset (or the shape keys, for "custom").
 ModelShape resolve_model_shape(const ModelConfig& model);
+// The job's model: the [model] shape with the [lora] adapters (every layout derived from it, the
+// trainer's, the checkpoint's and the memory plan's, has them or none).
+ModelShape job_model_shape(const Config& config);
 
 // A copy of `model` whose shape keys hold the resolved shape: what a table of the job's
 // settings shows. (The job's Config itself keeps what the user wrote.)

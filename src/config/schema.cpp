@@ -209,6 +209,32 @@ std::vector<KeyDef> build_schema() {
                              &Config::model, &ModelConfig::init_std),
                        0.0, true));
 
+  s.push_back(with_max(with_min(field("lora", "rank", VK::integer,
+                                      "Low-rank adapters on a frozen base (docs/lora.md): the rank r of each "
+                                      "adapter; 0 trains every weight (full fine-tuning).",
+                                      &Config::lora, &LoraConfig::rank),
+                                0),
+                       kMaxInt));
+  s.push_back(with_min(field("lora", "alpha", VK::real, "Adapters' scale numerator: their output is scaled by alpha / rank.",
+                             &Config::lora, &LoraConfig::alpha),
+                       0.0, true));
+  s.push_back(field("lora", "targets", VK::string_list,
+                    "The linear layers that carry adapters, any of `q`, `k`, `v`, `o`, `gate`, `up`, `down`.",
+                    &Config::lora, &LoraConfig::targets));
+  s.back().check = [](const ConfigValue& v) -> std::string {
+    for (const std::string& t : std::get<std::vector<std::string>>(v)) {
+      if (t == "experts") return "adapters on mixture-of-experts experts are not built yet";
+      bool known = false;
+      for (const char* target : kLoraTargetNames) known |= t == target;
+      if (!known) return fmt::format("unknown target \"{}\" (any of q, k, v, o, gate, up, down)", t);
+    }
+    return "";
+  };
+  s.push_back(choice("lora", "init",
+                     "Each adapter's A at the start (B starts at zero, as PEFT does): `gaussian`, normal with "
+                     "standard deviation 1 / rank; `kaiming`, uniform in +-1 / sqrt(in).",
+                     &Config::lora, &LoraConfig::init, std::vector<std::string>{"gaussian", "kaiming"}));
+
   s.push_back(field("train", "gradient_accumulation_fusion", VK::boolean,
                     "Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer "
                     "(beta = 1) instead of writing a separate tensor that is then added.",

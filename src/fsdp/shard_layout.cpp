@@ -78,6 +78,13 @@ ParamOverlap ShardLayout::overlap(int u, const ParamSpec& p) const {
   return {};
 }
 
+ParamOverlap ShardLayout::state_overlap(int u, const ParamSpec& p) const {
+  ParamOverlap o = overlap(u, p);
+  o.at -= shards_[u].trainable_offset;
+  if (o.count == 0 || o.at < 0) return {};
+  return o;
+}
+
 std::int64_t ShardLayout::max_padded() const {
   std::int64_t m = 0;
   for (const auto& s : shards_) m = std::max(m, s.padded);

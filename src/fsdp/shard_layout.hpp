@@ -77,6 +77,9 @@ class ShardLayout {
   const std::vector<SlicePiece>& pieces(int u) const { return pieces_[u]; }
   const std::vector<SliceRange>& ranges(int u) const { return ranges_[u]; }
   ParamOverlap overlap(int u, const ParamSpec& p) const;
+  // The same, placed in the trainable part of the slice (where the main weights, gradients and
+  // moments of it live); a frozen parameter (LoRA's base) has none: count 0.
+  ParamOverlap state_overlap(int u, const ParamSpec& p) const;
   std::int64_t max_padded() const;
   std::int64_t max_gathered() const;
   std::int64_t max_shard() const;

@@ -520,17 +520,20 @@ void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataT
                    static_cast<std::size_t>(mine), type, stream);
 }
 
+std::int64_t ShardedTrainer::state_elements(int u, SliceState state) const {
+  const UnitShard& s = layout_.unit(u);
+  return state == SliceState::reference ? s.shard : s.trainable;
+}
+
 std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
-  SHARDRL_CHECK(!lora(), "checkpoints of LoRA models are not built yet");
-  const long n = static_cast<long>(layout_.unit(u).shard);
+  const long n = static_cast<long>(state_elements(u, state));
   LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
   slices(state).visit(u, [&](const auto* p) { kernels::cast(space_, p, staging.data(), n); });
   return to_host(space_, staging, static_cast<std::size_t>(n));
 }
 
 std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {
-  SHARDRL_CHECK(!lora(), "gradient slices of LoRA models are not built yet");
-  const long n = static_cast<long>(layout_.unit(u).shard);
+  const long n = static_cast<long>(layout_.unit(u).trainable);
   if (grad_empty_[static_cast<std::size_t>(u)]) return std::vector<float>(static_cast<std::size_t>(n), 0.0f);
   LedgerView<float> staging(MemoryCategory::workspace, "gradient_slice", static_cast<std::size_t>(n));
   grad_.visit(u, [&](const auto* g) { kernels::cast(space_, g, staging.data(), n); });
@@ -538,16 +541,17 @@ std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {
 }
 
 void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<float>& values) {
-  SHARDRL_CHECK(!lora(), "checkpoints of LoRA models are not built yet");
-  const long n = static_cast<long>(layout_.unit(u).shard);
+  const long n = static_cast<long>(state_elements(u, state));
   SHARDRL_CHECK(static_cast<long>(values.size()) == n, "write_slice: one value per element of the slice");
   LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
   Kokkos::deep_copy(DeviceFloats(staging.data(), values.size()),
                     Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                         values.data(), values.size()));
   slices(state).visit(u, [&](auto* p) { kernels::cast(space_, staging.data(), p, n); });
-  if (state == SliceState::main && !compute_.empty())   // the compute copy follows its main weights
-    kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), n);
+  if (state == SliceState::main && !compute_.empty()) {   // the compute copy follows its main weights
+    const std::int64_t at = layout_.unit(u).trainable_offset;
+    compute_.visit(u, [&](auto* c) { kernels::cast(space_, static_cast<const float*>(main_.as<float>(u)), c + at, n); });
+  }
   space_.fence();
 }
 

@@ -106,12 +106,16 @@ class ShardedTrainer {
   // rollout's materialised weight set. Collective; waits for the gathers.
   void gather_all_units(const std::vector<void*>& out);
 
-  // Checkpoints: this rank's slice of unit u (layout().unit(u).shard elements) of `state` as fp32
-  // on the host, and back (bf16 state rounds, exactly, since it was bf16; writing the main
-  // weights refreshes their compute-type copy). Synchronise with the device.
+  // Checkpoints: this rank's slice of unit u of `state` as fp32 on the host, and back (bf16 state
+  // rounds, exactly, since it was bf16; writing the main weights refreshes their compute-type
+  // copy). The trainable part of the slice (layout().unit(u).trainable elements: all of it, or
+  // with LoRA the adapters'; ShardLayout::state_overlap places a parameter in it); the reference,
+  // the whole slice. Synchronise with the device.
   std::vector<float> read_slice(int u, SliceState state) const;
   void write_slice(int u, SliceState state, const std::vector<float>& values);
   bool keeps_reference() const { return !reference_.empty(); }
+  bool lora() const;   // a LoRA model: the adapters train, the base is frozen
+  std::int64_t state_elements(int u, SliceState state) const;   // what read_slice returns
   // This rank's slice of unit u's accumulated gradient as fp32 on the host (zeros when nothing
   // was accumulated since the last optimizer step). For inspection and the parity tests.
   std::vector<float> read_gradient_slice(int u) const;
@@ -139,7 +143,6 @@ class ShardedTrainer {
   void reduce(int unit, int buffer);
   void finish_reduce(int buffer);
   bool tied() const;
-  bool lora() const;   // a LoRA model: the adapters train, the base is frozen
   DataType compute_data_type() const;   // of the compute slices and what a gather moves
   void reduce_adapters(int unit, int b);
   double now() const;

@@ -31,6 +31,8 @@ inline constexpr const char* kWorldSize = "/meta/world_size";
 inline constexpr const char* kIteration = "/meta/iteration";
 inline constexpr const char* kModelSummary = "/meta/model";
 inline constexpr const char* kConfig = "/meta/config";           // the resolved TOML of the saving job
+// LoRA: which frozen base the adapters were trained over (the checkpoint holds only the adapters).
+inline constexpr const char* kLoraBase = "/meta/lora_base";
 inline constexpr const char* kSeed = "/rng/seed";
 inline constexpr const char* kRngScheme = "/rng/scheme";
 inline constexpr const char* kTask = "/data/task";

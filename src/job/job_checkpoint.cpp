@@ -46,17 +46,38 @@ std::vector<std::uint64_t> global_shape(const ParamSpec& p) {
 // One state of every unit from the file into this rank's slices (any world size at save).
 void read_state(ShardedFileReader& in, const StateGroup& g, ShardedTrainer& trainer,
                 const std::vector<UnitSpec>& units, bool verify, ProgressMeter& meter) {
+  const bool lora = trainer.lora();
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    // Alignment gaps and padding stay 0.
-    std::vector<float> slice(static_cast<std::size_t>(trainer.layout().unit(u).shard), 0.0f);
+    // Alignment gaps and padding stay 0. With LoRA only the adapters are in the checkpoint.
+    std::vector<float> slice(static_cast<std::size_t>(trainer.state_elements(u, g.state)), 0.0f);
     for (const ParamSpec& p : units[u].params) {
-      const ParamOverlap o = trainer.layout().overlap(u, p);
+      if (!units[u].trains(p, lora)) continue;
+      const ParamOverlap o = trainer.layout().state_overlap(u, p);
       in.read(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
               static_cast<std::uint64_t>(o.count), slice.data() + o.at, verify);
       meter.advance();
     }
     trainer.write_slice(u, g.state, slice);
   }
+}
+
+// LoRA: the frozen base the adapters belong to. Today's LoRA jobs start from a random base (a
+// model.init_from base is refused by the config), which the seed, the scale and the shape fix.
+std::string lora_base(const Config& config) {
+  return fmt::format("random initialisation: model.preset = {}, run.seed = {}, model.init_std = {}",
+                     config.model.preset, config.run.seed, config.model.init_std);
+}
+
+// A LoRA checkpoint's adapters are loaded only over the base they were trained over.
+void check_lora_base(ShardedFileReader& in, const std::filesystem::path& file, const Config& config) {
+  if (config.lora.rank <= 0) return;
+  if (!in.has(f::kLoraBase))
+    throw InputError(fmt::format("{}: this LoRA job needs a checkpoint of LoRA adapters, and it has none ({} missing)",
+                                 file.string(), f::kLoraBase));
+  const std::string saved = in.read_string(f::kLoraBase), now = lora_base(config);
+  if (saved != now)
+    throw InputError(fmt::format("{}: its LoRA adapters were trained over another base ({}); this job's base is {}",
+                                 file.string(), saved, now));
 }
 
 std::string shape_summary(const ModelShape& s) {
@@ -69,13 +90,14 @@ std::string shape_summary(const ModelShape& s) {
 }  // namespace
 
 std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Config& config) {
+  const bool lora = config.lora.rank > 0;   // the adapters only; the base is the reference
   std::vector<const char*> groups{f::kModel, f::kExpAvg, f::kExpAvgSq};
-  if (config.rl.kl_coef > 0) groups.push_back(f::kReference);
+  if (config.rl.kl_coef > 0 && !lora) groups.push_back(f::kReference);
   std::vector<std::string> missing;
-  for (const UnitSpec& unit : model_units(resolve_model_shape(config.model)))
+  for (const UnitSpec& unit : model_units(job_model_shape(config)))
     for (const ParamSpec& p : unit.params)
       for (const char* g : groups)
-        if (!in.has(g + p.name)) missing.push_back(g + p.name);
+        if (unit.trains(p, lora) && !in.has(g + p.name)) missing.push_back(g + p.name);
   return missing;
 }
 
@@ -94,6 +116,7 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
     file.write_int64(f::kIteration, position.iterations_done);
     file.write_string(f::kModelSummary, config.model.preset + ": " + shape_summary(resolve_model_shape(config.model)));
     file.write_string(f::kConfig, config_toml);
+    if (trainer.lora()) file.write_string(f::kLoraBase, lora_base(config));
     file.write_int64(f::kSeed, config.run.seed);
     file.write_string(f::kRngScheme,
                       "counter-based: every draw is a function of (seed, iteration, prompt, sample, token); "
@@ -110,7 +133,8 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
       for (int u = 0; u < static_cast<int>(units.size()); ++u) {
         const std::vector<float> slice = trainer.read_slice(u, g.state);
         for (const ParamSpec& p : units[u].params) {
-          const ParamOverlap o = trainer.layout().overlap(u, p);
+          if (!units[u].trains(p, trainer.lora())) continue;   // LoRA: the adapters only
+          const ParamOverlap o = trainer.layout().state_overlap(u, p);
           file.write(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
                      static_cast<std::uint64_t>(o.count), slice.data() + o.at);
           if (pause.count() > 0) std::this_thread::sleep_for(pause);
@@ -134,6 +158,7 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
                                 const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm) {
   const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(file, comm);
   ShardedFileReader& in = *opened;
+  check_lora_base(in, file, config);
   if (const std::vector<std::string> missing = missing_tensors(in, config); !missing.empty())
     throw InputError(fmt::format("{}: incomplete checkpoint: {} tensor(s) this job needs are missing, the first {}",
                                  file.string(), missing.size(), missing.front()));
@@ -148,8 +173,10 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
 }
 
 void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                         bool verify, MPI_Comm comm) {
+                         const Config& config, MPI_Comm comm) {
+  const bool verify = config.checkpoint.verify;
   const std::unique_ptr<ShardedFileReader> in = open_checkpoint(file, comm);
+  check_lora_base(*in, file, config);
   ProgressMeter meter("loading weights", tensor_count(units));
   read_state(*in, StateGroup{SliceState::main, f::kModel}, trainer, units, verify, meter);
 }

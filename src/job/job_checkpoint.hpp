@@ -44,8 +44,10 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
 std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Config& config);
 
 // Collective. The policy's main weights alone from `file` (the optimizer state and counters stay
-// as they are): what `generate` samples from. Errors as load_job_checkpoint's.
+// as they are): what `generate` samples from; with LoRA the adapters, over the base the trainer
+// was initialised with (refused unless it is the one they were trained over). Errors as
+// load_job_checkpoint's.
 void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                         bool verify, MPI_Comm comm);
+                         const Config& config, MPI_Comm comm);
 
 }  // namespace shardrl

@@ -95,11 +95,23 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
   MemoryPlan plan;
 
   // The sharded state (docs/memory.md): fp32 main weights, their bf16 copy, gradients, Adam's
-  // m and v, the reference policy's slice.
-  const double per_param = 4 + (es == 2 ? 2 : 0) + grad + 2 * state + reference;
-  plan.device.push_back({fmt::format("weights, gradients and Adam moments: {:.4g} parameters / {} ranks x {} bytes",
-                                     P, world_size, per_param),
-                         P / N * per_param});
+  // m and v, the reference policy's slice. With LoRA the base is its compute-type slices only
+  // (and is the reference), the adapters carry the rest.
+  if (m.shape.lora.on()) {
+    const double A = double(m.shape.adapter_count());
+    plan.device.push_back({fmt::format("frozen base (LoRA): {:.4g} parameters / {} ranks x {} bytes", P, world_size, es),
+                           P / N * es});
+    const double per_adapter = es + 4 + grad + 2 * state;
+    plan.device.push_back(
+        {fmt::format("LoRA adapters with gradients and Adam moments: {:.4g} parameters / {} ranks x {} bytes", A,
+                     world_size, per_adapter),
+         A / N * per_adapter});
+  } else {
+    const double per_param = 4 + (es == 2 ? 2 : 0) + grad + 2 * state + reference;
+    plan.device.push_back({fmt::format("weights, gradients and Adam moments: {:.4g} parameters / {} ranks x {} bytes",
+                                       P, world_size, per_param),
+                           P / N * per_param});
+  }
 
   // Train phase: the largest gathered unit (two slots and its fp32 gradient), the activations of
   // a micro-batch, the logits of a chunk of it (their gradient overwrites them). With expert parallelism a rank gathers only

@@ -27,7 +27,7 @@ AttentionImpl attention_impl(AttentionChoice choice, Precision precision, int he
 
 ModelOptions model_options(const Config& config) {
   ModelOptions o;
-  o.shape = resolve_model_shape(config.model);
+  o.shape = job_model_shape(config);
   o.precision = config.model.precision;
   o.gradient_accumulation_fusion = config.train.gradient_accumulation_fusion;
   o.activation_recompute = config.train.activation_recompute;

@@ -36,7 +36,10 @@ void init_unit_slice(const ExecSpace& space, const UnitSpec& unit, std::uint64_t
     Kokkos::parallel_for(
         "init_param", Kokkos::RangePolicy<ExecSpace>(space, lo, hi), KOKKOS_LAMBDA(const std::int64_t g) {
           float value = init == Init::ones ? 1.0f : 0.0f;
-          if (init == Init::normal) {
+          if (init == Init::uniform) {
+            const std::uint64_t r = splitmix64(key + static_cast<std::uint64_t>(g - offset));
+            value = sigma * (2.0f * (static_cast<float>(r >> 40) + 0.5f) / 16777216.0f - 1.0f);
+          } else if (init == Init::normal) {
             // Box-Muller on two 32-bit uniforms in (0, 1].
             std::uint64_t r = splitmix64(key + static_cast<std::uint64_t>(g - offset));
             float u1 = (static_cast<float>(r >> 40) + 1.0f) / 16777216.0f;

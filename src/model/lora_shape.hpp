@@ -21,6 +21,7 @@ struct LoraShape {
   int rank = 0;              // 0: no adapters (full fine-tuning)
   float alpha = 0;           // the adapters' output is scaled by alpha / rank
   std::uint32_t targets = 0; // bit t: LoraTarget t carries an adapter
+  bool kaiming = false;      // A uniform in +-1 / sqrt(in) (PEFT's default), else Gaussian 1 / rank
 
   bool on() const { return rank > 0; }
   bool targets_(LoraTarget t) const { return on() && (targets >> static_cast<int>(t) & 1u) != 0; }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.hpp"
 
 namespace shardrl {
@@ -102,7 +104,11 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
       layer.adapters_begin = layer.numel;
       for (int t = 0; t < kLoraTargets; ++t) {
         if (!s.lora.targets_(static_cast<LoraTarget>(t))) continue;
-        add(layer, p + kLoraModules[t] + ".lora_A.weight", {r, in[t]}, Init::normal, false, 1.0f / float(r));
+        if (s.lora.kaiming)
+          add(layer, p + kLoraModules[t] + ".lora_A.weight", {r, in[t]}, Init::uniform, false,
+              1.0f / std::sqrt(float(in[t])));
+        else
+          add(layer, p + kLoraModules[t] + ".lora_A.weight", {r, in[t]}, Init::normal, false, 1.0f / float(r));
         add(layer, p + kLoraModules[t] + ".lora_B.weight", {out[t], r}, Init::zeros, false);
       }
       layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;

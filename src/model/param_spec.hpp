@@ -11,14 +11,15 @@
 
 namespace shardrl {
 
-enum class Init { normal, ones, zeros };
+enum class Init { normal, uniform, ones, zeros };
 
 struct ParamSpec {
   std::string name;                  // e.g. "model.layers.3.self_attn.q_proj.weight"
   std::vector<std::int64_t> shape;   // row-major, e.g. (n_heads*head_dim, d_model)
   Init init = Init::normal;
   bool no_decay = false;             // norms and embeddings: no weight decay by default
-  float init_std = 0;                // Init::normal's standard deviation; 0: the model's (model.init_std)
+  float init_std = 0;                // Init::normal's standard deviation (0: the model's, model.init_std),
+                                     // or Init::uniform's bound
   std::int64_t offset = 0;           // elements from the start of the unit's flat buffer
 
   std::int64_t numel() const;
@@ -41,6 +42,10 @@ struct UnitSpec {
 
   const ParamSpec& param(const std::string& suffix) const;   // by the end of its name
   bool has(const std::string& suffix) const;
+  // Whether the optimizer trains `p` of this unit: every parameter, or with LoRA the adapters only.
+  bool trains(const ParamSpec& p, bool lora) const {
+    return !lora || (adapters_begin >= 0 && p.offset >= adapters_begin);
+  }
 };
 
 // Unit 0 is the embedding, units 1..n_layers the decoder layers, the last the final norm and
