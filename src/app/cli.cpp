@@ -81,10 +81,14 @@ int run_cli(int argc, char** argv) {
   ConvertArgs convert_args;
   CLI::App* convert =
       app.add_subcommand("convert", "Between checkpoints and Hugging Face model directories (safetensors): "
-                                    "--from CKPT --to-safetensors DIR, or --from-safetensors DIR --to CKPT");
+                                    "--from CKPT --to-safetensors DIR, --from CKPT --to-peft DIR (a LoRA run's "
+                                    "adapters), or --from-safetensors DIR --to CKPT");
   convert->add_option("--from", convert_args.from, "Checkpoint file (.h5) to export");
   convert->add_option("--to-safetensors", convert_args.to_safetensors,
                       "Directory to write model.safetensors and config.json into");
+  convert->add_option("--to-peft", convert_args.to_peft,
+                      "Directory to write a LoRA run's adapters into, as PEFT saves them (adapter_model.safetensors, "
+                      "adapter_config.json)");
   convert->add_option("--from-safetensors", convert_args.from_safetensors,
                       "Hugging Face model directory (config.json, *.safetensors) to import");
   convert->add_option("--to", convert_args.to, "Checkpoint file (.h5) to write the imported weights to");

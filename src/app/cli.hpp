@@ -33,6 +33,7 @@ struct InspectArgs {
 struct ConvertArgs {
   std::string from;               // checkpoint file -> to_safetensors
   std::string to_safetensors;     // output directory
+  std::string to_peft;            // a LoRA run's adapters as a PEFT directory
   std::string dtype = "bf16";     // bf16 | fp32 (export)
   std::string from_safetensors;   // Hugging Face directory -> to
   std::string to;                 // checkpoint file

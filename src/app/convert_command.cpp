@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "app/job_config.hpp"
@@ -22,30 +23,45 @@
 #include "job/checkpoint_format.hpp"
 #include "job/hf_config.hpp"
 #include "job/job_checkpoint.hpp"
+#include "job/peft_adapter.hpp"
 #include "job/policy.hpp"
 
 namespace shardrl {
 namespace {
 
-// Checkpoint -> Hugging Face directory, on one process.
-int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
+// An export's checkpoint and the config it was saved with; the exports run on one process.
+struct ExportSource {
+  std::unique_ptr<ShardedFileReader> file;
+  LoadedConfig config;
+};
+// None (the problem reported) where the command must exit with kExitUsage.
+std::optional<ExportSource> open_export_source(const char* flag, const std::string& from, MpiSession& mpi) {
   int size = 1;
   MPI_Comm_size(mpi.world(), &size);
   if (size != 1) {
-    std::cerr << "shardrl: convert --to-safetensors runs as one process (started with " << size << ")\n";
-    return kExitUsage;
+    std::cerr << "shardrl: convert " << flag << " runs as one process (started with " << size << ")\n";
+    return std::nullopt;
   }
-  const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(args.from, mpi.world());
-  ShardedFileReader& checkpoint = *opened;
-  const LoadedConfig loaded = parse_saved_config(checkpoint.read_string(checkpoint_format::kConfig),
-                                                 args.from + ":" + checkpoint_format::kConfig);
-  if (!loaded.ok()) {
-    report_config_errors(loaded, 0);
-    return kExitUsage;
+  ExportSource source;
+  source.file = open_checkpoint(from, mpi.world());
+  source.config = parse_saved_config(source.file->read_string(checkpoint_format::kConfig),
+                                     from + ":" + checkpoint_format::kConfig);
+  if (!source.config.ok()) {
+    report_config_errors(source.config, 0);
+    return std::nullopt;
   }
+  return source;
+}
+
+// Checkpoint -> Hugging Face directory, on one process.
+int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
+  std::optional<ExportSource> source = open_export_source("--to-safetensors", args.from, mpi);
+  if (!source) return kExitUsage;
+  ShardedFileReader& checkpoint = *source->file;
+  const LoadedConfig& loaded = source->config;
   if (loaded.config.lora.rank > 0)
-    throw InputError(fmt::format("{}: a LoRA run's checkpoint holds its adapters only; exporting them (PEFT) or the "
-                                 "merged model is not built yet",
+    throw InputError(fmt::format("{}: a LoRA run's checkpoint holds its adapters only: --to-peft exports them (the "
+                                 "merged model is not built yet)",
                                  args.from));
   const ModelShape shape = resolve_model_shape(loaded.config.model);
   const bool bf16 = args.dtype == "bf16";
@@ -72,6 +88,48 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   write_text_atomically(dir / "config.json", config_json);
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
+  return 0;
+}
+
+// A LoRA run's checkpoint -> PEFT adapter directory, on one process: adapter_model.safetensors
+// with every adapter under PEFT's name for a causal LM (`base_model.model.` + shardrl's, which are
+// the Hugging Face module names) and adapter_config.json (job/peft_adapter.hpp).
+int export_peft(const ConvertArgs& args, MpiSession& mpi) {
+  std::optional<ExportSource> source = open_export_source("--to-peft", args.from, mpi);
+  if (!source) return kExitUsage;
+  ShardedFileReader& checkpoint = *source->file;
+  const LoadedConfig& loaded = source->config;
+  if (loaded.config.lora.rank <= 0)
+    throw InputError(fmt::format("--to-peft: {} is not a LoRA run's checkpoint (lora.rank = 0); --to-safetensors "
+                                 "exports its model",
+                                 args.from));
+  const ModelShape shape = job_model_shape(loaded.config);
+  const bool bf16 = args.dtype == "bf16";
+  std::vector<std::vector<float>> values;
+  std::vector<const ParamSpec*> adapters;   // into `units`
+  const std::vector<UnitSpec> units = model_units(shape);
+  for (const UnitSpec& unit : units)
+    for (const ParamSpec& p : unit.params)
+      if (unit.trains(p, true)) {
+        values.emplace_back(static_cast<std::size_t>(p.numel()));
+        checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()),
+                        0, static_cast<std::uint64_t>(p.numel()), values.back().data(),
+                        loaded.config.checkpoint.verify);
+        adapters.push_back(&p);
+      }
+  std::vector<StWrite> tensors;
+  for (std::size_t i = 0; i < adapters.size(); ++i)
+    tensors.push_back({peft_tensor_name(adapters[i]->name), adapters[i]->shape, bf16 ? StDtype::bf16 : StDtype::f32,
+                       values[i].data()});
+  const std::filesystem::path dir(args.to_peft);
+  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"})
+    if (std::filesystem::exists(dir / name) && !args.force)
+      throw InputError(fmt::format("--to-peft: '{}' exists; pass --force to replace it", (dir / name).string()));
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
+  write_text_atomically(dir / "adapter_config.json", peft_adapter_config_json(shape.lora, loaded.config.model.init_from));
+  std::cout << fmt::format("{} adapter tensors ({} parameters, rank {}, {}) -> {}\n", tensors.size(),
+                           shape.adapter_count(), shape.lora.rank, bf16 ? "BF16" : "F32", dir.string());
   return 0;
 }
 
@@ -118,16 +176,18 @@ int run_convert(const ConvertArgs& args) {
   MpiSession mpi(nullptr, nullptr);
   int rank = 0;
   MPI_Comm_rank(mpi.world(), &rank);
-  const bool to_hf = !args.from.empty() || !args.to_safetensors.empty();
+  const bool to_hf = !args.from.empty() || !args.to_safetensors.empty() || !args.to_peft.empty();
   const bool from_hf = !args.from_safetensors.empty() || !args.to.empty();
-  if (to_hf == from_hf || (to_hf && (args.from.empty() || args.to_safetensors.empty())) ||
+  const bool one_output = args.to_safetensors.empty() != args.to_peft.empty();
+  if (to_hf == from_hf || (to_hf && (args.from.empty() || !one_output)) ||
       (from_hf && (args.from_safetensors.empty() || args.to.empty()))) {
     if (rank == 0)
-      std::cerr << "shardrl: convert takes --from CKPT.h5 --to-safetensors DIR, or --from-safetensors DIR --to "
-                   "CKPT.h5\n";
+      std::cerr << "shardrl: convert takes --from CKPT.h5 --to-safetensors DIR, --from CKPT.h5 --to-peft DIR, or "
+                   "--from-safetensors DIR --to CKPT.h5\n";
     return kExitUsage;
   }
   try {
+    if (!args.to_peft.empty()) return export_peft(args, mpi);
     return to_hf ? export_safetensors(args, mpi) : import_safetensors(args, mpi);
   } catch (const InputError& e) {   // raised alike on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
