@@ -185,8 +185,8 @@ TEST(ConfigLoad, LoraKeys) {
   EXPECT_EQ(s.lora.rank, 8);
   EXPECT_FLOAT_EQ(s.lora.scale(), 4.0f);
   EXPECT_TRUE(s.lora.kaiming);
-  EXPECT_TRUE(s.lora.targets_(LoraTarget::q) && s.lora.targets_(LoraTarget::v) && s.lora.targets_(LoraTarget::down));
-  EXPECT_FALSE(s.lora.targets_(LoraTarget::k) || s.lora.targets_(LoraTarget::gate));
+  EXPECT_TRUE(s.lora.adapts(LoraTarget::q) && s.lora.adapts(LoraTarget::v) && s.lora.adapts(LoraTarget::down));
+  EXPECT_FALSE(s.lora.adapts(LoraTarget::k) || s.lora.adapts(LoraTarget::gate));
   EXPECT_FALSE(job_model_shape(load_config("", "none.toml", {}, kCpu).config).lora.on());
 
   auto one_error = [](const std::string& toml, const std::vector<std::string>& sets) {

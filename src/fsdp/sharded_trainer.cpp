@@ -162,20 +162,6 @@ GatheredUnit ShardedTrainer::gather(int u) {
   // date and the slot's previous unit is no longer read.
   const std::int64_t es = static_cast<std::int64_t>(model_.compute_type_size());
   std::int64_t gathered = s.shard;
-  if (s.adapters()) {
-    // LoRA's two pieces, base then adapters, each to its region (shard_layout.hpp).
-    compute_point_.record(compute_stream());
-    compute_point_.wait(comm_stream_.get());
-    all_gather_unit(u, source, slots_->buffer(g.slot), type, StreamRef{comm_stream_.get()});
-    gathered_[g.slot].record(comm_stream_.get());
-    profile_.all_gathers += 2;
-    profile_.all_gather_bytes += s.shard * layout_.world_size() * es;
-    if (options_.profile) {
-      comm_.synchronize(StreamRef{comm_stream_.get()});
-      profile_.gather_s += now() - t;
-    }
-    return last_handle_[u] = g;
-  }
   if (s.expert_parallel()) {
     // Only the dense pieces travel; this rank's own experts are copied in after the dense part
     // (on the compute stream, before the point the communication stream waits for), where the
@@ -191,10 +177,13 @@ GatheredUnit ShardedTrainer::gather(int u) {
   }
   compute_point_.record(compute_stream());
   compute_point_.wait(comm_stream_.get());
-  comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type,
-                   StreamRef{comm_stream_.get()});
+  if (s.adapters())   // LoRA's two pieces, base then adapters, each to its region (shard_layout.hpp)
+    all_gather_unit(u, source, slots_->buffer(g.slot), type, StreamRef{comm_stream_.get()});
+  else
+    comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type,
+                     StreamRef{comm_stream_.get()});
   gathered_[g.slot].record(comm_stream_.get());
-  profile_.all_gathers += 1;
+  profile_.all_gathers += s.adapters() ? 2 : 1;
   profile_.all_gather_bytes += gathered * layout_.world_size() * es;
   if (options_.profile) {
     comm_.synchronize(StreamRef{comm_stream_.get()});
@@ -263,62 +252,35 @@ int ShardedTrainer::take_grad_buffer(int unit) {
 void ShardedTrainer::reduce(int unit, int b) {
   const UnitShard& s = layout_.unit(unit);
   if (s.trainable == 0) return;   // a frozen unit (LoRA's embedding and head): no gradient
-  if (s.adapters()) return reduce_adapters(unit, b);
   const TraceSpan span("reduce-scatter unit", unit);
   const double t = now();
   const StreamRef comm{comm_stream_.get()};
   // Expert-parallel units: the dense pieces are reduce-scattered; each of this rank's experts got
   // its whole gradient here (every rank's tokens came to it), copied into the slice after them.
-  const std::int64_t reduced = s.expert_parallel() ? s.dense : s.shard, mine = s.shard - reduced;
+  // LoRA units: only the adapter region (its padded span from adapters_begin); the base's part
+  // of the buffer was never written.
+  const std::int64_t reduced = s.expert_parallel() ? s.dense : s.trainable;
+  const std::int64_t mine = s.expert_parallel() ? s.shard - s.dense : 0;
   const std::int64_t own_experts = s.expert_parallel() ? s.experts_begin : 0;   // where backward put them
+  const std::int64_t from = s.adapters() ? s.adapters_begin : 0;
+  float* grad = grad_full_[b].data() + from;
   if (options_.reduce_dtype == GradDtype::bf16) {
-    kernels::cast(space_, grad_full_[b].data(), send_bf16_[b].data(), s.gathered);
+    kernels::cast(space_, grad, send_bf16_[b].data(), s.gathered - from);
     if (mine > 0) kernels::cast(space_, send_bf16_[b].data() + own_experts, recv_bf16_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());
     comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum,
                          comm);
   } else {
-    if (mine > 0) kernels::cast(space_, grad_full_[b].data() + own_experts, recv_f32_[b].data() + reduced, mine);
+    if (mine > 0) kernels::cast(space_, grad + own_experts, recv_f32_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(grad_full_[b].data(), recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum,
-                         comm);
+    comm_.reduce_scatter(grad, recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum, comm);
   }
   reduced_[b].record(comm_stream_.get());
   pending_[b] = unit;
   profile_.reduce_scatters += 1;
   profile_.reduce_scatter_bytes += reduced * layout_.world_size() * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
-  if (options_.profile) {
-    comm_.synchronize(comm);
-    profile_.reduce_s += now() - t;
-  }
-}
-
-// LoRA: only the adapter region's gradient (its padded span from adapters_begin) is reduced;
-// the base's part of the buffer was never written.
-void ShardedTrainer::reduce_adapters(int unit, int b) {
-  const TraceSpan span("reduce-scatter unit", unit);
-  const double t = now();
-  const UnitShard& s = layout_.unit(unit);
-  const StreamRef comm{comm_stream_.get()};
-  const float* from = grad_full_[b].data() + s.adapters_begin;
-  if (options_.reduce_dtype == GradDtype::bf16) {
-    kernels::cast(space_, from, send_bf16_[b].data(), s.trainable * layout_.world_size());
-    grad_ready_[b].record(compute_stream());
-    grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(s.trainable),
-                         ReduceOp::sum, comm);
-  } else {
-    grad_ready_[b].record(compute_stream());
-    grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(from, recv_f32_[b].data(), static_cast<std::size_t>(s.trainable), ReduceOp::sum, comm);
-  }
-  reduced_[b].record(comm_stream_.get());
-  pending_[b] = unit;
-  profile_.reduce_scatters += 1;
-  profile_.reduce_scatter_bytes +=
-      s.trainable * layout_.world_size() * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
   if (options_.profile) {
     comm_.synchronize(comm);
     profile_.reduce_s += now() - t;

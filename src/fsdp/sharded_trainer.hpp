@@ -144,7 +144,6 @@ class ShardedTrainer {
   void finish_reduce(int buffer);
   bool tied() const;
   DataType compute_data_type() const;   // of the compute slices and what a gather moves
-  void reduce_adapters(int unit, int b);
   double now() const;
 
   Transformer& model_;

@@ -15,7 +15,7 @@ std::string peft_adapter_config_json(const LoraShape& lora, const std::string& b
   j["lora_alpha"] = lora.alpha;
   nlohmann::json modules = nlohmann::json::array();
   for (int t = 0; t < kLoraTargets; ++t)
-    if (lora.targets_(static_cast<LoraTarget>(t))) {
+    if (lora.adapts(static_cast<LoraTarget>(t))) {
       const std::string module = kLoraModules[t];   // "self_attn.q_proj": PEFT matches the last name
       modules.push_back(module.substr(module.find('.') + 1));
     }

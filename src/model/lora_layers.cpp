@@ -9,13 +9,18 @@
 namespace shardrl {
 
 template <class T>
+T* Transformer::lora_product(int layer, LoraTarget t) const {
+  const int set = act_->layers.size() == 1 ? 0 : layer;   // one shared set: recompute, inference
+  return act_->layers[set].lora.as<T>() + static_cast<long>(t) * B_ * S_ * options_.shape.lora.rank;
+}
+
+template <class T>
 void Transformer::lora_forward(int layer, LoraTarget t, const T* w, const T* x, int in, T* y, int out) {
   const LayerOffsets& o = act_->offsets[layer];
   const int ti = static_cast<int>(t);
   if (o.lora_a[ti] < 0 || !adapters_on_) return;
   const int N = B_ * S_, r = options_.shape.lora.rank;
-  const int set = act_->layers.size() == 1 ? 0 : layer;
-  T* ts = act_->layers[set].lora.as<T>() + static_cast<long>(ti) * N * r;
+  T* ts = lora_product<T>(layer, t);
   Gemm& mm = *gemm_;
   mm.gemm(Op::N, Op::T, N, r, in, options_.shape.lora.scale(), x, in, w + o.lora_a[ti], in, 0.0f, ts, r);
   mm.gemm(Op::N, Op::T, N, out, r, 1.0f, ts, r, w + o.lora_b[ti], r, 1.0f, y, out);
@@ -29,8 +34,7 @@ void Transformer::lora_backward_input(int layer, LoraTarget t, const T* w, float
   if (o.lora_a[ti] < 0) return;
   SHARDRL_CHECK(adapters_on_, "a backward pass through a LoRA model with its adapters off (the reference is forward-only)");
   const int N = B_ * S_, r = options_.shape.lora.rank;
-  const int set = act_->layers.size() == 1 ? 0 : layer;
-  const T* ts = act_->layers[set].lora.as<T>() + static_cast<long>(ti) * N * r;
+  const T* ts = lora_product<T>(layer, t);
   T* dt = act_->lora_dt.as<T>();
   Gemm& mm = *gemm_;
   weight_grad(dy, ts, g + o.lora_b[ti], out, r);

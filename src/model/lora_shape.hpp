@@ -24,7 +24,7 @@ struct LoraShape {
   bool kaiming = false;      // A uniform in +-1 / sqrt(in) (PEFT's default), else Gaussian 1 / rank
 
   bool on() const { return rank > 0; }
-  bool targets_(LoraTarget t) const { return on() && (targets >> static_cast<int>(t) & 1u) != 0; }
+  bool adapts(LoraTarget t) const { return on() && (targets >> static_cast<int>(t) & 1u) != 0; }
   float scale() const { return alpha / static_cast<float>(rank); }
 };
 

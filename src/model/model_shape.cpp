@@ -20,7 +20,7 @@ std::int64_t ModelShape::adapter_count() const {
   const std::int64_t in[kLoraTargets] = {D, D, D, q, D, D, d_ff}, out[kLoraTargets] = {q, kv, kv, D, d_ff, d_ff, D};
   std::int64_t per_layer = 0;
   for (int t = 0; t < kLoraTargets; ++t)
-    if (lora.targets_(static_cast<LoraTarget>(t))) per_layer += std::int64_t(lora.rank) * (in[t] + out[t]);
+    if (lora.adapts(static_cast<LoraTarget>(t))) per_layer += std::int64_t(lora.rank) * (in[t] + out[t]);
   return std::int64_t(n_layers) * per_layer;
 }
 

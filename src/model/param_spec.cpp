@@ -103,7 +103,7 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
       layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
       layer.adapters_begin = layer.numel;
       for (int t = 0; t < kLoraTargets; ++t) {
-        if (!s.lora.targets_(static_cast<LoraTarget>(t))) continue;
+        if (!s.lora.adapts(static_cast<LoraTarget>(t))) continue;
         if (s.lora.kaiming)
           add(layer, p + kLoraModules[t] + ".lora_A.weight", {r, in[t]}, Init::uniform, false,
               1.0f / std::sqrt(float(in[t])));

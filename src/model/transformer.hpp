@@ -185,6 +185,8 @@ class Transformer {
   // LoRA (model/lora_layers.cpp). With an adapter on target t of `layer`: y (N, out) += scale
   // (x A^T) B^T, keeping ts = scale x A^T (N, rank) for backward. No adapter: nothing.
   template <class T> void lora_forward(int layer, LoraTarget t, const T* w, const T* x, int in, T* y, int out);
+  // The kept N x rank product scale x A^T of target t in `layer`'s activations.
+  template <class T> T* lora_product(int layer, LoraTarget t) const;
   // Backward in two halves, so that the input gradient can be formed before x exists again (the
   // MLP's down projection): dB += dy^T ts, dt = scale dy B (kept), dx (N, in) += dt A; then
   // dA += dt^T x.
