@@ -155,13 +155,21 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeLora) {
 // Rows of prompts with different lengths; the completions are checked against a full forward of
 // prompt + completion: each drawn token's recorded log-probability is the model's, and greedy
 // tokens are the argmax at the previous position.
-struct GenerationRig {
+ModelShape with_adapters(LoraShape lora) {
   ModelShape s = resolve_model_shape(ModelConfig{});
+  s.lora = lora;
+  return s;
+}
+
+struct GenerationRig {
+  ModelShape s;
   Transformer full{opts(s, Precision::fp32, 1, 40), ExecSpace()};
   DenseParameters params{full, ExecSpace()};
   std::vector<const void*> weights;
-  GenerationRig() {
+  // The tiny model, with `lora`'s adapters (B set, so that they take part) where it has some.
+  explicit GenerationRig(LoraShape lora = {}) : s(with_adapters(lora)) {
     params.initialize(21, 0.3f);   // a larger init than usual, so distributions are far from uniform
+    if (lora.on()) set_lora_b(full, params);
     for (int u = 0; u < full.unit_count(); ++u) weights.push_back(params.compute_weights(u));
   }
   std::vector<GenerationRow> rows() const {
@@ -256,9 +264,9 @@ TEST(Generate, SameKeysSameCompletionsInAnyBatch) {
 // rollout.cuda_graph = "decode": the decode step replayed per batch bucket (CUDA graphs on GPU
 // builds, host replay on CPU builds) draws what eager decoding draws, while rows finish and the
 // active rows shrink through the buckets (4, 2, 1 for 3 rows: padding rows use free' cache
-// slots); a second call captures nothing new.
-TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDraws) {
-  GenerationRig rig;
+// slots); a second call captures nothing new. With LoRA adapters too (their path is in the graph).
+void decode_graphs_draw_what_eager_decoding_draws(LoraShape lora) {
+  GenerationRig rig(lora);
   auto rows = rig.rows();
   Generator eager(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
   Generator graphed(opts(rig.s, Precision::fp32, 8, 1), 8, 40, ExecSpace());
@@ -286,6 +294,12 @@ TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDraws) {
   EXPECT_LE(captures, 3);
   graphed.generate(rig.weights, rows, sampling, 12, 3, 1, eos);
   EXPECT_EQ(graphed.decode_graph_captures(), captures) << "a known bucket is not captured again";
+}
+
+TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDraws) { decode_graphs_draw_what_eager_decoding_draws({}); }
+
+TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDrawsWithLora) {
+  decode_graphs_draw_what_eager_decoding_draws(LoraShape{4, 8.0f, 0x7f, false});
 }
 
 // ---- The paged engine (rollout.engine = "paged").

@@ -28,8 +28,13 @@ Communicator& comm() {
 // The job these tests step: the tiny model, kRows x kS micro-batches, clipping active (the clip
 // scale comes from the device), a cosine schedule; gradients and moments in `dtype`.
 // With `flash`, a custom shape whose head dim the tensor-core attention takes (GPU builds).
-Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32, bool flash = false) {
+// With `lora`, rank-4 adapters on every linear layer over the frozen base.
+Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32, bool flash = false, bool lora = false) {
   Config c;
+  if (lora) {
+    c.lora.rank = 4;
+    c.lora.alpha = 8.0;
+  }
   if (flash) {
     use_flash_attention_shape(c);
     c.model.attention = AttentionChoice::flash;
@@ -85,8 +90,9 @@ struct Job {
   MaskedNll objective{mask.data(), 1.0f, loss.data()};
   std::unique_ptr<TrainStepGraphs> graphs;
 
-  Job(Precision p, bool graphed, bool reshard = true, GradDtype dtype = GradDtype::fp32, bool flash = false)
-      : policy(config(p, reshard, dtype, flash), comm()), model(policy.model()), trainer(policy.trainer()) {
+  Job(Precision p, bool graphed, bool reshard = true, GradDtype dtype = GradDtype::fp32, bool flash = false,
+      bool lora = false)
+      : policy(config(p, reshard, dtype, flash, lora), comm()), model(policy.model()), trainer(policy.trainer()) {
     if (graphed)
       graphs = std::make_unique<TrainStepGraphs>(trainer, model,
                                                  std::vector<DeviceRegion>{{mask.data(), mask.extent(0) * sizeof(float)}},
@@ -124,6 +130,7 @@ struct Numerics {
   Precision precision;
   GradDtype state;
   bool flash = false;   // the tensor-core attention kernels inside the captured step
+  bool lora = false;    // LoRA adapters over a frozen base: only they are reduced and stepped
 };
 
 class StepGraphs : public ::testing::TestWithParam<Numerics> {};
@@ -133,7 +140,8 @@ TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
   const Numerics n = GetParam();
   if (n.flash && !kernels::flash_attention_available())
     GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  Job eager(n.precision, false, true, n.state, n.flash), graphed(n.precision, true, true, n.state, n.flash);
+  Job eager(n.precision, false, true, n.state, n.flash, n.lora), graphed(n.precision, true, true, n.state, n.flash, n.lora);
+  ASSERT_EQ(graphed.trainer.lora(), n.lora);
   ASSERT_EQ(graphed.model.options().attention, n.flash ? AttentionImpl::flash : AttentionImpl::gemm);
   ASSERT_EQ(graphed.trainer.options().main_grad_dtype, n.state);
   ASSERT_EQ(graphed.trainer.options().state_dtype, n.state);
@@ -157,7 +165,8 @@ TEST_P(StepGraphs, KeepingUnitsGatheredReplaysToo) {
   const Numerics n = GetParam();
   if (n.flash && !kernels::flash_attention_available())
     GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  Job eager(n.precision, false, false, n.state, n.flash), graphed(n.precision, true, false, n.state, n.flash);
+  Job eager(n.precision, false, false, n.state, n.flash, n.lora),
+      graphed(n.precision, true, false, n.state, n.flash, n.lora);
   for (int s = 0; s < 4; ++s) {
     eager.step(s);
     graphed.step(s);
@@ -169,10 +178,12 @@ INSTANTIATE_TEST_SUITE_P(Precisions, StepGraphs,
                          ::testing::Values(Numerics{Precision::fp32, GradDtype::fp32},
                                            Numerics{Precision::bf16, GradDtype::fp32},
                                            Numerics{Precision::bf16, GradDtype::bf16},
-                                           Numerics{Precision::bf16, GradDtype::fp32, true}),
+                                           Numerics{Precision::bf16, GradDtype::fp32, true},
+                                           Numerics{Precision::bf16, GradDtype::fp32, false, true}),
                          [](const ::testing::TestParamInfo<Numerics>& p) {
                            if (p.param.precision == Precision::fp32) return "fp32";
                            if (p.param.flash) return "bf16_flash_attention";
+                           if (p.param.lora) return "bf16_lora";
                            return p.param.state == GradDtype::bf16 ? "bf16_with_bf16_grads_and_moments" : "bf16";
                          });
 
