@@ -102,6 +102,19 @@ std::vector<Slice> gather_slices(MPI_Comm comm, int size, const Slice& mine) {
   return all;
 }
 
+std::vector<Slice> gather_all_slices(MPI_Comm comm, const std::vector<Slice>& mine) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const int count = static_cast<int>(mine.size()) * 4;
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size), 0);
+  SHARDRL_CHECK_MPI(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+  std::vector<Slice> all(static_cast<std::size_t>((displs.back() + counts.back()) / 4));
+  SHARDRL_CHECK_MPI(MPI_Allgatherv(mine.data(), count, MPI_UINT64_T, all.data(), counts.data(), displs.data(),
+                                   MPI_UINT64_T, comm));
+  return all;
+}
+
 // crc32 of the whole tensor from its slices, combined in the order of their ranges (rank order
 // when the ranks hold consecutive ranges). The slices must be disjoint and cover [0, total).
 std::uint32_t combine_slices(std::vector<Slice> slices, std::uint64_t total, const std::string& tensor) {

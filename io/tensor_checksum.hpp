@@ -29,6 +29,8 @@ static_assert(sizeof(Slice) == 4 * sizeof(std::uint64_t), "Slice travels as 4 ui
 
 // Every rank's slice, on every rank (one all-gather).
 std::vector<Slice> gather_slices(MPI_Comm comm, int size, const Slice& mine);
+// Every rank's slices, any number per rank (of many tensors), on every rank, in rank order.
+std::vector<Slice> gather_all_slices(MPI_Comm comm, const std::vector<Slice>& mine);
 // The whole tensor's CRC from its slices. The slices must be disjoint and cover [0, total)
 // (a fatal error naming `tensor` otherwise).
 std::uint32_t combine_slices(std::vector<Slice> slices, std::uint64_t total, const std::string& tensor);

@@ -65,8 +65,7 @@ void run_iterations(Job& job, std::int64_t from, std::int64_t to) {
 }
 
 void save(Job& job, const fs::path& dir, std::int64_t iterations, std::int64_t warmup, MPI_Comm comm) {
-  save_job_checkpoint(dir, JobPosition{iterations, warmup}, job.trainer, job.model.units(), job.config, "[run]\n",
-                      comm);
+  save_job_checkpoint(dir, JobPosition{iterations, warmup}, job.policy, "[run]\n", comm);
 }
 
 void expect_bitwise(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
@@ -105,8 +104,7 @@ void resume_is_bit_exact(Precision precision, const std::string& name, bool cuda
   }
   {
     Job job(c, MPI_COMM_WORLD);   // fresh weights from the seed, then the checkpoint over them
-    const JobPosition p = load_job_checkpoint(checkpoint_path(dir, 3), job.trainer, job.model.units(), job.config,
-                                              MPI_COMM_WORLD);
+    const JobPosition p = load_job_checkpoint(checkpoint_path(dir, 3), job.policy, MPI_COMM_WORLD);
     EXPECT_EQ(p.iterations_done, 3);
     EXPECT_EQ(p.warmup_steps_done, 3);
     EXPECT_EQ(job.trainer.metrics().step, 3 + 3 * c.rl.minibatches);
@@ -268,7 +266,7 @@ void expect_resumes(const Config& config, const fs::path& dir, int ranks, const 
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &loader);
   if (loader != MPI_COMM_NULL) {
     Job job(config, loader);
-    load_job_checkpoint(checkpoint_path(dir, 1), job.trainer, job.model.units(), job.config, loader);
+    load_job_checkpoint(checkpoint_path(dir, 1), job.policy, loader);
     const std::vector<std::vector<float>> loaded = all_weights(job);
     const TrainStats t = job.loop.train(job.loop.rollout(1));
     if (world_rank() == 0) {
@@ -334,7 +332,7 @@ TEST(Checkpoint, ExpertParallelAndShardedExpertsShareCheckpoints) {
 
 std::string load_error(Job& job, const fs::path& file) {
   try {
-    load_job_checkpoint(file, job.trainer, job.model.units(), job.config, MPI_COMM_WORLD);
+    load_job_checkpoint(file, job.policy, MPI_COMM_WORLD);
   } catch (const InputError& e) {
     return e.what();
   }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 
+#include "checkpoint_tensors.hpp"
 #include "cli_harness.hpp"
 #include "core/bf16.hpp"
 #include "io/safetensors.hpp"
@@ -347,77 +348,6 @@ TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
 // `convert` both ways and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
 // bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
 // a missing checkpoint is refused.
-// Every tensor of a safetensors file equals the checkpoint's /model/<name> (its name without
-// `prefix`), exactly in fp32 and as its bf16 rounding in bf16. Returns the tensors compared.
-int expect_tensors_are_the_checkpoints(const fs::path& file, const fs::path& ckpt, const std::string& dtype,
-                                       const std::string& prefix = "") {
-  shardrl::SafetensorsFile st(file);
-  hid_t f = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  EXPECT_GE(f, 0) << ckpt;
-  int compared = 0;
-  for (const shardrl::StTensor& t : st.header().tensors) {
-    EXPECT_EQ(t.name.rfind(prefix, 0), 0u) << t.name;
-    const std::string name = t.name.substr(prefix.size());
-    hid_t d = H5Dopen2(f, ("/model/" + name).c_str(), H5P_DEFAULT);
-    EXPECT_GE(d, 0) << name;
-    if (d < 0) continue;
-    std::vector<float> want(static_cast<std::size_t>(t.numel()));
-    EXPECT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), 0);
-    H5Dclose(d);
-    const std::vector<float> got = st.read_f32(t.name);
-    EXPECT_EQ(got.size(), want.size()) << t.name;
-    for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
-      const float expect = dtype == "fp32" ? want[i] : static_cast<float>(shardrl::bf16(want[i]));
-      if (got[i] != expect) {
-        ADD_FAILURE() << dtype << " " << t.name << "[" << i << "]: " << got[i] << ", checkpoint " << expect;
-        break;
-      }
-    }
-    ++compared;
-  }
-  H5Fclose(f);
-  return compared;
-}
-
-// A LoRA run's checkpoint: `convert --to-peft` writes its adapters as PEFT saves them (every
-// adapter under base_model.model.<name>, values equal to the checkpoint's, fp32 and bf16; the
-// adapter config naming rank, alpha and the targeted modules); --to-safetensors is refused with
-// the reason, as is --to-peft of a run without adapters.
-TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
-  fs::path dir = test_dir();
-  write(dir / "job.toml", std::string(kCheckpointJob) + "[lora]\nrank = 4\nalpha = 8.0\ntargets = [\"q\", \"v\", \"down\"]\n");
-  RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
-  ASSERT_EQ(train.exit_code, 0) << train.err;
-  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
-  for (const char* dtype : {"fp32", "bf16"}) {
-    const fs::path out = dir / (std::string("peft_") + dtype);
-    RunResult conv = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-peft " + out.string() +
-                                     " --dtype " + dtype);
-    ASSERT_EQ(conv.exit_code, 0) << conv.err;
-    const std::string config = slurp(out / "adapter_config.json");
-    for (const char* field : {"\"peft_type\": \"LORA\"", "\"task_type\": \"CAUSAL_LM\"", "\"r\": 4", "\"lora_alpha\": 8.0",
-                              "\"q_proj\"", "\"v_proj\"", "\"down_proj\""})
-      EXPECT_NE(config.find(field), std::string::npos) << field << " in " << config;
-    EXPECT_EQ(config.find("\"k_proj\""), std::string::npos) << config;
-    const shardrl::SafetensorsFile adapters(out / "adapter_model.safetensors");
-    for (const shardrl::StTensor& t : adapters.header().tensors)
-      EXPECT_NE(t.name.find(".lora_"), std::string::npos) << t.name;
-    EXPECT_EQ(expect_tensors_are_the_checkpoints(out / "adapter_model.safetensors", ckpt, dtype, "base_model.model."),
-              2 * 3 * 2)
-        << "A and B of 3 targets in each of the tiny model's 2 layers";
-  }
-  RunResult merged = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors merged");
-  EXPECT_EQ(merged.exit_code, 2);
-  EXPECT_NE(merged.err.find("holds its adapters only: --to-peft exports them"), std::string::npos) << merged.err;
-  RunResult plain = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=full --set lora.rank=0 "
-                                            "--set lora.alpha=16.0 --set 'lora.targets=[\"q\", \"k\", \"v\", \"o\", "
-                                            "\"gate\", \"up\", \"down\"]' --set run.iterations=1");
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  RunResult not_lora = run_in(dir, shardrl_binary() + " convert --from runs/full/checkpoints/iter_00000001.h5 --to-peft p");
-  EXPECT_EQ(not_lora.exit_code, 2);
-  EXPECT_NE(not_lora.err.find("is not a LoRA run's checkpoint"), std::string::npos) << not_lora.err;
-}
-
 TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);

@@ -199,8 +199,12 @@ TEST(ConfigLoad, LoraKeys) {
             std::string::npos);
   EXPECT_EQ(one_error("[lora]\nrank = 4\ntargets = []\n", {}),
             "l.toml:3:11: lora.rank = 4 needs at least one of lora.targets");
-  EXPECT_NE(one_error("[lora]\nrank = 4\n", {"model.init_from=/some/dir"}).find("model.init_from base is not built yet"),
-            std::string::npos);
+  EXPECT_TRUE(load_config("[lora]\nrank = 4\n", "l.toml", {"model.init_from=/some/dir"}, kCpu).ok())
+      << "adapters over a pretrained base";
+  EXPECT_EQ(one_error("[lora]\nrank = 4\ninit_from = \"peft\"\n", {}),
+            "l.toml:3:13: lora.init_from = \"peft\" continues adapters trained over a pretrained base: set "
+            "model.init_from to that base's directory");
+  EXPECT_EQ(one_error("[lora]\ninit_from = \"peft\"\n", {}), "l.toml:2:13: lora.init_from applies to lora.rank > 0");
   EXPECT_NE(one_error("[model]\npreset = \"custom\"\nn_experts = 4\n[lora]\nrank = 4\n", {})
                 .find("LoRA on a mixture-of-experts model is not built yet"),
             std::string::npos);

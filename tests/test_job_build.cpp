@@ -136,8 +136,7 @@ std::unique_ptr<Job> start_job(const Config& config, Start start, const fs::path
   if (start == Start::fresh) return std::make_unique<Job>(config, MPI_COMM_WORLD);
   if (start == Start::resumed) {
     auto job = std::make_unique<Job>(config, MPI_COMM_WORLD);
-    load_job_checkpoint(checkpoint_path(dir / "checkpoints", 0), job->trainer, job->model.units(), job->config,
-                        MPI_COMM_WORLD);
+    load_job_checkpoint(checkpoint_path(dir / "checkpoints", 0), job->policy, MPI_COMM_WORLD);
     return job;
   }
   Config imported = config;
@@ -151,8 +150,7 @@ std::unique_ptr<Job> start_job(const Config& config, Start start, const fs::path
 // a Hugging Face directory.
 void write_starting_points(const Config& base, const fs::path& dir) {
   Job job(base, MPI_COMM_WORLD);
-  save_job_checkpoint(dir / "checkpoints", JobPosition{}, job.trainer, job.model.units(), job.config, "[run]\n",
-                      MPI_COMM_WORLD);
+  save_job_checkpoint(dir / "checkpoints", JobPosition{}, job.policy, "[run]\n", MPI_COMM_WORLD);
   std::vector<std::vector<float>> whole;
   for (int u = 0; u < job.model.unit_count(); ++u) whole.push_back(job.trainer.gather_main_weights(u));
   int rank = 0;

@@ -92,6 +92,9 @@ int run_cli(int argc, char** argv) {
   convert->add_option("--from-safetensors", convert_args.from_safetensors,
                       "Hugging Face model directory (config.json, *.safetensors) to import");
   convert->add_option("--to", convert_args.to, "Checkpoint file (.h5) to write the imported weights to");
+  convert->add_flag("--merged", convert_args.merged,
+                    "With --to-safetensors, a LoRA run's model: its base with the adapters folded into the weights "
+                    "(W + alpha / rank * B A)");
   convert->add_flag("--force", convert_args.force, "Replace an existing output (refused otherwise)");
   convert->add_option("--dtype", convert_args.dtype, "Element type of the exported tensors")
       ->check(CLI::IsMember({"bf16", "fp32"}));

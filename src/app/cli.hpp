@@ -38,6 +38,7 @@ struct ConvertArgs {
   std::string from_safetensors;   // Hugging Face directory -> to
   std::string to;                 // checkpoint file
   bool force = false;             // replace an existing output
+  bool merged = false;            // --to-safetensors of a LoRA run: the base with its adapters folded in
 };
 
 // Runs the command line; returns the process exit code (see core/error.hpp).

@@ -53,30 +53,13 @@ std::optional<ExportSource> open_export_source(const char* flag, const std::stri
   return source;
 }
 
-// Checkpoint -> Hugging Face directory, on one process.
-int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
-  std::optional<ExportSource> source = open_export_source("--to-safetensors", args.from, mpi);
-  if (!source) return kExitUsage;
-  ShardedFileReader& checkpoint = *source->file;
-  const LoadedConfig& loaded = source->config;
-  if (loaded.config.lora.rank > 0)
-    throw InputError(fmt::format("{}: a LoRA run's checkpoint holds its adapters only: --to-peft exports them (the "
-                                 "merged model is not built yet)",
-                                 args.from));
-  const ModelShape shape = resolve_model_shape(loaded.config.model);
+// `values` (one per parameter of `units`, in order) as a Hugging Face model directory of `shape`.
+void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const std::vector<UnitSpec>& units,
+                        const std::vector<std::vector<float>>& values) {
   const bool bf16 = args.dtype == "bf16";
-  const std::string config_json = hf_config_json(shape, bf16 ? "bfloat16" : "float32");
-  // Every parameter whole, in the units' order (so the file's data follow the model's layout).
-  std::vector<std::vector<float>> values;
   std::vector<StWrite> tensors;
-  for (const UnitSpec& unit : model_units(shape))
-    for (const ParamSpec& p : unit.params) {
-      values.emplace_back(static_cast<std::size_t>(p.numel()));
-      checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
-                      static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
-    }
   std::size_t i = 0;
-  for (const UnitSpec& unit : model_units(shape))
+  for (const UnitSpec& unit : units)
     for (const ParamSpec& p : unit.params)
       tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
   const std::filesystem::path dir(args.to_safetensors);
@@ -85,9 +68,97 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-  write_text_atomically(dir / "config.json", config_json);
+  write_text_atomically(dir / "config.json", hf_config_json(shape, bf16 ? "bfloat16" : "float32"));
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
+}
+
+// A LoRA run's checkpoint -> its merged model as a Hugging Face directory, on one process: the
+// policy built as the run built it (its base from model.init_from, checked against the
+// checkpoint's record, or its seeded random one), the adapters loaded, then every adapted weight
+// W + (alpha / rank) B A, summed in fp64 from the fp32 adapters and the base.
+int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
+  // Only the weights are needed: no batch beyond one token (the activations sized by it).
+  cfg.train.micro_batch_size = 1;
+  cfg.train.seq_len = 1;
+  const ProcessLayout layout = ProcessLayout::discover(mpi.world());
+  const DeviceBinding device = bind_device(layout);
+  KokkosRuntime kokkos(device.device_id);
+  auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
+                                cfg.comm.timeout_s);
+  Policy policy(cfg, *comm);
+  if (policy.base_from_init_from()) policy.load_init_from(mpi.world());
+  load_policy_weights(args.from, policy, mpi.world());
+  const LoraShape& lora = policy.model().options().shape.lora;
+  const ModelShape base_shape = resolve_model_shape(cfg.model);
+  const std::vector<UnitSpec> base_units = model_units(base_shape);
+  const std::vector<UnitSpec>& units = policy.model().units();
+  std::vector<std::vector<float>> values;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const std::vector<float> unit = policy.trainer().gather_main_weights(static_cast<int>(u));
+    auto param = [&](const std::string& name) -> const ParamSpec* {
+      for (const ParamSpec& p : units[u].params)
+        if (p.name == name) return &p;
+      return nullptr;
+    };
+    for (const ParamSpec& p : base_units[u].params) {
+      const ParamSpec* mine = param(p.name);
+      SHARDRL_CHECK(mine != nullptr && mine->shape == p.shape, "the LoRA model's base parameters are its base's");
+      std::vector<float>& w = values.emplace_back(unit.begin() + mine->offset, unit.begin() + mine->offset + p.numel());
+      const std::string stem = p.name.substr(0, p.name.size() - std::string(".weight").size());
+      const ParamSpec* a = param(stem + ".lora_A.weight");
+      const ParamSpec* b = param(stem + ".lora_B.weight");
+      if (a == nullptr || b == nullptr) continue;   // not adapted
+      const std::int64_t out = p.shape[0], in = p.shape[1], r = lora.rank;
+      const float* A = unit.data() + a->offset;   // (r, in)
+      const float* B = unit.data() + b->offset;   // (out, r)
+      std::vector<double> row(static_cast<std::size_t>(in));   // row i of B A, rows of A in order (vectorises)
+      for (std::int64_t i = 0; i < out; ++i) {
+        std::fill(row.begin(), row.end(), 0.0);
+        for (std::int64_t k = 0; k < r; ++k) {
+          const double bik = B[i * r + k];
+          for (std::int64_t j = 0; j < in; ++j) row[j] += bik * A[k * in + j];
+        }
+        for (std::int64_t j = 0; j < in; ++j)
+          w[i * in + j] = static_cast<float>(w[i * in + j] + static_cast<double>(lora.scale()) * row[j]);
+      }
+    }
+  }
+  write_hf_directory(args, base_shape, base_units, values);
+  return 0;
+}
+
+// Checkpoint -> Hugging Face directory, on one process.
+int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
+  std::optional<ExportSource> source = open_export_source("--to-safetensors", args.from, mpi);
+  if (!source) return kExitUsage;
+  const LoadedConfig& loaded = source->config;
+  const bool lora = loaded.config.lora.rank > 0;
+  if (lora && !args.merged)
+    throw InputError(fmt::format("{}: a LoRA run's checkpoint holds its adapters only: --to-peft exports them, "
+                                 "--to-safetensors DIR --merged the model with them folded in",
+                                 args.from));
+  if (!lora && args.merged)
+    throw InputError(fmt::format("--merged: {} is not a LoRA run's checkpoint (lora.rank = 0): --to-safetensors "
+                                 "alone exports its model",
+                                 args.from));
+  if (lora) {
+    const Config cfg = loaded.config;
+    source.reset();   // the policy opens the checkpoint again, collectively
+    return export_merged(args, mpi, cfg);
+  }
+  ShardedFileReader& checkpoint = *source->file;
+  const ModelShape shape = resolve_model_shape(loaded.config.model);
+  const std::vector<UnitSpec> units = model_units(shape);
+  // Every parameter whole, in the units' order (so the file's data follow the model's layout).
+  std::vector<std::vector<float>> values;
+  for (const UnitSpec& unit : units)
+    for (const ParamSpec& p : unit.params) {
+      values.emplace_back(static_cast<std::size_t>(p.numel()));
+      checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
+                      static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
+    }
+  write_hf_directory(args, shape, units, values);
   return 0;
 }
 
@@ -160,7 +231,7 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   policy.load_init_from(mpi.world());   // cfg.model.init_from is `dir`
   // Saved as a job's checkpoint in a directory of its own beside `to`, then moved there.
   const std::filesystem::path staging = to.string() + ".convert.d";
-  save_job_checkpoint(staging, JobPosition{}, policy.trainer(), policy.model().units(), cfg, to_toml(cfg), mpi.world());
+  save_job_checkpoint(staging, JobPosition{}, policy, to_toml(cfg), mpi.world());
   run_on_root(mpi.world(), 0, [&] {
     std::filesystem::rename(checkpoint_path(staging, 0), to);
     std::filesystem::remove_all(staging);
@@ -179,6 +250,10 @@ int run_convert(const ConvertArgs& args) {
   const bool to_hf = !args.from.empty() || !args.to_safetensors.empty() || !args.to_peft.empty();
   const bool from_hf = !args.from_safetensors.empty() || !args.to.empty();
   const bool one_output = args.to_safetensors.empty() != args.to_peft.empty();
+  if (args.merged && args.to_safetensors.empty()) {
+    if (rank == 0) std::cerr << "shardrl: convert --merged goes with --from CKPT.h5 --to-safetensors DIR\n";
+    return kExitUsage;
+  }
   if (to_hf == from_hf || (to_hf && (args.from.empty() || !one_output)) ||
       (from_hf && (args.from_safetensors.empty() || args.to.empty()))) {
     if (rank == 0)

@@ -180,10 +180,10 @@ int run_generate(const GenerateArgs& args) {
       cfg.comm.timeout_s);
   Policy policy(cfg, *comm);
   try {
-    if (!args.checkpoint.empty())
-      load_policy_weights(args.checkpoint, policy.trainer(), policy.model().units(), cfg, mpi.world());
-    else if (!cfg.model.init_from.empty())
+    // A LoRA checkpoint's base is model.init_from's, loaded first.
+    if (!cfg.model.init_from.empty() && (args.checkpoint.empty() || policy.base_from_init_from()))
       policy.load_init_from(mpi.world());
+    if (!args.checkpoint.empty()) load_policy_weights(args.checkpoint, policy, mpi.world());
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;

@@ -284,15 +284,19 @@ int run_train(const TrainArgs& args) {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
     bool resumed = false;
-    if (const std::filesystem::path from = resume_path(mpi.world(), rank, args, derived.run_dir); !from.empty()) {
+    const std::filesystem::path from = resume_path(mpi.world(), rank, args, derived.run_dir);
+    if (!from.empty()) check_config_changes(mpi.world(), from, cfg, args.allow_config_change);
+    // model.init_from starts a fresh run; a LoRA job's base comes from it on resume too, before
+    // the checkpoint, which holds the adapters only.
+    if (!cfg.model.init_from.empty() && (from.empty() || policy->base_from_init_from())) {
+      policy->load_init_from(mpi.world());
+      spdlog::info("{} from {}", policy->base_from_init_from() ? "frozen base" : "weights", cfg.model.init_from);
+    }
+    if (!from.empty()) {
       resumed = true;
-      check_config_changes(mpi.world(), from, cfg, args.allow_config_change);
-      position = load_job_checkpoint(from, trainer, model.units(), cfg, mpi.world());
+      position = load_job_checkpoint(from, *policy, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
-    } else if (!cfg.model.init_from.empty()) {
-      policy->load_init_from(mpi.world());
-      spdlog::info("weights from {}", cfg.model.init_from);
     }
     // The job has started cleanly: only now is the run's config.toml (re)written, so a start that
     // fails (a bad checkpoint, a busy run) leaves the run's files as they were.
@@ -302,7 +306,7 @@ int run_train(const TrainArgs& args) {
       const TraceSpan span("checkpoint save");
       watch("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
-      save_job_checkpoint(checkpoints, position, trainer, model.units(), cfg, config_toml, mpi.world());
+      save_job_checkpoint(checkpoints, position, *policy, config_toml, mpi.world());
       watchdog.disarm();
       spdlog::info("checkpoint {} ({}) in {:.2f}s", checkpoint_path(checkpoints, position.iterations_done).string(),
                    why, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

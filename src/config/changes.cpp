@@ -10,11 +10,12 @@ namespace {
 // Keys a resumed run may change and still compute what it would have: the run's length and
 // place, checkpointing, communication and debugging, and the ways of running the same step that
 // tests prove bit-identical (CUDA graphs, resharding after forward). model.init_from only seeds a
-// fresh run.
+// fresh run (a LoRA run's base is checked by its checksum instead); lora.init_from too.
 bool keeps_trajectory(const KeyDef& d) {
   static const std::set<std::string> sections{"checkpoint", "comm", "debug"};
   static const std::set<std::string> keys{"run.iterations", "run.name", "run.dir", "train.cuda_graph",
-                                          "rollout.cuda_graph", "fsdp.reshard_after_forward", "model.init_from"};
+                                          "rollout.cuda_graph", "fsdp.reshard_after_forward", "model.init_from",
+                                          "lora.init_from"};
   return sections.count(d.section) > 0 || keys.count(d.full_name()) > 0;
 }
 

@@ -194,6 +194,7 @@ struct LoraConfig {
   double alpha = 16.0;
   std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
   LoraInit init = LoraInit::gaussian;
+  std::string init_from;   // a PEFT adapter directory to start the adapters from ("": fresh)
 };
 
 struct Config {

@@ -362,16 +362,17 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     if (c.model.n_experts > 0)
       out.errors.push_back(fmt::format("{}: LoRA on a mixture-of-experts model is not built yet (model.n_experts = {})",
                                        where("lora.rank"), c.model.n_experts));
-    if (!c.model.init_from.empty())
-      out.errors.push_back(fmt::format("{}: LoRA over a model.init_from base is not built yet (issue 27); a LoRA job "
-                                       "now trains adapters over a base of random initialisation",
-                                       where("lora.rank")));
+    if (!c.lora.init_from.empty() && c.model.init_from.empty())
+      out.errors.push_back(fmt::format("{}: lora.init_from = \"{}\" continues adapters trained over a pretrained base: "
+                                       "set model.init_from to that base's directory",
+                                       where("lora.init_from"), c.lora.init_from));
   } else {
     // The adapters' settings without adapters would be silently ignored.
     const LoraConfig d;
     const std::pair<const char*, bool> lora_only[] = {{"lora.alpha", c.lora.alpha != d.alpha},
                                                       {"lora.targets", c.lora.targets != d.targets},
-                                                      {"lora.init", c.lora.init != d.init}};
+                                                      {"lora.init", c.lora.init != d.init},
+                                                      {"lora.init_from", c.lora.init_from != d.init_from}};
     for (const auto& [key, differs] : lora_only)
       if (differs) out.errors.push_back(fmt::format("{}: {} applies to lora.rank > 0", where(key), key));
   }

@@ -201,7 +201,9 @@ std::vector<KeyDef> build_schema() {
                     "A Hugging Face model directory (config.json and model.safetensors, or the shards of "
                     "model.safetensors.index.json) whose weights a fresh job starts from instead of random ones; "
                     "its config.json must describe the job's model, and gives the shape with preset = \"custom\" "
-                    "and no shape keys. Empty: random initialisation. A resumed job reads its checkpoint instead.",
+                    "and no shape keys. Empty: random initialisation. A resumed job reads its checkpoint instead, but for "
+                    "a LoRA job (lora.rank > 0), whose frozen base this is, read on resume too and checked against "
+                    "the checksum the checkpoint recorded.",
                     &Config::model, &ModelConfig::init_from));
   s.push_back(with_min(field("model", "init_std", VK::real,
                              "Standard deviation of the normal initialisation of fresh matrices "
@@ -234,6 +236,13 @@ std::vector<KeyDef> build_schema() {
                      "Each adapter's A at the start (B starts at zero, as PEFT does): `gaussian`, normal with "
                      "standard deviation 1 / rank; `kaiming`, uniform in +-1 / sqrt(in).",
                      &Config::lora, &LoraConfig::init, std::vector<std::string>{"gaussian", "kaiming"}));
+  s.push_back(field("lora", "init_from", VK::string,
+                    "A PEFT adapter directory (adapter_config.json, adapter_model.safetensors, as "
+                    "`PeftModel.save_pretrained` and `shardrl convert --to-peft` write them) to start the adapters "
+                    "from, over model.init_from's base: its r, lora_alpha and target_modules must equal lora.rank, "
+                    "lora.alpha and lora.targets. Empty: fresh adapters (lora.init). Only a fresh run reads it; a "
+                    "resumed one continues from its checkpoint's adapters.",
+                    &Config::lora, &LoraConfig::init_from));
 
   s.push_back(field("train", "gradient_accumulation_fusion", VK::boolean,
                     "Weight-gradient GEMMs accumulate straight into the fp32 gradient buffer "

@@ -517,17 +517,44 @@ void ShardedTrainer::write_slice(int u, SliceState state, const std::vector<floa
   space_.fence();
 }
 
+// With LoRA the weights' slice is the compute-type base (its only copy) and the fp32 adapters:
+// formed in `slice` (s.shard elements) on the device.
+void ShardedTrainer::form_lora_slice(int u, float* slice) const {
+  const UnitShard& s = layout_.unit(u);
+  compute_.visit(u, [&](const auto* c) { kernels::cast(space_, c, slice, s.shard); });
+  kernels::cast(space_, static_cast<const float*>(main_.as<float>(u)), slice + s.trainable_offset, s.trainable);
+}
+
+std::vector<float> ShardedTrainer::read_weights(int u) const {
+  if (!lora()) return read_slice(u, SliceState::main);
+  const std::size_t n = static_cast<std::size_t>(layout_.unit(u).shard);
+  LedgerView<float> staging(MemoryCategory::workspace, "weights_slice", n);
+  form_lora_slice(u, staging.data());
+  return to_host(space_, staging, n);
+}
+
+void ShardedTrainer::write_weights(int u, const std::vector<float>& values) {
+  if (!lora()) return write_slice(u, SliceState::main, values);
+  const UnitShard& s = layout_.unit(u);
+  SHARDRL_CHECK(static_cast<std::int64_t>(values.size()) == s.shard, "write_weights: one value per element of the slice");
+  LedgerView<float> staging(MemoryCategory::workspace, "weights_slice", values.size());
+  Kokkos::deep_copy(DeviceFloats(staging.data(), values.size()),
+                    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        values.data(), values.size()));
+  compute_.visit(u, [&](auto* c) { kernels::cast(space_, static_cast<const float*>(staging.data()), c, s.shard); });
+  kernels::cast(space_, static_cast<const float*>(staging.data()) + s.trainable_offset, main_.as<float>(u),
+                s.trainable);
+  space_.fence();
+}
+
 std::vector<float> ShardedTrainer::gather_main_weights(int u) {
   const UnitShard& s = layout_.unit(u);
   LedgerView<float> full(MemoryCategory::workspace, "gathered_main", static_cast<std::size_t>(s.padded));
-  // With LoRA the slice is the compute-type base (its only copy) and the fp32 adapters.
   LedgerView<float> slice;
   const void* source = main_.address(u);
   if (lora()) {
     slice = LedgerView<float>(MemoryCategory::workspace, "main_slice", static_cast<std::size_t>(s.shard));
-    compute_.visit(u, [&](const auto* c) { kernels::cast(space_, c, slice.data(), s.shard); });
-    kernels::cast(space_, static_cast<const float*>(main_.as<float>(u)), slice.data() + s.trainable_offset,
-                  s.trainable);
+    form_lora_slice(u, slice.data());
     source = slice.data();
   }
   space_.fence();

@@ -116,6 +116,12 @@ class ShardedTrainer {
   bool keeps_reference() const { return !reference_.empty(); }
   bool lora() const;   // a LoRA model: the adapters train, the base is frozen
   std::int64_t state_elements(int u, SliceState state) const;   // what read_slice returns
+  // This rank's whole slice of unit u's weights as fp32 on the host, and back: without LoRA the
+  // main weights (as SliceState::main); with LoRA the compute-type base followed by the fp32
+  // adapters from layout().unit(u).trainable_offset (ShardLayout::overlap places a parameter in
+  // it). Writing refreshes the compute-type copy. What loading a base model writes.
+  std::vector<float> read_weights(int u) const;
+  void write_weights(int u, const std::vector<float>& values);
   // This rank's slice of unit u's accumulated gradient as fp32 on the host (zeros when nothing
   // was accumulated since the last optimizer step). For inspection and the parity tests.
   std::vector<float> read_gradient_slice(int u) const;
@@ -130,6 +136,7 @@ class ShardedTrainer {
   void forward_with_stale_handle_for_test(int u);
 
  private:
+  void form_lora_slice(int u, float* slice) const;   // read_weights' slice, on the device
   GatheredUnit gather(int u);      // the unit's handle; all-gathers it if not held
   // Unit u whole into `out` from every rank's slice `source` (compute type or fp32): one
   // all-gather, or for an expert-parallel unit one of the dense pieces and one of the experts.

@@ -33,6 +33,8 @@ inline constexpr const char* kModelSummary = "/meta/model";
 inline constexpr const char* kConfig = "/meta/config";           // the resolved TOML of the saving job
 // LoRA: which frozen base the adapters were trained over (the checkpoint holds only the adapters).
 inline constexpr const char* kLoraBase = "/meta/lora_base";
+// With LoRA over model.init_from: its tensors' checksum (job/hf_weights.hpp), what resume compares.
+inline constexpr const char* kLoraBaseChecksum = "/meta/lora_base_checksum";
 inline constexpr const char* kSeed = "/rng/seed";
 inline constexpr const char* kRngScheme = "/rng/scheme";
 inline constexpr const char* kTask = "/data/task";

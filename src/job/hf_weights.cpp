@@ -15,6 +15,7 @@
 #include "core/progress_meter.hpp"
 #include "io/json_parse_message.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor_checksum.hpp"
 #include "job/hf_config.hpp"
 #include "mpi/host_exchange.hpp"
 
@@ -43,10 +44,25 @@ std::string shape_difference(const ModelShape& dir, const ModelShape& job) {
   return "";
 }
 
+// load_hf_weights' checksum from every rank's slices of the tensors read.
+std::uint32_t base_checksum(const std::vector<Slice>& slices, const std::vector<UnitSpec>& units, bool lora) {
+  std::map<std::uint64_t, std::vector<Slice>> of_tensor;
+  for (const Slice& s : slices) of_tensor[s.key].push_back(s);
+  std::vector<unsigned char> crcs;
+  for (const UnitSpec& unit : units)
+    for (const ParamSpec& p : unit.params) {
+      if (lora && unit.trains(p, lora)) continue;
+      const std::uint64_t key = tensor_key(p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()));
+      const std::uint32_t crc = combine_slices(of_tensor[key], static_cast<std::uint64_t>(p.numel()), p.name);
+      for (int b = 0; b < 4; ++b) crcs.push_back(static_cast<unsigned char>(crc >> (8 * b)));
+    }
+  return crc32_bytes(0, crcs.data(), crcs.size());
+}
+
 }  // namespace
 
-void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                     const ModelShape& shape, MPI_Comm comm) {
+std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer,
+                              const std::vector<UnitSpec>& units, const ModelShape& shape, MPI_Comm comm) {
   const std::filesystem::path config = dir / "config.json";
   const ModelShape theirs = shape_from_hf_config(slurp(config), config.string());
   if (const std::string d = shape_difference(theirs, shape); !d.empty())
@@ -86,14 +102,20 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
   const ShardLayout& layout = trainer.layout();
   // This rank's first problem with its own slices: a read that failed, or a NaN or an Inf.
   std::string problem;
+  const bool lora = trainer.lora();
   std::int64_t tensors = 0;
   for (const auto& unit : units) tensors += static_cast<std::int64_t>(unit.params.size());
   ProgressMeter meter("loading model.init_from", tensors);
+  std::vector<Slice> read;   // this rank's part of each tensor, for the checksum
   for (int u = 0; u < layout.unit_count(); ++u) {
     const UnitShard& s = layout.unit(u);
-    std::vector<float> slice(static_cast<std::size_t>(s.shard), 0.0f);   // alignment gaps and padding: 0
-    for (const ParamSpec& p : units[static_cast<std::size_t>(u)].params) {
+    const UnitSpec& unit = units[static_cast<std::size_t>(u)];
+    // Alignment gaps and padding: 0; with LoRA the adapters as they are.
+    std::vector<float> slice = unit.adapters_begin >= 0 && lora ? trainer.read_weights(u)
+                                                                : std::vector<float>(static_cast<std::size_t>(s.shard), 0.0f);
+    for (const ParamSpec& p : unit.params) {
       meter.advance();
+      if (lora && unit.trains(p, lora)) continue;   // an adapter: not the base's
       const ParamOverlap o = layout.overlap(u, p);
       const SafetensorsFile& f = file_for(p.name);
       const StTensor* t = f.find(p.name);
@@ -119,8 +141,11 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
             break;
           }
       std::copy(values.begin(), values.end(), slice.begin() + o.at);
+      read.push_back({tensor_key(p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end())),
+                      static_cast<std::uint64_t>(o.first), static_cast<std::uint64_t>(o.count),
+                      crc_of(values.data(), values.size())});
     }
-    trainer.write_slice(u, SliceState::main, slice);
+    trainer.write_weights(u, slice);
   }
   // Only the rank whose slice holds it sees such a problem: the lowest such rank's message goes to all.
   const std::vector<std::string> found = gather_strings(comm, problem, 0);
@@ -129,6 +154,7 @@ void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, 
     if (first.empty() && !m.empty()) first = m;
   broadcast_string(comm, first, 0);
   if (!first.empty()) throw InputError(first);
+  return base_checksum(gather_all_slices(comm, read), units, lora);
 }
 
 }  // namespace shardrl

@@ -18,7 +18,12 @@ namespace shardrl {
 
 // Collective over `comm` (the ranks of the trainer): a weight that is not finite (NaN, Inf) stops
 // every rank with an InputError naming the file and the tensor, whichever rank's slice holds it.
-void load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
+// With LoRA the directory is the frozen base: every parameter but the adapters, which keep their
+// values. Returns the base's checksum, the same on every rank and at any world size: zlib's CRC-32
+// over the CRC-32s (4 bytes little-endian each, in the model's order) of the tensors read, each of
+// its values as fp32 (IEEE F32LE, row-major), so a LoRA checkpoint knows the base it belongs to
+// whatever the directory is called.
+std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
                      const ModelShape& shape, MPI_Comm comm);
 
 }  // namespace shardrl

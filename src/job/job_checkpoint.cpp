@@ -61,23 +61,24 @@ void read_state(ShardedFileReader& in, const StateGroup& g, ShardedTrainer& trai
   }
 }
 
-// LoRA: the frozen base the adapters belong to. Today's LoRA jobs start from a random base (a
-// model.init_from base is refused by the config), which the seed, the scale and the shape fix.
-std::string lora_base(const Config& config) {
-  return fmt::format("random initialisation: model.preset = {}, run.seed = {}, model.init_std = {}",
-                     config.model.preset, config.run.seed, config.model.init_std);
-}
-
-// A LoRA checkpoint's adapters are loaded only over the base they were trained over.
-void check_lora_base(ShardedFileReader& in, const std::filesystem::path& file, const Config& config) {
-  if (config.lora.rank <= 0) return;
+// A LoRA checkpoint's adapters are loaded only over the base they were trained over: one of the
+// same checksum (wherever its directory is now), or the same random initialisation.
+void check_lora_base(ShardedFileReader& in, const std::filesystem::path& file, const Policy& policy) {
+  if (policy.config().lora.rank <= 0) return;
   if (!in.has(f::kLoraBase))
     throw InputError(fmt::format("{}: this LoRA job needs a checkpoint of LoRA adapters, and it has none ({} missing)",
                                  file.string(), f::kLoraBase));
-  const std::string saved = in.read_string(f::kLoraBase), now = lora_base(config);
-  if (saved != now)
+  const LoraBase& now = policy.lora_base();
+  const LoraBase saved{in.read_string(f::kLoraBase), in.has(f::kLoraBaseChecksum) ? in.read_int64(f::kLoraBaseChecksum)
+                                                                                   : -1};
+  const bool same = saved.checksum >= 0 || now.checksum >= 0 ? saved.checksum == now.checksum
+                                                             : saved.description == now.description;
+  auto name = [](const LoraBase& b) {
+    return b.checksum < 0 ? b.description : fmt::format("{}, tensors' checksum {:08x}", b.description, b.checksum);
+  };
+  if (!same)
     throw InputError(fmt::format("{}: its LoRA adapters were trained over another base ({}); this job's base is {}",
-                                 file.string(), saved, now));
+                                 file.string(), name(saved), name(now)));
 }
 
 std::string shape_summary(const ModelShape& s) {
@@ -101,9 +102,11 @@ std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Conf
   return missing;
 }
 
-void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, ShardedTrainer& trainer,
-                         const std::vector<UnitSpec>& units, const Config& config, const std::string& config_toml,
-                         MPI_Comm comm) {
+void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, Policy& policy,
+                         const std::string& config_toml, MPI_Comm comm) {
+  ShardedTrainer& trainer = policy.trainer();
+  const std::vector<UnitSpec>& units = policy.model().units();
+  const Config& config = policy.config();
   int world = 1;
   MPI_Comm_size(comm, &world);
   run_on_root(comm, 0, [&] { std::filesystem::create_directories(dir); });
@@ -116,7 +119,10 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
     file.write_int64(f::kIteration, position.iterations_done);
     file.write_string(f::kModelSummary, config.model.preset + ": " + shape_summary(resolve_model_shape(config.model)));
     file.write_string(f::kConfig, config_toml);
-    if (trainer.lora()) file.write_string(f::kLoraBase, lora_base(config));
+    if (trainer.lora()) {
+      file.write_string(f::kLoraBase, policy.lora_base().description);
+      if (policy.lora_base().checksum >= 0) file.write_int64(f::kLoraBaseChecksum, policy.lora_base().checksum);
+    }
     file.write_int64(f::kSeed, config.run.seed);
     file.write_string(f::kRngScheme,
                       "counter-based: every draw is a function of (seed, iteration, prompt, sample, token); "
@@ -154,11 +160,13 @@ void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& po
   });
 }
 
-JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
-                                const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm) {
+JobPosition load_job_checkpoint(const std::filesystem::path& file, Policy& policy, MPI_Comm comm) {
+  ShardedTrainer& trainer = policy.trainer();
+  const std::vector<UnitSpec>& units = policy.model().units();
+  const Config& config = policy.config();
   const std::unique_ptr<ShardedFileReader> opened = open_checkpoint(file, comm);
   ShardedFileReader& in = *opened;
-  check_lora_base(in, file, config);
+  check_lora_base(in, file, policy);
   if (const std::vector<std::string> missing = missing_tensors(in, config); !missing.empty())
     throw InputError(fmt::format("{}: incomplete checkpoint: {} tensor(s) this job needs are missing, the first {}",
                                  file.string(), missing.size(), missing.front()));
@@ -172,11 +180,12 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTraine
   return position;
 }
 
-void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                         const Config& config, MPI_Comm comm) {
-  const bool verify = config.checkpoint.verify;
+void load_policy_weights(const std::filesystem::path& file, Policy& policy, MPI_Comm comm) {
+  ShardedTrainer& trainer = policy.trainer();
+  const std::vector<UnitSpec>& units = policy.model().units();
+  const bool verify = policy.config().checkpoint.verify;
   const std::unique_ptr<ShardedFileReader> in = open_checkpoint(file, comm);
-  check_lora_base(*in, file, config);
+  check_lora_base(*in, file, policy);
   ProgressMeter meter("loading weights", tensor_count(units));
   read_state(*in, StateGroup{SliceState::main, f::kModel}, trainer, units, verify, meter);
 }

@@ -16,6 +16,7 @@
 #include "config/config.hpp"
 #include "fsdp/sharded_trainer.hpp"
 #include "io/sharded_file.hpp"
+#include "job/policy.hpp"
 
 namespace shardrl {
 
@@ -28,16 +29,14 @@ struct JobPosition {
 // Collective. Writes <dir>/iter_<iterations_done>.h5 under a temporary name, closes it on every
 // rank, commits it (rename, then `latest`), applies retention. `config_toml` is the resolved
 // configuration as written to the run directory.
-void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, ShardedTrainer& trainer,
-                         const std::vector<UnitSpec>& units, const Config& config, const std::string& config_toml,
-                         MPI_Comm comm);
+void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, Policy& policy,
+                         const std::string& config_toml, MPI_Comm comm);
 
 // Collective. Loads `file` into the trainer (any world size) and returns the position. A file
 // that is not a readable checkpoint, has another format version, lacks a tensor the job needs,
 // has a tensor of another shape or fails its checksum (with checkpoint.verify): InputError on
 // every rank, naming the file and the tensor.
-JobPosition load_job_checkpoint(const std::filesystem::path& file, ShardedTrainer& trainer,
-                                const std::vector<UnitSpec>& units, const Config& config, MPI_Comm comm);
+JobPosition load_job_checkpoint(const std::filesystem::path& file, Policy& policy, MPI_Comm comm);
 
 // The tensors a checkpoint of `config`'s job holds that `in` lacks (their full names), empty when
 // it is complete: the one completeness check of resume and `inspect --verify`.
@@ -47,7 +46,6 @@ std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Conf
 // as they are): what `generate` samples from; with LoRA the adapters, over the base the trainer
 // was initialised with (refused unless it is the one they were trained over). Errors as
 // load_job_checkpoint's.
-void load_policy_weights(const std::filesystem::path& file, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                         const Config& config, MPI_Comm comm);
+void load_policy_weights(const std::filesystem::path& file, Policy& policy, MPI_Comm comm);
 
 }  // namespace shardrl

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "job/hf_weights.hpp"
+#include "job/peft_adapter.hpp"
 #include "job/memory_plan.hpp"
 #include "job/options.hpp"
 
@@ -47,6 +48,8 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
   arena_.commit();
   arena_.enter(Phase::train);
   trainer_.initialize(static_cast<std::uint64_t>(config_.run.seed), static_cast<float>(config_.model.init_std));
+  lora_base_.description = fmt::format("random initialisation: model.preset = {}, run.seed = {}, model.init_std = {}",
+                                       config_.model.preset, config_.run.seed, config_.model.init_std);
 }
 
 Policy::~Policy() = default;
@@ -58,7 +61,11 @@ GrpoLoop& Policy::loop() {
 
 void Policy::load_init_from(MPI_Comm world) {
   SHARDRL_CHECK(!config_.model.init_from.empty(), "load_init_from without model.init_from");
-  load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape, world);
+  const std::uint32_t checksum =
+      load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape, world);
+  lora_base_ = LoraBase{"model.init_from = " + config_.model.init_from, checksum};
+  if (!config_.lora.init_from.empty())
+    load_peft_adapters(config_.lora.init_from, trainer_, model_.units(), model_.options().shape.lora, world);
 }
 
 std::string Policy::build_report() const {

@@ -25,6 +25,12 @@
 
 namespace shardrl {
 
+// With LoRA, the frozen base the adapters belong to, as a checkpoint records it.
+struct LoraBase {
+  std::string description;   // the seeded random initialisation's keys, or model.init_from's directory
+  std::int64_t checksum = -1;   // model.init_from's: its tensors' checksum (job/hf_weights.hpp); -1 random
+};
+
 // What the policy is built for, beyond the Config.
 struct PolicyUse {
   bool rl_loop = false;   // the train command: the RL loop's generator and staging in the arena
@@ -49,8 +55,14 @@ class Policy {
   GrpoLoop& loop();
 
   // Replaces the fresh weights with those of model.init_from's Hugging Face directory
-  // (job/hf_weights.hpp). Collective over `world`, the ranks of the policy's communicator.
+  // (job/hf_weights.hpp); with LoRA that is the frozen base, and the adapters come from
+  // lora.init_from's PEFT directory where it is set (job/peft_adapter.hpp), else keep their fresh
+  // values. Collective over `world`, the ranks of the policy's communicator.
   void load_init_from(MPI_Comm world);
+  // A LoRA job whose base is model.init_from's: it must be loaded before any checkpoint, which
+  // holds the adapters only.
+  bool base_from_init_from() const { return config_.lora.rank > 0 && !config_.model.init_from.empty(); }
+  const LoraBase& lora_base() const { return lora_base_; }
 
   // The paths this build takes, one "name: value" per line: what --print-build and the start-up
   // report show, read from the built objects (not from the Config), so a key that did not reach
@@ -67,6 +79,7 @@ class Policy {
   Transformer model_;
   ShardedTrainer trainer_;
   std::unique_ptr<GrpoLoop> loop_;
+  LoraBase lora_base_;
 };
 
 }  // namespace shardrl

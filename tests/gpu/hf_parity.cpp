@@ -7,8 +7,12 @@
 // rank's share of L is scaled by the global token count; the reduce-scatter sums).
 //
 //   mpirun -np N hf_parity --model DIR --tokens TOKENS.json --precision fp32|bf16 --out OUT.safetensors
-//          [--set key=value ...]
+//          [--save RUN_DIR] [--set key=value ...]
 //
+// With LoRA (--set lora.rank=R ..., and lora.init_from=PEFT_DIR for given adapters) DIR is the
+// frozen base and only the adapters' gradients are written (tests/gpu/peft_parity.py). --save
+// writes the loaded policy as a job checkpoint, RUN_DIR/checkpoints/iter_00000000.h5, before the
+// forward, for `convert` to export.
 // TOKENS.json: {"tokens": [[...], ...]}, rows of equal length, divisible by N.
 #include <mpi.h>
 
@@ -29,7 +33,9 @@
 #include "mpi/device.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
+#include "config/print.hpp"
 #include "job/hf_config.hpp"
+#include "job/job_checkpoint.hpp"
 #include "job/policy.hpp"
 
 namespace {
@@ -37,7 +43,7 @@ namespace {
 using namespace shardrl;
 
 struct Args {
-  std::string model, tokens, precision = "fp32", out;
+  std::string model, tokens, precision = "fp32", out, save;
   std::vector<std::string> overrides;   // --set key=value, as the job's command line takes them
 };
 
@@ -49,6 +55,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--tokens") a.tokens = v;
     else if (k == "--precision") a.precision = v;
     else if (k == "--out") a.out = v;
+    else if (k == "--save") a.save = v;
     else if (k == "--set") a.overrides.push_back(v);
     else throw InputError("unknown argument " + k);
   }
@@ -115,6 +122,9 @@ int run(int argc, char** argv, MpiSession& mpi) {
                                   cfg.comm.timeout_s);
     Policy policy(cfg, *comm);
     policy.load_init_from(mpi.world());
+    if (!args.save.empty())
+      save_job_checkpoint(std::filesystem::path(args.save) / "checkpoints", JobPosition{}, policy, to_toml(cfg),
+                          mpi.world());
     Transformer& model = policy.model();
     ShardedTrainer& trainer = policy.trainer();
 
@@ -143,7 +153,8 @@ int run(int argc, char** argv, MpiSession& mpi) {
     std::vector<float> all_logits(rank == 0 ? logits.size() * world : 0);
     MPI_Gather(logits.data(), static_cast<int>(logits.size()), MPI_FLOAT, all_logits.data(),
                static_cast<int>(logits.size()), MPI_FLOAT, 0, mpi.world());
-    // Every unit's gradient whole on rank 0, then cut into its parameters.
+    // Every unit's gradient whole on rank 0, then cut into its parameters. With LoRA a rank's
+    // gradient slice is its share of the adapters' region, which starts at adapters_begin.
     std::vector<std::vector<float>> grads;
     for (int u = 0; u < model.unit_count(); ++u) {
       const std::vector<float> slice = trainer.read_gradient_slice(u);
@@ -156,9 +167,12 @@ int run(int argc, char** argv, MpiSession& mpi) {
       std::vector<std::vector<float>> keep;   // the grads' pieces, alive until written
       std::vector<StWrite> tensors{{"logits", {B, S, V}, StDtype::f32, all_logits.data()},
                                    {"loss", {1}, StDtype::f32, &total_loss}};
+      const bool lora = trainer.lora();
       for (int u = 0; u < model.unit_count(); ++u)
         for (const ParamSpec& p : model.units()[u].params) {
-          keep.emplace_back(grads[u].begin() + p.offset, grads[u].begin() + p.offset + p.numel());
+          if (!model.units()[u].trains(p, lora)) continue;
+          const std::int64_t at = p.offset - (lora ? model.units()[u].adapters_begin : 0);
+          keep.emplace_back(grads[u].begin() + at, grads[u].begin() + at + p.numel());
           tensors.push_back({"grad." + p.name, p.shape, StDtype::f32, nullptr});
         }
       for (std::size_t i = 2; i < tensors.size(); ++i) tensors[i].values = keep[i - 2].data();

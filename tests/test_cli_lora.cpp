@@ -1,0 +1,174 @@
+// LoRA from the command line: a run's adapters exported as PEFT saves them; adapters over a
+// pretrained base (model.init_from) that resume over it wherever it moved and refuse another;
+// PEFT adapters imported (lora.init_from); the merged model exported (convert --merged).
+#include <cmath>
+#include <sstream>
+
+#include "checkpoint_tensors.hpp"
+#include "cli_harness.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+// A small RL job that checkpoints: 2 ranks, the tiny model, 4 prompts x 4 samples.
+const char* kJob =
+    "[run]\nname = \"ck\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n"
+    "[rl]\nprompts_per_iteration = 4\nsamples_per_prompt = 4\nsft_steps = 2\nkl_coef = 0.1\n";
+
+// Adapters of rank 4 on every linear layer. In fp32: a LoRA job keeps its base in the compute type
+// only, so in bf16 the merged model would be the base's bf16 rounding plus B A.
+std::string with_lora(const std::string& job) {
+  return job + "[model]\nprecision = \"fp32\"\n[lora]\nrank = 4\nalpha = 8.0\n";
+}
+
+// A LoRA run's checkpoint: `convert --to-peft` writes its adapters as PEFT saves them (every
+// adapter under base_model.model.<name>, values equal to the checkpoint's, fp32 and bf16; the
+// adapter config naming rank, alpha and the targeted modules); --to-safetensors is refused with
+// the reason, as is --to-peft of a run without adapters.
+TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kJob) + "[lora]\nrank = 4\nalpha = 8.0\ntargets = [\"q\", \"v\", \"down\"]\n");
+  RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  for (const char* dtype : {"fp32", "bf16"}) {
+    const fs::path out = dir / (std::string("peft_") + dtype);
+    RunResult conv = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-peft " + out.string() +
+                                     " --dtype " + dtype);
+    ASSERT_EQ(conv.exit_code, 0) << conv.err;
+    const std::string config = slurp(out / "adapter_config.json");
+    for (const char* field : {"\"peft_type\": \"LORA\"", "\"task_type\": \"CAUSAL_LM\"", "\"r\": 4", "\"lora_alpha\": 8.0",
+                              "\"q_proj\"", "\"v_proj\"", "\"down_proj\""})
+      EXPECT_NE(config.find(field), std::string::npos) << field << " in " << config;
+    EXPECT_EQ(config.find("\"k_proj\""), std::string::npos) << config;
+    const shardrl::SafetensorsFile adapters(out / "adapter_model.safetensors");
+    for (const shardrl::StTensor& t : adapters.header().tensors)
+      EXPECT_NE(t.name.find(".lora_"), std::string::npos) << t.name;
+    EXPECT_EQ(expect_tensors_are_the_checkpoints(out / "adapter_model.safetensors", ckpt, dtype, "base_model.model."),
+              2 * 3 * 2)
+        << "A and B of 3 targets in each of the tiny model's 2 layers";
+  }
+  RunResult merged = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors merged");
+  EXPECT_EQ(merged.exit_code, 2);
+  EXPECT_NE(merged.err.find("holds its adapters only: --to-peft exports them"), std::string::npos) << merged.err;
+  RunResult plain = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=full --set lora.rank=0 "
+                                            "--set lora.alpha=16.0 --set 'lora.targets=[\"q\", \"k\", \"v\", \"o\", "
+                                            "\"gate\", \"up\", \"down\"]' --set run.iterations=1");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  RunResult not_lora = run_in(dir, shardrl_binary() + " convert --from runs/full/checkpoints/iter_00000001.h5 --to-peft p");
+  EXPECT_EQ(not_lora.exit_code, 2);
+  EXPECT_NE(not_lora.err.find("is not a LoRA run's checkpoint"), std::string::npos) << not_lora.err;
+}
+
+// A pretrained base (a full run's fp32 export) under LoRA adapters: the run resumes over the base
+// wherever its directory moved (the checkpoint records its tensors' checksum) and refuses another
+// base (the same model rounded to bf16); `convert --to-peft` and `lora.init_from` round-trip the
+// adapters exactly; `convert --merged` writes W + (alpha / rank) B A for every adapted weight and
+// the base's other tensors unchanged, and greedy decoding of the merged model draws what the
+// adapters over the base draw. lora.init_from's config is checked against the job's.
+TEST(Cli, LoraOverAPretrainedBase) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kJob);
+  write(dir / "lora.toml", with_lora(kJob));
+  RunResult full = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  for (const char* dtype : {"fp32", "bf16"}) {
+    RunResult conv = run_in(dir, shardrl_binary() + " convert --from runs/ck/checkpoints/iter_00000001.h5 "
+                                 "--to-safetensors base_" + dtype + " --dtype " + dtype);
+    ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  }
+  const std::string base = (dir / "base_fp32").string();
+  const std::string lora = mpirun(2) + " train --config lora.toml --set run.name=lb ";
+  RunResult first = run_in(dir, lora + "--set model.init_from=" + base + " --set run.iterations=2");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE((first.out + first.err).find("frozen base from"), std::string::npos) << first.out;
+  fs::copy(dir / "base_fp32", dir / "moved", fs::copy_options::recursive);
+  RunResult moved = run_in(dir, lora + "--set model.init_from=moved --set run.iterations=3");
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  EXPECT_NE((moved.out + moved.err).find("resumed from"), std::string::npos) << moved.out;
+  RunResult other = run_in(dir, lora + "--set model.init_from=base_bf16 --set run.iterations=4");
+  EXPECT_EQ(other.exit_code, 2) << other.out;
+  EXPECT_NE(other.err.find("its LoRA adapters were trained over another base (model.init_from = moved, tensors' "
+                           "checksum "),
+            std::string::npos)
+      << other.err;
+  EXPECT_NE(other.err.find("this job's base is model.init_from = base_bf16, tensors' checksum "), std::string::npos)
+      << other.err;
+
+  // PEFT out and in: the imported run's adapters are the exported ones, bit for bit.
+  const std::string ckpt = "runs/lb/checkpoints/iter_00000003.h5";
+  RunResult peft = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-peft peft --dtype fp32");
+  ASSERT_EQ(peft.exit_code, 0) << peft.err;
+  RunResult import = run_in(dir, mpirun(2) + " train --config lora.toml --set run.name=imp --set run.iterations=0 "
+                                 "--set rl.sft_steps=0 --set model.init_from=" + base + " --set lora.init_from=peft");
+  ASSERT_EQ(import.exit_code, 0) << import.err;
+  EXPECT_EQ(expect_tensors_are_the_checkpoints(dir / "peft" / "adapter_model.safetensors",
+                                               dir / "runs" / "imp" / "checkpoints" / "iter_00000000.h5", "fp32",
+                                               "base_model.model."),
+            2 * 7 * 2)
+      << "A and B of the 7 targets in each of the tiny model's 2 layers";
+
+  // The merged model, against the test's own fp64 merge of the base and the exported adapters.
+  RunResult merged = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-safetensors merged --merged "
+                                 "--dtype fp32");
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  const shardrl::SafetensorsFile m(dir / "merged" / "model.safetensors"), b(dir / "base_fp32" / "model.safetensors"),
+      adapters(dir / "peft" / "adapter_model.safetensors");
+  ASSERT_EQ(m.header().tensors.size(), b.header().tensors.size());
+  int adapted = 0;
+  float largest_b = 0;
+  for (const shardrl::StTensor& t : b.header().tensors) {
+    const std::vector<float> w = b.read_f32(t.name), got = m.read_f32(t.name);
+    ASSERT_EQ(got.size(), w.size()) << t.name;
+    const std::string stem = "base_model.model." + t.name.substr(0, t.name.size() - std::string(".weight").size());
+    if (!adapters.find(stem + ".lora_A.weight")) {
+      EXPECT_EQ(got, w) << t.name << ": not adapted, so the base's";
+      continue;
+    }
+    ++adapted;
+    const std::vector<float> A = adapters.read_f32(stem + ".lora_A.weight"), B = adapters.read_f32(stem + ".lora_B.weight");
+    const std::int64_t out = t.shape[0], in = t.shape[1], r = 4;
+    for (float v : B) largest_b = std::max(largest_b, std::fabs(v));
+    for (std::int64_t i = 0; i < out; ++i)
+      for (std::int64_t j = 0; j < in; ++j) {
+        double ba = 0;
+        for (std::int64_t k = 0; k < r; ++k) ba += double(B[i * r + k]) * A[k * in + j];
+        const double want = w[i * in + j] + 8.0 / 4.0 * ba;
+        ASSERT_NEAR(got[i * in + j], want, 1e-7 + 1e-6 * std::fabs(want)) << t.name << "[" << i << ", " << j << "]";
+      }
+  }
+  EXPECT_EQ(adapted, 2 * 7);
+  EXPECT_GT(largest_b, 1e-4f) << "B moved from zero in training: otherwise the merge is not tested";
+  // Greedy decoding: the adapters over the base (the checkpoint) and the merged model agree.
+  const std::string gen = shardrl_binary() + " generate --prompt-ids \"256 97 98\" --n 1 --max-new-tokens 8 "
+                                             "--temperature 0 --set model.precision=fp32 ";
+  RunResult adapted_run = run_in(dir, gen + "--config lora.toml --checkpoint " + ckpt + " --set model.init_from=" + base);
+  RunResult merged_run = run_in(dir, gen + "--config job.toml --set model.init_from=merged");
+  ASSERT_EQ(adapted_run.exit_code, 0) << adapted_run.err;
+  ASSERT_EQ(merged_run.exit_code, 0) << merged_run.err;
+  EXPECT_EQ(adapted_run.out, merged_run.out);
+  RunResult base_run = run_in(dir, gen + "--config job.toml --set model.init_from=" + base);
+  ASSERT_EQ(base_run.exit_code, 0) << base_run.err;
+  EXPECT_NE(base_run.out, adapted_run.out) << "the adapters change what is drawn: otherwise the comparison is blind";
+
+  // lora.init_from's adapters must be what the job's [lora] describes.
+  const std::string fresh = mpirun(2) + " train --config lora.toml --set run.name=bad --set run.iterations=0 "
+                                        "--set model.init_from=" + base + " --set lora.init_from=peft ";
+  RunResult rank = run_in(dir, fresh + "--set lora.rank=8");
+  EXPECT_EQ(rank.exit_code, 2);
+  EXPECT_NE(rank.err.find("adapter_config.json: r = 4, and this job's lora.rank = 8 (set lora.rank to the adapter's)"),
+            std::string::npos)
+      << rank.err;
+  RunResult targets = run_in(dir, fresh + "--set 'lora.targets=[\"q\", \"v\"]'");
+  EXPECT_EQ(targets.exit_code, 2);
+  EXPECT_NE(targets.err.find("which differ from this job's lora.targets (set lora.targets = [\"q\", \"k\", \"v\", "
+                             "\"o\", \"gate\", \"up\", \"down\"])"),
+            std::string::npos)
+      << targets.err;
+  RunResult no_base = run_in(dir, mpirun(2) + " train --config lora.toml --set run.name=bad2 --set lora.init_from=peft");
+  EXPECT_EQ(no_base.exit_code, 2);
+  EXPECT_NE(no_base.err.find("set model.init_from to that base's directory"), std::string::npos) << no_base.err;
+}
+
+}  // namespace
