@@ -31,6 +31,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "Batch sizes (rows generating together)");
   app.add_option("--new-tokens", new_tokens, "Tokens generated per row")->check(CLI::PositiveNumber);
   app.add_option("--prompt-tokens", prompt, "Prompt length per row")->check(CLI::PositiveNumber);
+  bool adapter_path = false;
+  app.add_flag("--lora-adapter-path", adapter_path,
+               "With lora.rank > 0: decode through the adapters instead of folding them into the weights first "
+               "(as rollout does)");
   CLI11_PARSE(app, argc, argv);
   Config cfg;
   if (!config_args.load("bench_decode", cfg)) return 2;
@@ -61,6 +65,10 @@ int main(int argc, char** argv) {
     params.initialize(static_cast<std::uint64_t>(cfg.run.seed), static_cast<float>(cfg.model.init_std));
     std::vector<const void*> weights;
     for (int u = 0; u < gen.model().unit_count(); ++u) weights.push_back(params.compute_weights(u));
+    if (shape.lora.on() && !adapter_path) {   // as rollout's WeightSet::materialize does
+      for (int u = 0; u < gen.model().unit_count(); ++u) gen.model().fold_adapters(u, const_cast<void*>(weights[u]));
+      gen.model().set_adapters(false);
+    }
     std::vector<GenerationRow> rows(batch);
     for (int r = 0; r < batch; ++r) {
       rows[r].prompt.assign(prompt, 97);

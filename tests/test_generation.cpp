@@ -302,6 +302,40 @@ TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDrawsWithLora) {
   decode_graphs_draw_what_eager_decoding_draws(LoraShape{4, 8.0f, 0x7f, false});
 }
 
+// Rollout folds LoRA's adapters into its gathered weights (WeightSet::materialize): decoding with
+// W + scale B A and the adapters off draws what the adapter path draws, with the same
+// log-probabilities to rounding; the base alone (adapters off, nothing folded) draws otherwise.
+TEST(Generate, FoldedAdaptersDrawWhatTheAdapterPathDraws) {
+  GenerationRig rig(LoraShape{4, 8.0f, 0x7f, false});
+  const auto rows = rig.rows();
+  const ModelOptions options = opts(rig.s, Precision::fp32, 8, 1);
+  Generator adapted(options, 8, 40, ExecSpace()), folded(options, 8, 40, ExecSpace()), base(options, 8, 40, ExecSpace());
+  std::vector<DeviceView<float>> copies;
+  std::vector<const void*> folded_weights;
+  for (int u = 0; u < rig.full.unit_count(); ++u) {
+    const std::size_t n = static_cast<std::size_t>(rig.params.numel(u));
+    copies.emplace_back("folded", n);
+    Kokkos::deep_copy(copies.back(), Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                         static_cast<const float*>(rig.weights[u]), n));
+    folded.model().fold_adapters(u, copies.back().data());
+    folded_weights.push_back(copies.back().data());
+  }
+  folded.model().set_adapters(false);
+  base.model().set_adapters(false);
+  const SamplingOptions sampling{1.0f, 0, 1.0f};
+  const auto want = adapted.generate(rig.weights, rows, sampling, 12, 3, 1, /*eos=*/-1);
+  const auto got = folded.generate(folded_weights, rows, sampling, 12, 3, 1, -1);
+  const auto plain = base.generate(rig.weights, rows, sampling, 12, 3, 1, -1);
+  int base_differs = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    ASSERT_EQ(got[r].tokens, want[r].tokens) << "row " << r;
+    for (std::size_t i = 0; i < got[r].logp.size(); ++i)
+      EXPECT_NEAR(got[r].logp[i], want[r].logp[i], 1e-5) << "row " << r << " token " << i;
+    base_differs += plain[r].tokens != want[r].tokens;
+  }
+  EXPECT_GT(base_differs, 0) << "the adapters change the draws: otherwise the comparison is blind";
+}
+
 // ---- The paged engine (rollout.engine = "paged").
 
 // Blocks go out lowest first, come back when their last reference goes, and the peak in use is

@@ -60,7 +60,7 @@ TEST(Rollout, SameSamplesAtAnyWorldSize) {
   ShardedTrainer trainer(train_model, *comm, FsdpOptions{}, OptimizerOptions{});
   trainer.initialize(5, 0.3f);
   WeightSet weights(trainer.layout(), sizeof(float));
-  weights.materialize(trainer);
+  weights.materialize(trainer, train_model);   // no adapters: nothing folds into the decoder
 
   auto [begin, end] = prompts_of_rank(kPrompts, comm->size(), comm->rank());
   std::vector<GenerationRow> mine = rows_for(begin, end);
@@ -127,7 +127,7 @@ struct AlternatingJob {
   // one training step on the prompts and completions; returns the completions and the loss.
   std::pair<std::string, float> round(int iteration) {
     if (arena) arena->enter(Phase::rollout);
-    weights->materialize(*trainer);
+    weights->materialize(*trainer, gen->model());
     std::vector<GenerationRow> rows = rows_for(0, kPrompts);
     SamplingOptions sampling;
     sampling.temperature = 1.0f;

@@ -189,8 +189,8 @@ int run_generate(const GenerateArgs& args) {
     return kExitUsage;
   }
   WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size());
-  weights.materialize(policy.trainer());
   Generator generator(policy.model().options(), args.samples, max_len, ExecSpace());
+  weights.materialize(policy.trainer(), generator.model());
   if (cfg.rollout.cuda_graph == RolloutGraph::decode) generator.use_decode_graphs();
 
   std::vector<GenerationRow> rows(args.samples);

@@ -50,6 +50,27 @@ void Transformer::lora_backward_weight(int layer, LoraTarget t, float* g, const 
   weight_grad(act_->lora_dt.as<T>(), x, g + o.lora_a[ti], options_.shape.lora.rank, in);
 }
 
+template <class T>
+void Transformer::fold_layer_adapters(int layer, T* w) {
+  const LayerOffsets& o = act_->offsets[layer];
+  const ModelShape& s = options_.shape;
+  const int D = s.d_model, Hq = s.n_heads * s.head_dim, Hkv = s.n_kv_heads * s.head_dim, F = s.d_ff;
+  // By LoraTarget: the base matrix W (out, in) each adapter adds to.
+  const std::int64_t base[kLoraTargets] = {o.q, o.k, o.v, o.o, o.gate, o.up, o.down};
+  const int out[kLoraTargets] = {Hq, Hkv, Hkv, D, F, F, D};
+  const int in[kLoraTargets] = {D, D, D, Hq, D, D, F};
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (o.lora_a[t] >= 0)   // W (out, in) += scale B (out, r) A (r, in)
+      gemm_->gemm(Op::N, Op::N, out[t], in[t], s.lora.rank, s.lora.scale(), w + o.lora_b[t], s.lora.rank,
+                  w + o.lora_a[t], in[t], 1.0f, w + base[t], in[t]);
+}
+
+void Transformer::fold_adapters(int u, void* weights) {
+  if (!options_.shape.lora.on() || u == 0 || u == head_unit()) return;
+  if (options_.precision == Precision::bf16) fold_layer_adapters(u - 1, static_cast<bf16*>(weights));
+  else fold_layer_adapters(u - 1, static_cast<float*>(weights));
+}
+
 template void Transformer::lora_forward<float>(int, LoraTarget, const float*, const float*, int, float*, int);
 template void Transformer::lora_forward<bf16>(int, LoraTarget, const bf16*, const bf16*, int, bf16*, int);
 template void Transformer::lora_backward_input<float>(int, LoraTarget, const float*, float*, const float*, int,

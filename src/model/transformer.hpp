@@ -162,6 +162,12 @@ class Transformer {
   // base: the KL reference policy, without a copy of any weight.
   void set_adapters(bool on) { adapters_on_ = on; }
   bool adapters_on() const { return adapters_on_; }
+  // LoRA, for decoding: unit u's adapters folded into its base weights in place (`weights` in the
+  // compute type, laid out as the unit), W += scale B A, one GEMM per target on this model's
+  // stream; a model with its adapters off then decodes the adapted policy, to the rounding of
+  // W + scale B A, at the base's cost (the adapter path adds ~40% to a decode step). Nothing for
+  // a unit without adapters.
+  void fold_adapters(int u, void* weights);
   Gemm& gemm() { return *gemm_; }
   std::size_t activation_bytes() const;
 
@@ -193,6 +199,7 @@ class Transformer {
   template <class T> void lora_backward_input(int layer, LoraTarget t, const T* w, float* g, const T* dy, int out,
                                               T* dx, int in);
   template <class T> void lora_backward_weight(int layer, LoraTarget t, float* g, const T* x, int in);
+  template <class T> void fold_layer_adapters(int layer, T* w);
   // With LoRA the base is frozen: no gradient for anything but the adapters.
   bool base_frozen() const { return options_.shape.lora.on(); }
   float* frozen(float* g, std::int64_t offset) const;

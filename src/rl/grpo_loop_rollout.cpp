@@ -106,7 +106,7 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   b.iteration = iteration;
   {
     const TraceSpan gather("rollout weights");
-    weights_->materialize(trainer_);
+    weights_->materialize(trainer_, generator_->model());
   }
 
   // Without dynamic sampling one round is the batch, already where it trains. With it, rounds
@@ -225,7 +225,7 @@ EvalStats GrpoLoop::evaluate() {
   e.k = options_.eval_samples;
   if (e.prompts == 0) return e;
   arena_.enter(Phase::rollout);
-  weights_->materialize(trainer_);
+  weights_->materialize(trainer_, generator_->model());
   // The eval draw depends on the seed and the eval prompt alone (a fixed iteration tag), so every
   // evaluation of a run, at any world size, samples with the same random numbers.
   constexpr std::int64_t kEvalIteration = -1;

@@ -14,10 +14,13 @@ std::vector<const void*> WeightSet::units() const {
   return out;
 }
 
-void WeightSet::materialize(ShardedTrainer& trainer) {
+void WeightSet::materialize(ShardedTrainer& trainer, Transformer& decoder) {
   std::vector<void*> out;
   for (auto& b : buffers_) out.push_back(b.data());
   trainer.gather_all_units(out);
+  if (!decoder.options().shape.lora.on()) return;
+  for (std::size_t u = 0; u < out.size(); ++u) decoder.fold_adapters(static_cast<int>(u), out[u]);
+  decoder.set_adapters(false);
 }
 
 }  // namespace shardrl

@@ -14,8 +14,11 @@ namespace shardrl {
 class WeightSet {
  public:
   WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at = {});
-  // Collective: gathers every unit from the trainer's shards.
-  void materialize(ShardedTrainer& trainer);
+  // Collective: gathers every unit from the trainer's shards. With LoRA, the adapters are then
+  // folded into the base weights (Transformer::fold_adapters) by `decoder`, the model that will
+  // decode with the set, and its adapters turned off: rollout samples the adapted policy at the
+  // base model's cost per step.
+  void materialize(ShardedTrainer& trainer, Transformer& decoder);
   // Every unit's buffer (in an arena: only while the rollout phase holds it).
   std::vector<const void*> units() const;
 
