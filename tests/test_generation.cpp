@@ -150,6 +150,7 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeMixtureOfExperts) { check_decode<flo
 TEST(Decode, KvCacheLogitsEqualFullRecomputeLora) {
   check_decode<float>(Precision::fp32, false, 1e-5, 0, 4);
   check_decode<bf16>(Precision::bf16, false, 8e-3, 0, 4);
+  check_decode<float>(Precision::fp32, false, 1e-5, 4, 4);   // MoE: the attention's adapters
 }
 
 // Rows of prompts with different lengths; the completions are checked against a full forward of

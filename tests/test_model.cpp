@@ -391,6 +391,25 @@ TEST(Model, GradientsMatchFiniteDifferencesMoeLoop) {
   gradient_check(moe_shape(2, false), 6, 0.05f, MoeImpl::loop);
 }
 
+// LoRA on MoE models: adapters on the attention of every layer and on the dense layers' MLPs;
+// the router, the experts and the shared expert stay frozen (their gradients exactly zero) while
+// the adapters' gradients flow through them (against fp64 finite differences, load-balancing
+// loss included).
+ModelShape moe_lora_shape(int every, bool shared, std::uint32_t targets) {
+  ModelShape s = moe_shape(every, shared);
+  s.lora = LoraShape{4, 8.0f, targets, false};
+  return s;
+}
+TEST(Model, LoraOnMoeModelsAttentionAdapters) { gradient_check(moe_lora_shape(1, true, 0xf), 13, 0.05f); }
+TEST(Model, LoraOnMoeModelsDenseLayersMlpAdapters) {
+  const ModelShape s = moe_lora_shape(2, false, 0x7f);
+  int mlp_adapters = 0;
+  for (const UnitSpec& u : model_units(s))
+    for (const ParamSpec& p : u.params) mlp_adapters += p.name.find("mlp.gate_proj.lora_A") != std::string::npos;
+  EXPECT_EQ(mlp_adapters, 1) << "the dense layer (layer 0 of 2) only";
+  gradient_check(s, 10, 0.05f, MoeImpl::loop);
+}
+
 TEST(Model, Bf16AgreesWithFp32) {
   ModelShape s = tiny_shape();
   Batch b(2, 9, s.vocab_size, 2);

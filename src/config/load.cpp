@@ -359,9 +359,22 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     if (c.lora.targets.empty())
       out.errors.push_back(fmt::format("{}: lora.rank = {} needs at least one of lora.targets", where("lora.targets"),
                                        c.lora.rank));
-    if (c.model.n_experts > 0)
-      out.errors.push_back(fmt::format("{}: LoRA on a mixture-of-experts model is not built yet (model.n_experts = {})",
-                                       where("lora.rank"), c.model.n_experts));
+    // An MoE layer's MLP stays frozen (adapters on experts are not built): on a model whose every
+    // layer is MoE, an MLP target would adapt nothing.
+    const ModelShape lora_model = resolve_model_shape(c.model);   // a preset's shape too
+    if (lora_model.n_experts > 0 && lora_model.moe_every == 1)
+      for (const std::string& t : c.lora.targets)
+        if (t == "gate" || t == "up" || t == "down") {
+          out.errors.push_back(fmt::format("{}: lora.targets has \"{}\", but every layer of this model is "
+                                           "mixture-of-experts, whose MLP LoRA leaves frozen (adapters on experts "
+                                           "are not built): set lora.targets among \"q\", \"k\", \"v\", \"o\"",
+                                           where("lora.targets"), t));
+          break;
+        }
+    if (c.fsdp.expert_parallel && lora_model.n_experts > 0)
+      out.errors.push_back(fmt::format("{}: LoRA with fsdp.expert_parallel is not built yet: shard the experts with "
+                                       "the rest (fsdp.expert_parallel = false)",
+                                       where("lora.rank")));
     if (!c.lora.init_from.empty() && c.model.init_from.empty())
       out.errors.push_back(fmt::format("{}: lora.init_from = \"{}\" continues adapters trained over a pretrained base: "
                                        "set model.init_from to that base's directory",

@@ -275,13 +275,15 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
     T* dg = static_cast<T*>(grads.dg);
     T* du = static_cast<T*>(grads.du);
     mm.gemm(Op::N, Op::N, N, Fe, D, 1.0f, dres, D, w + o.down, Fe, 0.0f, da, Fe);
-    wgrad_.add(dres, static_cast<const T*>(shared.a), g + o.down, D, Fe, N);
+    if (g) wgrad_.add(dres, static_cast<const T*>(shared.a), g + o.down, D, Fe, N);
     kernels::swiglu_backward(space_, static_cast<const T*>(shared.g), static_cast<const T*>(shared.u), da, dg, du,
                              long(N) * Fe);
     mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, dg, Fe, w + o.gate, D, 0.0f, dh, D);
     mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, du, Fe, w + o.up, D, 1.0f, dh, D);
-    wgrad_.add(static_cast<const T*>(dg), h2, g + o.gate, Fe, D, N);
-    wgrad_.add(static_cast<const T*>(du), h2, g + o.up, Fe, D, N);
+    if (g) {
+      wgrad_.add(static_cast<const T*>(dg), h2, g + o.gate, Fe, D, N);
+      wgrad_.add(static_cast<const T*>(du), h2, g + o.up, Fe, D, N);
+    }
   }
   T* dyp = dyp_.as<T>();
   float* dgate = dgate_.as<float>();
@@ -311,7 +313,7 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dy_rows, D),
                         expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(dea, Fe),
                         offsets);
-  expert_weight_grads(dy_rows, D, ea, Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
+  if (g) expert_weight_grads(dy_rows, D, ea, Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
   kernels::swiglu_backward(space_, eg, eu, dea, deg_.as<T>(), deu_.as<T>(), rows * Fe);
   // Gate and up: dx_e = dg_e Wg_e + du_e Wu_e; dW += d^T x_e.
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(deg_.as<T>(), Fe),
@@ -320,8 +322,10 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(deu_.as<T>(), Fe),
                         expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f, routed_rows(dx_rows, D),
                         offsets);
-  expert_weight_grads(deg_.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
-  expert_weight_grads(deu_.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
+  if (g) {
+    expert_weight_grads(deg_.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
+    expert_weight_grads(deu_.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
+  }
   T* dxp = dyp;
   if (ep) return_from_experts<T>(dx_rows, dxp);
   kernels::moe_permute_backward(space_, N, k, D, m.pos.as<std::int32_t>(), dxp, dh, has_shared);
@@ -333,7 +337,7 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   kernels::router_backward(space_, rs, true, aux, m.probs.as<float>(), m.expert.as<std::int32_t>(),
                            m.gate.as<float>(), counts_.as<std::int32_t>(), dgate, drouter);
   mm.gemm(Op::N, Op::N, N, D, E, 1.0f, drouter, E, w + o.router, D, 1.0f, dh, D);
-  wgrad_.add(static_cast<const T*>(drouter), h2, g + o.router, E, D, N);
+  if (g) wgrad_.add(static_cast<const T*>(drouter), h2, g + o.router, E, D, N);
 }
 
 // dW_e (out, in) += dY_e^T X_e over expert e's rows, for every expert: fused, one grouped (or

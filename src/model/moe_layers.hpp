@@ -44,7 +44,8 @@ class MoeLayers {
   void forward(int set, const LayerOffsets& o, const T* w, const T* h2, T* out, const SharedExpert& shared, int N,
                bool track_aux);
   // dres (N, D): the gradient at the layer's output; writes dh (N, D), the gradient at h2, and
-  // accumulates the layer's weight gradients into g.
+  // accumulates the layer's weight gradients into g (none with g null: LoRA's frozen base, whose
+  // input gradient still flows through the router and the experts).
   template <class T>
   void backward(int set, const LayerOffsets& o, const T* w, float* g, const T* h2, const T* dres, T* dh,
                 const SharedExpert& shared, const SharedExpertGrads& grads, int N);

@@ -97,13 +97,15 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
       add(layer, p + "mlp.down_proj.weight", {D, F}, Init::normal, false);
     }
     if (s.lora.on()) {
-      SHARDRL_CHECK(!s.moe_layer(l), "LoRA on mixture-of-experts layers is not built yet");
+      // An MoE layer's MLP (router, experts, shared expert) stays frozen: only its attention
+      // carries adapters (adapters on experts are not built).
+      const bool moe = s.moe_layer(l);
       const std::int64_t in[kLoraTargets] = {D, D, D, q, D, D, F}, out[kLoraTargets] = {q, kv, kv, D, F, F, D};
       const std::int64_t r = s.lora.rank;
       layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
       layer.adapters_begin = layer.numel;
       for (int t = 0; t < kLoraTargets; ++t) {
-        if (!s.lora.adapts(static_cast<LoraTarget>(t))) continue;
+        if (!s.lora.adapts(static_cast<LoraTarget>(t)) || (moe && t >= static_cast<int>(LoraTarget::gate))) continue;
         if (s.lora.kaiming)
           add(layer, p + kLoraModules[t] + ".lora_A.weight", {r, in[t]}, Init::uniform, false,
               1.0f / std::sqrt(float(in[t])));

@@ -20,6 +20,12 @@ namespace {
 
 LayerOffsets layer_offsets(const UnitSpec& u) {
   LayerOffsets o;
+  for (int t = 0; t < kLoraTargets; ++t) {   // LoRA's adapters: the attention's in every layer, the MLP's in dense ones
+    const std::string module = std::string(".") + kLoraModules[t];
+    if (!u.has(module + ".lora_A.weight")) continue;
+    o.lora_a[t] = u.param(module + ".lora_A.weight").offset;
+    o.lora_b[t] = u.param(module + ".lora_B.weight").offset;
+  }
   o.input_norm = u.param(".input_layernorm.weight").offset;
   o.q = u.param(".q_proj.weight").offset;
   o.k = u.param(".k_proj.weight").offset;
@@ -35,8 +41,10 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
     o.expert_gate = u.param(".experts.0.gate_proj.weight").offset;
     o.expert_up = u.param(".experts.0.up_proj.weight").offset;
     o.expert_down = u.param(".experts.0.down_proj.weight").offset;
-    // Expert-major blocks of equal size: the next expert's matrices are one block further.
-    const std::int64_t block = (u.numel - u.experts_begin) / u.param(".mlp.gate.weight").shape[0];
+    // Expert-major blocks of equal size: the next expert's matrices are one block further. (With
+    // LoRA the layer's adapters follow the experts.)
+    const std::int64_t experts_end = u.adapters_begin >= 0 ? u.adapters_begin : u.numel;
+    const std::int64_t block = (experts_end - u.experts_begin) / u.param(".mlp.gate.weight").shape[0];
     o.expert_stride_in = o.expert_stride_out = block;
     if (u.has(".shared_expert.gate_proj.weight")) {
       o.gate = u.param(".shared_expert.gate_proj.weight").offset;
@@ -48,12 +56,6 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
   o.gate = u.param(".gate_proj.weight").offset;
   o.up = u.param(".up_proj.weight").offset;
   o.down = u.param(".down_proj.weight").offset;
-  for (int t = 0; t < kLoraTargets; ++t) {
-    const std::string module = std::string(".") + kLoraModules[t];
-    if (!u.has(module + ".lora_A.weight")) continue;
-    o.lora_a[t] = u.param(module + ".lora_A.weight").offset;
-    o.lora_b[t] = u.param(module + ".lora_B.weight").offset;
-  }
   return o;
 }
 
