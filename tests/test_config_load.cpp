@@ -205,7 +205,7 @@ TEST(ConfigLoad, LoraKeys) {
             "l.toml:3:13: lora.init_from = \"peft\" continues adapters trained over a pretrained base: set "
             "model.init_from to that base's directory");
   EXPECT_EQ(one_error("[lora]\ninit_from = \"peft\"\n", {}), "l.toml:2:13: lora.init_from applies to lora.rank > 0");
-  // MoE: the attention carries adapters; the MLP targets only where dense layers exist; no EP.
+  // MoE: the attention carries adapters; the MLP targets only where dense layers exist.
   const std::string moe = "[model]\npreset = \"custom\"\nn_experts = 4\n[lora]\nrank = 4\n";
   EXPECT_EQ(one_error(moe, {}),
             "default: lora.targets has \"gate\", but every layer of this model is mixture-of-experts, "
@@ -213,9 +213,7 @@ TEST(ConfigLoad, LoraKeys) {
             "\"v\", \"o\"");
   EXPECT_TRUE(load_config(moe + "targets = [\"q\", \"k\", \"v\", \"o\"]\n", "l.toml", {}, kCpu).ok());
   EXPECT_TRUE(load_config(moe, "l.toml", {"model.moe_every=2"}, kCpu).ok()) << "the dense layers' MLPs adapt";
-  EXPECT_NE(one_error(moe + "targets = [\"q\"]\n", {"fsdp.expert_parallel=true"})
-                .find("LoRA with fsdp.expert_parallel is not built yet"),
-            std::string::npos);
+  EXPECT_TRUE(load_config(moe + "targets = [\"q\"]\n", "l.toml", {"fsdp.expert_parallel=true"}, kCpu).ok());
   EXPECT_EQ(one_error("[lora]\nalpha = 8\n", {}), "l.toml:2:9: lora.alpha applies to lora.rank > 0");
 }
 

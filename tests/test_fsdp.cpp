@@ -242,8 +242,9 @@ TEST(Fsdp, LoraEqualsTheUnshardedReference) {
 }
 
 // LoRA on a mixture-of-experts model (adapters on the attention; the router, the experts and
-// the shared expert frozen), its experts sharded with the rest: through both expert GEMM paths,
-// equal to the unsharded reference, the base unchanged to the bit, the adapters trained.
+// the shared expert frozen), its experts sharded with the rest (both expert GEMM paths) or by
+// expert parallelism: equal to the unsharded reference, the base unchanged to the bit, the
+// adapters trained.
 TEST(Fsdp, LoraOnMixtureOfExpertsEqualsTheUnshardedReference) {
   ModelShape s = shape();
   s.n_experts = 4;
@@ -257,9 +258,24 @@ TEST(Fsdp, LoraOnMixtureOfExpertsEqualsTheUnshardedReference) {
   const auto initial = reference_weights(s, adamw(), 0, batches);
   const auto want = reference_weights(s, adamw(), 3, batches);
   const auto units = model_units(s);
-  for (MoeImpl impl : {MoeImpl::grouped, MoeImpl::loop}) {
-    auto got = sharded_weights(s, checked(), adamw(), 3, batches, micro, nullptr, impl);
-    expect_close(got, want, 1e-5, impl == MoeImpl::grouped ? "LoRA on MoE, grouped" : "LoRA on MoE, loop");
+  struct Run {
+    MoeImpl impl;
+    bool expert_parallel, reshard;
+    const char* what;
+  };
+  std::vector<Run> runs{{MoeImpl::grouped, false, true, "LoRA on MoE, grouped"},
+                        {MoeImpl::loop, false, true, "LoRA on MoE, loop"}};
+  // With expert parallelism (4 experts: 1, 2 or 4 ranks) the adapters follow this rank's experts
+  // in a training gather, at a place of their own (UnitShard::adapters_at).
+  if (s.n_experts % comm().size() == 0)
+    for (bool reshard : {true, false})
+      runs.push_back({MoeImpl::grouped, true, reshard, reshard ? "LoRA on MoE, expert parallel" : "LoRA on MoE, expert parallel, kept"});
+  for (const Run& r : runs) {
+    FsdpOptions fo = checked();
+    fo.expert_parallel = r.expert_parallel;
+    fo.reshard_after_forward = r.reshard;
+    auto got = sharded_weights(s, fo, adamw(), 3, batches, micro, nullptr, r.impl);
+    expect_close(got, want, 1e-5, r.what);
     double moved = 0;
     for (std::size_t u = 0; u < units.size(); ++u)
       for (const auto& p : units[u].params)

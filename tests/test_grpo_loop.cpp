@@ -209,6 +209,41 @@ TEST(GrpoLoop, MixtureOfExpertsPolicyRuns) {
   }
 }
 
+// LoRA on the same MoE policy (adapters on the attention and the dense layer's MLP; the experts
+// frozen), sharded with the experts and by expert parallelism: the whole job (warm-up, rollout
+// over the folded weights, GRPO steps) follows one rank's trajectory.
+TEST(GrpoLoop, LoraOnAnExpertParallelMixtureOfExpertsPolicy) {
+  Config c = small_moe_config();
+  c.rl.sft_steps = 10;
+  c.lora.rank = 4;
+  c.lora.alpha = 8.0;
+  auto run = [](const Config& config, MPI_Comm comm, std::vector<double>& warm, std::vector<Record>& steps) {
+    Job job(config, comm);
+    ASSERT_TRUE(job.trainer.lora());
+    warm = job.warm_up();
+    steps = trajectory(job, 3);
+  };
+  std::vector<double> warm_one, warm_world, warm_ep;
+  std::vector<Record> one, world, ep;
+  run(c, MPI_COMM_SELF, warm_one, one);
+  run(c, MPI_COMM_WORLD, warm_world, world);
+  Config e = c;
+  e.fsdp.expert_parallel = true;
+  run(e, MPI_COMM_WORLD, warm_ep, ep);
+  EXPECT_LT(warm_one.back(), warm_one.front()) << "the adapters learn in the warm-up";
+  for (std::size_t s = 0; s < warm_one.size(); ++s) {
+    expect_close(warm_world[s], warm_one[s], "LoRA warm-up loss", int(s));
+    expect_close(warm_ep[s], warm_one[s], "LoRA warm-up loss, expert parallel", int(s));
+  }
+  for (int it = 0; it < 3; ++it) {
+    ASSERT_TRUE(std::isfinite(ep[it].loss) && std::isfinite(ep[it].grad_norm)) << "iteration " << it;
+    expect_close(world[it].reward, one[it].reward, "LoRA reward", it);
+    expect_close(world[it].grad_norm, one[it].grad_norm, "LoRA grad_norm", it);
+    expect_close(ep[it].reward, one[it].reward, "LoRA reward, expert parallel", it);
+    expect_close(ep[it].grad_norm, one[it].grad_norm, "LoRA grad_norm, expert parallel", it);
+  }
+}
+
 // rl.old_logp = "rollout" takes the sampler's log-probabilities: in fp32 they are the training
 // forward's to rounding (same positions, same tokens), so the trajectory equals recomputing them.
 TEST(GrpoLoop, SamplerLogpEqualsRecomputedLogp) {

@@ -371,10 +371,6 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
                                            where("lora.targets"), t));
           break;
         }
-    if (c.fsdp.expert_parallel && lora_model.n_experts > 0)
-      out.errors.push_back(fmt::format("{}: LoRA with fsdp.expert_parallel is not built yet: shard the experts with "
-                                       "the rest (fsdp.expert_parallel = false)",
-                                       where("lora.rank")));
     if (!c.lora.init_from.empty() && c.model.init_from.empty())
       out.errors.push_back(fmt::format("{}: lora.init_from = \"{}\" continues adapters trained over a pretrained base: "
                                        "set model.init_from to that base's directory",

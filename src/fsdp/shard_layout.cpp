@@ -15,8 +15,27 @@ ShardLayout::ShardLayout(const std::vector<UnitSpec>& units, int world_size, int
     UnitShard s;
     s.numel = u.numel;
     std::vector<SlicePiece> pieces;
-    if (frozen_base && u.adapters_begin >= 0) {
-      SHARDRL_CHECK(!(expert_parallel && u.experts_begin >= 0), "LoRA with expert parallelism is not built");
+    if (frozen_base && u.adapters_begin >= 0 && expert_parallel && u.experts_begin >= 0) {
+      // LoRA with expert parallelism: three pieces, the dense base and the adapters each split
+      // evenly, this rank's experts whole (the adapters follow the experts in the unit).
+      const std::int64_t experts = u.param(".mlp.gate.weight").shape[0], region = u.adapters_begin - u.experts_begin;
+      SHARDRL_CHECK(experts % world_size == 0 && u.experts_begin % quantum == 0 && region % experts == 0,
+                    "expert parallelism: the experts must divide among the ranks");
+      const std::int64_t mine = region / world_size, adapters = round_up(u.numel - u.adapters_begin);
+      s.dense = u.experts_begin / world_size;
+      s.experts_begin = u.experts_begin;
+      s.adapters_begin = u.adapters_begin;
+      s.trainable = adapters / world_size;
+      s.base = s.dense + mine;
+      s.trainable_offset = s.base;
+      s.shard = s.base + s.trainable;
+      s.adapters_at = u.experts_begin + mine;
+      s.gathered = s.adapters_at + adapters;
+      s.padded = u.adapters_begin + adapters;
+      pieces.push_back({rank * s.dense, s.dense, 0});
+      pieces.push_back({u.experts_begin + rank * mine, mine, s.dense});
+      pieces.push_back({u.adapters_begin + rank * s.trainable, s.trainable, s.base});
+    } else if (frozen_base && u.adapters_begin >= 0) {
       // Two regions, each padded and split evenly. The base piece's flat range is clipped to
       // the base (the last ranks' may lie in its padding); its slot in the slice stays `base`
       // long, so every rank gathers the same count. Gathered base-first, the padding of the
@@ -24,7 +43,7 @@ ShardLayout::ShardLayout(const std::vector<UnitSpec>& units, int world_size, int
       // spans at least one quantum, writes over it.
       const std::int64_t base_padded = round_up(u.adapters_begin), region = round_up(u.numel - u.adapters_begin);
       s.base = base_padded / world_size;
-      s.adapters_begin = u.adapters_begin;
+      s.adapters_begin = s.adapters_at = u.adapters_begin;
       s.trainable = region / world_size;
       s.trainable_offset = s.base;
       s.shard = s.base + s.trainable;

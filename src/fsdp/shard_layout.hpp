@@ -46,6 +46,11 @@ struct UnitShard {
   // first piece's length and `adapters_begin` where the second's region starts in the unit.
   std::int64_t trainable_offset = 0, trainable = 0;
   std::int64_t base = 0, adapters_begin = -1;
+  // Where the adapters' region lies in a training gather's buffer (and the gradient's): at
+  // adapters_begin, except with expert parallelism, whose gather holds this rank's experts only
+  // and the adapters right after them (a gather of the whole unit still puts them at
+  // adapters_begin).
+  std::int64_t adapters_at = -1;
   bool expert_parallel() const { return experts_begin >= 0; }
   bool adapters() const { return adapters_begin >= 0; }
 };

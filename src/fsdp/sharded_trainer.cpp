@@ -166,7 +166,7 @@ GatheredUnit ShardedTrainer::gather(int u) {
     // Only the dense pieces travel; this rank's own experts are copied in after the dense part
     // (on the compute stream, before the point the communication stream waits for), where the
     // model reads its local experts.
-    const std::int64_t mine = s.shard - s.dense;
+    const std::int64_t mine = s.shard - s.dense - (s.adapters() ? s.trainable : 0);
     char* at = static_cast<char*>(slots_->buffer(g.slot)) + s.experts_begin * es;
     const char* from = static_cast<const char*>(source) + s.dense * es;
     if (type == DataType::bf16)
@@ -177,11 +177,18 @@ GatheredUnit ShardedTrainer::gather(int u) {
   }
   compute_point_.record(compute_stream());
   compute_point_.wait(comm_stream_.get());
-  if (s.adapters())   // LoRA's two pieces, base then adapters, each to its region (shard_layout.hpp)
-    all_gather_unit(u, source, slots_->buffer(g.slot), type, StreamRef{comm_stream_.get()});
-  else
-    comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type,
-                     StreamRef{comm_stream_.get()});
+  const StreamRef comm{comm_stream_.get()};
+  if (s.expert_parallel()) {
+    comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type, comm);
+    if (s.adapters())   // LoRA: the adapters after this rank's experts (shard_layout.hpp)
+      comm_.all_gather(static_cast<const char*>(source) + s.trainable_offset * es,
+                       static_cast<char*>(slots_->buffer(g.slot)) + s.adapters_at * es,
+                       static_cast<std::size_t>(s.trainable), type, comm);
+  } else if (s.adapters()) {   // LoRA's two pieces, base then adapters, each to its region
+    all_gather_unit(u, source, slots_->buffer(g.slot), type, comm);
+  } else {
+    comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type, comm);
+  }
   gathered_[g.slot].record(comm_stream_.get());
   profile_.all_gathers += s.adapters() ? 2 : 1;
   profile_.all_gather_bytes += gathered * layout_.world_size() * es;
@@ -244,7 +251,7 @@ int ShardedTrainer::take_grad_buffer(int unit) {
   // buffer, sized for the largest unit (the embedding), cost 34 ms of a 217 ms llama-1b step.
   // With LoRA only the adapter region is written and reduced; a frozen unit's, nothing.
   const UnitShard& s = layout_.unit(unit);
-  const std::int64_t from = s.adapters() ? s.adapters_begin : 0;
+  const std::int64_t from = s.adapters() ? s.adapters_at : 0;
   if (s.trainable > 0) kernels::fill(space_, grad_full_[b].data() + from, 0.0f, s.gathered - from);
   return b;
 }
@@ -257,12 +264,13 @@ void ShardedTrainer::reduce(int unit, int b) {
   const StreamRef comm{comm_stream_.get()};
   // Expert-parallel units: the dense pieces are reduce-scattered; each of this rank's experts got
   // its whole gradient here (every rank's tokens came to it), copied into the slice after them.
-  // LoRA units: only the adapter region (its padded span from adapters_begin); the base's part
-  // of the buffer was never written.
-  const std::int64_t reduced = s.expert_parallel() ? s.dense : s.trainable;
-  const std::int64_t mine = s.expert_parallel() ? s.shard - s.dense : 0;
-  const std::int64_t own_experts = s.expert_parallel() ? s.experts_begin : 0;   // where backward put them
-  const std::int64_t from = s.adapters() ? s.adapters_begin : 0;
+  // LoRA units: only the adapter region (its padded span from adapters_at); the base's part
+  // of the buffer, experts included, was never written.
+  const bool expert_grads = s.expert_parallel() && !s.adapters();
+  const std::int64_t reduced = expert_grads ? s.dense : s.trainable;
+  const std::int64_t mine = expert_grads ? s.shard - s.dense : 0;
+  const std::int64_t own_experts = expert_grads ? s.experts_begin : 0;   // where backward put them
+  const std::int64_t from = s.adapters() ? s.adapters_at : 0;
   float* grad = grad_full_[b].data() + from;
   if (options_.reduce_dtype == GradDtype::bf16) {
     kernels::cast(space_, grad, send_bf16_[b].data(), s.gathered - from);
@@ -465,7 +473,7 @@ void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
 
 void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream) {
   const UnitShard& s = layout_.unit(u);
-  if (s.adapters()) {   // in this order: the adapters' gather writes over the base's padding
+  if (s.adapters() && !s.expert_parallel()) {   // in this order: the adapters' gather writes over the base's padding
     const std::int64_t es = static_cast<std::int64_t>(size_of(type));
     comm_.all_gather(source, out, static_cast<std::size_t>(s.base), type, stream);
     comm_.all_gather(static_cast<const char*>(source) + s.base * es, static_cast<char*>(out) + s.adapters_begin * es,
@@ -476,10 +484,15 @@ void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataT
     comm_.all_gather(source, out, static_cast<std::size_t>(s.shard), type, stream);
     return;
   }
-  const std::int64_t es = static_cast<std::int64_t>(size_of(type)), mine = s.shard - s.dense;
+  const std::int64_t es = static_cast<std::int64_t>(size_of(type));
+  const std::int64_t mine = s.shard - s.dense - (s.adapters() ? s.trainable : 0);
   comm_.all_gather(source, out, static_cast<std::size_t>(s.dense), type, stream);
   comm_.all_gather(static_cast<const char*>(source) + s.dense * es, static_cast<char*>(out) + s.experts_begin * es,
                    static_cast<std::size_t>(mine), type, stream);
+  if (s.adapters())   // LoRA: the adapters where the whole unit has them
+    comm_.all_gather(static_cast<const char*>(source) + s.trainable_offset * es,
+                     static_cast<char*>(out) + s.adapters_begin * es, static_cast<std::size_t>(s.trainable), type,
+                     stream);
 }
 
 std::int64_t ShardedTrainer::state_elements(int u, SliceState state) const {

@@ -196,6 +196,20 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.positions_h = Kokkos::create_mirror_view(a.positions.view());
 
   for (int l = 0; l < s.n_layers; ++l) a.offsets.push_back(layer_offsets(units_[1 + l]));
+  // LoRA with expert parallelism: a training gather holds this rank's experts only, with the
+  // layer's adapters right after them (fsdp/shard_layout.hpp, UnitShard::adapters_at).
+  if (options_.expert_exchange && s.lora.on())
+    for (int l = 0; l < s.n_layers; ++l) {
+      const UnitSpec& u = units_[1 + l];
+      if (u.experts_begin < 0 || u.adapters_begin < 0) continue;
+      const std::int64_t span = u.adapters_begin - u.experts_begin, ranks = options_.expert_exchange->ranks();
+      const std::int64_t shift = span - span / ranks;
+      for (int t = 0; t < kLoraTargets; ++t)
+        if (a.offsets[l].lora_a[t] >= 0) {
+          a.offsets[l].lora_a[t] -= shift;
+          a.offsets[l].lora_b[t] -= shift;
+        }
+    }
   a.head_norm = units_.back().param("model.norm.weight").offset;
   if (!s.tie_embeddings) a.head_lm = units_.back().param("lm_head.weight").offset;
 
