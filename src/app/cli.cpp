@@ -10,6 +10,7 @@
 #include "app/generate_command.hpp"
 #include "app/convert_command.hpp"
 #include "app/inspect_command.hpp"
+#include "app/plan_command.hpp"
 #include "app/report_command.hpp"
 #include "app/score_command.hpp"
 #include "app/tokenize_command.hpp"
@@ -70,6 +71,21 @@ int run_cli(int argc, char** argv) {
       "report", "Summarise a run in RUN_DIR/report.md: config changes, progress, curves, time per phase, checkpoints");
   report->add_option("run_dir", report_args.run_dir, "The run directory (run.dir/run.name)")->required();
   report->add_option("--out", report_args.out, "Write the report here instead")->type_name("FILE.md");
+
+  PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "The job's memory per rank for N ranks and a GPU size, without allocating: does it fit?");
+  plan->add_option("--config", plan_args.config_path, "TOML configuration file")->required();
+  plan->add_option("--set", plan_args.overrides, "Override one key (repeatable; later ones win)")
+      ->type_name("SECTION.KEY=VALUE");
+  plan->add_option("--ranks", plan_args.ranks, "Ranks of the job (one per GPU)")->check(CLI::PositiveNumber);
+  plan->add_option("--ranks-per-node", plan_args.ranks_per_node, "Ranks sharing a node's host memory (default: all)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--gpu-memory", plan_args.gpu_memory,
+                   "Memory of one GPU, e.g. 80GiB (H100) or 141GB (H200); default: the job runs in host memory")
+      ->type_name("SIZE");
+  plan->add_option("--host-memory", plan_args.host_memory, "Host memory of one node (default: this host's available)")
+      ->type_name("SIZE");
 
   InspectArgs inspect_args;
   CLI::App* inspect = app.add_subcommand("inspect", "Describe a checkpoint: tensors, shapes, iteration, config");
@@ -166,6 +182,7 @@ int run_cli(int argc, char** argv) {
   try {
     if (train->parsed()) return run_train(train_args);
     if (inspect->parsed()) return run_inspect(inspect_args);
+    if (plan->parsed()) return run_plan(plan_args);
     if (report->parsed()) return run_report(report_args);
     if (score->parsed()) return run_score(score_args);
     if (tok->parsed()) {

@@ -187,6 +187,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
                            demos * (sizeof(Sequence) + 32)});
   }
   // One arena holds the larger phase (core/phase_arena.hpp).
+  plan.persistent = plan.device;
+  plan.train = train;
+  plan.rollout = rollout;
   const std::vector<MemoryTerm>& larger = sum(train) >= sum(rollout) ? train : rollout;
   plan.device.insert(plan.device.end(), larger.begin(), larger.end());
   return plan;

@@ -29,6 +29,9 @@ struct MemoryTerm {
 struct MemoryPlan {
   std::vector<MemoryTerm> device;   // per rank, what the memory ledger will count
   std::vector<MemoryTerm> host;     // per rank, host memory outside the ledger (the batches)
+  // The device terms by where they live: the sharded state and the buffers outside the arena,
+  // then each phase's transient buffers; the arena holds the larger phase, which `device` has.
+  std::vector<MemoryTerm> persistent, train, rollout;
   double device_bytes() const;
   double host_bytes() const;
 };

@@ -1,0 +1,67 @@
+// `shardrl plan`: the job's memory per rank for a number of ranks and a GPU size, from the
+// command line, without allocating (the plan itself is checked against real jobs' ledgers in
+// test_memory_plan.cpp).
+#include <cmath>
+
+#include "app/plan_command.hpp"
+#include "cli_harness.hpp"
+#include "core/error.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+// The quickstart fits 2 ranks of this host; a 1.2 B-parameter model's full fine-tuning on one
+// 8 GiB GPU does not (18 bytes per parameter), on one 80 GiB GPU it does, and on 8 ranks the
+// sharded state is an eighth; with LoRA a 12 GiB GPU suffices. The plan names its parts and the
+// keys that size them; a bad size or key is refused.
+TEST(Cli, PlanSaysWhetherAJobFits) {
+  fs::path dir = test_dir();
+  const std::string config = std::string(SHARDRL_SOURCE_DIR) + "/configs/quickstart.toml";
+  RunResult quick = run_in(dir, shardrl_binary() + " plan --config " + config + " --ranks 2");
+  EXPECT_EQ(quick.exit_code, 0) << quick.out << quick.err;
+  for (const char* part : {"sharded state and buffers outside the arena", "train phase", "rollout phase",
+                           "(the larger phase: the arena's size)", "KV cache: ", "host memory (the batches)", "\nfits\n"})
+    EXPECT_NE(quick.out.find(part), std::string::npos) << part << " in\n" << quick.out;
+
+  const std::string llama = shardrl_binary() + " plan --config " + config + " --set model.preset=llama-1b ";
+  RunResult small = run_in(dir, llama + "--ranks 1 --gpu-memory 8GiB");
+  EXPECT_EQ(small.exit_code, 1) << small.out << small.err;
+  EXPECT_NE(small.out.find("does not fit: the job does not fit in memory: its memory plan needs at least"),
+            std::string::npos)
+      << small.out;
+  EXPECT_NE(small.out.find("weights, gradients and Adam moments: 1.236e+09 parameters / 1 ranks x 18 bytes"),
+            std::string::npos)
+      << small.out;
+  RunResult large = run_in(dir, llama + "--ranks 1 --gpu-memory 80GiB");
+  EXPECT_EQ(large.exit_code, 0) << large.out << large.err;
+  RunResult eight = run_in(dir, llama + "--ranks 8 --gpu-memory 80GiB");
+  EXPECT_EQ(eight.exit_code, 0) << eight.out << eight.err;
+  EXPECT_NE(eight.out.find("1.236e+09 parameters / 8 ranks x 18 bytes"), std::string::npos) << eight.out;
+  // LoRA: the base at 2 bytes, the adapters' state besides: on a 12 GiB GPU full fine-tuning
+  // does not fit (20.7 GiB of state alone), LoRA does.
+  EXPECT_EQ(run_in(dir, llama + "--ranks 1 --gpu-memory 12GiB").exit_code, 1);
+  RunResult lora = run_in(dir, llama + "--ranks 1 --gpu-memory 12GiB --set lora.rank=16");
+  EXPECT_EQ(lora.exit_code, 0) << lora.out << lora.err;
+  EXPECT_NE(lora.out.find("frozen base (LoRA): 1.236e+09 parameters / 1 ranks x 2 bytes"), std::string::npos)
+      << lora.out;
+
+  RunResult bad = run_in(dir, llama + "--gpu-memory 80XB");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err, "shardrl: --gpu-memory 80XB: a size such as 80GiB, 141GB or 512MiB\n");
+  RunResult bad_key = run_in(dir, llama + "--set train.micro_batch_size=0");
+  EXPECT_EQ(bad_key.exit_code, 2);
+  EXPECT_NE(bad_key.err.find("train.micro_batch_size"), std::string::npos) << bad_key.err;
+}
+
+TEST(Cli, PlanReadsMemorySizes) {
+  EXPECT_EQ(shardrl::parse_memory_size("80GiB", "--gpu-memory"), 80.0 * (1ull << 30));
+  EXPECT_EQ(shardrl::parse_memory_size("141GB", "--gpu-memory"), 141e9);
+  EXPECT_EQ(shardrl::parse_memory_size("512MiB", "--gpu-memory"), 512.0 * (1ull << 20));
+  EXPECT_EQ(shardrl::parse_memory_size("1.5TB", "--host-memory"), 1.5e12);
+  EXPECT_EQ(shardrl::parse_memory_size("24", "--host-memory"), 24.0 * (1ull << 30));
+  EXPECT_THROW(shardrl::parse_memory_size("-1GiB", "--gpu-memory"), shardrl::InputError);
+  EXPECT_THROW(shardrl::parse_memory_size("GiB", "--gpu-memory"), shardrl::InputError);
+}
+
+}  // namespace
