@@ -104,11 +104,12 @@ class ReferenceModel {
     const int D = s_.d_model, E = s_.n_experts, k = s_.top_k, Fe = s_.d_ff_expert;
     auto logits = linear(h2, N, D, p(u, pre + "mlp.gate.weight"), E);
     std::vector<double> count(E, 0), mean_p(E, 0);
+    // An expert (with its LoRA adapters where the unit has them: lora.experts).
     auto swiglu_expert = [&](const std::vector<double>& in, const std::string& name) {
-      auto gt = linear(in, 1, D, p(u, name + "gate_proj.weight"), Fe);
-      auto up = linear(in, 1, D, p(u, name + "up_proj.weight"), Fe);
+      auto gt = adapted(in, 1, D, u, name + "gate_proj", Fe);
+      auto up = adapted(in, 1, D, u, name + "up_proj", Fe);
       for (int f = 0; f < Fe; ++f) gt[f] = gt[f] / (1.0 + std::exp(-gt[f])) * up[f];
-      return linear(gt, 1, Fe, p(u, name + "down_proj.weight"), D);
+      return adapted(gt, 1, Fe, u, name + "down_proj", D);
     };
     for (int n = 0; n < N; ++n) {
       std::vector<double> pr(logits.begin() + std::size_t(n) * E, logits.begin() + std::size_t(n + 1) * E);

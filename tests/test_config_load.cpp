@@ -195,8 +195,9 @@ TEST(ConfigLoad, LoraKeys) {
   };
   EXPECT_NE(one_error("[lora]\nrank = 4\ntargets = [\"q\", \"qkv\"]\n", {}).find("unknown target \"qkv\""),
             std::string::npos);
-  EXPECT_NE(one_error("[lora]\nrank = 4\ntargets = [\"experts\"]\n", {}).find("experts are not built yet"),
-            std::string::npos);
+  EXPECT_EQ(one_error("[lora]\nrank = 4\ntargets = [\"experts\"]\n", {}),
+            "l.toml:3:11: lora.targets has \"experts\", which applies to mixture-of-experts models, but "
+            "model.n_experts = 0");
   EXPECT_EQ(one_error("[lora]\nrank = 4\ntargets = []\n", {}),
             "l.toml:3:11: lora.rank = 4 needs at least one of lora.targets");
   EXPECT_TRUE(load_config("[lora]\nrank = 4\n", "l.toml", {"model.init_from=/some/dir"}, kCpu).ok())
@@ -209,8 +210,9 @@ TEST(ConfigLoad, LoraKeys) {
   const std::string moe = "[model]\npreset = \"custom\"\nn_experts = 4\n[lora]\nrank = 4\n";
   EXPECT_EQ(one_error(moe, {}),
             "default: lora.targets has \"gate\", but every layer of this model is mixture-of-experts, "
-            "whose MLP LoRA leaves frozen (adapters on experts are not built): set lora.targets among \"q\", \"k\", "
-            "\"v\", \"o\"");
+            "which has no dense MLP: \"experts\" adapts every expert's gate, up and down projections");
+  EXPECT_TRUE(load_config(moe + "targets = [\"q\", \"v\", \"experts\"]\n", "l.toml", {}, kCpu).ok());
+  EXPECT_TRUE(job_model_shape(load_config(moe + "targets = [\"experts\"]\n", "l.toml", {}, kCpu).config).lora.experts);
   EXPECT_TRUE(load_config(moe + "targets = [\"q\", \"k\", \"v\", \"o\"]\n", "l.toml", {}, kCpu).ok());
   EXPECT_TRUE(load_config(moe, "l.toml", {"model.moe_every=2"}, kCpu).ok()) << "the dense layers' MLPs adapt";
   EXPECT_TRUE(load_config(moe + "targets = [\"q\"]\n", "l.toml", {"fsdp.expert_parallel=true"}, kCpu).ok());

@@ -241,17 +241,18 @@ TEST(Fsdp, LoraEqualsTheUnshardedReference) {
   EXPECT_GE(slice * comm().size(), s.parameter_count() + s.adapter_count());
 }
 
-// LoRA on a mixture-of-experts model (adapters on the attention; the router, the experts and
-// the shared expert frozen), its experts sharded with the rest (both expert GEMM paths) or by
-// expert parallelism: equal to the unsharded reference, the base unchanged to the bit, the
-// adapters trained.
+// LoRA on a mixture-of-experts model (adapters on the attention and on every expert's gate, up
+// and down; the router, the experts and the shared expert frozen), its experts sharded with the
+// rest (both expert GEMM paths) or by expert parallelism (every rank gathers all the experts'
+// adapters and trains its own experts'): equal to the unsharded reference, the base unchanged to
+// the bit, the adapters trained.
 TEST(Fsdp, LoraOnMixtureOfExpertsEqualsTheUnshardedReference) {
   ModelShape s = shape();
   s.n_experts = 4;
   s.top_k = 2;
   s.d_ff_expert = 24;
   s.shared_expert = true;
-  s.lora = LoraShape{4, 8.0f, 0xf};
+  s.lora = LoraShape{4, 8.0f, 0xf, false, /*experts=*/true};
   std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 5), GlobalBatch(s.vocab_size, 6)};
   const int per_rank = kGlobalSequences / comm().size();
   const int micro = per_rank % 2 == 0 ? 2 : per_rank;

@@ -77,6 +77,7 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, i
   s.lora.rank = lora_rank;   // adapters on every linear layer
   s.lora.alpha = 2.0f * lora_rank;
   s.lora.targets = 0x7f;
+  s.lora.experts = n_experts > 0;   // and every expert's projections
   s.n_experts = n_experts;   // mixture-of-experts MLPs: 4 experts, top 2, a shared expert
   s.top_k = n_experts > 0 ? 2 : 0;
   s.d_ff_expert = n_experts > 0 ? 32 : 0;
@@ -150,15 +151,23 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeMixtureOfExperts) { check_decode<flo
 TEST(Decode, KvCacheLogitsEqualFullRecomputeLora) {
   check_decode<float>(Precision::fp32, false, 1e-5, 0, 4);
   check_decode<bf16>(Precision::bf16, false, 8e-3, 0, 4);
-  check_decode<float>(Precision::fp32, false, 1e-5, 4, 4);   // MoE: the attention's adapters
+  check_decode<float>(Precision::fp32, false, 1e-5, 4, 4);   // MoE: the attention's and the experts' adapters
 }
 
 // Rows of prompts with different lengths; the completions are checked against a full forward of
 // prompt + completion: each drawn token's recorded log-probability is the model's, and greedy
 // tokens are the argmax at the previous position.
+// The tiny model with `lora`'s adapters; with adapters on experts, its MLPs MoE (4 experts, top
+// 2, a shared expert).
 ModelShape with_adapters(LoraShape lora) {
   ModelShape s = resolve_model_shape(ModelConfig{});
   s.lora = lora;
+  if (lora.experts) {
+    s.n_experts = 4;
+    s.top_k = 2;
+    s.d_ff_expert = 32;
+    s.shared_expert = true;
+  }
   return s;
 }
 
@@ -306,8 +315,8 @@ TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDrawsWithLora) {
 // Rollout folds LoRA's adapters into its gathered weights (WeightSet::materialize): decoding with
 // W + scale B A and the adapters off draws what the adapter path draws, with the same
 // log-probabilities to rounding; the base alone (adapters off, nothing folded) draws otherwise.
-TEST(Generate, FoldedAdaptersDrawWhatTheAdapterPathDraws) {
-  GenerationRig rig(LoraShape{4, 8.0f, 0x7f, false});
+void folded_adapters_draw_what_the_adapter_path_draws(LoraShape lora) {
+  GenerationRig rig(lora);
   const auto rows = rig.rows();
   const ModelOptions options = opts(rig.s, Precision::fp32, 8, 1);
   Generator adapted(options, 8, 40, ExecSpace()), folded(options, 8, 40, ExecSpace()), base(options, 8, 40, ExecSpace());
@@ -335,6 +344,14 @@ TEST(Generate, FoldedAdaptersDrawWhatTheAdapterPathDraws) {
     base_differs += plain[r].tokens != want[r].tokens;
   }
   EXPECT_GT(base_differs, 0) << "the adapters change the draws: otherwise the comparison is blind";
+}
+
+TEST(Generate, FoldedAdaptersDrawWhatTheAdapterPathDraws) {
+  folded_adapters_draw_what_the_adapter_path_draws(LoraShape{4, 8.0f, 0x7f, false});
+}
+// MoE: the attention's adapters and every expert's (the MLP targets have no dense layer here).
+TEST(Generate, FoldedAdaptersDrawWhatTheAdapterPathDrawsMoeExperts) {
+  folded_adapters_draw_what_the_adapter_path_draws(LoraShape{4, 8.0f, 0xf, false, true});
 }
 
 // ---- The paged engine (rollout.engine = "paged").

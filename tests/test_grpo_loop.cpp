@@ -209,14 +209,15 @@ TEST(GrpoLoop, MixtureOfExpertsPolicyRuns) {
   }
 }
 
-// LoRA on the same MoE policy (adapters on the attention and the dense layer's MLP; the experts
-// frozen), sharded with the experts and by expert parallelism: the whole job (warm-up, rollout
-// over the folded weights, GRPO steps) follows one rank's trajectory.
+// LoRA on the same MoE policy (adapters on the attention, the dense layer's MLP and every
+// expert; the base frozen), sharded with the experts and by expert parallelism: the whole job
+// (warm-up, rollout over the folded weights, GRPO steps) follows one rank's trajectory.
 TEST(GrpoLoop, LoraOnAnExpertParallelMixtureOfExpertsPolicy) {
   Config c = small_moe_config();
   c.rl.sft_steps = 10;
   c.lora.rank = 4;
   c.lora.alpha = 8.0;
+  c.lora.targets = {"q", "k", "v", "o", "gate", "up", "down", "experts"};
   auto run = [](const Config& config, MPI_Comm comm, std::vector<double>& warm, std::vector<Record>& steps) {
     Job job(config, comm);
     ASSERT_TRUE(job.trainer.lora());

@@ -401,6 +401,18 @@ ModelShape moe_lora_shape(int every, bool shared, std::uint32_t targets) {
   return s;
 }
 TEST(Model, LoraOnMoeModelsAttentionAdapters) { gradient_check(moe_lora_shape(1, true, 0xf), 13, 0.05f); }
+// lora.experts: every expert's gate, up and down carry adapters too (grouped and loop paths).
+TEST(Model, LoraOnMoeModelsExpertAdapters) {
+  ModelShape s = moe_lora_shape(1, true, 0xf);
+  s.lora.experts = true;
+  int expert_adapters = 0;
+  for (const UnitSpec& u : model_units(s))
+    for (const ParamSpec& p : u.params) expert_adapters += p.name.find("mlp.experts.") != std::string::npos &&
+                                                           p.name.find(".lora_") != std::string::npos;
+  EXPECT_EQ(expert_adapters, s.n_layers * s.n_experts * 3 * 2);
+  gradient_check(s, 4, 0.05f);
+  gradient_check(s, 4, 0.05f, MoeImpl::loop);
+}
 TEST(Model, LoraOnMoeModelsDenseLayersMlpAdapters) {
   const ModelShape s = moe_lora_shape(2, false, 0x7f);
   int mlp_adapters = 0;

@@ -362,12 +362,17 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     // An MoE layer's MLP stays frozen (adapters on experts are not built): on a model whose every
     // layer is MoE, an MLP target would adapt nothing.
     const ModelShape lora_model = resolve_model_shape(c.model);   // a preset's shape too
+    if (lora_model.n_experts == 0 &&
+        std::find(c.lora.targets.begin(), c.lora.targets.end(), "experts") != c.lora.targets.end())
+      out.errors.push_back(fmt::format("{}: lora.targets has \"experts\", which applies to mixture-of-experts "
+                                       "models, but model.n_experts = 0",
+                                       where("lora.targets")));
     if (lora_model.n_experts > 0 && lora_model.moe_every == 1)
       for (const std::string& t : c.lora.targets)
         if (t == "gate" || t == "up" || t == "down") {
           out.errors.push_back(fmt::format("{}: lora.targets has \"{}\", but every layer of this model is "
-                                           "mixture-of-experts, whose MLP LoRA leaves frozen (adapters on experts "
-                                           "are not built): set lora.targets among \"q\", \"k\", \"v\", \"o\"",
+                                           "mixture-of-experts, which has no dense MLP: \"experts\" adapts every "
+                                           "expert's gate, up and down projections",
                                            where("lora.targets"), t));
           break;
         }

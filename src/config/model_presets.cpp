@@ -99,6 +99,7 @@ ModelShape job_model_shape(const Config& config) {
   s.lora.rank = static_cast<int>(config.lora.rank);
   s.lora.alpha = static_cast<float>(config.lora.alpha);
   s.lora.kaiming = config.lora.init == LoraInit::kaiming;
+  for (const std::string& t : config.lora.targets) s.lora.experts |= t == "experts";
   for (const std::string& t : config.lora.targets)
     for (int i = 0; i < kLoraTargets; ++i)
       if (t == kLoraTargetNames[i]) s.lora.targets |= 1u << i;

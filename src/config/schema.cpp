@@ -221,14 +221,14 @@ std::vector<KeyDef> build_schema() {
                              &Config::lora, &LoraConfig::alpha),
                        0.0, true));
   s.push_back(field("lora", "targets", VK::string_list,
-                    "The linear layers that carry adapters, any of `q`, `k`, `v`, `o`, `gate`, `up`, `down`.",
+                    "The linear layers that carry adapters, any of `q`, `k`, `v`, `o`, `gate`, `up`, `down`, and "
+                    "`experts` (every expert's gate, up and down projections) on mixture-of-experts models.",
                     &Config::lora, &LoraConfig::targets));
   s.back().check = [](const ConfigValue& v) -> std::string {
     for (const std::string& t : std::get<std::vector<std::string>>(v)) {
-      if (t == "experts") return "adapters on mixture-of-experts experts are not built yet";
-      bool known = false;
+      bool known = t == "experts";
       for (const char* target : kLoraTargetNames) known |= t == target;
-      if (!known) return fmt::format("unknown target \"{}\" (any of q, k, v, o, gate, up, down)", t);
+      if (!known) return fmt::format("unknown target \"{}\" (any of q, k, v, o, gate, up, down, experts)", t);
     }
     return "";
   };

@@ -24,6 +24,16 @@ std::string module_name(int t) {
   return module.substr(module.find('.') + 1);
 }
 
+// PEFT's target_modules for `lora`: the adapted modules' last names; the experts' projections
+// are named gate_proj, up_proj, down_proj like a dense MLP's (PEFT matches the last name).
+std::set<std::string> peft_modules(const LoraShape& lora) {
+  std::set<std::string> modules;
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (lora.adapts(static_cast<LoraTarget>(t)) || (lora.experts && t >= static_cast<int>(LoraTarget::gate)))
+      modules.insert(module_name(t));
+  return modules;
+}
+
 }  // namespace
 
 std::string peft_tensor_name(const std::string& name) { return kPeftPrefix + name; }
@@ -36,8 +46,9 @@ std::string peft_adapter_config_json(const LoraShape& lora, const std::string& b
   j["r"] = lora.rank;
   j["lora_alpha"] = lora.alpha;
   nlohmann::json modules = nlohmann::json::array();
-  for (int t = 0; t < kLoraTargets; ++t)
-    if (lora.adapts(static_cast<LoraTarget>(t))) modules.push_back(module_name(t));   // PEFT matches the last name
+  const std::set<std::string> ours = peft_modules(lora);
+  for (int t = 0; t < kLoraTargets; ++t)   // in the model's order
+    if (ours.count(module_name(t)) > 0) modules.push_back(module_name(t));
   j["target_modules"] = modules;
   j["lora_dropout"] = 0.0;
   j["bias"] = "none";
@@ -93,10 +104,8 @@ std::string peft_config_problem(const std::string& text, const std::string& wher
     return fmt::format("{}: target_modules = {}: shardrl reads a list of module names or \"all-linear\"", where,
                        modules.dump());
   }
-  std::set<std::string> ours;
+  const std::set<std::string> ours = peft_modules(lora);
   std::vector<std::string> short_names;
-  for (int t = 0; t < kLoraTargets; ++t)
-    if (lora.adapts(static_cast<LoraTarget>(t))) ours.insert(module_name(t));
   if (theirs != ours) {
     for (const std::string& m : theirs) {
       bool known = false;

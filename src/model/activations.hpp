@@ -56,6 +56,10 @@ struct LayerOffsets {
   // LoRA: each target's A (rank, in) and B (out, rank), by LoraTarget; -1 without an adapter.
   std::int64_t lora_a[kLoraTargets] = {-1, -1, -1, -1, -1, -1, -1};
   std::int64_t lora_b[kLoraTargets] = {-1, -1, -1, -1, -1, -1, -1};
+  // LoRA on an MoE layer's experts (lora.experts): expert 0's A and B of gate, up, down (-1
+  // without), expert e's one stride further; with expert parallelism, this rank's first expert.
+  std::int64_t expert_lora_a[3] = {-1, -1, -1}, expert_lora_b[3] = {-1, -1, -1};
+  std::int64_t expert_lora_stride = 0;
 };
 
 // What one decoder layer keeps from forward for backward. Its norms' outputs and its MLP's

@@ -75,7 +75,7 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
     kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D, s.norm_eps);
 
   if (s.moe_layer(layer)) {
-    moe_->backward(set, o, w, base_frozen() ? nullptr : g, h2, dres, b.dh.as<T>(), {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()},
+    moe_->backward(set, o, w, g, base_frozen(), h2, dres, b.dh.as<T>(), {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()},
                    {b.da.as<T>(), b.dg.as<T>(), b.du.as<T>()}, N);
   } else {
     // MLP: out = xmid + down(silu(gate(h2)) * up(h2)), h2 = norm(xmid). silu(gate) * up comes

@@ -92,7 +92,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   if (s.moe_layer(layer)) {
     kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
     moe_->forward(set, o, w, h2, out, {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()}, N,
-                  /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only);
+                  /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only, adapters_on_);
     return;
   }
   mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);

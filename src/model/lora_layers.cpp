@@ -63,6 +63,20 @@ void Transformer::fold_layer_adapters(int layer, T* w) {
     if (o.lora_a[t] >= 0)   // W (out, in) += scale B (out, r) A (r, in)
       gemm_->gemm(Op::N, Op::N, out[t], in[t], s.lora.rank, s.lora.scale(), w + o.lora_b[t], s.lora.rank,
                   w + o.lora_a[t], in[t], 1.0f, w + base[t], in[t]);
+  if (o.expert_lora_a[0] < 0) return;
+  // Every expert's gate, up and down (an expert-parallel model's offsets start at its own
+  // experts; a decoder holds them all).
+  const int Fe = s.d_ff_expert;
+  const std::int64_t expert_base[3] = {o.expert_gate, o.expert_up, o.expert_down};
+  const std::int64_t expert_stride[3] = {o.expert_stride_in, o.expert_stride_in, o.expert_stride_out};
+  const int e_out[3] = {Fe, Fe, D}, e_in[3] = {D, D, Fe};
+  const int experts = options_.expert_exchange ? s.n_experts / options_.expert_exchange->ranks() : s.n_experts;
+  for (int e = 0; e < experts; ++e)
+    for (int j = 0; j < 3; ++j)
+      gemm_->gemm(Op::N, Op::N, e_out[j], e_in[j], s.lora.rank, s.lora.scale(),
+                  w + o.expert_lora_b[j] + e * o.expert_lora_stride, s.lora.rank,
+                  w + o.expert_lora_a[j] + e * o.expert_lora_stride, e_in[j], 1.0f,
+                  w + expert_base[j] + e * expert_stride[j], e_in[j]);
 }
 
 void Transformer::fold_adapters(int u, void* weights) {

@@ -22,6 +22,7 @@ struct LoraShape {
   float alpha = 0;           // the adapters' output is scaled by alpha / rank
   std::uint32_t targets = 0; // bit t: LoraTarget t carries an adapter
   bool kaiming = false;      // A uniform in +-1 / sqrt(in) (PEFT's default), else Gaussian 1 / rank
+  bool experts = false;      // MoE layers: every expert's gate, up and down projections carry one
 
   bool on() const { return rank > 0; }
   bool adapts(LoraTarget t) const { return on() && (targets >> static_cast<int>(t) & 1u) != 0; }

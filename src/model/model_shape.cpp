@@ -18,10 +18,15 @@ std::int64_t ModelShape::adapter_count() const {
   if (!lora.on()) return 0;
   const std::int64_t D = d_model, q = std::int64_t(n_heads) * head_dim, kv = std::int64_t(n_kv_heads) * head_dim;
   const std::int64_t in[kLoraTargets] = {D, D, D, q, D, D, d_ff}, out[kLoraTargets] = {q, kv, kv, D, d_ff, d_ff, D};
-  std::int64_t per_layer = 0;
-  for (int t = 0; t < kLoraTargets; ++t)
-    if (lora.adapts(static_cast<LoraTarget>(t))) per_layer += std::int64_t(lora.rank) * (in[t] + out[t]);
-  return std::int64_t(n_layers) * per_layer;
+  std::int64_t total = 0;
+  for (int l = 0; l < n_layers; ++l) {
+    // An MoE layer's MLP targets are its experts' (lora.experts), not gate/up/down.
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (lora.adapts(static_cast<LoraTarget>(t)) && !(moe_layer(l) && t >= static_cast<int>(LoraTarget::gate)))
+        total += std::int64_t(lora.rank) * (in[t] + out[t]);
+    if (moe_layer(l) && lora.experts) total += std::int64_t(n_experts) * lora.rank * 3 * (d_model + d_ff_expert);
+  }
+  return total;
 }
 
 }  // namespace shardrl

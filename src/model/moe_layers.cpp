@@ -65,6 +65,10 @@ MoeLayers::MoeLayers(const ModelOptions& options, const ExecSpace& space, Gemm& 
     deu_ = make("moe_du", R * Fe * es);
     drouter_ = make("moe_drouter", N * E * es);
   }
+  if (s.lora.experts) {   // forward and backward scratch of the experts' adapters
+    lora_t_ = make("moe_lora_t", R * std::size_t(s.lora.rank) * es);
+    if (training) lora_dt_ = make("moe_lora_dt", R * std::size_t(s.lora.rank) * es);
+  }
   counts_ = make("moe_counts", E * i4);
   aux_ = make.kept("moe_aux", 2 * f4);
   expert_h_.resize(A);
@@ -92,7 +96,7 @@ MoeLayers::MoeLayers(const ModelOptions& options, const ExecSpace& space, Gemm& 
 template <class TA, class TC>
 void MoeLayers::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
                                   ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
-                                  const std::vector<std::int32_t>& offsets) {
+                                  const std::vector<std::int32_t>& offsets, float alpha) {
   const int E = static_cast<int>(offsets.size()) - 1;   // all experts, or this rank's
   std::vector<int> m(E), n(E), k(E);
   std::vector<const TA*> ap(E), bp(E);
@@ -108,12 +112,12 @@ void MoeLayers::expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, 
     cp[e] = C.base + e * C.per_expert + first * C.per_row;
   }
   if (options_.moe_impl == MoeImpl::grouped) {
-    gemm_.gemm_grouped(opA, opB, m, n, k, 1.0f, ap, A.ld, bp, B.ld, beta, cp, C.ld);
+    gemm_.gemm_grouped(opA, opB, m, n, k, alpha, ap, A.ld, bp, B.ld, beta, cp, C.ld);
     ++calls_.grouped;
   } else {
     for (int e = 0; e < E; ++e)
       if (m[e] > 0 && n[e] > 0)
-        gemm_.gemm(opA, opB, m[e], n[e], k[e], 1.0f, ap[e], A.ld, bp[e], B.ld, beta, cp[e], C.ld);
+        gemm_.gemm(opA, opB, m[e], n[e], k[e], alpha, ap[e], A.ld, bp[e], B.ld, beta, cp[e], C.ld);
     ++calls_.loop;
   }
 }
@@ -191,19 +195,58 @@ const T* MoeLayers::gradients_to_experts(const T* dyp) {
 // The experts' hidden products over their rows: g = x Wg^T, u = x Wu^T, a = swiglu(g, u).
 template <class T>
 void MoeLayers::expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows,
-                                const std::vector<std::int32_t>& offsets, T* eg, T* eu, T* ea) {
+                                const std::vector<std::int32_t>& offsets, T* eg, T* eu, T* ea, bool adapters) {
   const int D = options_.shape.d_model, Fe = options_.shape.d_ff_expert;
   const auto rows_x = routed_rows<const T>(x_rows, D);
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x, expert_weights(w + o.expert_gate, o.expert_stride_in, D),
                         0.0f, routed_rows(eg, Fe), offsets);
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, Fe, D, rows_x, expert_weights(w + o.expert_up, o.expert_stride_in, D),
                         0.0f, routed_rows(eu, Fe), offsets);
+  if (adapters && o.expert_lora_a[0] >= 0) {
+    expert_adapter_forward(w, o, 0, x_rows, D, eg, Fe, offsets);
+    expert_adapter_forward(w, o, 1, x_rows, D, eu, Fe, offsets);
+  }
   kernels::swiglu_forward(space_, eg, eu, ea, long(offsets.back()) * Fe);
 }
 
 template <class T>
+void MoeLayers::expert_adapter_forward(const T* w, const LayerOffsets& o, int j, const T* x_rows, int in, T* y_rows,
+                                         int out, const std::vector<std::int32_t>& offsets) {
+  const int r = options_.shape.lora.rank;
+  T* t = lora_t_.as<T>();
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, r, in, routed_rows(x_rows, in),
+                        expert_weights(w + o.expert_lora_a[j], o.expert_lora_stride, in), 0.0f, routed_rows(t, r),
+                        offsets, options_.shape.lora.scale());
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, out, r, routed_rows<const T>(t, r),
+                        expert_weights(w + o.expert_lora_b[j], o.expert_lora_stride, r), 1.0f, routed_rows(y_rows, out),
+                        offsets);
+}
+
+template <class T>
+void MoeLayers::expert_adapter_backward(const T* w, const LayerOffsets& o, int j, float* g, const T* x_rows, int in,
+                                          const T* dy_rows, int out, T* dx_rows,
+                                          const std::vector<std::int32_t>& offsets) {
+  const int r = options_.shape.lora.rank;
+  const float scale = options_.shape.lora.scale();
+  T* t = lora_t_.as<T>();
+  T* dt = lora_dt_.as<T>();
+  // t = scale x A^T again (cheaper than keeping it per layer), dt = scale dy B.
+  expert_products<T, T>(Op::N, Op::T, RowsAre::m, r, in, routed_rows(x_rows, in),
+                        expert_weights(w + o.expert_lora_a[j], o.expert_lora_stride, in), 0.0f, routed_rows(t, r),
+                        offsets, scale);
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, r, out, routed_rows(dy_rows, out),
+                        expert_weights(w + o.expert_lora_b[j], o.expert_lora_stride, r), 0.0f, routed_rows(dt, r),
+                        offsets, scale);
+  expert_products<T, T>(Op::N, Op::N, RowsAre::m, in, r, routed_rows<const T>(dt, r),
+                        expert_weights(w + o.expert_lora_a[j], o.expert_lora_stride, in), 1.0f,
+                        routed_rows(dx_rows, in), offsets);
+  expert_weight_grads<T>(dy_rows, out, t, r, g, o.expert_lora_b[j], o.expert_lora_stride, out, r, offsets);
+  expert_weight_grads<T>(dt, r, x_rows, in, g, o.expert_lora_a[j], o.expert_lora_stride, r, in, offsets);
+}
+
+template <class T>
 void MoeLayers::forward(int set, const LayerOffsets& o, const T* w, const T* h2, T* out, const SharedExpert& shared,
-                        int N, bool track_aux) {
+                        int N, bool track_aux, bool adapters) {
   const ModelShape& s = options_.shape;
   const int D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
   LayerBuffers& m = sets_[static_cast<std::size_t>(set)];
@@ -235,13 +278,14 @@ void MoeLayers::forward(int set, const LayerOffsets& o, const T* w, const T* h2,
   const std::vector<std::int32_t>& offsets = ep ? x.local_offsets : m.offsets;
   T* ea = ep ? x.ea.as<T>() : m.ea.as<T>();
   expert_hidden(w, o, ep ? x.xl.as<T>() : xp, offsets, ep ? x.eg.as<T>() : m.eg.as<T>(),
-                ep ? x.eu.as<T>() : m.eu.as<T>(), ea);
+                ep ? x.eu.as<T>() : m.eu.as<T>(), ea, adapters);
   // y_e = a_e Wd_e^T.
   T* yp = m.yp.as<T>();
   T* y_rows = ep ? x.rows_b.as<T>() : yp;
   expert_products<T, T>(Op::N, Op::T, RowsAre::m, D, Fe, routed_rows<const T>(ea, Fe),
                         expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(y_rows, D),
                         offsets);
+  if (adapters && o.expert_lora_a[2] >= 0) expert_adapter_forward<T>(w, o, 2, ea, Fe, y_rows, D, offsets);
   if (ep) return_from_experts<T>(y_rows, yp);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
   if (track_aux) {   // the layer's load-balancing loss, for the metrics
@@ -262,8 +306,9 @@ void MoeLayers::forward(int set, const LayerOffsets& o, const T* w, const T* h2,
 }
 
 template <class T>
-void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, const T* h2, const T* dres, T* dh,
-                         const SharedExpert& shared, const SharedExpertGrads& grads, int N) {
+void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, bool base_frozen, const T* h2,
+                         const T* dres, T* dh, const SharedExpert& shared, const SharedExpertGrads& grads, int N) {
+  float* const base_g = base_frozen ? nullptr : g;   // null: no base weight gradient
   const ModelShape& s = options_.shape;
   const int D = s.d_model, E = s.n_experts, k = s.top_k, Fe = s.d_ff_expert;
   LayerBuffers& m = sets_[static_cast<std::size_t>(set)];
@@ -275,14 +320,14 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
     T* dg = static_cast<T*>(grads.dg);
     T* du = static_cast<T*>(grads.du);
     mm.gemm(Op::N, Op::N, N, Fe, D, 1.0f, dres, D, w + o.down, Fe, 0.0f, da, Fe);
-    if (g) wgrad_.add(dres, static_cast<const T*>(shared.a), g + o.down, D, Fe, N);
+    if (base_g) wgrad_.add(dres, static_cast<const T*>(shared.a), base_g + o.down, D, Fe, N);
     kernels::swiglu_backward(space_, static_cast<const T*>(shared.g), static_cast<const T*>(shared.u), da, dg, du,
                              long(N) * Fe);
     mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, dg, Fe, w + o.gate, D, 0.0f, dh, D);
     mm.gemm(Op::N, Op::N, N, D, Fe, 1.0f, du, Fe, w + o.up, D, 1.0f, dh, D);
-    if (g) {
-      wgrad_.add(static_cast<const T*>(dg), h2, g + o.gate, Fe, D, N);
-      wgrad_.add(static_cast<const T*>(du), h2, g + o.up, Fe, D, N);
+    if (base_g) {
+      wgrad_.add(static_cast<const T*>(dg), h2, base_g + o.gate, Fe, D, N);
+      wgrad_.add(static_cast<const T*>(du), h2, base_g + o.up, Fe, D, N);
     }
   }
   T* dyp = dyp_.as<T>();
@@ -303,7 +348,7 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   T* dx_rows = dyp;   // the routed inputs' gradient reuses dyp's buffer once dy is consumed
   if (ep) {
     dispatch_to_experts<T>(m);
-    expert_hidden(w, o, x_rows, offsets, eg, eu, ea);
+    expert_hidden(w, o, x_rows, offsets, eg, eu, ea, true);
     dy_rows = gradients_to_experts(dyp);
     dx_rows = x.rows_a.as<T>();
   }
@@ -313,7 +358,10 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, Fe, D, routed_rows<const T>(dy_rows, D),
                         expert_weights(w + o.expert_down, o.expert_stride_out, Fe), 0.0f, routed_rows(dea, Fe),
                         offsets);
-  if (g) expert_weight_grads(dy_rows, D, ea, Fe, g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
+  if (base_g) expert_weight_grads(dy_rows, D, ea, Fe, base_g, o.expert_down, o.expert_stride_out, D, Fe, offsets);
+  // LoRA on the experts' down projection: before dy's buffer takes the inputs' gradient.
+  const bool expert_adapters = o.expert_lora_a[0] >= 0;
+  if (expert_adapters) expert_adapter_backward<T>(w, o, 2, g, ea, Fe, dy_rows, D, dea, offsets);
   kernels::swiglu_backward(space_, eg, eu, dea, deg_.as<T>(), deu_.as<T>(), rows * Fe);
   // Gate and up: dx_e = dg_e Wg_e + du_e Wu_e; dW += d^T x_e.
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(deg_.as<T>(), Fe),
@@ -322,9 +370,13 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   expert_products<T, T>(Op::N, Op::N, RowsAre::m, D, Fe, routed_rows<const T>(deu_.as<T>(), Fe),
                         expert_weights(w + o.expert_up, o.expert_stride_in, D), 1.0f, routed_rows(dx_rows, D),
                         offsets);
-  if (g) {
-    expert_weight_grads(deg_.as<T>(), Fe, x_rows, D, g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
-    expert_weight_grads(deu_.as<T>(), Fe, x_rows, D, g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
+  if (base_g) {
+    expert_weight_grads(deg_.as<T>(), Fe, x_rows, D, base_g, o.expert_gate, o.expert_stride_in, Fe, D, offsets);
+    expert_weight_grads(deu_.as<T>(), Fe, x_rows, D, base_g, o.expert_up, o.expert_stride_in, Fe, D, offsets);
+  }
+  if (expert_adapters) {
+    expert_adapter_backward<T>(w, o, 0, g, x_rows, D, deg_.as<T>(), Fe, dx_rows, offsets);
+    expert_adapter_backward<T>(w, o, 1, g, x_rows, D, deu_.as<T>(), Fe, dx_rows, offsets);
   }
   T* dxp = dyp;
   if (ep) return_from_experts<T>(dx_rows, dxp);
@@ -337,7 +389,7 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, c
   kernels::router_backward(space_, rs, true, aux, m.probs.as<float>(), m.expert.as<std::int32_t>(),
                            m.gate.as<float>(), counts_.as<std::int32_t>(), dgate, drouter);
   mm.gemm(Op::N, Op::N, N, D, E, 1.0f, drouter, E, w + o.router, D, 1.0f, dh, D);
-  if (g) wgrad_.add(static_cast<const T*>(drouter), h2, g + o.router, E, D, N);
+  if (base_g) wgrad_.add(static_cast<const T*>(drouter), h2, base_g + o.router, E, D, N);
 }
 
 // dW_e (out, in) += dY_e^T X_e over expert e's rows, for every expert: fused, one grouped (or
@@ -370,12 +422,12 @@ double MoeLayers::aux_loss() const {
 }
 
 template void MoeLayers::forward<float>(int, const LayerOffsets&, const float*, const float*, float*,
-                                        const SharedExpert&, int, bool);
+                                        const SharedExpert&, int, bool, bool);
 template void MoeLayers::forward<bf16>(int, const LayerOffsets&, const bf16*, const bf16*, bf16*, const SharedExpert&,
-                                       int, bool);
-template void MoeLayers::backward<float>(int, const LayerOffsets&, const float*, float*, const float*, const float*,
-                                         float*, const SharedExpert&, const SharedExpertGrads&, int);
-template void MoeLayers::backward<bf16>(int, const LayerOffsets&, const bf16*, float*, const bf16*, const bf16*, bf16*,
-                                        const SharedExpert&, const SharedExpertGrads&, int);
+                                       int, bool, bool);
+template void MoeLayers::backward<float>(int, const LayerOffsets&, const float*, float*, bool, const float*,
+                                         const float*, float*, const SharedExpert&, const SharedExpertGrads&, int);
+template void MoeLayers::backward<bf16>(int, const LayerOffsets&, const bf16*, float*, bool, const bf16*, const bf16*,
+                                        bf16*, const SharedExpert&, const SharedExpertGrads&, int);
 
 }  // namespace shardrl

@@ -40,15 +40,17 @@ class MoeLayers {
   // out (N, D) holds the attention block's output; the layer's MLP output is added into it. h2
   // (N, D) is the normed input. With track_aux the layer's load-balancing loss is summed for
   // the metrics (training forwards only, not recomputations).
+  // `adapters`: LoRA's experts' adapters take part (off: the frozen base, e.g. decoding with
+  // the adapters folded into the weights).
   template <class T>
   void forward(int set, const LayerOffsets& o, const T* w, const T* h2, T* out, const SharedExpert& shared, int N,
-               bool track_aux);
+               bool track_aux, bool adapters = true);
   // dres (N, D): the gradient at the layer's output; writes dh (N, D), the gradient at h2, and
-  // accumulates the layer's weight gradients into g (none with g null: LoRA's frozen base, whose
-  // input gradient still flows through the router and the experts).
+  // accumulates the layer's weight gradients into g: with `base_frozen` (LoRA) only the experts'
+  // adapters' (the input gradient still flows through the router and the experts).
   template <class T>
-  void backward(int set, const LayerOffsets& o, const T* w, float* g, const T* h2, const T* dres, T* dh,
-                const SharedExpert& shared, const SharedExpertGrads& grads, int N);
+  void backward(int set, const LayerOffsets& o, const T* w, float* g, bool base_frozen, const T* h2, const T* dres,
+                T* dh, const SharedExpert& shared, const SharedExpertGrads& grads, int N);
 
   const MoeCallCounters& calls() const { return calls_; }
   void set_aux_loss_weight(float weight) { aux_loss_weight_ = weight; }
@@ -81,7 +83,17 @@ class MoeLayers {
   template <class T> const T* gradients_to_experts(const T* dyp);
   template <class T>
   void expert_hidden(const T* w, const LayerOffsets& o, const T* x_rows, const std::vector<std::int32_t>& offsets,
-                     T* eg, T* eu, T* ea);
+                     T* eg, T* eu, T* ea, bool adapters);
+  // LoRA on the experts' projection j (0 gate, 1 up, 2 down) of `in` -> `out` features: y_rows
+  // += scale (x_rows A_e^T) B_e^T per expert, through the scratch t_.
+  template <class T>
+  void expert_adapter_forward(const T* w, const LayerOffsets& o, int j, const T* x_rows, int in, T* y_rows, int out,
+                              const std::vector<std::int32_t>& offsets);
+  // Its backward: dx_rows += scale (dy_rows B_e) A_e, dB_e += dy^T (scale x A_e^T), dA_e +=
+  // (scale dy B_e)^T x, for every expert (t_ and dt_ scratch).
+  template <class T>
+  void expert_adapter_backward(const T* w, const LayerOffsets& o, int j, float* g, const T* x_rows, int in,
+                               const T* dy_rows, int out, T* dx_rows, const std::vector<std::int32_t>& offsets);
   // An operand of every expert's product: expert e's starts at base + e * per_expert + (its
   // first routed row) * per_row. Experts' weights advance per expert, routed activations per row.
   template <class T>
@@ -100,7 +112,7 @@ class MoeLayers {
   template <class TA, class TC>
   void expert_products(Op opA, Op opB, RowsAre rows_are, int a, int b, ExpertOperand<const TA> A,
                        ExpertOperand<const TA> B, float beta, ExpertOperand<TC> C,
-                       const std::vector<std::int32_t>& offsets);
+                       const std::vector<std::int32_t>& offsets, float alpha = 1.0f);
   template <class T>
   void expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x, float* g, std::int64_t first,
                            std::int64_t stride, int out, int in, const std::vector<std::int32_t>& offsets);
@@ -115,6 +127,7 @@ class MoeLayers {
   DeviceBytes dgate_;                          // (A) fp32
   DeviceBytes dea_, deg_, deu_;                // (R, Fe) each
   DeviceBytes drouter_;                        // (N, E)
+  DeviceBytes lora_t_, lora_dt_;               // LoRA on experts: (R, rank) each, compute type
   DeviceBytes counts_;                         // (E) int32: tokens routed to each expert
   // One layer's load-balancing loss, then the weighted sum that aux_loss() reads: (2) fp32, kept
   // across phases (not in the arena).

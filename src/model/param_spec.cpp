@@ -96,10 +96,14 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
       add(layer, p + "mlp.up_proj.weight", {F, D}, Init::normal, false);
       add(layer, p + "mlp.down_proj.weight", {D, F}, Init::normal, false);
     }
-    if (s.lora.on()) {
-      // An MoE layer's MLP (router, experts, shared expert) stays frozen: only its attention
-      // carries adapters (adapters on experts are not built).
-      const bool moe = s.moe_layer(l);
+    // LoRA: the attention's targets in every layer; the MLP's in dense layers; in MoE layers
+    // (whose router and shared expert stay frozen) the experts' with lora.experts. A layer with
+    // none of them has no adapter region.
+    const bool moe = s.moe_layer(l);
+    bool adapted = moe && s.lora.experts;
+    for (int t = 0; t < kLoraTargets; ++t)
+      adapted |= s.lora.adapts(static_cast<LoraTarget>(t)) && !(moe && t >= static_cast<int>(LoraTarget::gate));
+    if (s.lora.on() && adapted) {
       const std::int64_t in[kLoraTargets] = {D, D, D, q, D, D, F}, out[kLoraTargets] = {q, kv, kv, D, F, F, D};
       const std::int64_t r = s.lora.rank;
       layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
@@ -114,6 +118,24 @@ std::vector<UnitSpec> model_units(const ModelShape& s) {
         add(layer, p + kLoraModules[t] + ".lora_B.weight", {out[t], r}, Init::zeros, false);
       }
       layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
+      if (moe && s.lora.experts) {
+        // Every expert's gate, up and down: expert by expert at one stride (aligned blocks), as
+        // the experts themselves, so that a grouped GEMM finds expert e's at first + e x stride.
+        const std::int64_t E = s.n_experts, Fe = s.d_ff_expert;
+        const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
+        const std::int64_t e_in[3] = {D, D, Fe}, e_out[3] = {Fe, Fe, D};
+        for (std::int64_t e = 0; e < E; ++e) {
+          for (int j = 0; j < 3; ++j) {
+            const std::string m = fmt::format("{}mlp.experts.{}.{}", p, e, names[j]);
+            if (s.lora.kaiming)
+              add(layer, m + ".lora_A.weight", {r, e_in[j]}, Init::uniform, false, 1.0f / std::sqrt(float(e_in[j])));
+            else
+              add(layer, m + ".lora_A.weight", {r, e_in[j]}, Init::normal, false, 1.0f / float(r));
+            add(layer, m + ".lora_B.weight", {e_out[j], r}, Init::zeros, false);
+          }
+          layer.numel = (layer.numel + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
+        }
+      }
     }
     units.push_back(layer);
   }

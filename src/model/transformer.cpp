@@ -46,6 +46,15 @@ LayerOffsets layer_offsets(const UnitSpec& u) {
     const std::int64_t experts_end = u.adapters_begin >= 0 ? u.adapters_begin : u.numel;
     const std::int64_t block = (experts_end - u.experts_begin) / u.param(".mlp.gate.weight").shape[0];
     o.expert_stride_in = o.expert_stride_out = block;
+    if (u.has(".experts.0.gate_proj.lora_A.weight")) {
+      const char* names[3] = {".experts.0.gate_proj", ".experts.0.up_proj", ".experts.0.down_proj"};
+      for (int j = 0; j < 3; ++j) {
+        o.expert_lora_a[j] = u.param(std::string(names[j]) + ".lora_A.weight").offset;
+        o.expert_lora_b[j] = u.param(std::string(names[j]) + ".lora_B.weight").offset;
+      }
+      if (u.has(".experts.1.gate_proj.lora_A.weight"))
+        o.expert_lora_stride = u.param(".experts.1.gate_proj.lora_A.weight").offset - o.expert_lora_a[0];
+    }
     if (u.has(".shared_expert.gate_proj.weight")) {
       o.gate = u.param(".shared_expert.gate_proj.weight").offset;
       o.up = u.param(".shared_expert.up_proj.weight").offset;
@@ -204,10 +213,18 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       if (u.experts_begin < 0 || u.adapters_begin < 0) continue;
       const std::int64_t span = u.adapters_begin - u.experts_begin, ranks = options_.expert_exchange->ranks();
       const std::int64_t shift = span - span / ranks;
+      LayerOffsets& o = a.offsets[l];
       for (int t = 0; t < kLoraTargets; ++t)
-        if (a.offsets[l].lora_a[t] >= 0) {
-          a.offsets[l].lora_a[t] -= shift;
-          a.offsets[l].lora_b[t] -= shift;
+        if (o.lora_a[t] >= 0) {
+          o.lora_a[t] -= shift;
+          o.lora_b[t] -= shift;
+        }
+      // The experts' adapters are gathered for every expert: this rank's start at its first.
+      const std::int64_t first = std::int64_t(options_.expert_exchange->rank()) * (s.n_experts / ranks);
+      for (int j = 0; j < 3; ++j)
+        if (o.expert_lora_a[j] >= 0) {
+          o.expert_lora_a[j] += first * o.expert_lora_stride - shift;
+          o.expert_lora_b[j] += first * o.expert_lora_stride - shift;
         }
     }
   a.head_norm = units_.back().param("model.norm.weight").offset;
