@@ -93,6 +93,32 @@ TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
   EXPECT_LT(plan_memory(c, 4, true).device_bytes(), vocab);
 }
 
+// `shardrl plan --gpu-memory` on a CPU machine plans a GPU build: cuBLAS's fixed 32 MiB GEMM
+// workspace instead of the CPU's bf16 conversion buffers (tokens x vocabulary in fp32), and the
+// flash kernels' row sums instead of S x S scores where "auto" takes them. Issue 24/25's RL command
+// (qwen3-0.6b, 128 x 8 completions on 2 ranks) ran in a 41 GiB rollout arena on 2 x H200; planned
+// for a GPU it must stay below that, and far below the CPU build's plan of the same job.
+TEST(MemoryPlan, ForAGpuBuildPlansItsOwnWorkspaceAndAttention) {
+  Config c = small_config();
+  c.model.preset = "qwen3-0.6b";
+  c.model.precision = Precision::bf16;
+  c.rl.prompts_per_iteration = 128;
+  c.rl.samples_per_prompt = 8;
+  c.rl.minibatches = 2;
+  c.rollout.max_new_tokens = 256;
+  c.train.seq_len = 512;
+  c.train.micro_batch_size = 16;
+  const MemoryPlan gpu = plan_memory(c, 2, true, true), cpu = plan_memory(c, 2, true, false);
+  double rollout = 0;
+  for (const MemoryTerm& t : gpu.rollout) rollout += t.bytes;
+  EXPECT_LT(rollout, 42015.59 * (1 << 20)) << "the rollout arena the job allocated (MiB, `.gpu/run_s7d.sh`)";
+  EXPECT_GT(rollout, 0.9 * 42015.59 * (1 << 20)) << "and most of it";
+  EXPECT_LT(gpu.device_bytes(), 0.5 * cpu.device_bytes());
+  bool flash = false;
+  for (const MemoryTerm& t : gpu.train) flash |= t.what.find("(flash kernels)") != std::string::npos;
+  EXPECT_TRUE(flash);
+}
+
 TEST(MemoryPlan, RefusalNamesTheNumbersAndTheKeys) {
   Config c = small_config();
   c.train.micro_batch_size = 2147483647;

@@ -65,7 +65,8 @@ int run_plan(const PlanArgs& args) {
     capacity.device_is_host = args.gpu_memory.empty();
     capacity.device_bytes = capacity.device_is_host ? capacity.host_bytes
                                                     : parse_memory_size(args.gpu_memory, "--gpu-memory");
-    const MemoryPlan plan = plan_memory(config, args.ranks, /*rl_loop=*/true);
+    // With --gpu-memory, the plan of a GPU build (whatever this build is).
+    const MemoryPlan plan = plan_memory(config, args.ranks, /*rl_loop=*/true, !capacity.device_is_host);
     const ModelShape shape = job_model_shape(config);
     std::cout << fmt::format("memory plan of {} on {} rank(s), {} per node: model {} ({:.4g} parameters{}), {}\n",
                              args.config_path, args.ranks, capacity.ranks_on_host, config.model.preset,

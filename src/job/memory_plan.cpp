@@ -7,6 +7,7 @@
 
 #include "core/memory_capacity.hpp"
 #include "job/options.hpp"
+#include "kernels/flash_attention.hpp"
 #include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/mpi_check.hpp"
@@ -61,8 +62,8 @@ double activation_bytes(const Dims& d, double tokens, double residuals, double s
 // A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU; on the CPU, bf16 GEMMs
 // run in fp32 through a conversion workspace sized by the largest weight, which is at least the
 // head's (vocab_size, d_model).
-double gemm_workspace_bytes(const Dims& d, double tokens, double es) {
-  if (device_memory_is_separate()) return 32.0 * (1 << 20);
+double gemm_workspace_bytes(const Dims& d, double tokens, double es, bool gpu_build) {
+  if (gpu_build) return 32.0 * (1 << 20);
   return es == 2 ? (tokens * d.D + d.D * d.V + tokens * d.V) * 4 : 0;
 }
 
@@ -83,7 +84,15 @@ double MemoryPlan::device_bytes() const { return sum(device); }
 double MemoryPlan::host_bytes() const { return sum(host); }
 
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
-  const ModelOptions m = model_options(config);
+  return plan_memory(config, world_size, rl_loop, device_memory_is_separate());
+}
+
+MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build) {
+  ModelOptions m = model_options(config);
+  // model_options resolves "auto" for this build; a GPU build takes the flash kernels where they run.
+  if (gpu_build && config.model.attention == AttentionChoice::automatic && m.precision == Precision::bf16 &&
+      kernels::flash_attention_supports_head_dim(m.shape.head_dim))
+    m.attention = AttentionImpl::flash;
   const Dims d = dims_of(m.shape);
   const double N = world_size;
   const double es = m.precision == Precision::bf16 ? 2 : 4;
@@ -148,7 +157,7 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
       {fmt::format("training logits (their gradient in place) and GEMM workspace: {:.4g} tokens "
                    "(train.logits_chunk_tokens, at most the micro-batch's) x model.vocab_size {:.4g}",
                    logit_tokens, d.V),
-       logit_tokens * d.V * es + gemm_workspace_bytes(d, T, es)},
+       logit_tokens * d.V * es + gemm_workspace_bytes(d, T, es, gpu_build)},
       {m.attention == AttentionImpl::flash
            ? fmt::format("training attention scratch (flash kernels): {:.4g} tokens x model.n_heads {} row sums", T,
                          m.shape.n_heads)
@@ -183,7 +192,7 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
         {fmt::format("rollout activations, logits, GEMM and attention workspace: {:.4g} rows x {:.4g} positions, "
                      "logits of model.vocab_size {:.4g}",
                      rows, len, d.V),
-         activation_bytes(d, rows * len, 2, 1, es) + rows * d.V * es + gemm_workspace_bytes(d, rows * len, es) +
+         activation_bytes(d, rows * len, 2, 1, es) + rows * d.V * es + gemm_workspace_bytes(d, rows * len, es, gpu_build) +
              attention_scratch_bytes(m, rows, len, es, false)}};
     plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows, len),
                            rows * len * 4 * 4});

@@ -36,8 +36,12 @@ struct MemoryPlan {
   double host_bytes() const;
 };
 
-// `rl_loop`: the train command's rollout buffers and batches are planned too.
+// `rl_loop`: the train command's rollout buffers and batches are planned too. For this build,
+// or (`gpu_build`) for a GPU build wherever it is computed (`shardrl plan --gpu-memory` on a
+// login node): cuBLAS's fixed GEMM workspace instead of the CPU's bf16 conversion buffers, and
+// the flash attention kernels where model.attention = "auto" would take them.
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop);
+MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build);
 
 // What this rank can get, and how many ranks of the job share its host's memory.
 struct MemoryCapacity {
