@@ -19,14 +19,8 @@ namespace {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
-double total(const std::vector<MemoryTerm>& terms) {
-  double sum = 0;
-  for (const MemoryTerm& t : terms) sum += t.bytes;
-  return sum;
-}
-
 void print_part(const char* title, const std::vector<MemoryTerm>& terms, const char* note) {
-  std::cout << fmt::format("  {:9.3f} GiB  {}{}\n", gib(total(terms)), title, note);
+  std::cout << fmt::format("  {:9.3f} GiB  {}{}\n", gib(bytes_of(terms)), title, note);
   for (const MemoryTerm& t : terms) std::cout << fmt::format("      {:9.3f} GiB  {}\n", gib(t.bytes), t.what);
 }
 
@@ -75,7 +69,7 @@ int run_plan(const PlanArgs& args) {
                              config.model.precision == Precision::bf16 ? "bf16" : "fp32");
     std::cout << "per rank, at least (the dominant terms of docs/memory.md; the job's memory ledger counts these and "
                  "a little more):\n";
-    const bool train_larger = total(plan.train) >= total(plan.rollout);
+    const bool train_larger = bytes_of(plan.train) >= bytes_of(plan.rollout);
     print_part("sharded state and buffers outside the arena", plan.persistent, "");
     print_part("train phase", plan.train, train_larger ? " (the larger phase: the arena's size)" : "");
     print_part("rollout phase", plan.rollout, train_larger ? "" : " (the larger phase: the arena's size)");

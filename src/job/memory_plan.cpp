@@ -80,6 +80,7 @@ double attention_scratch_bytes(const ModelOptions& m, double rows, double S, dou
 
 }  // namespace
 
+double bytes_of(const std::vector<MemoryTerm>& terms) { return sum(terms); }
 double MemoryPlan::device_bytes() const { return sum(device); }
 double MemoryPlan::host_bytes() const { return sum(host); }
 

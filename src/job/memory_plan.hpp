@@ -36,6 +36,9 @@ struct MemoryPlan {
   double host_bytes() const;
 };
 
+// The bytes of a list of terms.
+double bytes_of(const std::vector<MemoryTerm>& terms);
+
 // `rl_loop`: the train command's rollout buffers and batches are planned too. For this build,
 // or (`gpu_build`) for a GPU build wherever it is computed (`shardrl plan --gpu-memory` on a
 // login node): cuBLAS's fixed GEMM workspace instead of the CPU's bf16 conversion buffers, and

@@ -144,6 +144,18 @@ def run(cmd, log):
     return r.stdout
 
 
+def report(rows, failures):
+    """The table of (model, mode, what, relative error, tolerance) rows and the failures; the exit code."""
+    print(f"\n{'model':10} {'mode':10} {'what':60} {'rel. error':>11} {'tolerance':>10}")
+    for name, mode, what, err, tol in rows:
+        print(f"{name:10} {mode:10} {what:60} {err:11.3g} {tol:10.3g}")
+    if failures:
+        print("\nFAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("\nall comparisons within tolerance")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True, help="shardrl build directory (with tests/hf_parity)")
@@ -240,14 +252,7 @@ def main():
         if not same:
             failures.append(f"{name}: the exported directory's logits differ ({rel(a, ref_logits):.3g})")
         del again, model
-    print(f"\n{'model':10} {'mode':10} {'what':60} {'rel. error':>11} {'tolerance':>10}")
-    for name, precision, what, err, tol in rows:
-        print(f"{name:10} {precision:10} {what:60} {err:11.3g} {tol:10.3g}")
-    if failures:
-        print("\nFAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("\nall comparisons within tolerance")
-    return 0
+    return report(rows, failures)
 
 
 if __name__ == "__main__":

@@ -252,14 +252,7 @@ def main():
                 rows.append((name, "merged", f"worst of {len(errs)} tensors vs merge_and_unload(): {k}", errs[k],
                              MERGED_TENSOR_TOL))
         del ref
-    print(f"\n{'model':10} {'mode':10} {'what':60} {'rel. error':>11} {'tolerance':>10}")
-    for name, mode, what, err, tol in rows:
-        print(f"{name:10} {mode:10} {what:60} {err:11.3g} {tol:10.3g}")
-    if failures:
-        print("\nFAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("\nall comparisons within tolerance")
-    return 0
+    return hf_parity.report(rows, failures)
 
 
 if __name__ == "__main__":
