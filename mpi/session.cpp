@@ -18,8 +18,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Initialized(&initialised);
   if (!initialised) {
     int provided = 0;
-    // FUNNELED: only the main thread calls MPI (NCCL and HDF5 calls stay on it too).
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    // MULTIPLE: an asynchronous checkpoint save's writer thread makes MPI calls (MPI-IO, on its
+    // own communicator) beside the main thread's; everything else stays on the main thread.
+    // A library that provides less is refused only by a job that asks for asynchronous saves.
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       SHARDRL_FATAL("MPI_Init_thread failed");
     owns_init_ = true;
   }

@@ -22,7 +22,8 @@ bool only_listing(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;   // as the job's session: asynchronous checkpoint saves write from a thread
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   shardrl::install_mpi_error_handling();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "job/hf_config.hpp"
 #include "job/hf_weights.hpp"
 #include "mpi/host_exchange.hpp"
+#include "job/async_checkpoint_save.hpp"
 #include "job/job_checkpoint.hpp"
 #include "rl_test_job.hpp"
 
@@ -128,6 +130,78 @@ TEST(Checkpoint, ResumeIsBitExactBf16) { resume_is_bit_exact(Precision::bf16, "e
 TEST(Checkpoint, ResumeWithCapturedStepsIsBitExact) {
   if (!CapturedGraph::native()) GTEST_SKIP() << "CUDA graphs need a GPU build";
   resume_is_bit_exact(Precision::bf16, "exact_graphs", true);
+}
+
+// checkpoint.async: the save after iteration 3 is written by the background thread while
+// iterations 4-6 train (a pause of 10 ms per tensor makes the write last about a second, so the
+// poll right after start() must find it still writing: start() returns before the file is
+// written). The file holds the state at the save, tensor for tensor the bytes a synchronous save
+// of that state writes, and a job resumed from it ends on the uninterrupted job's bits.
+TEST(Checkpoint, AsyncSaveWritesItsSnapshotWhileTrainingGoesOn) {
+  Config c = small_config();
+  c.rl.sft_steps = 3;
+  c.checkpoint.async = true;
+  const fs::path sync_dir = fresh_dir("async_sync"), async_dir = fresh_dir("async");
+  std::vector<std::vector<float>> straight, at_save;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    run_iterations(job, 0, 6);
+    straight = all_weights(job);
+  }
+  c.debug.save_pause_ms = 10;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    AsyncCheckpointSave background(job.policy, MPI_COMM_WORLD);
+    job.warm_up();
+    run_iterations(job, 0, 3);
+    at_save = all_weights(job);
+    background.start(async_dir, JobPosition{3, 3}, "[run]\n");
+    EXPECT_FALSE(background.poll()) << "start() returned only after the file was written";
+    run_iterations(job, 3, 6);
+    const std::optional<AsyncCheckpointSave::Finished> done = background.wait();
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->iteration, 3);
+    EXPECT_FALSE(background.wait()) << "one save, reported once";
+    expect_bitwise(all_weights(job), straight, "the job that saved in the background, after 6 iterations");
+  }
+  {
+    // The same state saved synchronously by a job that trained the same 3 iterations.
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    run_iterations(job, 0, 3);
+    save(job, sync_dir, 3, 3, MPI_COMM_WORLD);
+  }
+  {
+    ShardedFileReader a(checkpoint_path(async_dir, 3), MPI_COMM_WORLD), s(checkpoint_path(sync_dir, 3), MPI_COMM_WORLD);
+    EXPECT_EQ(a.datasets(), s.datasets());
+    int tensors = 0;
+    for (const std::string& name : s.datasets()) {
+      if (!checkpoint_format::is_tensor(name)) continue;
+      const std::vector<std::uint64_t> shape = s.shape(name);
+      std::uint64_t n = 1;
+      for (std::uint64_t e : shape) n *= e;
+      std::vector<float> va(n), vs(n);   // the whole tensor on every rank (ranges may overlap)
+      a.read(name, shape, 0, n, va.data(), false);
+      s.read(name, shape, 0, n, vs.data(), false);
+      EXPECT_EQ(std::memcmp(va.data(), vs.data(), n * sizeof(float)), 0) << name;
+      ++tensors;
+    }
+    EXPECT_GT(tensors, 50);
+    EXPECT_EQ(a.read_int64(checkpoint_format::kOptimStep), s.read_int64(checkpoint_format::kOptimStep));
+  }
+  {
+    Job job(c, MPI_COMM_WORLD);
+    const JobPosition p = load_job_checkpoint(checkpoint_path(async_dir, 3), job.policy, MPI_COMM_WORLD);
+    EXPECT_EQ(p.iterations_done, 3);
+    expect_bitwise(all_weights(job), at_save, "weights loaded from the background save");
+    run_iterations(job, 3, 6);
+    expect_bitwise(all_weights(job), straight, "resumed from the background save, after 3 + 3 iterations");
+  }
+  if (world_rank() == 0) {
+    fs::remove_all(sync_dir);
+    fs::remove_all(async_dir);
+  }
 }
 
 // N -> M for every N, M <= world size: ranks < N save (the others wait), ranks < M load.

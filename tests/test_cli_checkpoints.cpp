@@ -442,28 +442,29 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
 
 // SIGKILL at seeded random moments while the job saves (a pause between tensors makes saving
 // most of the run): every time, each committed checkpoint verifies and the next start resumes
-// from a complete one.
-TEST(Cli, KilledWhileSavingAlwaysResumes) {
+// from a complete one. `name`: the config's (pkill must not match the jobs of tests running
+// beside this one); `async`: checkpoint.async, the kills landing while the writer thread writes.
+void killed_while_saving_always_resumes(const std::string& name, bool async, int rounds) {
   fs::path dir = test_dir();
-  // Its own config name: pkill must not match the jobs of tests running beside this one.
-  write(dir / "killed.toml", std::string(kCheckpointJob) +
-                                 "[checkpoint]\ninterval = 1\nkeep_last = 2\n[debug]\nsave_pause_ms = 5\n");
+  const std::string toml = name + ".toml";
+  write(dir / toml, std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\nkeep_last = 2\nasync = " +
+                        (async ? "true" : "false") + "\n[debug]\nsave_pause_ms = 5\n");
   // Kills land between the end of start-up and a few seconds of saving after it: start-up is
   // timed here with a whole one-iteration job (elsewhere), since it varies with the machine and
   // its load (MPI, CUDA and NCCL initialisation on a GPU machine shared by other tests).
   fs::create_directories(dir / "timing");
-  fs::copy_file(dir / "killed.toml", dir / "timing" / "killed.toml");
-  const RunResult timing = run_in(dir / "timing", mpirun(2) + " train --config killed.toml --set run.iterations=1");
+  fs::copy_file(dir / toml, dir / "timing" / toml);
+  const RunResult timing = run_in(dir / "timing", mpirun(2) + " train --config " + toml + " --set run.iterations=1");
   ASSERT_EQ(timing.exit_code, 0) << timing.err;
   const int start_ms = std::max(1200, static_cast<int>(1000 * timing.seconds));
   std::mt19937 rng(20261121);
   std::uniform_int_distribution<int> delay_ms(start_ms, start_ms + 2800);
   const fs::path ckpt = dir / "runs" / "ck" / "checkpoints";
   int resumed = 0, inside_a_save = 0;
-  for (int round = 0; round < 10; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     const int ms = delay_ms(rng);
-    write(dir / "round.sh", mpirun(2) + " train --config killed.toml --set run.iterations=100000 > out.txt 2>&1 &\n"
-                            "sleep " + std::to_string(ms / 1000.0) + "\npkill -KILL -f 'train --config killed.toml'\n"
+    write(dir / "round.sh", mpirun(2) + " train --config " + toml + " --set run.iterations=100000 > out.txt 2>&1 &\n"
+                            "sleep " + std::to_string(ms / 1000.0) + "\npkill -KILL -f 'train --config " + toml + "'\n"
                             "wait\ngrep -c 'resumed from' out.txt\ntrue\n");
     RunResult kill = run_in(dir, "bash round.sh");
     resumed += std::atoi(kill.out.c_str());
@@ -482,16 +483,56 @@ TEST(Cli, KilledWhileSavingAlwaysResumes) {
       EXPECT_TRUE(fs::exists(ckpt / latest.substr(0, latest.find('\n')))) << "round " << round;
     }
   }
-  EXPECT_GE(resumed, 5) << "most rounds should have started from an earlier round's checkpoint";
-  EXPECT_GE(inside_a_save, 4) << "most kills should land inside a save (a .partial left behind)";
+  EXPECT_GE(resumed, rounds / 2) << "most rounds should have started from an earlier round's checkpoint";
+  EXPECT_GE(inside_a_save, rounds * 2 / 5) << "most kills should land inside a save (a .partial left behind)";
   ASSERT_TRUE(fs::exists(ckpt / "latest"));
   const std::string latest = slurp(ckpt / "latest");
   const std::int64_t done = std::stoll(latest.substr(5, 8));
-  RunResult finish = run_in(dir, mpirun(2) + " train --config killed.toml --set debug.save_pause_ms=0 --set run.iterations=" +
+  RunResult finish = run_in(dir, mpirun(2) + " train --config " + toml + " --set debug.save_pause_ms=0 --set run.iterations=" +
                                      std::to_string(done + 1));
   EXPECT_EQ(finish.exit_code, 0) << finish.out << finish.err;
   EXPECT_NE(finish.out.find("resumed from runs/ck/checkpoints/" + latest.substr(0, latest.find('\n'))), std::string::npos)
       << finish.out;
+}
+
+TEST(Cli, KilledWhileSavingAlwaysResumes) { killed_while_saving_always_resumes("killed", false, 10); }
+TEST(Cli, KilledWhileSavingInTheBackgroundAlwaysResumes) {
+  killed_while_saving_always_resumes("killed_async", true, 6);
+}
+
+// checkpoint.async with a SIGUSR1 while a periodic save is being written: the job finishes its
+// iteration, waits for the save in flight (committed, reported), then saves its last iteration
+// and exits 3; every checkpoint left verifies, and `latest` names the last iteration.
+TEST(Cli, SignalWaitsForTheBackgroundSaveThenSaves) {
+  fs::path dir = test_dir();
+  write(dir / "signalled_async.toml",
+        std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\nkeep_last = 5\nasync = true\n[debug]\nsave_pause_ms = 10\n");
+  write(dir / "stop.sh", "set -u\n" + mpirun(2) + " train --config signalled_async.toml --set run.iterations=100000 "
+        "> out1.txt 2>&1 &\npid=$!\n"
+        "while [ \"$(cat runs/ck/metrics.jsonl 2>/dev/null | wc -l)\" -lt 3 ]; do sleep 0.05; done\n"
+        "pkill -USR1 -f '^[^ ]*shardrl train --config signalled_async.toml'\nwait $pid\necho $? > rc1.txt\n");
+  run_in(dir, "bash stop.sh");
+  const std::string out = slurp(dir / "out1.txt");
+  ASSERT_EQ(slurp(dir / "rc1.txt"), "3\n") << out;
+  const std::size_t stopped = out.find("(stop requested by a signal)");
+  ASSERT_NE(stopped, std::string::npos) << out;
+  const std::size_t background = out.rfind("(interval) written in the background", stopped);
+  EXPECT_NE(background, std::string::npos) << "the save in flight is waited for and reported first: " << out;
+  const std::size_t iterations = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size();
+  char last[32];
+  std::snprintf(last, sizeof last, "iter_%08zu.h5", iterations);
+  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints";
+  const std::string latest = slurp(ckpt / "latest");
+  EXPECT_EQ(latest.substr(0, latest.find('\n')), last);
+  int files = 0;
+  for (const auto& f : fs::directory_iterator(ckpt)) {
+    EXPECT_NE(f.path().extension(), ".partial") << f.path();
+    if (f.path().extension() != ".h5") continue;
+    ++files;
+    RunResult verify = run_in(dir, shardrl_binary() + " inspect " + f.path().string() + " --verify");
+    EXPECT_EQ(verify.exit_code, 0) << verify.err;
+  }
+  EXPECT_GE(files, 2) << "a background save and the signal's";
 }
 
 // model.init_from with preset = "custom" and no shape keys: the shape is the directory's

@@ -40,6 +40,7 @@
 #include "mpi/memory_report.hpp"
 #include "mpi/session.hpp"
 #include "job/checkpoint_format.hpp"
+#include "job/async_checkpoint_save.hpp"
 #include "job/job_checkpoint.hpp"
 #include "job/policy.hpp"
 #include "rl/grpo_loop.hpp"
@@ -302,14 +303,37 @@ int run_train(const TrainArgs& args) {
     // fails (a bad checkpoint, a busy run) leaves the run's files as they were.
     if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty())
       throw InputError("run directory: " + problem);
+    // checkpoint.async: the periodic saves are written by a background thread (the final one and
+    // a signal's wait for it, then save as always).
+    std::unique_ptr<AsyncCheckpointSave> background;
+    if (cfg.checkpoint.async) background = std::make_unique<AsyncCheckpointSave>(*policy, mpi.world());
+    const auto report_background = [&](const std::optional<AsyncCheckpointSave::Finished>& done) {
+      if (done)
+        spdlog::info("checkpoint {} (interval) written in the background in {:.2f}s",
+                     checkpoint_path(checkpoints, done->iteration).string(), done->seconds);
+    };
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
       watch("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
+      if (background) report_background(background->wait());
       save_job_checkpoint(checkpoints, position, *policy, config_toml, mpi.world());
       watchdog.disarm();
       spdlog::info("checkpoint {} ({}) in {:.2f}s", checkpoint_path(checkpoints, position.iterations_done).string(),
                    why, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    };
+    auto save_periodic = [&] {
+      if (!background) return save("interval");
+      const TraceSpan span("checkpoint snapshot");
+      watch("checkpoint save");   // the wait for the one in flight, then the copy to the host
+      const auto t0 = std::chrono::steady_clock::now();
+      report_background(background->wait());
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double copied = background->start(checkpoints, position, config_toml);
+      watchdog.disarm();
+      spdlog::info("checkpoint {} (interval) being written in the background; training paused {:.2f}s ({:.2f}s "
+                   "waiting for the previous save)",
+                   checkpoint_path(checkpoints, position.iterations_done).string(), waited + copied, waited);
     };
     // Ranks agree on a stop request (SIGUSR1/SIGTERM) between steps, inside the step's deadline
     // (an agreement is a collective: it must never wait unwatched); then save and exit.
@@ -395,9 +419,10 @@ int run_train(const TrainArgs& args) {
         record_metrics(metrics_record(r));
       });
       last = std::move(r.rollout);
+      if (background) report_background(background->poll());   // a collective, inside the watch
       const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
       if (stop_agreed(it + 1 < cfg.run.iterations)) return stop_after_save();
-      if (it + 1 < cfg.run.iterations && periodic) save("interval");
+      if (it + 1 < cfg.run.iterations && periodic) save_periodic();
     }
     // A finished run resumed has nothing to add; a fresh job of no iterations saves its initial
     // weights (the way to turn model.init_from's directory into a checkpoint).

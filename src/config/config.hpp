@@ -167,6 +167,7 @@ struct CheckpointConfig {
   std::int64_t keep_last = 3;
   std::int64_t keep_every = 0;   // also keep iterations that are multiples of this (0: none)
   bool verify = true;            // check every tensor's checksum when loading
+  bool async = false;            // periodic saves written by a background thread
 };
 
 struct CommConfig {

@@ -566,6 +566,12 @@ std::vector<KeyDef> build_schema() {
                        kMaxInt));
   s.push_back(field("checkpoint", "verify", VK::boolean, "Check every tensor's checksum when loading.",
                     &Config::checkpoint, &CheckpointConfig::verify));
+  s.push_back(field("checkpoint", "async", VK::boolean,
+                    "Write periodic checkpoints in the background: training pauses only to copy the state to "
+                    "host memory (page-locked on GPUs; as much host memory as the rank's optimizer state), then "
+                    "the next iterations run while a thread writes and commits the file. The final save, and a "
+                    "save on a signal, wait for it.",
+                    &Config::checkpoint, &CheckpointConfig::async));
 
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "

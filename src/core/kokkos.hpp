@@ -17,6 +17,13 @@ using DeviceView = Kokkos::View<T*, MemSpace>;
 template <class T>
 using HostView = Kokkos::View<T*, HostSpace>;
 
+// Host memory that the device copies into at the link's full speed: page-locked in CUDA builds.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedHostSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedHostSpace = Kokkos::HostSpace;
+#endif
+
 // True when tensors live in GPU memory (the CUDA build).
 inline constexpr bool kDeviceIsGpu =
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -47,8 +47,8 @@ void Watchdog::watch() {
     }
     if (wake_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ && !stop_ &&
         std::chrono::steady_clock::now() >= deadline_) {
-      // No MPI from this thread (the session is MPI_THREAD_FUNNELED): print and leave; the
-      // launcher ends the other ranks when this one exits without finalising.
+      // No MPI from this thread (the main thread may hold MPI, blocked in the call that hangs):
+      // print and leave; the launcher ends the other ranks when this one exits without finalising.
       std::string msg = fmt::format(
           "shardrl: fatal error on {}: {} did not complete within comm.timeout_s = {} s: a peer rank failed or is "
           "stuck\n",

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/trace.hpp"
@@ -501,10 +502,25 @@ std::int64_t ShardedTrainer::state_elements(int u, SliceState state) const {
 }
 
 std::vector<float> ShardedTrainer::read_slice(int u, SliceState state) const {
-  const long n = static_cast<long>(state_elements(u, state));
-  LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", static_cast<std::size_t>(n));
-  slices(state).visit(u, [&](const auto* p) { kernels::cast(space_, p, staging.data(), n); });
-  return to_host(space_, staging, static_cast<std::size_t>(n));
+  std::vector<float> out(static_cast<std::size_t>(state_elements(u, state)));
+  copy_slice_to_host(u, state, out.data());
+  return out;
+}
+
+void ShardedTrainer::copy_slice_to_host(int u, SliceState state, float* host) const {
+  const std::size_t n = static_cast<std::size_t>(state_elements(u, state));
+  const Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> to(host, n);
+  slices(state).visit(u, [&](const auto* p) {
+    if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, float>) {
+      space_.fence();   // fp32 state: straight to the host, no staging buffer
+      Kokkos::deep_copy(to, Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(p, n));
+    } else {
+      LedgerView<float> staging(MemoryCategory::workspace, "checkpoint_slice", n);
+      kernels::cast(space_, p, staging.data(), static_cast<long>(n));
+      space_.fence();
+      Kokkos::deep_copy(to, DeviceFloats(staging.data(), n));
+    }
+  });
 }
 
 std::vector<float> ShardedTrainer::read_gradient_slice(int u) const {

@@ -112,6 +112,9 @@ class ShardedTrainer {
   // with LoRA the adapters'; ShardLayout::state_overlap places a parameter in it); the reference,
   // the whole slice. Synchronise with the device.
   std::vector<float> read_slice(int u, SliceState state) const;
+  // The same into state_elements(u, state) floats at `host` (page-locked memory copies at the
+  // link's full speed: an asynchronous save's snapshot).
+  void copy_slice_to_host(int u, SliceState state, float* host) const;
   void write_slice(int u, SliceState state, const std::vector<float>& values);
   bool keeps_reference() const { return !reference_.empty(); }
   bool lora() const;   // a LoRA model: the adapters train, the base is frozen

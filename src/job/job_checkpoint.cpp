@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "config/model_presets.hpp"
@@ -102,62 +103,106 @@ std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Conf
   return missing;
 }
 
-void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, Policy& policy,
-                         const std::string& config_toml, MPI_Comm comm) {
-  ShardedTrainer& trainer = policy.trainer();
+CheckpointManifest checkpoint_manifest(const JobPosition& position, Policy& policy, const std::string& config_toml,
+                                       MPI_Comm comm) {
+  const ShardedTrainer& trainer = policy.trainer();
   const std::vector<UnitSpec>& units = policy.model().units();
   const Config& config = policy.config();
   int world = 1;
   MPI_Comm_size(comm, &world);
-  run_on_root(comm, 0, [&] { std::filesystem::create_directories(dir); });
-  const auto pause = std::chrono::milliseconds(config.debug.save_pause_ms);
-  {
-    ShardedFileWriter file(checkpoint_partial_path(dir, position.iterations_done), comm);
-    file.write_int64(f::kFormatVersion, f::kVersion);
-    file.write_string(f::kShardrlVersion, kVersion);
-    file.write_int64(f::kWorldSize, world);
-    file.write_int64(f::kIteration, position.iterations_done);
-    file.write_string(f::kModelSummary, config.model.preset + ": " + shape_summary(resolve_model_shape(config.model)));
-    file.write_string(f::kConfig, config_toml);
-    if (trainer.lora()) {
-      file.write_string(f::kLoraBase, policy.lora_base().description);
-      if (policy.lora_base().checksum >= 0) file.write_int64(f::kLoraBaseChecksum, policy.lora_base().checksum);
-    }
-    file.write_int64(f::kSeed, config.run.seed);
-    file.write_string(f::kRngScheme,
-                      "counter-based: every draw is a function of (seed, iteration, prompt, sample, token); "
-                      "no generator state");
-    file.write_string(f::kTask, config.rl.task);
-    file.write_int64(f::kIterationsDone, position.iterations_done);
-    file.write_int64(f::kWarmupStepsDone, position.warmup_steps_done);
-    const StepMetrics m = trainer.metrics();
-    file.write_int64(f::kOptimStep, m.step);
-    file.write_int64(f::kOptimSkipped, m.skipped);
-    const std::vector<StateGroup> groups = state_groups(trainer);
-    ProgressMeter meter("saving checkpoint", static_cast<std::int64_t>(groups.size()) * tensor_count(units));
-    for (const StateGroup& g : groups)
-      for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-        const std::vector<float> slice = trainer.read_slice(u, g.state);
-        for (const ParamSpec& p : units[u].params) {
-          if (!units[u].trains(p, trainer.lora())) continue;   // LoRA: the adapters only
-          const ParamOverlap o = trainer.layout().state_overlap(u, p);
-          file.write(g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
-                     static_cast<std::uint64_t>(o.count), slice.data() + o.at);
-          if (pause.count() > 0) std::this_thread::sleep_for(pause);
-          meter.advance();
-        }
+  CheckpointManifest m;
+  m.iteration = position.iterations_done;
+  m.values = {{f::kFormatVersion, std::int64_t{f::kVersion}},
+              {f::kShardrlVersion, std::string(kVersion)},
+              {f::kWorldSize, std::int64_t{world}},
+              {f::kIteration, position.iterations_done},
+              {f::kModelSummary, config.model.preset + ": " + shape_summary(resolve_model_shape(config.model))},
+              {f::kConfig, config_toml}};
+  if (trainer.lora()) {
+    m.values.emplace_back(f::kLoraBase, policy.lora_base().description);
+    if (policy.lora_base().checksum >= 0) m.values.emplace_back(f::kLoraBaseChecksum, policy.lora_base().checksum);
+  }
+  const StepMetrics steps = trainer.metrics();
+  m.values.insert(m.values.end(),
+                  {{f::kSeed, config.run.seed},
+                   {f::kRngScheme, std::string("counter-based: every draw is a function of (seed, iteration, prompt, "
+                                               "sample, token); no generator state")},
+                   {f::kTask, config.rl.task},
+                   {f::kIterationsDone, position.iterations_done},
+                   {f::kWarmupStepsDone, position.warmup_steps_done},
+                   {f::kOptimStep, steps.step},
+                   {f::kOptimSkipped, steps.skipped}});
+  for (const StateGroup& g : state_groups(trainer))
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      CheckpointManifest::Slice slice{u, g.state, trainer.state_elements(u, g.state), {}};
+      for (const ParamSpec& p : units[u].params) {
+        if (!units[u].trains(p, trainer.lora())) continue;   // LoRA: the adapters only
+        const ParamOverlap o = trainer.layout().state_overlap(u, p);
+        slice.tensors.push_back({g.group + p.name, global_shape(p), static_cast<std::uint64_t>(o.first),
+                                 static_cast<std::uint64_t>(o.count), o.at});
       }
+      m.slices.push_back(std::move(slice));
+    }
+  m.keep_last = config.checkpoint.keep_last;
+  m.keep_every = config.checkpoint.keep_every;
+  m.fail_commit = config.debug.fail_io == FailIo::commit && position.iterations_done == config.debug.fail_io_iteration;
+  m.pause_between_tensors_ms = config.debug.save_pause_ms;
+  return m;
+}
+
+std::int64_t CheckpointManifest::state_elements() const {
+  std::int64_t n = 0;
+  for (const Slice& s : slices) n += s.elements;
+  return n;
+}
+
+void write_checkpoint(const std::filesystem::path& dir, const CheckpointManifest& m,
+                      const std::function<const float*(std::size_t slice)>& values, MPI_Comm comm,
+                      bool show_progress) {
+  run_on_root(comm, 0, [&] { std::filesystem::create_directories(dir); });
+  const auto pause = std::chrono::milliseconds(m.pause_between_tensors_ms);
+  {
+    ShardedFileWriter file(checkpoint_partial_path(dir, m.iteration), comm);
+    for (const auto& [name, value] : m.values) {
+      if (const auto* s = std::get_if<std::string>(&value)) file.write_string(name, *s);
+      else file.write_int64(name, std::get<std::int64_t>(value));
+    }
+    std::int64_t tensors = 0;
+    for (const CheckpointManifest::Slice& s : m.slices) tensors += static_cast<std::int64_t>(s.tensors.size());
+    std::optional<ProgressMeter> meter;
+    if (show_progress) meter.emplace("saving checkpoint", tensors);
+    for (std::size_t i = 0; i < m.slices.size(); ++i) {
+      const float* slice = values(i);
+      for (const CheckpointManifest::Tensor& t : m.slices[i].tensors) {
+        file.write(t.name, t.shape, t.first, t.count, slice + t.at);
+        if (pause.count() > 0) std::this_thread::sleep_for(pause);
+        if (meter) meter->advance();
+      }
+    }
     file.close();
   }
   // Every rank returns once the checkpoint is committed, or throws rank 0's reason.
   run_on_root(comm, 0, [&] {
-    if (config.debug.fail_io == FailIo::commit && position.iterations_done == config.debug.fail_io_iteration)
+    if (m.fail_commit)
       throw InputError(fmt::format("cannot commit '{}': No space left on device (injected: debug.fail_io = "
                                    "\"commit\")",
-                                   checkpoint_partial_path(dir, position.iterations_done).string()));
-    commit_checkpoint(dir, position.iterations_done);
-    apply_retention(dir, config.checkpoint.keep_last, config.checkpoint.keep_every);
+                                   checkpoint_partial_path(dir, m.iteration).string()));
+    commit_checkpoint(dir, m.iteration);
+    apply_retention(dir, m.keep_last, m.keep_every);
   });
+}
+
+void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, Policy& policy,
+                         const std::string& config_toml, MPI_Comm comm) {
+  const CheckpointManifest m = checkpoint_manifest(position, policy, config_toml, comm);
+  std::vector<float> slice;   // one unit's state at a time
+  write_checkpoint(
+      dir, m,
+      [&](std::size_t i) {
+        slice = policy.trainer().read_slice(m.slices[i].unit, m.slices[i].state);
+        return slice.data();
+      },
+      comm, /*show_progress=*/true);
 }
 
 JobPosition load_job_checkpoint(const std::filesystem::path& file, Policy& policy, MPI_Comm comm) {

@@ -10,7 +10,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "config/config.hpp"
@@ -28,9 +31,47 @@ struct JobPosition {
 
 // Collective. Writes <dir>/iter_<iterations_done>.h5 under a temporary name, closes it on every
 // rank, commits it (rename, then `latest`), applies retention. `config_toml` is the resolved
-// configuration as written to the run directory.
+// configuration as written to the run directory. (checkpoint_manifest + write_checkpoint, with
+// the state read from the device one unit at a time.)
 void save_job_checkpoint(const std::filesystem::path& dir, const JobPosition& position, Policy& policy,
                          const std::string& config_toml, MPI_Comm comm);
+
+// Everything a save writes but the tensors' values, taken from the policy when the save starts:
+// the small values, and where each trained tensor lies in this rank's state slices (one slice per
+// state and unit, as ShardedTrainer::read_slice returns them). write_checkpoint reads nothing
+// else, so it may run on another thread while training goes on (AsyncCheckpointSave).
+struct CheckpointManifest {
+  struct Tensor {
+    std::string name;                      // "/model/model.norm.weight"
+    std::vector<std::uint64_t> shape;      // global
+    std::uint64_t first = 0, count = 0;    // this rank's elements of the flattened tensor
+    std::int64_t at = 0;                   // where they start in the slice
+  };
+  struct Slice {
+    int unit = 0;
+    SliceState state = SliceState::main;
+    std::int64_t elements = 0;             // ShardedTrainer::state_elements
+    std::vector<Tensor> tensors;
+  };
+  std::int64_t iteration = 0;              // the file is iter_<iteration>.h5
+  std::vector<std::pair<std::string, std::variant<std::string, std::int64_t>>> values;
+  std::vector<Slice> slices;               // in the order they are written
+  std::int64_t keep_last = 0, keep_every = 0;
+  bool fail_commit = false;                // debug.fail_io = "commit" at this iteration
+  std::int64_t pause_between_tensors_ms = 0;   // debug.save_pause_ms
+
+  std::int64_t state_elements() const;     // of all slices together
+};
+CheckpointManifest checkpoint_manifest(const JobPosition& position, Policy& policy, const std::string& config_toml,
+                                       MPI_Comm comm);
+
+// Collective over `comm`. Writes the manifest's checkpoint in <dir> with slice i's values from
+// values(i) (its `elements` floats, read before values(i + 1) is asked for), then commits it and
+// applies retention; errors as save_job_checkpoint's. `show_progress`: the progress bar (the main
+// thread's saves only).
+void write_checkpoint(const std::filesystem::path& dir, const CheckpointManifest& manifest,
+                      const std::function<const float*(std::size_t slice)>& values, MPI_Comm comm,
+                      bool show_progress);
 
 // Collective. Loads `file` into the trainer (any world size) and returns the position. A file
 // that is not a readable checkpoint, has another format version, lacks a tensor the job needs,

@@ -207,6 +207,17 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
       plan.host.push_back({fmt::format("the warm-up batch: rl.sft_batch_size / ranks = {:.4g} demonstrations", demos),
                            demos * (sizeof(Sequence) + 32)});
   }
+  if (config.checkpoint.async) {
+    // The snapshot an asynchronous save writes from: every state slice of a checkpoint in fp32.
+    const bool lora = m.shape.lora.on();
+    const double trained = lora ? double(m.shape.adapter_count()) : P;
+    const double per = 3 * 4 + (!lora && config.rl.kl_coef > 0 ? 4 : 0);
+    plan.host.push_back({fmt::format("checkpoint.async's snapshot: {:.4g} {} / {} ranks x {} bytes (fp32 weights, "
+                                     "Adam moments{})",
+                                     trained, lora ? "adapter parameters" : "parameters", world_size, per,
+                                     per > 12 ? ", reference" : ""),
+                         trained / N * per});
+  }
   // One arena holds the larger phase (core/phase_arena.hpp).
   plan.persistent = plan.device;
   plan.train = train;
