@@ -64,4 +64,36 @@ TEST(Cli, PlanReadsMemorySizes) {
   EXPECT_THROW(shardrl::parse_memory_size("GiB", "--gpu-memory"), shardrl::InputError);
 }
 
+// Every shipped config states the hardware it is meant for as a `# plan:` line of `shardrl plan`
+// arguments; the planner, run with them, finds that the job fits. A
+// config whose model.init_from is a placeholder ("/path/to/NAME") is planned over
+// tests/data/NAME/config.json, the real model's. A config without the line fails the test.
+TEST(Cli, ShippedConfigsFitTheHardwareTheyState) {
+  const fs::path root = SHARDRL_SOURCE_DIR, dir = test_dir();
+  int planned = 0;
+  for (const auto& entry : fs::directory_iterator(root / "configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    const std::string text = slurp(entry.path());
+    const std::size_t at = text.find("\n#   plan: ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << entry.path() << " does not state its hardware (a '#   plan: <shardrl plan arguments>' line)";
+      continue;
+    }
+    const std::size_t from = at + std::string("\n#   plan: ").size();
+    std::string args = text.substr(from, text.find('\n', from) - from);
+    const std::size_t placeholder = text.find("init_from = \"/path/to/");
+    if (placeholder != std::string::npos) {
+      const std::size_t name_at = placeholder + std::string("init_from = \"/path/to/").size();
+      const fs::path model = root / "tests" / "data" / text.substr(name_at, text.find('"', name_at) - name_at);
+      ASSERT_TRUE(fs::exists(model / "config.json")) << entry.path() << ": the test plans it over " << model;
+      args += " --set model.init_from=" + model.string();
+    }
+    RunResult plan = run_in(dir, shardrl_binary() + " plan --config " + entry.path().string() + " " + args);
+    EXPECT_EQ(plan.exit_code, 0) << entry.path() << " on its hardware (" << args << "):\n" << plan.out << plan.err;
+    EXPECT_NE(plan.out.find("\nfits\n"), std::string::npos) << plan.out;
+    ++planned;
+  }
+  EXPECT_GE(planned, 3);
+}
+
 }  // namespace
