@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.hpp"
 #include "mpi/host_exchange.hpp"
@@ -25,24 +26,32 @@ MpiComm& MpiComm::operator=(MpiComm&& other) noexcept {
   return *this;
 }
 
+// The host of this process: under a Slurm job step, Slurm's name for its node (slurmstepd sets
+// SLURMD_NODENAME for every task it starts, also for Open MPI's daemons and their ranks), which
+// on a real cluster is the machine. Where several slurmd share one machine (the multi-node test,
+// tests/slurm/test_slurm_multinode.sh) every "node" has the machine's host name, and only Slurm's
+// name tells them apart. Elsewhere the MPI processor name.
+namespace {
+
+std::string this_host() {
+  const char* slurm_node = std::getenv("SLURMD_NODENAME");
+  if (slurm_node != nullptr && *slurm_node != '\0') return slurm_node;
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  SHARDRL_CHECK_MPI(MPI_Get_processor_name(name, &len));
+  return std::string(name, len);
+}
+
+}  // namespace
+
 ProcessLayout ProcessLayout::discover(MPI_Comm world) {
   ProcessLayout l;
   SHARDRL_CHECK_MPI(MPI_Comm_rank(world, &l.world_rank));
   SHARDRL_CHECK_MPI(MPI_Comm_size(world, &l.world_size));
-
-  MPI_Comm node = MPI_COMM_NULL;
-  SHARDRL_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, l.world_rank, MPI_INFO_NULL, &node));
-  l.node_comm = MpiComm(node);
-  SHARDRL_CHECK_MPI(MPI_Comm_rank(node, &l.local_rank));
-  SHARDRL_CHECK_MPI(MPI_Comm_size(node, &l.local_size));
-
-  char name[MPI_MAX_PROCESSOR_NAME] = {0};
-  int len = 0;
-  SHARDRL_CHECK_MPI(MPI_Get_processor_name(name, &len));
-  l.host.assign(name, len);
+  l.host = this_host();
   set_error_origin(l.world_rank, l.host);
 
-  // Every rank learns every host; a node is identified by the lowest world rank on it.
+  // Every rank learns every host.
   std::string hosts_text;
   auto gathered = gather_strings(world, l.host, 0);
   for (const auto& h : gathered) hosts_text += h + '\n';
@@ -52,6 +61,20 @@ ProcessLayout ProcessLayout::discover(MPI_Comm world) {
     l.hosts.push_back(hosts_text.substr(pos, nl - pos));
     pos = nl + 1;
   }
+
+  // A node: the processes that share memory and name the same host. The host splits what the
+  // MPI library may group as one (slurmds sharing a machine); on a cluster it splits nothing.
+  MPI_Comm shared = MPI_COMM_NULL;
+  SHARDRL_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, l.world_rank, MPI_INFO_NULL, &shared));
+  MpiComm shared_owner(shared);
+  const int host_id = static_cast<int>(std::find(l.hosts.begin(), l.hosts.end(), l.host) - l.hosts.begin());
+  MPI_Comm node = MPI_COMM_NULL;
+  SHARDRL_CHECK_MPI(MPI_Comm_split(shared, host_id, l.world_rank, &node));
+  l.node_comm = MpiComm(node);
+  SHARDRL_CHECK_MPI(MPI_Comm_rank(node, &l.local_rank));
+  SHARDRL_CHECK_MPI(MPI_Comm_size(node, &l.local_size));
+
+  // A node is identified by the lowest world rank on it.
   int node_leader = l.world_rank;
   SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &node_leader, 1, MPI_INT, MPI_MIN, node));
   std::vector<int> leaders(l.world_size);

@@ -31,9 +31,9 @@ struct ProcessLayout {
   int local_size = 1;
   int node_index = 0;   // nodes numbered in order of their lowest world rank
   int node_count = 1;
-  std::string host;
+  std::string host;                 // Slurm's node name in a Slurm job step, else the MPI processor name
   std::vector<std::string> hosts;   // host of every world rank
-  MpiComm node_comm;                // the processes sharing this node's memory
+  MpiComm node_comm;                // the processes sharing this node's memory and host
 
   // Collective over `world`.
   static ProcessLayout discover(MPI_Comm world);

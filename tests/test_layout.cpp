@@ -1,6 +1,10 @@
 // Process layout, device binding and the host exchanges, at np 1, 2 and 4 on one node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "mpi/device.hpp"
 #include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
@@ -23,6 +27,33 @@ TEST(Layout, RanksAndNodeOnOneHost) {
   ASSERT_EQ(static_cast<int>(l.hosts.size()), size);
   for (const auto& h : l.hosts) EXPECT_EQ(h, l.host);
   EXPECT_NE(l.node_comm.get(), MPI_COMM_NULL);
+}
+
+// Several slurmd on one machine: every rank has the machine's host name and shares its memory,
+// but Slurm names each rank's node (SLURMD_NODENAME); the layout follows Slurm. Even ranks on
+// "node-a", odd ranks on "node-b".
+TEST(Layout, SlurmNodeNameSplitsRanksOfOneMachine) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char* before = std::getenv("SLURMD_NODENAME");
+  const std::string saved = before ? before : "";
+  const std::string mine = rank % 2 == 0 ? "node-a" : "node-b";
+  setenv("SLURMD_NODENAME", mine.c_str(), 1);
+  ProcessLayout l = ProcessLayout::discover(MPI_COMM_WORLD);
+  if (before) setenv("SLURMD_NODENAME", saved.c_str(), 1);
+  else unsetenv("SLURMD_NODENAME");
+
+  EXPECT_EQ(l.host, mine);
+  EXPECT_EQ(l.node_count, std::min(size, 2));
+  EXPECT_EQ(l.node_index, rank % 2);
+  EXPECT_EQ(l.local_rank, rank / 2);
+  EXPECT_EQ(l.local_size, rank % 2 == 0 ? (size + 1) / 2 : size / 2);
+  ASSERT_EQ(static_cast<int>(l.hosts.size()), size);
+  for (int r = 0; r < size; ++r) EXPECT_EQ(l.hosts[r], r % 2 == 0 ? "node-a" : "node-b") << "rank " << r;
+  int node_size = 0;
+  MPI_Comm_size(l.node_comm.get(), &node_size);
+  EXPECT_EQ(node_size, l.local_size);
 }
 
 TEST(Layout, DeviceReportListsEveryRankInOrder) {

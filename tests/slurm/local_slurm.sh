@@ -1,9 +1,16 @@
 # A private Slurm on this machine for tests: munged, slurmctld and one slurmd (node "localhost"),
-# everything (keys, state, logs, sockets, pid files) under one directory and on free ports, so it
-# neither needs nor touches a system Slurm. Sourced; needs root (munged runs as user munge).
-#   local_slurm_start DIR   -> exports SLURM_CONF; returns 77 with the reason on stderr when
-#                              this machine cannot run one (not root, packages missing)
-#   local_slurm_stop DIR    -> stops the daemons by the PIDs in their pid files
+# or N slurmd (nodes n1..nN) that share the machine, everything (keys, state, logs, sockets, pid
+# files) under one directory and on free ports, so it neither needs nor touches a system Slurm.
+# Sourced; needs root (munged runs as user munge).
+#   local_slurm_start DIR [N] -> exports SLURM_CONF; returns 77 with the reason on stderr when
+#                                this machine cannot run one (not root, packages missing)
+#   local_slurm_stop DIR      -> stops the daemons by the PIDs in their pid files
+# Several nodes on one machine, with a Slurm not built with --enable-multiple-slurmd (Debian's):
+# each node has its own NodeHostname (Slurm refuses two nodes of one host name), port, spool,
+# TmpFS (where the PMIx plugin makes its per-step directories, named by job and step only), pid
+# and log file, all by %n; they all listen on 127.0.0.1, and each gets an equal share of the cores
+# (at least one) and of the memory. Every node reports the machine's host name to its tasks;
+# SLURMD_NODENAME tells them apart (mpi/layout.cpp uses it).
 
 local_slurm_skip_reason() {
   local tool
@@ -19,10 +26,14 @@ local_slurm_free_port() {
 }
 
 local_slurm_start() {
-  local dir=$1 reason
+  local dir=$1 count=${2:-} reason
   reason=$(local_slurm_skip_reason)
   if [[ -n $reason ]]; then echo "local Slurm: $reason" >&2; return 77; fi
-  mkdir -p "$dir"/{munge,state,spool,log,run}
+  local -a nodes
+  if [[ -z $count ]]; then nodes=(localhost)
+  elif [[ $count =~ ^[1-9][0-9]*$ ]]; then mapfile -t nodes < <(seq -f 'n%g' 1 "$count")
+  else echo "local Slurm: node count must be a positive number, not '$count'" >&2; return 1; fi
+  mkdir -p "$dir"/{munge,state,spool,log,run,tmp}
   chown munge:munge "$dir/munge"
   chmod 0755 "$dir" "$dir/munge"   # munged refuses a socket directory that others cannot enter
   runuser -u munge -- test -x "$dir/munge" ||
@@ -32,14 +43,14 @@ local_slurm_start() {
     --log-file="$dir/munge/munged.log" --pid-file="$dir/munge/munged.pid" \
     --seed-file="$dir/munge/munged.seed" || { echo "local Slurm: munged did not start" >&2; return 1; }
 
-  local cpus memory
-  cpus=$(nproc)
-  memory=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
+  local cpus memory node
+  cpus=$(($(nproc) / ${#nodes[@]}))
+  ((cpus >= 1)) || cpus=1
+  memory=$(($(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p') / ${#nodes[@]}))
   cat >"$dir/slurm.conf" <<CONF
 ClusterName=shardrl-test
 SlurmctldHost=localhost
 SlurmctldPort=$(local_slurm_free_port)
-SlurmdPort=$(local_slurm_free_port)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -48,12 +59,16 @@ CredType=cred/munge
 AuthInfo=socket=$dir/munge/munge.socket.2,cred_expire=5
 # and the scheduler looks at pending jobs every 2 s instead of 60 s, so it starts soon after
 SchedulerParameters=sched_interval=2
+# Job ids from a random start: Open MPI names its shared-memory files after the PMIx namespace,
+# which is the job and step id, so two private Slurms on one machine must not both run job 1.
+FirstJobId=$((RANDOM * 100 + 100))
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
+TmpFS=$dir/tmp/%n
 SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd.pid
+SlurmdPidFile=$dir/run/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -64,24 +79,30 @@ ReturnToService=2
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 KillWait=5
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
+  for node in "${nodes[@]}"; do
+    mkdir -p "$dir/spool/$node" "$dir/tmp/$node"
+    echo "NodeName=$node NodeHostname=$node NodeAddr=127.0.0.1 Port=$(local_slurm_free_port)" \
+      "CPUs=$cpus RealMemory=$memory State=UNKNOWN" >>"$dir/slurm.conf"
+  done
+  echo "PartitionName=debug Nodes=$(IFS=,; echo "${nodes[*]}") Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
   export SLURM_CONF=$dir/slurm.conf
   slurmctld || { echo "local Slurm: slurmctld did not start (see $dir/log/slurmctld.log)" >&2; return 1; }
-  slurmd -N localhost || { echo "local Slurm: slurmd did not start (see $dir/log/slurmd.log)" >&2; return 1; }
+  for node in "${nodes[@]}"; do
+    slurmd -N "$node" || { echo "local Slurm: slurmd $node did not start (see $dir/log/slurmd-$node.log)" >&2; return 1; }
+  done
   local i
-  for i in $(seq 1 60); do   # the node registers within a few seconds
-    [[ $(sinfo -h -n localhost -o %t 2>/dev/null) == idle ]] && return 0
+  for i in $(seq 1 60); do   # the nodes register within a few seconds
+    [[ $(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l) -eq ${#nodes[@]} ]] && return 0
     sleep 0.5
   done
-  echo "local Slurm: node localhost did not become idle (see $dir/log/)" >&2
+  echo "local Slurm: not all of ${nodes[*]} became idle: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')(see $dir/log/)" >&2
   return 1
 }
 
 local_slurm_stop() {
   local dir=$1 pidfile pid i
-  for pidfile in "$dir/run/slurmd.pid" "$dir/run/slurmctld.pid" "$dir/munge/munged.pid"; do
+  for pidfile in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid" "$dir/munge/munged.pid"; do
     [[ -s $pidfile ]] || continue
     pid=$(<"$pidfile")
     kill "$pid" 2>/dev/null || continue
