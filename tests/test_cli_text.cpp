@@ -109,6 +109,24 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   EXPECT_NE(metrics.find("\"eval/pass@2\":"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("{\"iteration\":3,\"eval/reward_mean\":"), std::string::npos) << metrics;
 
+  // rollout.tensor_parallel = 2 (both ranks decode one model, each half of every layer) rolls out
+  // and evaluates what a rank per model does: the same eval lines (every eval prompt once, counted
+  // once) and the same rollout statistics, on a shape whose 2 kv heads split.
+  std::string seen[2];
+  for (int T : {1, 2}) {
+    RunResult tp = run_in(dir, mpirun(2) + " train --config text.toml --set run.name=tp" + std::to_string(T) +
+                                   " --set run.iterations=1 --set rl.sft_steps=0 --set model.n_kv_heads=2"
+                                   " --set rollout.tensor_parallel=" + std::to_string(T));
+    ASSERT_EQ(tp.exit_code, 0) << tp.out << tp.err;
+    for (std::size_t at = tp.out.find("eval 6 prompts"); at != std::string::npos; at = tp.out.find("eval 6 prompts", at + 1))
+      seen[T - 1] += tp.out.substr(at, tp.out.find(" | ", tp.out.find("mean@", at)) - at) + "\n";
+    const std::size_t iter = tp.out.find("iter 1/1 | ");
+    ASSERT_NE(iter, std::string::npos) << tp.out;
+    seen[T - 1] += tp.out.substr(iter, tp.out.find(" | loss", iter) - iter) + "\n";
+  }
+  EXPECT_EQ(std::count(seen[0].begin(), seen[0].end(), '\n'), 3) << seen[0];
+  EXPECT_EQ(seen[1], seen[0]);
+
   // generate samples the trained policy with the job's tokenizer and chat template: text lines,
   // the same for the same seed.
   const std::string gen = mpirun(1) + " generate --checkpoint runs/text/checkpoints/iter_00000003.h5 --chat "

@@ -100,6 +100,64 @@ TEST(GrpoLoop, SameTrajectoryAsOneRank) {
   EXPECT_LT(warm_one.back(), warm_one.front());
 }
 
+// rollout.tensor_parallel = T: each group of T ranks decodes one model together (1/T of every
+// layer's heads and MLP columns per rank, the two output projections summed over the group). The
+// completions are the whole model's: the same tokens, and log-probabilities within 2e-5 (fp32:
+// the sums' rounding; bf16's rounding would flip near ties, so the test runs fp32), with the
+// static and the paged engine and with LoRA, for every T that divides the ranks, on a shape
+// whose 8 heads and 4 kv heads split 4 ways; iterations 0-1 after the warm-up's training.
+TEST(GrpoLoop, TensorParallelRolloutDrawsWhatTheWholeModelDraws) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) GTEST_SKIP() << "tensor-parallel decoding needs 2 or more ranks";
+  Config c = small_config();
+  c.model.preset = "custom";
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 4;
+  c.model.head_dim = 8;
+  c.rl.sft_steps = 5;
+  c.rl.task = "sort";
+  // The static and the paged engine; and LoRA (rank 4, trained by the warm-up), whose adapters
+  // are folded into each whole unit before it is split.
+  for (const auto [engine, lora] : {std::pair{RolloutEngine::static_batch, 0}, std::pair{RolloutEngine::paged, 0},
+                                    std::pair{RolloutEngine::static_batch, 4}}) {
+    c.rollout.engine = engine;
+    c.lora.rank = lora;
+    c.rollout.tensor_parallel = 1;
+    std::vector<RolloutBatch> whole;
+    {
+      Job job(c, MPI_COMM_WORLD);
+      job.warm_up();
+      for (int it = 0; it < 2; ++it) whole.push_back(job.loop.rollout(it));
+    }
+    for (int T = 2; T <= size; T *= 2) {
+      if (size % T != 0) continue;
+      Config t = c;
+      t.rollout.tensor_parallel = T;
+      Job job(t, MPI_COMM_WORLD);
+      job.warm_up();
+      const std::string what = fmt::format("{} engine, LoRA rank {}, T = {}",
+                                           engine == RolloutEngine::paged ? "paged" : "static", lora, T);
+      for (int it = 0; it < 2; ++it) {
+        const RolloutBatch split = job.loop.rollout(it);
+        const RolloutBatch& want = whole[static_cast<std::size_t>(it)];
+        ASSERT_EQ(split.sequences.size(), want.sequences.size()) << what;
+        int compared = 0;
+        for (std::size_t r = 0; r < want.sequences.size(); ++r) {
+          ASSERT_EQ(split.sequences[r].ids, want.sequences[r].ids) << what << ", iteration " << it << ", row " << r;
+          ASSERT_EQ(split.logp[r].size(), want.logp[r].size());
+          for (std::size_t i = 0; i < want.logp[r].size(); ++i, ++compared)
+            EXPECT_NEAR(split.logp[r][i], want.logp[r][i], 2e-5) << what << ", row " << r << ", token " << i;
+          EXPECT_EQ(split.reward[r], want.reward[r]) << what;
+        }
+        EXPECT_GT(compared, 50) << what;
+        EXPECT_DOUBLE_EQ(split.reward_mean, want.reward_mean) << what;
+        EXPECT_DOUBLE_EQ(split.tokens, want.tokens) << what;
+      }
+    }
+  }
+}
+
 // train.cuda_graph = "full" in the RL job: the warm-up and the GRPO steps, each captured once and
 // replayed across rollouts (the arena's rollout phase overwrites the train phase's buffers in
 // between), follow the eager job exactly; bf16 with two minibatches per rollout.

@@ -53,7 +53,13 @@ std::vector<Case> cases() {
 TEST(MemoryPlan, IsALowerBoundOfTheLedgerThatSeesMostOfIt) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  for (const Case& c : cases()) {
+  std::vector<Case> all = cases();
+  if (size % 2 == 0) {   // tensor-parallel rollout: 1/2 of each layer, the group's rows
+    Config tp = small_config();
+    tp.rollout.tensor_parallel = 2;
+    all.push_back({"tensor-parallel rollout", tp});
+  }
+  for (const Case& c : all) {
     const MemoryPlan plan = plan_memory(c.config, size, /*rl_loop=*/true);
     const std::int64_t before = MemoryLedger::instance().total();
     Job job(c.config, MPI_COMM_WORLD);
@@ -91,6 +97,30 @@ TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
   EXPECT_GT(vocab, 1000 * base);
   // The sharded state splits over the ranks; the plan per rank shrinks.
   EXPECT_LT(plan_memory(c, 4, true).device_bytes(), vocab);
+
+  // rollout.tensor_parallel = T: the layers' rollout weights / T, the embedding and head whole,
+  // plus the staging of the largest unit. A Llama-3-8B shape (7.0e9 layer parameters, 1.05e9 in
+  // the embedding and head, the largest unit the embedding's 5.25e8) in bf16 on 8 ranks.
+  Config big = small_config();
+  big.model.preset = "custom";
+  big.model.precision = Precision::bf16;
+  big.model.vocab_size = 128256;
+  big.model.d_model = 4096;
+  big.model.n_layers = 32;
+  big.model.n_heads = 32;
+  big.model.n_kv_heads = 8;
+  big.model.head_dim = 128;
+  big.model.d_ff = 14336;
+  auto rollout_weights = [&](int T) {
+    big.rollout.tensor_parallel = T;
+    const MemoryPlan p = plan_memory(big, 8, true);
+    EXPECT_NE(p.rollout.front().what.find("rollout weights"), std::string::npos) << p.rollout.front().what;
+    return p.rollout.front().bytes;
+  };
+  // 8030269440 parameters: what the job counts for this shape (q and k norms included).
+  const double embedding = 128256.0 * 4096, layers = 8030269440.0 - 2 * embedding - 4096;
+  EXPECT_DOUBLE_EQ(rollout_weights(1), 8030269440.0 * 2);
+  EXPECT_DOUBLE_EQ(rollout_weights(8), (2 * embedding + 4096 + layers / 8 + embedding) * 2);
 }
 
 // `shardrl plan --gpu-memory` on a CPU machine plans a GPU build: cuBLAS's fixed 32 MiB GEMM

@@ -113,6 +113,7 @@ struct RolloutConfig {
   RolloutGraph cuda_graph = RolloutGraph::none;
   RolloutEngine engine = RolloutEngine::static_batch;
   std::int64_t kv_cache_tokens = 0;   // paged: positions of the block pool; 0: as many as static
+  std::int64_t tensor_parallel = 1;   // ranks that decode one model together
 };
 
 struct RlConfig {

@@ -492,6 +492,19 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on the "
         "GPU (use \"auto\" or \"nccl\")",
         where("comm.backend")));
+  if (const std::int64_t T = c.rollout.tensor_parallel; T > 1) {
+    if (shape.n_experts > 0)
+      out.errors.push_back(fmt::format("{}: rollout.tensor_parallel = {} splits the layers of dense models; a mixture "
+                                       "of experts (model.n_experts = {}) decodes whole (use 1)",
+                                       where("rollout.tensor_parallel"), T, shape.n_experts));
+    const std::pair<const char*, int> split[] = {
+        {"n_heads", shape.n_heads}, {"n_kv_heads", shape.n_kv_heads}, {"d_ff", shape.d_ff}};
+    for (const auto& [key, value] : split)
+      if (shape.n_experts == 0 && value % T != 0)
+        out.errors.push_back(fmt::format("{}: rollout.tensor_parallel = {} gives each rank 1/{} of model.{}, which is "
+                                         "{}",
+                                         where("rollout.tensor_parallel"), T, T, key, value));
+  }
 }
 
 }  // namespace
@@ -526,6 +539,10 @@ std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_siz
     errors.push_back(fmt::format("{}: debug.fail_rank = {} but the job has {} rank{} (0..{})",
                                  loaded.origin.at("debug.fail_rank"), c.debug.fail_rank,
                                  world_size, world_size == 1 ? "" : "s", world_size - 1));
+  if (world_size % c.rollout.tensor_parallel != 0)
+    errors.push_back(fmt::format("{}: rollout.tensor_parallel = {} does not divide the job's {} rank{}",
+                                 loaded.origin.at("rollout.tensor_parallel"), c.rollout.tensor_parallel, world_size,
+                                 world_size == 1 ? "" : "s"));
   if (c.fsdp.expert_parallel && c.model.n_experts > 0 && c.model.n_experts % world_size != 0)
     errors.push_back(fmt::format("{}: fsdp.expert_parallel gives each rank n_experts / ranks experts, but "
                                  "model.n_experts = {} does not divide among {} ranks",

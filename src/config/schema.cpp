@@ -378,6 +378,15 @@ std::vector<KeyDef> build_schema() {
                                       &Config::rollout, &RolloutConfig::kv_cache_tokens),
                                 0),
                        kMaxInt));
+  s.push_back(with_max(with_min(field("rollout", "tensor_parallel", VK::integer,
+                                      "Ranks that decode one model together (dense models): each holds 1/T of "
+                                      "every layer's heads and MLP columns in the rollout, and each layer's two "
+                                      "output projections are summed over them. The T ranks of a group generate "
+                                      "their prompts together. Divides the ranks, model.n_heads, n_kv_heads and "
+                                      "d_ff. 1: every rank holds the whole model.",
+                                      &Config::rollout, &RolloutConfig::tensor_parallel),
+                                1),
+                       kMaxInt));
 
   s.push_back(field("rl", "task", VK::choice,
                     "Verifiable task: `sort`, `add`, `reverse`, `jsonl`, or `text` (prompts of a JSONL dataset, "

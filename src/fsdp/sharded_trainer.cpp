@@ -472,6 +472,14 @@ void ShardedTrainer::gather_all_units(const std::vector<void*>& out) {
   comm_.synchronize(stream_of(space_));
 }
 
+void ShardedTrainer::gather_unit(int u, void* out) {
+  // The MPI backend reads host memory at once: what the space wrote there must be done.
+  if (!kDeviceIsGpu) space_.fence();
+  all_gather_unit(u, compute_slice(u), out, compute_data_type(), stream_of(space_));
+  profile_.all_gathers += 1;
+  profile_.all_gather_bytes += layout_.unit(u).padded * static_cast<std::int64_t>(model_.compute_type_size());
+}
+
 void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream) {
   const UnitShard& s = layout_.unit(u);
   if (s.adapters() && !s.expert_parallel()) {   // in this order: the adapters' gather writes over the base's padding

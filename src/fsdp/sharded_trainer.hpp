@@ -105,6 +105,9 @@ class ShardedTrainer {
   // Every unit's full weights in the compute type into out[u] (padded_u elements each): the
   // rollout's materialised weight set. Collective; waits for the gathers.
   void gather_all_units(const std::vector<void*>& out);
+  // Unit u's full weights in the compute type into `out` (padded_u elements), enqueued on the
+  // model's space (a tensor-parallel rollout's staging, one unit at a time). Collective.
+  void gather_unit(int u, void* out);
 
   // Checkpoints: this rank's slice of unit u of `state` as fp32 on the host, and back (bf16 state
   // rounds, exactly, since it was bf16; writing the main weights refreshes their compute-type

@@ -8,6 +8,7 @@
 #include "core/memory_capacity.hpp"
 #include "job/options.hpp"
 #include "kernels/flash_attention.hpp"
+#include "model/tensor_parallel.hpp"
 #include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/mpi_check.hpp"
@@ -38,7 +39,7 @@ Dims dims_of(const ModelShape& s) {
   d.F = std::max<double>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
   d.Hq = double(s.n_heads) * s.head_dim;
   d.Hkv = double(s.n_kv_heads) * s.head_dim;
-  d.layer_attention = 2 * d.D + 2 * d.D * d.Hq + 2 * d.D * d.Hkv;
+  d.layer_attention = 2 * d.D + 2 * d.D * d.Hq + 2 * d.D * d.Hkv + (s.qk_norm ? 2.0 * s.head_dim : 0.0);
   d.dense_mlp = 3 * d.D * double(s.d_ff);
   d.moe_router = double(s.n_experts) * d.D;
   d.moe_experts = double(s.n_experts) * 3 * d.D * s.d_ff_expert;   // the routed experts, without the shared one
@@ -182,19 +183,33 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     const bool pool = config.rollout.engine == RolloutEngine::paged && config.rollout.kv_cache_tokens > 0;
     const double positions = pool ? std::max(double(config.rollout.kv_cache_tokens), 2 * len) : rows * len;
     const double kv = positions * d.Hkv * 2 * d.L * es;
+    // rollout.tensor_parallel = T: a rank keeps 1/T of each layer (the embedding and head whole)
+    // and gathers whole units one at a time through a staging buffer of the largest.
+    const double T = double(config.rollout.tensor_parallel);
+    const Dims part = T > 1 ? dims_of(tensor_parallel_shape(m.shape, static_cast<int>(T))) : d;
+    const double layers = P - d.V * d.D * (m.shape.tie_embeddings ? 1 : 2) - d.D;
+    const MemoryTerm weights =
+        T > 1 ? MemoryTerm{fmt::format("rollout weights: 1/{} (rollout.tensor_parallel) of the layers' {:.4g} "
+                                       "parameters, the embedding and head whole, and a staging buffer of the "
+                                       "largest unit ({:.4g} elements), in the compute type",
+                                       T, layers, largest_unit),
+                           ((P - layers) + layers / T + largest_unit) * es}
+              : MemoryTerm{fmt::format("rollout weights: every unit's {:.4g} parameters in the compute type", P),
+                           P * es};
     rollout = {
-        {fmt::format("rollout weights: every unit's {:.4g} parameters in the compute type", P), P * es},
+        weights,
         {pool ? fmt::format("KV cache: rollout.kv_cache_tokens = {:.4g} positions x {:.4g} layers (model.n_layers)",
                             positions, d.L)
               : fmt::format("KV cache: {:.4g} rows (rl.prompts_per_iteration / ranks x rl.samples_per_prompt) x "
                             "{:.4g} positions x {:.4g} layers (model.n_layers)",
                             rows, len, d.L),
          kv},
+        // A tensor-parallel group decodes all its ranks' rows, each rank with its part's shape.
         {fmt::format("rollout activations, logits, GEMM and attention workspace: {:.4g} rows x {:.4g} positions, "
                      "logits of model.vocab_size {:.4g}",
-                     rows, len, d.V),
-         activation_bytes(d, rows * len, 2, 1, es) + rows * d.V * es + gemm_workspace_bytes(d, rows * len, es, gpu_build) +
-             attention_scratch_bytes(m, rows, len, es, false)}};
+                     rows * T, len, d.V),
+         activation_bytes(part, rows * T * len, 2, 1, es) + rows * T * d.V * es +
+             gemm_workspace_bytes(part, rows * T * len, es, gpu_build) + attention_scratch_bytes(m, rows * T, len, es, false)}};
     plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows, len),
                            rows * len * 4 * 4});
     // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.

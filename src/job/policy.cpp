@@ -7,6 +7,7 @@
 #include "job/peft_adapter.hpp"
 #include "job/memory_plan.hpp"
 #include "job/options.hpp"
+#include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 namespace {
@@ -36,6 +37,19 @@ ModelOptions Policy::placed_model_options() {
   return o;
 }
 
+Communicator* Policy::tensor_parallel_group() {
+  const int T = static_cast<int>(config_.rollout.tensor_parallel);
+  if (T <= 1) return nullptr;
+  SHARDRL_CHECK(comm_.size() % T == 0, "rollout.tensor_parallel divides the ranks (the config checks it)");
+  MPI_Comm group = MPI_COMM_NULL;
+  SHARDRL_CHECK_MPI(MPI_Comm_split(comm_.host_comm(), comm_.rank() / T, comm_.rank(), &group));
+  tensor_parallel_mpi_ = MpiComm(group);
+  tensor_parallel_ = make_communicator(std::string(comm_.backend_name()) == "nccl" ? CommBackendKind::nccl
+                                                                                   : CommBackendKind::mpi,
+                                       group, config_.comm.timeout_s);
+  return tensor_parallel_.get();
+}
+
 Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
     : config_(fitting(config, comm, use)), comm_(comm), arena_(ExecSpace(), config.debug.check_released),
       model_(placed_model_options(), ExecSpace()), trainer_(model_, comm_, [&] {
@@ -44,7 +58,9 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
         return f;
       }(), optimizer_options(config_)) {
   // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
-  if (use.rl_loop) loop_ = std::make_unique<GrpoLoop>(grpo_loop_options(config_), model_, trainer_, comm_, arena_);
+  if (use.rl_loop)
+    loop_ = std::make_unique<GrpoLoop>(grpo_loop_options(config_), model_, trainer_, comm_, arena_,
+                                       tensor_parallel_group());
   arena_.commit();
   arena_.enter(Phase::train);
   trainer_.initialize(static_cast<std::uint64_t>(config_.run.seed), static_cast<float>(config_.model.init_std));

@@ -21,6 +21,7 @@
 #include "fsdp/sharded_trainer.hpp"
 #include "model/transformer.hpp"
 #include "mpi/communicator.hpp"
+#include "mpi/layout.hpp"
 #include "rl/grpo_loop.hpp"
 
 namespace shardrl {
@@ -71,11 +72,15 @@ class Policy {
 
  private:
   ModelOptions placed_model_options();
+  Communicator* tensor_parallel_group();
 
   const Config config_;
   Communicator& comm_;
   PhaseArena arena_;
   std::unique_ptr<CommExpertExchange> expert_exchange_;   // fsdp.expert_parallel with MoE layers
+  // rollout.tensor_parallel > 1: the ranks of this rank's group (consecutive world ranks).
+  MpiComm tensor_parallel_mpi_;
+  std::unique_ptr<Communicator> tensor_parallel_;
   Transformer model_;
   ShardedTrainer trainer_;
   std::unique_ptr<GrpoLoop> loop_;

@@ -2,6 +2,7 @@
 // causal GQA attention -> o_proj + residual -> RMSNorm -> SwiGLU MLP + residual); final norm,
 // LM head and token log-probabilities. Linear layers are y = x W^T with W stored (out, in).
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/attention_decode.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -15,6 +16,7 @@
 #include "model/activations.hpp"
 #include "model/attention.hpp"
 #include "model/moe_layers.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace shardrl {
 
@@ -82,10 +84,17 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(),
                       a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   }
-  // xmid = x + attn Wo^T: the residual enters as C with beta = 1.
-  kernels::cast(space_, x, a.xmid.as<T>(), long(N) * D);
+  // xmid = x + attn Wo^T: the residual enters as C with beta = 1. Tensor-parallel, each rank's
+  // product is a partial sum over its heads: the residual enters on the group's rank 0 only.
+  TensorParallelGroup* tp = options_.tensor_parallel;
+  const auto residual_into = [&](const T* from, T* to) {
+    if (tp && tp->rank() != 0) kernels::fill(space_, to, 0.0f, long(N) * D);
+    else kernels::cast(space_, from, to, long(N) * D);
+  };
+  residual_into(x, a.xmid.as<T>());
   mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
   lora_forward(layer, LoraTarget::o, w, a.attn.as<T>(), Hq, a.xmid.as<T>(), D);
+  if (tp) tp->sum(a.xmid.as<T>(), long(N) * D, std::is_same_v<T, bf16>);
 
   kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D,
                            s.norm_eps);
@@ -101,9 +110,10 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   lora_forward(layer, LoraTarget::up, w, h2, D, a.u.as<T>(), F);
   T* act = act_->mlp_a.as<T>();
   kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), act, long(N) * F);
-  kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
+  residual_into(a.xmid.as<T>(), out);
   mm.gemm(Op::N, Op::T, N, D, F, 1.0f, act, F, w + o.down, F, 1.0f, out, D);
   lora_forward(layer, LoraTarget::down, w, act, F, out, D);
+  if (tp) tp->sum(out, long(N) * D, std::is_same_v<T, bf16>);
 }
 
 template <class T>

@@ -51,7 +51,7 @@ void Transformer::lora_backward_weight(int layer, LoraTarget t, float* g, const 
 }
 
 template <class T>
-void Transformer::fold_layer_adapters(int layer, T* w) {
+void Transformer::fold_layer_adapters(int layer, T* w, Gemm& mm) {
   const LayerOffsets& o = act_->offsets[layer];
   const ModelShape& s = options_.shape;
   const int D = s.d_model, Hq = s.n_heads * s.head_dim, Hkv = s.n_kv_heads * s.head_dim, F = s.d_ff;
@@ -61,7 +61,7 @@ void Transformer::fold_layer_adapters(int layer, T* w) {
   const int in[kLoraTargets] = {D, D, D, Hq, D, D, F};
   for (int t = 0; t < kLoraTargets; ++t)
     if (o.lora_a[t] >= 0)   // W (out, in) += scale B (out, r) A (r, in)
-      gemm_->gemm(Op::N, Op::N, out[t], in[t], s.lora.rank, s.lora.scale(), w + o.lora_b[t], s.lora.rank,
+      mm.gemm(Op::N, Op::N, out[t], in[t], s.lora.rank, s.lora.scale(), w + o.lora_b[t], s.lora.rank,
                   w + o.lora_a[t], in[t], 1.0f, w + base[t], in[t]);
   if (o.expert_lora_a[0] < 0) return;
   // Every expert's gate, up and down (an expert-parallel model's offsets start at its own
@@ -73,16 +73,17 @@ void Transformer::fold_layer_adapters(int layer, T* w) {
   const int experts = options_.expert_exchange ? s.n_experts / options_.expert_exchange->ranks() : s.n_experts;
   for (int e = 0; e < experts; ++e)
     for (int j = 0; j < 3; ++j)
-      gemm_->gemm(Op::N, Op::N, e_out[j], e_in[j], s.lora.rank, s.lora.scale(),
+      mm.gemm(Op::N, Op::N, e_out[j], e_in[j], s.lora.rank, s.lora.scale(),
                   w + o.expert_lora_b[j] + e * o.expert_lora_stride, s.lora.rank,
                   w + o.expert_lora_a[j] + e * o.expert_lora_stride, e_in[j], 1.0f,
                   w + expert_base[j] + e * expert_stride[j], e_in[j]);
 }
 
-void Transformer::fold_adapters(int u, void* weights) {
+void Transformer::fold_adapters(int u, void* weights, Gemm* gemm) {
   if (!options_.shape.lora.on() || u == 0 || u == head_unit()) return;
-  if (options_.precision == Precision::bf16) fold_layer_adapters(u - 1, static_cast<bf16*>(weights));
-  else fold_layer_adapters(u - 1, static_cast<float*>(weights));
+  Gemm& mm = gemm != nullptr ? *gemm : *gemm_;
+  if (options_.precision == Precision::bf16) fold_layer_adapters(u - 1, static_cast<bf16*>(weights), mm);
+  else fold_layer_adapters(u - 1, static_cast<float*>(weights), mm);
 }
 
 template void Transformer::lora_forward<float>(int, LoraTarget, const float*, const float*, int, float*, int);

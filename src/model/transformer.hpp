@@ -20,6 +20,7 @@
 #include "model/kv_cache.hpp"
 #include "model/model_shape.hpp"
 #include "model/param_spec.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace shardrl {
 
@@ -61,6 +62,10 @@ struct ModelOptions {
   // rank's tokens, moved by the exchange (the job's; it outlives the model). Null: every expert
   // here, from the gathered unit.
   ExpertExchange* expert_exchange = nullptr;
+  // Tensor-parallel decoding (rollout.tensor_parallel): the shape is one rank's part
+  // (tensor_parallel_shape) and each layer's two output projections end with the group's sum.
+  // Null: the whole model here.
+  TensorParallelGroup* tensor_parallel = nullptr;
 };
 
 // How MoE layers issued their experts' GEMMs, counted per call: proof that moe_impl took effect.
@@ -166,8 +171,10 @@ class Transformer {
   // compute type, laid out as the unit), W += scale B A, one GEMM per target on this model's
   // stream; a model with its adapters off then decodes the adapted policy, to the rounding of
   // W + scale B A, at the base's cost (the adapter path adds ~40% to a decode step). Nothing for
-  // a unit without adapters.
-  void fold_adapters(int u, void* weights);
+  // a unit without adapters. `gemm`: whose GEMMs (and workspace) to use, when this model's
+  // belong to another phase of the arena (a tensor-parallel rollout folds whole units with the
+  // training model's shape and the decoder's GEMMs); null: this model's.
+  void fold_adapters(int u, void* weights, Gemm* gemm = nullptr);
   Gemm& gemm() { return *gemm_; }
   std::size_t activation_bytes() const;
 
@@ -199,7 +206,7 @@ class Transformer {
   template <class T> void lora_backward_input(int layer, LoraTarget t, const T* w, float* g, const T* dy, int out,
                                               T* dx, int in);
   template <class T> void lora_backward_weight(int layer, LoraTarget t, float* g, const T* x, int in);
-  template <class T> void fold_layer_adapters(int layer, T* w);
+  template <class T> void fold_layer_adapters(int layer, T* w, Gemm& mm);
   // With LoRA the base is frozen: no gradient for anything but the adapters.
   bool base_frozen() const { return options_.shape.lora.on(); }
   float* frozen(float* g, std::int64_t offset) const;

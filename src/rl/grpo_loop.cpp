@@ -17,6 +17,7 @@
 #include "rl/grpo_objective.hpp"
 #include "rl/grpo_loop_internal.hpp"
 #include "rollout/batch_split.hpp"
+#include "rollout/comm_tensor_parallel.hpp"
 
 namespace shardrl {
 namespace {
@@ -59,7 +60,7 @@ struct GrpoLoop::Staging {
 };
 
 GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
-                   PhaseArena& arena)
+                   PhaseArena& arena, Communicator* tensor_parallel)
     : options_(options), model_(model), trainer_(trainer), comm_(comm), arena_(arena),
       task_(make_task(options.task)), prompts_per_minibatch_(options.prompts_per_iteration / options.minibatches),
       group_(options.samples_per_prompt), minibatches_(options.minibatches),
@@ -67,10 +68,29 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
       gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
       eos_id_(options.eos_id >= 0 ? options.eos_id : task_->eos_id()),
       pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
-  const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
-  weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(),
-                                         ArenaPlacement{&arena, Phase::rollout});
-  generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena, options.engine);
+  const ArenaPlacement rollout{&arena, Phase::rollout};
+  if (tensor_parallel != nullptr && tensor_parallel->size() > 1) {
+    // The group's ranks generate the prompts of all of them, each computing its part of every
+    // layer (model/tensor_parallel.hpp).
+    const int T = tensor_parallel->size();
+    tensor_parallel_ = std::make_unique<CommTensorParallel>(*tensor_parallel, model.space());
+    ModelOptions part = model.options();
+    part.shape = tensor_parallel_shape(part.shape, T);
+    part.tensor_parallel = tensor_parallel_.get();
+    weights_ = std::make_unique<WeightSet>(trainer.layout(), model, model_units(part.shape), tensor_parallel->rank(), T,
+                                           model.compute_type_size(), rollout);
+    const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_ * T;
+    generator_ = std::make_unique<Generator>(part, rows, gen_len_, model.space(), &arena, options.engine);
+    // LoRA: the whole units' adapters are folded with the decoder's GEMMs (WeightSet).
+    if (model.options().shape.lora.on())
+      for (const UnitSpec& unit : model.units())
+        for (const ParamSpec& p : unit.params)
+          if (p.shape.size() == 2) generator_->model().gemm().reserve(p.shape[0], p.shape[1], model.options().shape.lora.rank);
+  } else {
+    const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
+    weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(), rollout);
+    generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena, options.engine);
+  }
   if (options.decode_graphs) generator_->use_decode_graphs();
   // The sums reduced over the ranks: the rollout's 5 statistics and each minibatch's token and
   // completion counts, the train phase's 8 statistics, the warm-up's loss.

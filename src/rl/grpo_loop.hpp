@@ -105,8 +105,10 @@ struct GrpoLoopOptions {
 class GrpoLoop {
  public:
   // Builds the generator and the weight set in the arena's rollout region: call before commit().
+  // `tensor_parallel`: the communicator of this rank's rollout.tensor_parallel group (consecutive
+  // ranks), whose ranks then decode one model together; null: each rank decodes alone.
   GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
-           PhaseArena& arena);
+           PhaseArena& arena, Communicator* tensor_parallel = nullptr);
   ~GrpoLoop();
 
   // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
@@ -168,6 +170,7 @@ class GrpoLoop {
   // Fills unused positions: the byte tokenizer's PAD, or for a pre-tokenized dataset EOS (PAD
   // 258 may be beyond a small vocabulary; padded positions are masked either way).
   std::int32_t pad_id_;
+  std::unique_ptr<TensorParallelGroup> tensor_parallel_;   // rollout.tensor_parallel > 1
   std::unique_ptr<WeightSet> weights_;
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<Staging> staging_;

@@ -25,12 +25,18 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
   const int max_new = options_.max_new_tokens;
   const std::int64_t first_index = std::int64_t(round) * options_.prompts_per_iteration;
   // This rank's prompts: its share of each minibatch. Every rank checks every prompt's length,
-  // so a prompt too long for the buffers stops all ranks alike.
+  // so a prompt too long for the buffers stops all ranks alike. With rollout.tensor_parallel the
+  // ranks of a group generate all their prompts together; each keeps its own.
   std::vector<GenerationRow> rows;
-  std::vector<TaskExample> examples;   // per row
+  std::vector<char> own;               // per row: one of this rank's prompts
+  std::vector<TaskExample> examples;   // per own row
   std::vector<SampledGroup> groups;
+  const int T = tensor_parallel_ ? tensor_parallel_->size() : 1;
+  const int first_of_group = comm_.rank() / T * T;
   for (int k = 0; k < minibatches_; ++k) {
     const auto [begin, end] = prompts_of_rank(prompts_per_minibatch_, comm_.size(), comm_.rank());
+    const std::int64_t group_begin = prompts_of_rank(prompts_per_minibatch_, comm_.size(), first_of_group).first;
+    const std::int64_t group_end = prompts_of_rank(prompts_per_minibatch_, comm_.size(), first_of_group + T - 1).second;
     for (int p = 0; p < prompts_per_minibatch_; ++p) {
       const std::int64_t index = first_index + std::int64_t(k) * prompts_per_minibatch_ + p;
       TaskExample ex = task_->example(seed, iteration, index);
@@ -41,11 +47,14 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
             "prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
             "(now {})",
             index, iteration, ids.size(), max_new, ids.size() + max_new - 1, seq_len_));
-      if (p < begin || p >= end) continue;
+      if (p < group_begin || p >= group_end) continue;
+      const bool mine = p >= begin && p < end;
       for (int g = 0; g < group_; ++g) {
         rows.push_back(GenerationRow{ids, index, g});
-        examples.push_back(ex);
+        own.push_back(mine ? 1 : 0);
+        if (mine) examples.push_back(ex);
       }
+      if (!mine) continue;
       SampledGroup group;
       group.prompt_index = index;
       group.prompt = std::move(ids);
@@ -53,10 +62,14 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
     }
   }
   std::vector<Completion> out;
-  if (!rows.empty())
-    out = generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
+  if (!rows.empty()) {
+    std::vector<Completion> drawn =
+        generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
+    for (std::size_t r = 0; r < drawn.size(); ++r)
+      if (own[r]) out.push_back(std::move(drawn[r]));
+  }
   const std::vector<double> scores = agreed_score(examples, out);
-  for (std::size_t r = 0; r < rows.size(); ++r) {
+  for (std::size_t r = 0; r < out.size(); ++r) {
     SampledGroup& group = groups[r / static_cast<std::size_t>(group_)];
     const double score = scores[r];
     sums[0] += score;
@@ -229,7 +242,11 @@ EvalStats GrpoLoop::evaluate() {
   // The eval draw depends on the seed and the eval prompt alone (a fixed iteration tag), so every
   // evaluation of a run, at any world size, samples with the same random numbers.
   constexpr std::int64_t kEvalIteration = -1;
-  const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size(), comm_.rank());
+  // With rollout.tensor_parallel each group of ranks evaluates a share of the prompts together;
+  // its first rank counts them.
+  const int T = tensor_parallel_ ? tensor_parallel_->size() : 1;
+  const bool counts = comm_.rank() % T == 0;
+  const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size() / T, comm_.rank() / T);
   const int max_new = options_.max_new_tokens;
   std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
   // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
@@ -277,6 +294,7 @@ EvalStats GrpoLoop::evaluate() {
       }
     }
   }
+  if (!counts) std::fill(sums.begin(), sums.end(), 0.0);
   sum_over_ranks(sums);
   const double n = static_cast<double>(e.prompts);
   e.reward_mean = sums[0] / n;

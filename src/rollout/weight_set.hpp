@@ -1,4 +1,4 @@
-// The full weights that a rollout phase generates with: every unit gathered once from the
+// The weights that a rollout phase generates with: every unit gathered once from the
 // shards at the start of the phase, in the compute type. Allocated once (ledger: gather) and
 // refilled each phase, so no phase allocates anew; in a PhaseArena it shares its memory with
 // training's transient buffers.
@@ -14,6 +14,14 @@ namespace shardrl {
 class WeightSet {
  public:
   WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at = {});
+  // Tensor-parallel (rollout.tensor_parallel): rank `part` of `parts` keeps its part of every
+  // unit, laid out as `part_units` (model_units of tensor_parallel_shape) describe. A unit is
+  // gathered whole into one staging buffer (the largest unit's size), its adapters folded by
+  // `full_model` (the trainer's), then each parameter's part copied out: the rows or the columns
+  // where the part's shape is 1/parts of the whole, else all of it. The set holds about 1/parts
+  // of the model, plus the staging buffer.
+  WeightSet(const ShardLayout& layout, Transformer& full_model, std::vector<UnitSpec> part_units, int part,
+            int parts, std::size_t element_size, ArenaPlacement at);
   // Collective: gathers every unit from the trainer's shards. With LoRA, the adapters are then
   // folded into the base weights (Transformer::fold_adapters) by `decoder`, the model that will
   // decode with the set, and its adapters turned off: rollout samples the adapted policy at the
@@ -23,7 +31,15 @@ class WeightSet {
   std::vector<const void*> units() const;
 
  private:
+  void copy_part(int u, const void* whole, void* part) const;
+
   std::vector<LedgerView<char>> buffers_;
+  // Tensor-parallel only.
+  Transformer* full_model_ = nullptr;
+  std::vector<UnitSpec> part_units_;
+  int part_ = 0, parts_ = 1;
+  std::size_t element_size_ = 0;
+  LedgerView<char> staging_;
 };
 
 }  // namespace shardrl
