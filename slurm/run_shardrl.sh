@@ -4,7 +4,8 @@
 # warning signal (#SBATCH --signal=B:USR1@<seconds>) reaches. It forwards the signal to every rank;
 # the ranks finish the current iteration, save a checkpoint and exit with 3; then this script
 # requeues the job. The requeued job runs this script again, and `shardrl train` resumes from the
-# run's latest checkpoint on its own, on however many ranks the job now has.
+# run's latest checkpoint on its own, on however many ranks the job now has (a requeued job may
+# start again on fewer or more nodes: see "How many ranks" below).
 #
 #   run_shardrl.sh CONFIG.toml [more `shardrl train` arguments, e.g. --set key=value]
 #
@@ -38,18 +39,52 @@ if [[ -z $bin || ! -x $bin ]]; then
   exit 2
 fi
 
+# How many ranks: the job's CURRENT allocation's tasks. A requeued job may start again on another
+# number of nodes (`scontrol update JobId=... NumNodes=... NumTasks=...` while it waits: see
+# slurm/README.md), and Slurm (seen with 22.05) then gives the batch shell the current
+# SLURM_JOB_NUM_NODES, SLURM_NNODES, SLURM_JOB_NODELIST, SLURM_JOB_CPUS_PER_NODE and
+# SLURM_TASKS_PER_NODE, but SLURM_NTASKS and SLURM_NPROCS as sbatch recorded them at submission:
+# a plain `srun` asks for the first run's task count ("More processors requested than permitted"
+# on fewer nodes; on more nodes it quietly runs the old count). So the count is taken from
+# SLURM_TASKS_PER_NODE, Slurm's layout of the job's tasks on its current nodes (e.g. "2(x3),1";
+# Open MPI's mpirun reads it too), at most SLURM_NTASKS_PER_NODE on each node when the job asked
+# for that (a NumNodes update that leaves NumTasks alone would pack the old count on fewer nodes),
+# and given to the launcher explicitly; SLURM_NTASKS and SLURM_NPROCS are corrected for the ranks.
+layout_tasks() {   # "2(x3),1" -> 7; fails on anything else
+  local part total=0
+  local -a parts
+  IFS=, read -ra parts <<<"$1"
+  ((${#parts[@]} > 0)) || return 1
+  for part in "${parts[@]}"; do
+    [[ $part =~ ^([0-9]+)(\(x([0-9]+)\))?$ ]] || return 1
+    total=$((total + BASH_REMATCH[1] * ${BASH_REMATCH[3]:-1}))
+  done
+  echo "$total"
+}
+nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}}
+ntasks=$(layout_tasks "${SLURM_TASKS_PER_NODE:-}") || ntasks=${SLURM_NTASKS:-$nodes}
+if [[ ${SLURM_NTASKS_PER_NODE:-} =~ ^[1-9][0-9]*$ ]] && ((ntasks > nodes * SLURM_NTASKS_PER_NODE)); then
+  ntasks=$((nodes * SLURM_NTASKS_PER_NODE))
+fi
+if [[ -n ${SLURM_NTASKS:-} && $SLURM_NTASKS != "$ntasks" ]]; then
+  log "the allocation now has $ntasks task(s) on $nodes node(s) (SLURM_TASKS_PER_NODE=${SLURM_TASKS_PER_NODE:-});" \
+    "SLURM_NTASKS=$SLURM_NTASKS is from the job's submission"
+fi
+export SLURM_NTASKS=$ntasks SLURM_NPROCS=$ntasks
+
 case ${SHARDRL_LAUNCHER:-srun} in
   # --kill-on-bad-exit: a rank that dies takes the step down instead of leaving the others
   # waiting in a collective. Ranks that stop on a signal return only after the checkpoint is
   # committed on every rank, so this never cuts a save short.
-  srun) launcher=(srun --mpi=pmix --kill-on-bad-exit=1) ;;
-  # Open MPI's mpirun reads the allocation itself (one rank per task) and forwards SIGUSR1.
-  mpirun) launcher=(mpirun) ;;
+  srun) launcher=(srun --mpi=pmix --kill-on-bad-exit=1 --nodes="$nodes" --ntasks="$ntasks") ;;
+  # Open MPI's mpirun reads the allocation itself (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE: one
+  # slot per task, current after a requeue too) and forwards SIGUSR1; -np keeps it to the count above.
+  mpirun) launcher=(mpirun -np "$ntasks") ;;
   *) echo "run_shardrl.sh: SHARDRL_LAUNCHER must be srun or mpirun, not '$SHARDRL_LAUNCHER'" >&2; exit 2 ;;
 esac
 
 restarts=${SLURM_RESTART_COUNT:-0}
-log "run $((restarts + 1)) of the job on ${SLURM_JOB_NUM_NODES:-1} node(s), ${SLURM_NTASKS:-?} task(s): $bin train --config $config $*"
+log "run $((restarts + 1)) of the job on $nodes node(s), $ntasks task(s): ${launcher[*]} $bin train --config $config $*"
 
 # The warning (USR1) means: save and come back; Slurm sends it to this shell only (B:), so it is
 # forwarded to the step (srun and Open MPI's mpirun both pass SIGUSR1 on to every rank). TERM

@@ -5,6 +5,10 @@
 #   local_slurm_start DIR [N] -> exports SLURM_CONF; returns 77 with the reason on stderr when
 #                                this machine cannot run one (not root, packages missing)
 #   local_slurm_stop DIR      -> stops the daemons by the PIDs in their pid files
+#   local_slurm_job_field JOBID FIELD -> FIELD's value in `scontrol show job` (JobState, ExitCode...)
+#   local_slurm_wait_gone JOBID SECONDS -> waits until the job has left the queue; if it has not
+#                                within SECONDS, calls the sourcing script's `fail MESSAGE` (or,
+#                                where there is none, prints MESSAGE and returns 1)
 # Several nodes on one machine, with a Slurm not built with --enable-multiple-slurmd (Debian's):
 # each node has its own NodeHostname (Slurm refuses two nodes of one host name), port, spool,
 # TmpFS (where the PMIx plugin makes its per-step directories, named by job and step only), pid
@@ -109,4 +113,18 @@ local_slurm_stop() {
     for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
   done
+}
+
+local_slurm_job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+
+local_slurm_wait_gone() {
+  local i message
+  for ((i = 0; i < $2 * 5; ++i)); do
+    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+    sleep 0.2
+  done
+  message="job $1 still in the queue after $2 s: $(squeue -h -j "$1")"
+  if declare -F fail >/dev/null; then fail "$message"; fi
+  echo "local Slurm: $message" >&2
+  return 1
 }

@@ -39,22 +39,13 @@ submit() {   # submit NAME [more shardrl arguments] -> job id
     --set run.dir="$work/runs" --set run.name="$name" --set run.iterations=$iterations \
     --set rl.sft_steps=30 --set rl.kl_coef=0.01 --set checkpoint.interval=0 "$@"
 }
-wait_gone() {   # wait_gone JOBID SECONDS
-  local i
-  for ((i = 0; i < $2 * 5; ++i)); do
-    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
-    sleep 0.2
-  done
-  fail "job $1 still in the queue after $2 s: $(squeue -h -j "$1")"
-}
-job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 
 # 0. Bad input ends the job at once, with shardrl's exit status and message, and no requeue.
 bad=$(submit bad --set rl.samples_per_prompt=0)
-wait_gone "$bad" 120
-[[ $(job_field "$bad" JobState) == FAILED && $(job_field "$bad" ExitCode) == 2:0 ]] ||
-  fail "bad config: job state $(job_field "$bad" JobState), exit $(job_field "$bad" ExitCode), expected FAILED 2:0"
-[[ $(job_field "$bad" Restarts) == 0 ]] || fail "bad config: the job was requeued"
+local_slurm_wait_gone "$bad" 120
+state="$(local_slurm_job_field "$bad" JobState) $(local_slurm_job_field "$bad" ExitCode)"
+[[ $state == "FAILED 2:0" ]] || fail "bad config: job state and exit $state, expected FAILED 2:0"
+[[ $(local_slurm_job_field "$bad" Restarts) == 0 ]] || fail "bad config: the job was requeued"
 grep -q "rl.samples_per_prompt" "$work/bad-$bad.out" || fail "bad config: no message names the key: $(cat "$work/bad-$bad.out")"
 
 # 1. The interrupted job: the warning, as Slurm sends it with --signal=B:USR1 (to the batch shell
@@ -63,7 +54,7 @@ wait_iterations() {   # wait_iterations JOBID NAME: until the run has signal_aft
   local metrics=$work/runs/$2/metrics.jsonl i
   for ((i = 0; i < 600; ++i)); do
     [[ -f $metrics && $(wc -l <"$metrics") -ge $signal_after ]] && return 0
-    [[ $(job_field "$1" JobState) =~ ^(FAILED|COMPLETED|CANCELLED|TIMEOUT)$ ]] &&
+    [[ $(local_slurm_job_field "$1" JobState) =~ ^(FAILED|COMPLETED|CANCELLED|TIMEOUT)$ ]] &&
       fail "job $1 ended before the signal: $(cat "$work"/"$2"-*.out)"
     sleep 0.2
   done
@@ -72,12 +63,12 @@ wait_iterations() {   # wait_iterations JOBID NAME: until the run has signal_aft
 jid=$(submit interrupted)
 wait_iterations "$jid" interrupted
 scancel --batch --signal=USR1 "$jid"
-wait_gone "$jid" 300
+local_slurm_wait_gone "$jid" 300
 log=$(cat "$work/interrupted-$jid.out")
 
 # 2. The uninterrupted job, the same otherwise.
 ref=$(submit uninterrupted)
-wait_gone "$ref" 300
+local_slurm_wait_gone "$ref" 300
 ref_log=$(cat "$work/uninterrupted-$ref.out")
 grep -q "run_shardrl: .* finished" <<<"$ref_log" || fail "the uninterrupted job did not finish: $ref_log"
 
@@ -87,8 +78,10 @@ saved=$(sed -n 's/.*checkpoint \(.*\.h5\) (stop requested by a signal).*/\1/p' <
 resumed=$(sed -n 's/.*resumed from \(.*\.h5\): .*/\1/p' <<<"$log")
 [[ -n $saved ]] || fail "no checkpoint on the warning: $log"
 grep -q "checkpoint saved; requeued" <<<"$log" || fail "not requeued: $log"
-[[ $(job_field "$jid" Restarts) == 1 ]] || fail "Restarts=$(job_field "$jid" Restarts), expected 1"
-[[ $(job_field "$jid" JobState) == COMPLETED ]] || fail "job state $(job_field "$jid" JobState)"
+restarts=$(local_slurm_job_field "$jid" Restarts)
+[[ $restarts == 1 ]] || fail "Restarts=$restarts, expected 1"
+state=$(local_slurm_job_field "$jid" JobState)
+[[ $state == COMPLETED ]] || fail "job state $state"
 [[ $resumed == "$saved" ]] || fail "resumed from '$resumed', but the warning saved '$saved'"
 stopped_at=$(sed -n 's/.*iter_0*\([0-9]*\)\.h5/\1/p' <<<"$saved")
 ((stopped_at >= signal_after && stopped_at < iterations)) || fail "stopped at iteration $stopped_at"
@@ -124,15 +117,15 @@ if [[ $launcher == srun ]]; then
   cid=$(submit cancelled)
   wait_iterations "$cid" cancelled
   scancel "$cid"
-  wait_gone "$cid" 120
+  local_slurm_wait_gone "$cid" 120
   clog=$(cat "$work/cancelled-$cid.out")
-  [[ $(job_field "$cid" JobState) == CANCELLED && $(job_field "$cid" Restarts) == 0 ]] ||
-    fail "scancel: job state $(job_field "$cid" JobState), restarts $(job_field "$cid" Restarts): $clog"
+  state="$(local_slurm_job_field "$cid" JobState) $(local_slurm_job_field "$cid" Restarts)"
+  [[ $state == "CANCELLED 0" ]] || fail "scancel: job state and restarts $state, expected CANCELLED 0: $clog"
   csaved=$(sed -n 's/.*checkpoint \(.*\.h5\) (stop requested by a signal).*/\1/p' <<<"$clog")
   [[ -n $csaved ]] || fail "scancel: no checkpoint saved: $clog"
   grep -q "not requeued" <<<"$clog" || fail "scancel: the script did not say it leaves the job alone: $clog"
   cid2=$(submit cancelled)
-  wait_gone "$cid2" 300
+  local_slurm_wait_gone "$cid2" 300
   clog2=$(cat "$work/cancelled-$cid2.out")
   grep -q "resumed from $csaved" <<<"$clog2" || fail "resubmitted: did not resume from $csaved: $clog2"
   c=$work/runs/cancelled/checkpoints/$final
