@@ -28,6 +28,7 @@ double gib(double bytes) { return bytes / double(1 << 30); }
 // The shape's sizes as doubles (the products below overflow 64 bits for absurd keys).
 struct Dims {
   double V, D, L, F, Hq, Hkv, layer_attention, dense_mlp, moe_router, moe_experts, shared_expert, moe_layers;
+  double qk_norm;   // 1 when q and k are normalised per head (their raw projections are kept too)
 };
 
 Dims dims_of(const ModelShape& s) {
@@ -45,6 +46,7 @@ Dims dims_of(const ModelShape& s) {
   d.moe_experts = double(s.n_experts) * 3 * d.D * s.d_ff_expert;   // the routed experts, without the shared one
   d.shared_expert = s.shared_expert ? 3 * d.D * s.d_ff_expert : 0;
   d.moe_layers = s.n_experts > 0 ? std::floor(d.L / s.moe_every) : 0;
+  d.qk_norm = s.qk_norm ? 1 : 0;
   return d;
 }
 
@@ -53,9 +55,10 @@ Dims dims_of(const ModelShape& s) {
 // layer's q/k/v, attention output, xmid, the MLP's gate and up, and the shared norm outputs and
 // MLP product.
 double activation_bytes(const Dims& d, double tokens, double residuals, double stored, double es) {
-  // Kept per layer: q, k, v, the attention's output, xmid, gate and up; one layer's worth of the
-  // norms' outputs and the MLP's activation, shared (model/activations.hpp).
-  const double per_layer = d.Hq + 2 * d.Hkv + d.Hq + d.D + 2 * d.F;
+  // Kept per layer: q, k, v (and with q/k norms their raw projections), the attention's output,
+  // xmid, gate and up; one layer's worth of the norms' outputs and the MLP's activation, shared
+  // (model/activations.hpp).
+  const double per_layer = d.Hq + 2 * d.Hkv + d.Hq + d.D + 2 * d.F + d.qk_norm * (d.Hq + d.Hkv);
   const double shared = 2 * d.D + d.F;
   return tokens * (residuals * d.D + stored * per_layer + shared) * es;
 }
@@ -156,6 +159,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},
+      // Backward's scratch, one layer's worth: the gradients of the residual, the norms' outputs,
+      // q, k, v (and their raw projections), the attention's output and the MLP's three.
+      {fmt::format("backward scratch: one layer's activation gradients for {:.4g} tokens", T),
+       T * (2 * d.D + 2 * d.Hq + 2 * d.Hkv + 3 * d.F + d.qk_norm * (d.Hq + d.Hkv)) * es},
       {fmt::format("training logits (their gradient in place) and GEMM workspace: {:.4g} tokens "
                    "(train.logits_chunk_tokens, at most the micro-batch's) x model.vocab_size {:.4g}",
                    logit_tokens, d.V),
