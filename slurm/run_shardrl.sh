@@ -76,7 +76,10 @@ case ${SHARDRL_LAUNCHER:-srun} in
   # --kill-on-bad-exit: a rank that dies takes the step down instead of leaving the others
   # waiting in a collective. Ranks that stop on a signal return only after the checkpoint is
   # committed on every rank, so this never cuts a save short.
-  srun) launcher=(srun --mpi=pmix --kill-on-bad-exit=1 --nodes="$nodes" --ntasks="$ntasks") ;;
+  # srun does not take sbatch's --cpus-per-task from the job (Slurm 22.05 on): without it each rank
+  # would get one core, which its background threads (checkpoint.async's writer) share.
+  srun) launcher=(srun --mpi=pmix --kill-on-bad-exit=1 --nodes="$nodes" --ntasks="$ntasks"
+                  ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}) ;;
   # Open MPI's mpirun reads the allocation itself (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE: one
   # slot per task, current after a requeue too) and forwards SIGUSR1; -np keeps it to the count above.
   mpirun) launcher=(mpirun -np "$ntasks") ;;

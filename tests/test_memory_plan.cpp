@@ -101,8 +101,8 @@ TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
   EXPECT_LT(plan_memory(c, 4, true).device_bytes(), vocab);
 
   // rollout.tensor_parallel = T: the layers' rollout weights / T, the embedding and head whole,
-  // plus the staging of the largest unit. A Llama-3-8B shape (7.0e9 layer parameters, 1.05e9 in
-  // the embedding and head, the largest unit the embedding's 5.25e8) in bf16 on 8 ranks.
+  // plus the staging of the largest layer. A Llama-3-8B shape (7.0e9 layer parameters in 32
+  // layers, 1.05e9 in the embedding and head) in bf16 on 8 ranks.
   Config big = small_config();
   big.model.preset = "custom";
   big.model.precision = Precision::bf16;
@@ -122,7 +122,7 @@ TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
   // 8030269440 parameters: what the job counts for this shape (q and k norms included).
   const double embedding = 128256.0 * 4096, layers = 8030269440.0 - 2 * embedding - 4096;
   EXPECT_DOUBLE_EQ(rollout_weights(1), 8030269440.0 * 2);
-  EXPECT_DOUBLE_EQ(rollout_weights(8), (2 * embedding + 4096 + layers / 8 + embedding) * 2);
+  EXPECT_DOUBLE_EQ(rollout_weights(8), (2 * embedding + 4096 + layers / 8 + layers / 32) * 2);
 }
 
 // `shardrl plan --gpu-memory` on a CPU machine plans a GPU build: cuBLAS's fixed 32 MiB GEMM

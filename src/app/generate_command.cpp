@@ -188,6 +188,9 @@ int run_generate(const GenerateArgs& args) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
   }
+  if (cfg.rollout.tensor_parallel > 1)
+    spdlog::warn("rollout.tensor_parallel = {} is train's rollout: generate decodes the whole model on each rank",
+                 cfg.rollout.tensor_parallel);
   WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size());
   Generator generator(policy.model().options(), args.samples, max_len, ExecSpace());
   weights.materialize(policy.trainer(), generator.model());

@@ -197,6 +197,12 @@ int run_train(const TrainArgs& args) {
   }
   const Config& cfg = loaded.config;
   const DerivedConfig derived = derive(cfg, this_build());
+  if (cfg.checkpoint.async) {   // the MPI library's thread level: the same on every rank
+    if (const std::string why = AsyncCheckpointSave::unavailable(); !why.empty()) {
+      if (rank == 0) std::cerr << "shardrl: " << loaded.origin.at("checkpoint.async") << ": " << why << "\n";
+      return kExitUsage;
+    }
+  }
 
   DeviceBinding device;
   try {
@@ -281,6 +287,7 @@ int run_train(const TrainArgs& args) {
   const auto write_trace = [&] {
     if (!args.trace.empty()) write_trace_file(mpi.world(), layout.host, args.trace);
   };
+  std::unique_ptr<AsyncCheckpointSave> background;   // checkpoint.async, made once the job has started
   try {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
@@ -305,7 +312,6 @@ int run_train(const TrainArgs& args) {
       throw InputError("run directory: " + problem);
     // checkpoint.async: the periodic saves are written by a background thread (the final one and
     // a signal's wait for it, then save as always).
-    std::unique_ptr<AsyncCheckpointSave> background;
     if (cfg.checkpoint.async) background = std::make_unique<AsyncCheckpointSave>(*policy, mpi.world());
     const auto report_background = [&](const std::optional<AsyncCheckpointSave::Finished>& done) {
       if (done)
@@ -314,9 +320,12 @@ int run_train(const TrainArgs& args) {
     };
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
-      watch("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
-      if (background) report_background(background->wait());
+      if (background) {   // its own deadline: the rest of a background write, then the save's
+        watch("waiting for the background checkpoint save");
+        report_background(background->wait());
+      }
+      watch("checkpoint save");
       save_job_checkpoint(checkpoints, position, *policy, config_toml, mpi.world());
       watchdog.disarm();
       spdlog::info("checkpoint {} ({}) in {:.2f}s", checkpoint_path(checkpoints, position.iterations_done).string(),
@@ -325,10 +334,11 @@ int run_train(const TrainArgs& args) {
     auto save_periodic = [&] {
       if (!background) return save("interval");
       const TraceSpan span("checkpoint snapshot");
-      watch("checkpoint save");   // the wait for the one in flight, then the copy to the host
       const auto t0 = std::chrono::steady_clock::now();
+      watch("waiting for the background checkpoint save");
       report_background(background->wait());
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      watch("checkpoint save");   // the copy to the host
       const double copied = background->start(checkpoints, position, config_toml);
       watchdog.disarm();
       spdlog::info("checkpoint {} (interval) being written in the background; training paused {:.2f}s ({:.2f}s "
@@ -451,6 +461,10 @@ int run_train(const TrainArgs& args) {
                  trainer.metrics().step, trainer.metrics().skipped, (derived.run_dir / "metrics.jsonl").string());
   } catch (const InputError& e) {   // data and checkpoints are checked alike on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (background) {   // a save in flight finishes (every rank's writer takes part) before the exit
+      watch("waiting for the background checkpoint save");
+      background.reset();
+    }
     return kExitUsage;
   }
   return kExitOk;

@@ -36,13 +36,16 @@ std::size_t elements_of(Policy& policy) {
 
 std::size_t AsyncCheckpointSave::state_bytes(Policy& policy) { return elements_of(policy) * sizeof(float); }
 
-AsyncCheckpointSave::AsyncCheckpointSave(Policy& policy, MPI_Comm comm) : policy_(policy), world_(comm) {
+std::string AsyncCheckpointSave::unavailable() {
   int provided = MPI_THREAD_SINGLE;
   SHARDRL_CHECK_MPI(MPI_Query_thread(&provided));
-  if (provided < MPI_THREAD_MULTIPLE)
-    throw InputError("checkpoint.async = true needs an MPI library with MPI_THREAD_MULTIPLE (the save's writer "
-                     "thread makes MPI calls beside the training's); this one provides less: set checkpoint.async "
-                     "= false");
+  if (provided >= MPI_THREAD_MULTIPLE) return "";
+  return "checkpoint.async = true needs an MPI library with MPI_THREAD_MULTIPLE (the save's writer thread makes MPI "
+         "calls beside the training's); this one provides less: set checkpoint.async = false";
+}
+
+AsyncCheckpointSave::AsyncCheckpointSave(Policy& policy, MPI_Comm comm) : policy_(policy), world_(comm) {
+  if (const std::string why = unavailable(); !why.empty()) throw InputError(why);
   MPI_Comm dup = MPI_COMM_NULL;
   SHARDRL_CHECK_MPI(MPI_Comm_dup(comm, &dup));
   comm_ = MpiComm(dup);
@@ -93,6 +96,8 @@ double AsyncCheckpointSave::start(const std::filesystem::path& dir, const JobPos
       error_ = e.what();
     } catch (const std::exception& e) {
       fatal(fmt::format("checkpoint writer: {}", e.what()), __FILE__, __LINE__);
+    } catch (...) {
+      fatal("checkpoint writer: an exception that is not a std::exception", __FILE__, __LINE__);
     }
     seconds_ = seconds_since(begun);
     done_ = true;

@@ -31,8 +31,11 @@ namespace shardrl {
 
 class AsyncCheckpointSave {
  public:
+  // Why this process cannot save in the background (its MPI library lacks MPI_THREAD_MULTIPLE),
+  // or "": what the job checks with the config, before anything starts.
+  static std::string unavailable();
   // Collective over `comm` (duplicates it). Allocates the snapshot once: every state slice a
-  // checkpoint of `policy` holds (state_bytes()). Without MPI_THREAD_MULTIPLE: InputError.
+  // checkpoint of `policy` holds (state_bytes()). Where unavailable(): InputError.
   AsyncCheckpointSave(Policy& policy, MPI_Comm comm);
   // Waits for the writer, whose error (if any) is then lost: destroyed after wait(), or while
   // an error unwinds every rank alike.
@@ -53,7 +56,8 @@ class AsyncCheckpointSave {
   // throws its InputError (the writer's collectives made it the same on every rank). nullopt
   // while one is still writing, or when none was started since the last poll/wait.
   std::optional<Finished> poll();
-  // Collective. Waits for the save in flight; then as poll().
+  // Waits for the save in flight (a local join; the writers' own collectives pace it); then as
+  // poll(): every rank throws the writer's InputError alike.
   std::optional<Finished> wait();
 
   static std::size_t state_bytes(Policy& policy);   // the snapshot's size on this rank

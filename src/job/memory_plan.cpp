@@ -189,18 +189,20 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     // or by default as many as the static engine's rows x positions.
     const bool pool = config.rollout.engine == RolloutEngine::paged && config.rollout.kv_cache_tokens > 0;
     const double positions = pool ? std::max(double(config.rollout.kv_cache_tokens), 2 * len) : rows * len;
-    const double kv = positions * d.Hkv * 2 * d.L * es;
-    // rollout.tensor_parallel = T: a rank keeps 1/T of each layer (the embedding and head whole)
-    // and gathers whole units one at a time through a staging buffer of the largest.
-    const double T = double(config.rollout.tensor_parallel);
-    const Dims part = T > 1 ? dims_of(tensor_parallel_shape(m.shape, static_cast<int>(T))) : d;
+    // rollout.tensor_parallel = tp: a group decodes its ranks' rows together, each rank with its
+    // part (model/tensor_parallel.hpp): 1/tp of the kv heads of tp times the rows.
+    const double tp = double(config.rollout.tensor_parallel);
+    const Dims part = tp > 1 ? dims_of(tensor_parallel_shape(m.shape, static_cast<int>(tp))) : d;
+    const double kv = (pool ? positions * part.Hkv : rows * len * d.Hkv) * 2 * d.L * es;
+    // A rank of a group keeps 1/tp of each layer (the embedding and head whole) and gathers whole
+    // layers one at a time through a staging buffer of the largest.
     const double layers = P - d.V * d.D * (m.shape.tie_embeddings ? 1 : 2) - d.D;
     const MemoryTerm weights =
-        T > 1 ? MemoryTerm{fmt::format("rollout weights: 1/{} (rollout.tensor_parallel) of the layers' {:.4g} "
+        tp > 1 ? MemoryTerm{fmt::format("rollout weights: 1/{} (rollout.tensor_parallel) of the layers' {:.4g} "
                                        "parameters, the embedding and head whole, and a staging buffer of the "
-                                       "largest unit ({:.4g} elements), in the compute type",
-                                       T, layers, largest_unit),
-                           ((P - layers) + layers / T + largest_unit) * es}
+                                       "largest layer ({:.4g} elements), in the compute type",
+                                       tp, layers, largest_layer),
+                           ((P - layers) + layers / tp + largest_layer) * es}
               : MemoryTerm{fmt::format("rollout weights: every unit's {:.4g} parameters in the compute type", P),
                            P * es};
     rollout = {
@@ -214,11 +216,12 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
         // A tensor-parallel group decodes all its ranks' rows, each rank with its part's shape.
         {fmt::format("rollout activations, logits, GEMM and attention workspace: {:.4g} rows x {:.4g} positions, "
                      "logits of model.vocab_size {:.4g}",
-                     rows * T, len, d.V),
-         activation_bytes(part, rows * T * len, 2, 1, es) + rows * T * d.V * es +
-             gemm_workspace_bytes(part, rows * T * len, es, gpu_build) + attention_scratch_bytes(m, rows * T, len, es, false)}};
-    plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows, len),
-                           rows * len * 4 * 4});
+                     rows * tp, len, d.V),
+         activation_bytes(part, rows * tp * len, 2, 1, es) + rows * tp * d.V * es +
+             gemm_workspace_bytes(part, rows * tp * len, es, gpu_build) +
+             attention_scratch_bytes(m, rows * tp, len, es, false)}};
+    plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows * tp, len),
+                           rows * tp * len * 4 * 4});
     // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.
     plan.host.push_back({fmt::format("the rollout batch: {:.4g} rows x {:.4g} positions", rows, len),
                          rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});

@@ -46,11 +46,15 @@ WeightSet::WeightSet(const ShardLayout& layout, Transformer& full_model, std::ve
     : full_model_(&full_model), part_units_(std::move(part_units)), part_(part), parts_(parts),
       element_size_(element_size) {
   SHARDRL_CHECK(static_cast<int>(part_units_.size()) == layout.unit_count(), "one part per unit");
+  // A unit every rank keeps whole (the embedding, the final norm and head) is gathered straight
+  // into its buffer; the staging buffer holds the largest of the others (a decoder layer).
   std::int64_t largest = 0;
   for (int u = 0; u < layout.unit_count(); ++u) {
-    largest = std::max(largest, layout.unit(u).padded);
+    const bool whole = part_units_[u].numel == full_model.units()[u].numel;
+    whole_.push_back(whole);
+    if (!whole) largest = std::max(largest, layout.unit(u).padded);
     buffers_.emplace_back(at, MemoryCategory::gather, "rollout_weights",
-                          static_cast<std::size_t>(part_units_[u].numel) * element_size);
+                          static_cast<std::size_t>(whole ? layout.unit(u).padded : part_units_[u].numel) * element_size);
   }
   staging_ = LedgerView<char>(at, MemoryCategory::gather, "rollout_unit_staging", static_cast<std::size_t>(largest) * element_size);
 }
@@ -79,6 +83,10 @@ void WeightSet::materialize(ShardedTrainer& trainer, Transformer& decoder) {
   if (full_model_) {   // tensor-parallel: one whole unit at a time, this rank's part kept
     const bool lora = full_model_->options().shape.lora.on();
     for (int u = 0; u < static_cast<int>(buffers_.size()); ++u) {
+      if (whole_[u]) {   // no adapters in these units
+        trainer.gather_unit(u, buffers_[u].data());
+        continue;
+      }
       trainer.gather_unit(u, staging_.data());
       if (lora) full_model_->fold_adapters(u, staging_.data(), &decoder.gemm());   // the rollout phase's GEMMs
       copy_part(u, staging_.data(), buffers_[u].data());

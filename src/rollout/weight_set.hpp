@@ -15,11 +15,12 @@ class WeightSet {
  public:
   WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at = {});
   // Tensor-parallel (rollout.tensor_parallel): rank `part` of `parts` keeps its part of every
-  // unit, laid out as `part_units` (model_units of tensor_parallel_shape) describe. A unit is
-  // gathered whole into one staging buffer (the largest unit's size), its adapters folded by
-  // `full_model` (the trainer's), then each parameter's part copied out: the rows or the columns
-  // where the part's shape is 1/parts of the whole, else all of it. The set holds about 1/parts
-  // of the model, plus the staging buffer.
+  // unit, laid out as `part_units` (model_units of tensor_parallel_shape) describe. A decoder
+  // layer is gathered whole into one staging buffer (the largest layer's size), its adapters
+  // folded with `full_model`'s layout (the trainer's), then each parameter's part copied out: the
+  // rows or the columns where the part's shape is 1/parts of the whole, else all of it. The
+  // embedding and head units, kept whole, are gathered straight into their buffers. The set holds
+  // 1/parts of the layers, the embedding and head, and the staging buffer.
   WeightSet(const ShardLayout& layout, Transformer& full_model, std::vector<UnitSpec> part_units, int part,
             int parts, std::size_t element_size, ArenaPlacement at);
   // Collective: gathers every unit from the trainer's shards. With LoRA, the adapters are then
@@ -37,6 +38,7 @@ class WeightSet {
   // Tensor-parallel only.
   Transformer* full_model_ = nullptr;
   std::vector<UnitSpec> part_units_;
+  std::vector<bool> whole_;   // units every rank keeps whole, gathered into their buffer
   int part_ = 0, parts_ = 1;
   std::size_t element_size_ = 0;
   LedgerView<char> staging_;
