@@ -1,9 +1,8 @@
 // The memory plan (job/memory_plan.hpp) against the memory ledger of real jobs: a lower bound
 // (a job it refuses could not have run) that sees most of what the jobs allocate, for dense and
 // MoE shapes, both precisions, activation recompute, expert parallelism, tensor-parallel rollout,
-// at np 1 and 2 (at np 4 the tiny bf16 job's CPU GEMM conversion workspace, which the plan
-// approximates by the head's product, is more than 40% of what a rank holds); and the refusal's
-// message, which names the numbers and the keys behind the largest parts.
+// at np 1, 2 and 4; and the refusal's message, which names the numbers and the keys behind the
+// largest parts.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

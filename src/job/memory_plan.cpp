@@ -63,9 +63,10 @@ double activation_bytes(const Dims& d, double tokens, double residuals, double s
   return tokens * (residuals * d.D + stored * per_layer + shared) * es;
 }
 
-// A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU; on the CPU, bf16 GEMMs
-// run in fp32 through a conversion workspace sized by the largest weight, which is at least the
-// head's (vocab_size, d_model).
+// A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU, in its phase of the arena;
+// on the CPU, bf16 GEMMs run in fp32 through a conversion workspace sized by the largest weight,
+// which is at least the head's (vocab_size, d_model), and which each model holds outside the
+// arena (gemm_outside_arena).
 double gemm_workspace_bytes(const Dims& d, double tokens, double es, bool gpu_build) {
   if (gpu_build) return 32.0 * (1 << 20);
   return es == 2 ? (tokens * d.D + d.D * d.V + tokens * d.V) * 4 : 0;
@@ -166,7 +167,7 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
       {fmt::format("training logits (their gradient in place) and GEMM workspace: {:.4g} tokens "
                    "(train.logits_chunk_tokens, at most the micro-batch's) x model.vocab_size {:.4g}",
                    logit_tokens, d.V),
-       logit_tokens * d.V * es + gemm_workspace_bytes(d, T, es, gpu_build)},
+       logit_tokens * d.V * es + (gpu_build ? gemm_workspace_bytes(d, T, es, gpu_build) : 0)},
       {m.attention == AttentionImpl::flash
            ? fmt::format("training attention scratch (flash kernels): {:.4g} tokens x model.n_heads {} row sums", T,
                          m.shape.n_heads)
@@ -174,10 +175,26 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                          "{:.4g} scores",
                          double(config.train.seq_len) * double(config.train.seq_len)),
        attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len), es, true)}};
+  if (d.moe_layers > 0) {
+    // Shared by the MoE layers (model/moe_layers.cpp): the experts' gradient rows, and with
+    // expert parallelism the exchange's buffers, for R rows: this rank's experts may receive every
+    // rank's routed rows.
+    const double R = (config.fsdp.expert_parallel ? N : 1) * T * m.shape.top_k, Fe = m.shape.d_ff_expert;
+    train.push_back({fmt::format("MoE: the experts' gradient rows{}: {:.4g} rows ({}train.micro_batch_size x "
+                                 "train.seq_len x model.top_k)",
+                                 config.fsdp.expert_parallel ? " and the expert exchange's buffers" : "", R,
+                                 config.fsdp.expert_parallel ? "ranks x " : ""),
+                     3 * R * Fe * es + (config.fsdp.expert_parallel ? (3 * R * d.D + 3 * R * Fe) * es + 2 * R * 4 : 0)});
+  }
   // Outside the arena: the batch's ids (tokens, targets, positions, cache slots) and the loop's
   // staging of the micro-batch.
   plan.device.push_back({fmt::format("the micro-batch's ids and staging: {:.4g} tokens", T),
                          T * 4 * 4 + (rl_loop ? T * 6 * 4 : 0)});
+  if (!gpu_build && es == 2)
+    plan.device.push_back({fmt::format("the training model's bf16 GEMM conversion workspace (CPU build, outside the "
+                                       "arena): the head's product, {:.4g} tokens x model.vocab_size {:.4g}",
+                                       T, d.V),
+                           gemm_workspace_bytes(d, T, es, gpu_build)});
 
   std::vector<MemoryTerm> rollout;
   if (rl_loop) {
@@ -218,8 +235,13 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                      "logits of model.vocab_size {:.4g}",
                      rows * tp, len, d.V),
          activation_bytes(part, rows * tp * len, 2, 1, es) + rows * tp * d.V * es +
-             gemm_workspace_bytes(part, rows * tp * len, es, gpu_build) +
+             (gpu_build ? gemm_workspace_bytes(part, rows * tp * len, es, gpu_build) : 0) +
              attention_scratch_bytes(m, rows * tp, len, es, false)}};
+    if (!gpu_build && es == 2)
+      plan.device.push_back({fmt::format("the rollout model's bf16 GEMM conversion workspace (CPU build, outside the "
+                                         "arena): the head's product, {:.4g} tokens x model.vocab_size {:.4g}",
+                                         rows * tp * len, d.V),
+                             gemm_workspace_bytes(part, rows * tp * len, es, gpu_build)});
     plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows * tp, len),
                            rows * tp * len * 4 * 4});
     // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.
