@@ -9,6 +9,7 @@
 #   local_slurm_wait_gone JOBID SECONDS -> waits until the job has left the queue; if it has not
 #                                within SECONDS, calls the sourcing script's `fail MESSAGE` (or,
 #                                where there is none, prints MESSAGE and returns 1)
+#   local_slurm_test_cleanup WORK -> a test's EXIT trap: stops the Slurm, deletes or keeps WORK
 # Several nodes on one machine, with a Slurm not built with --enable-multiple-slurmd (Debian's):
 # each node has its own NodeHostname (Slurm refuses two nodes of one host name), port, spool,
 # TmpFS (where the PMIx plugin makes its per-step directories, named by job and step only), pid
@@ -127,4 +128,14 @@ local_slurm_wait_gone() {
   if declare -F fail >/dev/null; then fail "$message"; fi
   echo "local Slurm: $message" >&2
   return 1
+}
+
+# A test's EXIT trap (trap 'local_slurm_test_cleanup "$work"' EXIT): stops the Slurm under
+# WORK/slurm, then deletes WORK after a pass or a skip (exit 0 or 77) and keeps it, named, after a
+# failure or with SHARDRL_KEEP_TEST_DIR set.
+local_slurm_test_cleanup() {
+  local rc=$? work=$1
+  local_slurm_stop "$work/slurm"
+  if [[ ($rc -eq 0 || $rc -eq 77) && -z ${SHARDRL_KEEP_TEST_DIR:-} ]]; then rm -rf "$work"
+  else echo "kept for inspection: $work" >&2; fi
 }

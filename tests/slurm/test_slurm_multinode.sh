@@ -29,13 +29,7 @@ source "$root/scripts/mpi_env.sh"   # how Open MPI runs on this machine; sbatch 
 # Open MPI learns from PMIx which ranks share a node: ranks of different slurmd are remote to it,
 # so they need a network transport besides shared memory; every slurmd here is on 127.0.0.1.
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo
-cleanup() {
-  local rc=$?
-  local_slurm_stop "$work/slurm"
-  if [[ ($rc -eq 0 || $rc -eq 77) && -z ${SHARDRL_KEEP_TEST_DIR:-} ]]; then rm -rf "$work"
-  else echo "kept for inspection: $work" >&2; fi
-}
-trap cleanup EXIT
+trap 'local_slurm_test_cleanup "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIPPED: $*"; exit 77; }
 

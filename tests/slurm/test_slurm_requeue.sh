@@ -15,13 +15,7 @@ signal_after=10   # iterations in metrics.jsonl before the warning is sent
 
 source "$root/tests/slurm/local_slurm.sh"
 source "$root/scripts/mpi_env.sh"   # how Open MPI runs on this machine; sbatch passes it on
-cleanup() {
-  local rc=$?
-  local_slurm_stop "$work/slurm"
-  if [[ ($rc -eq 0 || $rc -eq 77) && -z ${SHARDRL_KEEP_TEST_DIR:-} ]]; then rm -rf "$work"
-  else echo "kept for inspection: $work" >&2; fi
-}
-trap cleanup EXIT
+trap 'local_slurm_test_cleanup "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 reason=$(local_slurm_skip_reason)
