@@ -170,6 +170,20 @@ TEST(ConfigLoad, MixtureOfExpertsKeys) {
   EXPECT_EQ(three[0], "--set fsdp.expert_parallel=true: fsdp.expert_parallel gives each rank n_experts / ranks "
                       "experts, but model.n_experts = 8 does not divide among 3 ranks");
 
+  // rollout.expert_parallel decodes with the training's spread experts: it needs both.
+  LoadedConfig rollout_ep = load_config(moe, "moe.toml", {"fsdp.expert_parallel=true", "rollout.expert_parallel=true"}, kCpu);
+  ASSERT_TRUE(rollout_ep.ok()) << rollout_ep.errors.front();
+  LoadedConfig rollout_only = load_config(moe, "moe.toml", {"rollout.expert_parallel=true"}, kCpu);
+  ASSERT_EQ(rollout_only.errors.size(), 1u);
+  EXPECT_EQ(rollout_only.errors[0], "--set rollout.expert_parallel=true: rollout.expert_parallel decodes with the "
+                                    "experts fsdp.expert_parallel spreads over the ranks; it needs "
+                                    "fsdp.expert_parallel = true");
+  LoadedConfig rollout_dense = load_config("[rollout]\nexpert_parallel = true\n", "dense.toml", {}, kCpu);
+  ASSERT_EQ(rollout_dense.errors.size(), 1u);
+  EXPECT_EQ(rollout_dense.errors[0], "dense.toml:2:19: rollout.expert_parallel decodes with the experts "
+                                     "fsdp.expert_parallel spreads over the ranks; it needs a mixture-of-experts "
+                                     "model (model.n_experts > 0)");
+
   LoadedConfig graphs = load_config(moe, "moe.toml", {"train.cuda_graph=full"}, kGpu);
   ASSERT_EQ(graphs.errors.size(), 1u);
   EXPECT_NE(graphs.errors[0].find("cannot capture mixture-of-experts layers"), std::string::npos) << graphs.errors[0];

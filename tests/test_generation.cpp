@@ -514,6 +514,31 @@ TEST(Generate, PagedEngineDrawsWhatTheStaticEngineDraws) {
   EXPECT_EQ(small.last_stats().kv_bytes * (16 * 40), fixed.last_stats().kv_bytes * (22 * 4));
 }
 
+// rollout.prefill_tokens: prefills in calls of a few rows draw what one call of every row
+// draws, with both engines (the static one's 16 rows in calls of 3 rows, 120 positions; the paged
+// one's 4 prompts admitted together in calls of 1 row), with the same prefill counts; and the
+// decoder's activations hold one call's tokens, not every row's.
+TEST(Generate, PrefillInCallsDrawsWhatOneCallDraws) {
+  GenerationRig rig;
+  const auto rows = sampled_rows();
+  const SamplingOptions sampling{1.0f, 0, 1.0f};
+  for (const RolloutEngine engine : {RolloutEngine::static_batch, RolloutEngine::paged}) {
+    const std::string what = engine == RolloutEngine::paged ? "paged" : "static";
+    EngineOptions whole = paged();
+    whole.engine = engine;
+    EngineOptions calls = whole;
+    calls.prefill_tokens = engine == RolloutEngine::paged ? 40 : 120;
+    Generator one(opts(rig.s, Precision::fp32, 16, 1), 16, 40, ExecSpace(), nullptr, whole);
+    Generator several(opts(rig.s, Precision::fp32, 16, 1), 16, 40, ExecSpace(), nullptr, calls);
+    EXPECT_EQ(one.model().tokens_per_forward(), 16u * 40) << what;
+    EXPECT_EQ(several.model().tokens_per_forward(), engine == RolloutEngine::paged ? 40u : 120u) << what;
+    EXPECT_LT(several.model().activation_bytes(), one.model().activation_bytes() / 4) << what;
+    const auto want = one.generate(rig.weights, rows, sampling, 20, 9, 4, /*eos=*/17);
+    expect_same_completions(several.generate(rig.weights, rows, sampling, 20, 9, 4, 17), want, what);
+    EXPECT_EQ(several.last_stats().prefill_tokens, one.last_stats().prefill_tokens) << what;
+  }
+}
+
 // Decode graphs with the paged engine: the block table is read from the same device buffer by
 // every replay, rewritten between steps; the draws are the eager engine's.
 TEST(Generate, PagedEngineDecodeGraphsDrawWhatEagerDecodingDraws) {

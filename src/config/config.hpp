@@ -114,6 +114,8 @@ struct RolloutConfig {
   RolloutEngine engine = RolloutEngine::static_batch;
   std::int64_t kv_cache_tokens = 0;   // paged: positions of the block pool; 0: as many as static
   std::int64_t tensor_parallel = 1;   // ranks that decode one model together
+  std::int64_t prefill_tokens = 16384;   // positions per prefill call (at least a row's); 0: every row at once
+  bool expert_parallel = false;       // MoE: decode with the rank's own experts (fsdp.expert_parallel's)
 };
 
 struct RlConfig {

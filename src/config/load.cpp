@@ -492,10 +492,17 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on the "
         "GPU (use \"auto\" or \"nccl\")",
         where("comm.backend")));
+  if (c.rollout.expert_parallel && (shape.n_experts == 0 || !c.fsdp.expert_parallel))
+    out.errors.push_back(fmt::format("{}: rollout.expert_parallel decodes with the experts fsdp.expert_parallel "
+                                     "spreads over the ranks; it needs {}",
+                                     where("rollout.expert_parallel"),
+                                     shape.n_experts == 0 ? "a mixture-of-experts model (model.n_experts > 0)"
+                                                          : "fsdp.expert_parallel = true"));
   if (const std::int64_t T = c.rollout.tensor_parallel; T > 1) {
     if (shape.n_experts > 0)
       out.errors.push_back(fmt::format("{}: rollout.tensor_parallel = {} splits the layers of dense models; a mixture "
-                                       "of experts (model.n_experts = {}) decodes whole (use 1)",
+                                       "of experts (model.n_experts = {}) decodes with its experts spread by "
+                                       "rollout.expert_parallel (use 1)",
                                        where("rollout.tensor_parallel"), T, shape.n_experts));
     const std::pair<const char*, int> split[] = {
         {"n_heads", shape.n_heads}, {"n_kv_heads", shape.n_kv_heads}, {"d_ff", shape.d_ff}};

@@ -387,6 +387,22 @@ std::vector<KeyDef> build_schema() {
                                       &Config::rollout, &RolloutConfig::tensor_parallel),
                                 1),
                        kMaxInt));
+  s.push_back(with_max(with_min(field("rollout", "prefill_tokens", VK::integer,
+                                      "Positions one prefill call takes: rows of train.seq_len + 1 positions "
+                                      "each, at least one row. The rollout's activations (and expert-parallel "
+                                      "exchange buffers) are sized for one call, so this bounds them; more calls "
+                                      "cost little. 0: every row at once (with rollout.expert_parallel, 1 / ranks "
+                                      "of the rows).",
+                                      &Config::rollout, &RolloutConfig::prefill_tokens),
+                                0),
+                       kMaxInt));
+  s.push_back(field("rollout", "expert_parallel", VK::boolean,
+                    "Mixture-of-experts models with fsdp.expert_parallel: the rollout keeps each rank's own "
+                    "experts (as training does) instead of gathering every expert, and each MoE layer sends "
+                    "the routed tokens to their experts' ranks and back; the ranks decode in lockstep. The "
+                    "rollout's weights shrink from the whole model to the dense part and 1 / ranks of the "
+                    "experts; completions equal whole-expert decoding's to rounding.",
+                    &Config::rollout, &RolloutConfig::expert_parallel));
 
   s.push_back(field("rl", "task", VK::choice,
                     "Verifiable task: `sort`, `add`, `reverse`, `jsonl`, or `text` (prompts of a JSONL dataset, "

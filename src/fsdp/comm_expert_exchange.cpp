@@ -1,6 +1,7 @@
 #include "fsdp/comm_expert_exchange.hpp"
 
 #include "core/error.hpp"
+#include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 
@@ -40,6 +41,12 @@ void CommExpertExchange::exchange_rows(const void* send, const std::size_t* send
   if (!kDeviceIsGpu) space_.fence();
   comm_.all_to_all_v(send, sc.data(), so.data(), recv, rc.data(), ro.data(), bf16 ? DataType::bf16 : DataType::f32,
                      stream_of(space_));
+}
+
+// On the host communicator: the values are host integers, and the exchange's device traffic of the
+// step is done (the decode step reads its draws back before the next agreement).
+void CommExpertExchange::agree_max(std::int32_t* values, int n) {
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_INT32_T, MPI_MAX, comm_.host_comm()));
 }
 
 }  // namespace shardrl

@@ -23,6 +23,7 @@ class CommExpertExchange final : public ExpertExchange {
   void exchange_counts(const std::int32_t* send, std::int32_t* recv, int per) override;
   void exchange_rows(const void* send, const std::size_t* send_rows, const std::size_t* send_first, void* recv,
                      const std::size_t* recv_rows, const std::size_t* recv_first, int width, bool bf16) override;
+  void agree_max(std::int32_t* values, int n) override;
 
  private:
   Communicator& comm_;

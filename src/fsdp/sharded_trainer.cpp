@@ -147,37 +147,15 @@ GatheredUnit ShardedTrainer::gather(int u) {
   // The communication stream starts after everything computed so far: the own slice is up to
   // date and the slot's previous unit is no longer read.
   const std::int64_t es = static_cast<std::int64_t>(model_.compute_type_size());
-  std::int64_t gathered = s.shard;
-  if (s.expert_parallel()) {
-    // Only the dense pieces travel; this rank's own experts are copied in after the dense part
-    // (on the compute stream, before the point the communication stream waits for), where the
-    // model reads its local experts.
-    const std::int64_t mine = s.shard - s.dense - (s.adapters() ? s.trainable : 0);
-    char* at = static_cast<char*>(slots_->buffer(g.slot)) + s.experts_begin * es;
-    const char* from = static_cast<const char*>(source) + s.dense * es;
-    if (type == DataType::bf16)
-      kernels::cast(space_, reinterpret_cast<const bf16*>(from), reinterpret_cast<bf16*>(at), mine);
-    else
-      kernels::cast(space_, reinterpret_cast<const float*>(from), reinterpret_cast<float*>(at), mine);
-    gathered = s.dense;
-  }
+  // The own experts' copy runs on the compute stream, before the point the communication stream
+  // waits for.
+  copy_own_experts(u, source, slots_->buffer(g.slot), type);
   compute_point_.record(compute_stream());
   compute_point_.wait(comm_stream_.get());
-  const StreamRef comm{comm_stream_.get()};
-  if (s.expert_parallel()) {
-    comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type, comm);
-    if (s.adapters())   // LoRA: the adapters after this rank's experts (shard_layout.hpp)
-      comm_.all_gather(static_cast<const char*>(source) + s.trainable_offset * es,
-                       static_cast<char*>(slots_->buffer(g.slot)) + s.adapters_at * es,
-                       static_cast<std::size_t>(s.trainable), type, comm);
-  } else if (s.adapters()) {   // LoRA's two pieces, base then adapters, each to its region
-    all_gather_unit(u, source, slots_->buffer(g.slot), type, comm);
-  } else {
-    comm_.all_gather(source, slots_->buffer(g.slot), static_cast<std::size_t>(gathered), type, comm);
-  }
+  all_gather_as_trained(u, source, slots_->buffer(g.slot), type, StreamRef{comm_stream_.get()});
   gathered_[g.slot].record(comm_stream_.get());
   profile_.all_gathers += s.adapters() ? 2 : 1;
-  profile_.all_gather_bytes += gathered * layout_.world_size() * es;
+  profile_.all_gather_bytes += (s.expert_parallel() ? s.dense : s.shard) * layout_.world_size() * es;
   if (options_.profile) {
     comm_.synchronize(StreamRef{comm_stream_.get()});
     profile_.gather_s += now() - t;
@@ -463,6 +441,41 @@ void ShardedTrainer::gather_unit(int u, void* out) {
   all_gather_unit(u, compute_slice(u), out, compute_data_type(), stream_of(space_));
   profile_.all_gathers += 1;
   profile_.all_gather_bytes += layout_.unit(u).padded * static_cast<std::int64_t>(model_.compute_type_size());
+}
+
+void ShardedTrainer::gather_unit_as_trained(int u, void* out) {
+  const void* source = compute_slice(u);
+  copy_own_experts(u, source, out, compute_data_type());
+  if (!kDeviceIsGpu) space_.fence();   // the MPI backend reads host memory at once
+  all_gather_as_trained(u, source, out, compute_data_type(), stream_of(space_));
+  const UnitShard& s = layout_.unit(u);
+  profile_.all_gathers += s.adapters() ? 2 : 1;
+  profile_.all_gather_bytes += (s.expert_parallel() ? s.dense : s.shard) * layout_.world_size() *
+                               static_cast<std::int64_t>(model_.compute_type_size());
+}
+
+void ShardedTrainer::copy_own_experts(int u, const void* source, void* out, DataType type) {
+  const UnitShard& s = layout_.unit(u);
+  if (!s.expert_parallel()) return;
+  const std::int64_t es = static_cast<std::int64_t>(size_of(type));
+  const std::int64_t mine = s.shard - s.dense - (s.adapters() ? s.trainable : 0);
+  char* at = static_cast<char*>(out) + s.experts_begin * es;
+  const char* from = static_cast<const char*>(source) + s.dense * es;
+  if (type == DataType::bf16)
+    kernels::cast(space_, reinterpret_cast<const bf16*>(from), reinterpret_cast<bf16*>(at), mine);
+  else
+    kernels::cast(space_, reinterpret_cast<const float*>(from), reinterpret_cast<float*>(at), mine);
+}
+
+void ShardedTrainer::all_gather_as_trained(int u, const void* source, void* out, DataType type, StreamRef stream) {
+  const UnitShard& s = layout_.unit(u);
+  if (!s.expert_parallel()) return all_gather_unit(u, source, out, type, stream);
+  // Only the dense pieces travel (the own experts are copied in by copy_own_experts).
+  const std::int64_t es = static_cast<std::int64_t>(size_of(type));
+  comm_.all_gather(source, out, static_cast<std::size_t>(s.dense), type, stream);
+  if (s.adapters())   // LoRA: the adapters after this rank's experts (shard_layout.hpp)
+    comm_.all_gather(static_cast<const char*>(source) + s.trainable_offset * es, static_cast<char*>(out) + s.adapters_at * es,
+                     static_cast<std::size_t>(s.trainable), type, stream);
 }
 
 void ShardedTrainer::all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream) {

@@ -108,6 +108,10 @@ class ShardedTrainer {
   // Unit u's full weights in the compute type into `out` (padded_u elements), enqueued on the
   // model's space (a tensor-parallel rollout's staging, one unit at a time). Collective.
   void gather_unit(int u, void* out);
+  // Unit u as a training gather holds it (layout().unit(u).gathered elements): the whole unit,
+  // or for an expert-parallel unit its dense part and this rank's experts (the adapters after
+  // them), enqueued on the model's space: an expert-parallel rollout's weights. Collective.
+  void gather_unit_as_trained(int u, void* out);
 
   // Checkpoints: this rank's slice of unit u of `state` as fp32 on the host, and back (bf16 state
   // rounds, exactly, since it was bf16; writing the main weights refreshes their compute-type
@@ -147,6 +151,11 @@ class ShardedTrainer {
   // Unit u whole into `out` from every rank's slice `source` (compute type or fp32): one
   // all-gather, or for an expert-parallel unit one of the dense pieces and one of the experts.
   void all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream);
+  // A training gather of unit u into `out` in two parts: this rank's experts copied from its
+  // slice (on the compute space; nothing for a unit without expert parallelism), and the
+  // all-gathers of the rest on `stream`.
+  void copy_own_experts(int u, const void* source, void* out, DataType type);
+  void all_gather_as_trained(int u, const void* source, void* out, DataType type, StreamRef stream);
   void prefetch(int u);            // starts the all-gather of u if a slot is free
   void release(int u);
   StreamHandle compute_stream() const;

@@ -214,8 +214,23 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     // A rank of a group keeps 1/tp of each layer (the embedding and head whole) and gathers whole
     // layers one at a time through a staging buffer of the largest.
     const double layers = P - d.V * d.D * (m.shape.tie_embeddings ? 1 : 2) - d.D;
+    // rollout.expert_parallel: the rank keeps its own experts of each MoE layer, as training does.
+    const bool ep = config.rollout.expert_parallel && d.moe_layers > 0;
+    // The decoder's activations hold one prefill call (rollout/generator.cpp): the rows of
+    // rollout.prefill_tokens positions, by default every row (with expert parallelism 1/ranks of
+    // them), and at least the decode step's one token per row.
+    const double gen_rows = rows * tp;
+    const double prefill_rows =
+        config.rollout.prefill_tokens > 0
+            ? std::clamp(std::floor(double(config.rollout.prefill_tokens) / len), 1.0, gen_rows)
+            : (ep ? std::max(1.0, std::ceil(gen_rows / N)) : gen_rows);
+    const double act_tokens = std::max(gen_rows, prefill_rows * len);
     const MemoryTerm weights =
-        tp > 1 ? MemoryTerm{fmt::format("rollout weights: 1/{} (rollout.tensor_parallel) of the layers' {:.4g} "
+        ep ? MemoryTerm{fmt::format("rollout weights: the {:.4g} parameters but the experts' and 1/{} of the "
+                                    "experts' {:.4g} (rollout.expert_parallel), in the compute type",
+                                    P - d.moe_layers * d.moe_experts, world_size, d.moe_layers * d.moe_experts),
+                        (P - d.moe_layers * d.moe_experts * (1 - 1 / N)) * es}
+        : tp > 1 ? MemoryTerm{fmt::format("rollout weights: 1/{} (rollout.tensor_parallel) of the layers' {:.4g} "
                                        "parameters, the embedding and head whole, and a staging buffer of the "
                                        "largest layer ({:.4g} elements), in the compute type",
                                        tp, layers, largest_layer),
@@ -231,19 +246,33 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                             rows, len, d.L),
          kv},
         // A tensor-parallel group decodes all its ranks' rows, each rank with its part's shape.
-        {fmt::format("rollout activations, logits, GEMM and attention workspace: {:.4g} rows x {:.4g} positions, "
-                     "logits of model.vocab_size {:.4g}",
-                     rows * tp, len, d.V),
-         activation_bytes(part, rows * tp * len, 2, 1, es) + rows * tp * d.V * es +
-             (gpu_build ? gemm_workspace_bytes(part, rows * tp * len, es, gpu_build) : 0) +
-             attention_scratch_bytes(m, rows * tp, len, es, false)}};
+        {fmt::format("rollout activations, logits, GEMM and attention workspace: a prefill call (rollout.prefill_tokens) "
+                     "of {:.4g} x {:.4g} positions, logits of {:.4g} rows x model.vocab_size {:.4g}",
+                     prefill_rows, len, gen_rows, d.V),
+         activation_bytes(part, act_tokens, 2, 1, es) + gen_rows * d.V * es +
+             (gpu_build ? gemm_workspace_bytes(part, act_tokens, es, gpu_build) : 0) +
+             attention_scratch_bytes(m, prefill_rows, len, es, false)}};
+    if (d.moe_layers > 0) {
+      // The decoder's MoE buffers, one layer's (model/moe_layers.cpp): the router's logits and
+      // probabilities, the routing, the routed rows in and out; the experts' products over them,
+      // or with expert parallelism the exchange's buffers, which hold every rank's routed rows of a
+      // prefill call of 1/ranks of the rows (rollout/generator.cpp).
+      const double tokens = act_tokens, A = tokens * m.shape.top_k, E = m.shape.n_experts;
+      const double Fe = m.shape.d_ff_expert;
+      const double R = ep ? N * A : A;
+      rollout.push_back(
+          {fmt::format("rollout MoE buffers: {:.4g} routed rows (a prefill call's positions x model.top_k){}", A,
+                       ep ? fmt::format(", the expert exchange's {:.4g} (ranks x as many)", R) : ""),
+           tokens * E * (es + 4) + A * 4 * 4 + 2 * A * d.D * es + 3 * R * Fe * es +
+               (ep ? 3 * R * d.D * es + 2 * R * 4 : 0)});
+    }
     if (!gpu_build && es == 2)
       plan.device.push_back({fmt::format("the rollout model's bf16 GEMM conversion workspace (CPU build, outside the "
                                          "arena): the head's product, {:.4g} tokens x model.vocab_size {:.4g}",
-                                         rows * tp * len, d.V),
-                             gemm_workspace_bytes(part, rows * tp * len, es, gpu_build)});
-    plan.device.push_back({fmt::format("the rollout's ids: {:.4g} rows x {:.4g} positions", rows * tp, len),
-                           rows * tp * len * 4 * 4});
+                                         act_tokens, d.V),
+                             gemm_workspace_bytes(part, act_tokens, es, gpu_build)});
+    plan.device.push_back({fmt::format("the rollout's ids: a prefill call's {:.4g} positions", act_tokens),
+                           act_tokens * 4 * 4});
     // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.
     plan.host.push_back({fmt::format("the rollout batch: {:.4g} rows x {:.4g} positions", rows, len),
                          rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});

@@ -135,6 +135,8 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
   o.engine.engine = c.rollout.engine;
   o.engine.kv_cache_tokens = c.rollout.kv_cache_tokens;
+  o.engine.expert_parallel = c.rollout.expert_parallel;
+  o.engine.prefill_tokens = c.rollout.prefill_tokens;
   o.train_graph = c.train.cuda_graph == TrainGraph::full;
   o.advantage_estimator = c.rl.advantage_estimator;
   o.scale_by_std = c.rl.scale_by_std;

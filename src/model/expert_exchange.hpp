@@ -2,7 +2,8 @@
 // (rank r of W: experts r * E / W .. (r + 1) * E / W - 1) for the tokens of every rank, so an
 // MoE layer sends each routed row to its expert's rank and the outputs back. The model knows
 // only this interface; fsdp/comm_expert_exchange.hpp implements it over the job's communicator.
-// Every rank makes the same calls in the same order (each MoE layer's forward and backward).
+// Every rank makes the same calls in the same order (each MoE layer's forward and backward), so
+// ranks that decode with it run the same forwards: agree_max lets them settle each step's.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,8 @@ class ExpertExchange {
   virtual void exchange_rows(const void* send, const std::size_t* send_rows, const std::size_t* send_first,
                              void* recv, const std::size_t* recv_rows, const std::size_t* recv_first, int width,
                              bool bf16) = 0;
+  // Host integers: each of values[0, n) becomes its largest over the ranks. Waits for the ranks.
+  virtual void agree_max(std::int32_t* values, int n) = 0;
 };
 
 }  // namespace shardrl

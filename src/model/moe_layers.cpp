@@ -37,7 +37,6 @@ MoeLayers::MoeLayers(const ModelOptions& options, const ExecSpace& space, Gemm& 
   ExpertExchange* const ep = options_.expert_exchange;
   const std::size_t W = ep ? static_cast<std::size_t>(ep->ranks()) : 1, R = W * A;
   SHARDRL_CHECK(!ep || E % W == 0, "expert parallelism: the experts must divide among the ranks");
-  SHARDRL_CHECK(!ep || training, "expert parallelism is for training: decoding holds every expert");
   sets_.resize(static_cast<std::size_t>(sets));
   for (int l = 0; l < sets; ++l) {
     if (sets > 1 && !s.moe_layer(l)) continue;   // a dense layer's set

@@ -85,7 +85,10 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     SHARDRL_CHECK(kernels::flash_attention_supports_head_dim(s.head_dim),
                   fmt::format("flash attention does not take head_dim {}", s.head_dim));
   }
-  const std::size_t N = std::size_t(options_.max_batch) * options_.max_seq_len;
+  const std::size_t N = tokens_per_forward();
+  SHARDRL_CHECK(N >= std::size_t(options_.max_batch) && N <= std::size_t(options_.max_batch) * options_.max_seq_len,
+                fmt::format("max_tokens {} outside [max_batch {}, max_batch x max_seq_len]", options_.max_tokens,
+                            options_.max_batch));
   const std::size_t D = s.d_model, V = s.vocab_size;
   // The dense MLP's hidden buffers also serve an MoE layer's shared expert.
   const std::size_t F = std::max<std::size_t>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
@@ -246,6 +249,11 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
 
 Transformer::~Transformer() = default;
 
+std::size_t Transformer::tokens_per_forward() const {
+  return options_.max_tokens > 0 ? std::size_t(options_.max_tokens)
+                                 : std::size_t(options_.max_batch) * options_.max_seq_len;
+}
+
 std::size_t Transformer::compute_type_size() const {
   return options_.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float);
 }
@@ -273,9 +281,10 @@ double Transformer::aux_loss() const { return moe_ ? moe_->aux_loss() : 0.0; }
 
 void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
                             const std::int32_t* positions) {
-  SHARDRL_CHECK(B >= 1 && B <= options_.max_batch && S >= 1 && S <= options_.max_seq_len,
-                fmt::format("batch ({}, {}) outside the buffers' ({}, {})", B, S, options_.max_batch,
-                            options_.max_seq_len));
+  SHARDRL_CHECK(B >= 1 && B <= options_.max_batch && S >= 1 && S <= options_.max_seq_len &&
+                    std::size_t(B) * S <= tokens_per_forward(),
+                fmt::format("batch ({}, {}) outside the buffers' ({}, {}), {} tokens", B, S, options_.max_batch,
+                            options_.max_seq_len, tokens_per_forward()));
   B_ = B;
   S_ = S;
   Activations& a = *act_;

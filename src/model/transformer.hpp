@@ -49,6 +49,10 @@ struct ModelOptions {
   AttentionImpl attention = AttentionImpl::gemm;
   int max_batch = 1;     // sequences
   int max_seq_len = 1;   // positions per sequence
+  // The most tokens (B x S) of one forward, which size the activations (and, with expert
+  // parallelism, the exchange's buffers: every rank's routed rows of that many tokens); at least
+  // max_batch. 0: max_batch x max_seq_len. A decoder sets it to its prefill call's.
+  long max_tokens = 0;
   // Generation only: no backward buffers, one layer's activations shared by all layers, two
   // residual buffers in turn, and head buffers for one token per row (the decode step's).
   bool inference_only = false;
@@ -60,7 +64,7 @@ struct ModelOptions {
   MoeImpl moe_impl = MoeImpl::grouped;
   // Expert parallelism (fsdp.expert_parallel): this rank computes its own experts for every
   // rank's tokens, moved by the exchange (the job's; it outlives the model). Null: every expert
-  // here, from the gathered unit.
+  // here, from the gathered unit (expert-parallel decoding keeps it: rollout.expert_parallel).
   ExpertExchange* expert_exchange = nullptr;
   // Tensor-parallel decoding (rollout.tensor_parallel): the shape is one rank's part
   // (tensor_parallel_shape) and each layer's two output projections end with the group's sum.
@@ -93,6 +97,7 @@ class Transformer {
   int unit_count() const { return static_cast<int>(units_.size()); }
   int head_unit() const { return unit_count() - 1; }
   std::size_t compute_type_size() const;   // 2 (bf16) or 4 (fp32): the unit weight buffers' type
+  std::size_t tokens_per_forward() const;  // options().max_tokens resolved
 
   // The batch: B rows of S positions; tokens and next-token targets as (B, S) host arrays.
   // Without `positions` each row is one right-padded sequence. With them a row may pack

@@ -87,8 +87,14 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
         for (const ParamSpec& p : unit.params)
           if (p.shape.size() == 2) generator_->model().gemm().reserve(p.shape[0], p.shape[1], model.options().shape.lora.rank);
   } else {
+    // rollout.expert_parallel: the set holds each MoE layer as training gathers it (the dense
+    // part and this rank's experts), and the generator decodes with the training's exchange.
     const int rows = minibatches_ * ceil_div(prompts_per_minibatch_, comm.size()) * group_;
-    weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(), rollout);
+    SHARDRL_CHECK(!options.engine.expert_parallel || model.options().expert_exchange != nullptr,
+                  "rollout.expert_parallel needs the model built with fsdp.expert_parallel (the config checks it)");
+    weights_ = std::make_unique<WeightSet>(trainer.layout(), model.compute_type_size(), rollout,
+                                           options.engine.expert_parallel ? WeightSet::Experts::own
+                                                                          : WeightSet::Experts::all);
     generator_ = std::make_unique<Generator>(model.options(), rows, gen_len_, model.space(), &arena, options.engine);
   }
   if (options.decode_graphs) generator_->use_decode_graphs();

@@ -62,7 +62,8 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
     }
   }
   std::vector<Completion> out;
-  if (!rows.empty()) {
+  // Expert-parallel decoding runs on every rank, with rows or not (rollout/generator.hpp).
+  if (!rows.empty() || options_.engine.expert_parallel) {
     std::vector<Completion> drawn =
         generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
     for (std::size_t r = 0; r < drawn.size(); ++r)
@@ -254,13 +255,17 @@ EvalStats GrpoLoop::evaluate() {
     const int per_prompt = greedy ? 1 : e.k;
     SamplingOptions sampling = options_.sampling;
     if (greedy) sampling.temperature = 0.0f;
+    // Every rank makes as many rounds as the rank with the most prompts (the first:
+    // prompts_of_rank gives the earlier ranks the remainder): each round's scoring agrees on
+    // errors over all ranks, and expert-parallel decoding runs the ranks' generate calls together.
     // The paged engine takes every row at once and refills its slots; the static one runs
     // batches of its rows.
-    const std::int64_t chunk = std::max<std::int64_t>(1, generator_->engine().engine == RolloutEngine::paged
-                                                             ? end - begin
-                                                             : generator_->max_rows() / per_prompt);
-    ProgressMeter meter(greedy ? "evaluation (greedy)" : "evaluation (samples)", (end - begin + chunk - 1) / chunk);
-    for (std::int64_t first = begin; first < end; first += chunk, meter.advance()) {
+    const std::int64_t most = prompts_of_rank(e.prompts, comm_.size() / T, 0).second;
+    const std::int64_t chunk = std::max<std::int64_t>(
+        1, generator_->engine().engine == RolloutEngine::paged ? most : generator_->max_rows() / per_prompt);
+    const std::int64_t calls = (most + chunk - 1) / chunk;
+    ProgressMeter meter(greedy ? "evaluation (greedy)" : "evaluation (samples)", calls);
+    for (std::int64_t call = 0, first = begin; call < calls; ++call, first += chunk, meter.advance()) {
       std::vector<GenerationRow> rows;
       std::vector<TaskExample> examples;
       for (std::int64_t i = first; i < std::min<std::int64_t>(end, first + chunk); ++i) {
@@ -276,7 +281,9 @@ EvalStats GrpoLoop::evaluate() {
         }
       }
       const std::vector<Completion> out =
-          generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration, eos_id_);
+          rows.empty() && !options_.engine.expert_parallel
+              ? std::vector<Completion>{}
+              : generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration, eos_id_);
       const std::vector<double> rewards = agreed_score(examples, out);
       for (std::size_t p = 0; p < rows.size(); p += static_cast<std::size_t>(per_prompt)) {
         bool any = false;

@@ -16,6 +16,13 @@ struct EngineOptions {
   RolloutEngine engine = RolloutEngine::static_batch;
   int block_positions = 16;          // paged: positions per KV cache block (a power of two)
   std::int64_t kv_cache_tokens = 0;  // paged: positions the pool holds; 0: rows x max_len, as static
+  // rollout.prefill_tokens: a prefill call takes rows of at most this many positions in all (at
+  // least one row); the rollout's activations are sized for it. 0: every row at once, or with
+  // expert parallelism 1/ranks of the rows.
+  std::int64_t prefill_tokens = 0;
+  // rollout.expert_parallel: decode with the model's ExpertExchange, this rank's experts only;
+  // the ranks run their forwards in lockstep (rollout/generator.hpp).
+  bool expert_parallel = false;
 };
 
 }  // namespace shardrl

@@ -13,13 +13,29 @@
 namespace shardrl {
 namespace {
 
-// Buffers for a prefill of (rows, max_len) tokens; decode steps use one token per row.
-ModelOptions generation_options(ModelOptions o, int rows, int max_len, PhaseArena* arena) {
+// Rows per prefill call: those of rollout.prefill_tokens positions (at least one); by default all
+// of them, or with expert-parallel decoding 1/ranks of them, so the exchange's buffers (every
+// rank's routed rows of one call) hold as many rows as whole-expert decoding's MoE buffers.
+int prefill_rows_of(const ModelOptions& o, int rows, int max_len, const EngineOptions& engine) {
+  SHARDRL_CHECK(!engine.expert_parallel || (o.expert_exchange != nullptr && o.shape.n_experts > 0),
+                "expert-parallel decoding needs an MoE model built with an ExpertExchange");
+  if (engine.prefill_tokens > 0)
+    return static_cast<int>(std::clamp<std::int64_t>(engine.prefill_tokens / max_len, 1, rows));
+  if (!engine.expert_parallel) return rows;
+  const int W = o.expert_exchange->ranks();
+  return std::max(1, (rows + W - 1) / W);
+}
+
+// Buffers for a prefill call of (prefill rows, max_len) tokens; decode steps use one token per
+// row. Decoding holds every expert (the materialised weight set), or with expert parallelism the
+// rank's own.
+ModelOptions generation_options(ModelOptions o, int rows, int max_len, PhaseArena* arena, const EngineOptions& engine) {
   o.max_batch = rows;
   o.max_seq_len = max_len;
+  o.max_tokens = std::max<long>(rows, long(prefill_rows_of(o, rows, max_len, engine)) * max_len);
   o.activation_recompute = false;
   o.inference_only = true;
-  o.expert_exchange = nullptr;   // decoding holds every expert (the materialised weight set)
+  if (!engine.expert_parallel) o.expert_exchange = nullptr;
   o.arena = ArenaPlacement{arena, Phase::rollout};
   return o;
 }
@@ -53,9 +69,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Generator::Generator(const ModelOptions& model, int rows, int max_len, const ExecSpace& space, PhaseArena* arena,
                      const EngineOptions& engine)
     : engine_(engine),
-      model_(generation_options(model, rows, max_len, arena), space),
+      model_(generation_options(model, rows, max_len, arena, engine), space),
       cache_(make_cache(model, rows, max_len, engine, arena)),
-      max_rows_(rows), max_len_(max_len), keys_(MemoryCategory::workspace, "draw_keys", rows),
+      max_rows_(rows), max_len_(max_len), prefill_rows_(prefill_rows_of(model, rows, max_len, engine)), keys_(MemoryCategory::workspace, "draw_keys", rows),
       drawn_(MemoryCategory::workspace, "drawn", rows), drawn_logp_(MemoryCategory::workspace, "drawn_logp", rows),
       drawn_entropy_(MemoryCategory::workspace, "drawn_entropy", rows), keys_h_(rows), drawn_h_(rows),
       logp_h_(rows), entropy_h_(rows) {
@@ -72,6 +88,54 @@ int Generator::decode_graph_captures() const {
   int n = 0;
   for (const auto& [key, graph] : graphs_) n += graph->captured() ? 1 : 0;
   return n;
+}
+
+bool Generator::lockstep() const { return model_.options().expert_exchange != nullptr; }
+
+void Generator::agree(std::int32_t* values, int n) {
+  if (lockstep()) model_.options().expert_exchange->agree_max(values, n);
+}
+
+void Generator::prefill(const std::vector<const void*>& weights, const std::vector<std::vector<std::int32_t>>& texts,
+                        const std::vector<const std::vector<int>*>* blocks, int spare) {
+  const int n = static_cast<int>(texts.size()), c = prefill_rows_;
+  std::int32_t calls = (n + c - 1) / c;
+  agree(&calls);
+  const int head = model_.head_unit();
+  for (int k = 0; k < calls; ++k) {
+    const int first = k * c, rows = std::clamp(n - first, 0, c);
+    std::vector<std::int32_t> tokens{0}, sequence{spare};
+    int S = 1;
+    if (rows > 0) {
+      S = 1;
+      for (int b = first; b < first + rows; ++b) S = std::max(S, static_cast<int>(texts[b].size()));
+      tokens.assign(std::size_t(rows) * S, 0);
+      sequence.resize(rows);
+      for (int b = 0; b < rows; ++b) {
+        std::copy(texts[first + b].begin(), texts[first + b].end(), tokens.begin() + std::size_t(b) * S);
+        // Static: text b is row b's, in its slot; paged: through prefill sequence rows_ + b.
+        sequence[b] = blocks ? max_rows_ + b : first + b;
+        if (blocks) set_table(max_rows_ + b, *(*blocks)[first + b]);
+      }
+    }
+    const std::vector<std::int32_t> targets(tokens.size(), 0);
+    const TraceSpan span("prefill");
+    const auto t0 = std::chrono::steady_clock::now();
+    if (blocks) cache_.upload_table(model_.space());
+    model_.set_batch(tokens.data(), targets.data(), std::max(rows, 1), S);
+    model_.set_prefill_sequences(sequence.data());
+    for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
+    model_.space().fence();
+    stats_.prefill_s += seconds_since(t0);
+    if (blocks)
+      for (int b = 0; b < rows; ++b) set_table(max_rows_ + b, {});
+  }
+}
+
+void Generator::set_table(int sequence, const std::vector<int>& blocks) {
+  std::int32_t* t = cache_.table(sequence);
+  for (int b = 0; b < cache_.blocks_per_sequence(); ++b)
+    t[b] = b < static_cast<int>(blocks.size()) ? blocks[b] : kScratchBlock;
 }
 
 void Generator::decode_step(const std::vector<const void*>& weights, const SamplingOptions& sampling, int rows) {
@@ -98,8 +162,9 @@ void Generator::decode(const std::vector<const void*>& weights, const SamplingOp
   const int n = static_cast<int>(input.size());
   const TraceSpan span("decode step");
   const auto t0 = std::chrono::steady_clock::now();
-  // With graphs the step runs for a bucket of rows; rows past n are padding.
-  int rows_in_step = n;
+  // With graphs the step runs for a bucket of rows; rows past n are padding. A rank decoding in
+  // lockstep with nothing left runs one padding row.
+  int rows_in_step = std::max(n, 1);
   if (graphs_on_) {
     rows_in_step = 1;
     while (rows_in_step < n) rows_in_step *= 2;
@@ -141,7 +206,7 @@ void Generator::decode(const std::vector<const void*>& weights, const SamplingOp
       g.replay(stream);
     }
   } else {
-    decode_step(weights, sampling, n);
+    decode_step(weights, sampling, rows_in_step);
   }
   Kokkos::deep_copy(HostUnmanaged<std::int32_t>(drawn_h_.data(), drawn_h_.size()), drawn_.view());
   Kokkos::deep_copy(HostUnmanaged<float>(logp_h_.data(), logp_h_.size()), drawn_logp_.view());
@@ -176,39 +241,39 @@ std::vector<Completion> Generator::generate_static(const std::vector<const void*
                                                    const SamplingOptions& sampling, int max_new_tokens,
                                                    std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
   const int R = static_cast<int>(rows.size());
-  SHARDRL_CHECK(R >= 1 && R <= max_rows_, fmt::format("{} rows for a generator of {}", R, max_rows_));
-  const int head = model_.head_unit();
+  SHARDRL_CHECK((R >= 1 || lockstep()) && R <= max_rows_, fmt::format("{} rows for a generator of {}", R, max_rows_));
   stats_.kv_peak_bytes = stats_.kv_bytes;
 
   std::vector<Completion> out(R);
   if (max_new_tokens == 0) return out;
 
-  // Prefill: every row's prompt but its last token, all positions at once, into the cache
-  // (row r is slot r). Shorter prompts are padded; their padding positions are overwritten by
-  // the row's own decode steps before anything attends to them.
+  // Prefill: every row's prompt but its last token into the cache (row r is slot r), the rows of
+  // a call padded to its longest; padding positions are overwritten by the row's own decode steps
+  // before anything attends to them. A rank in lockstep with fewer calls than another pads with
+  // forwards into slot R, unused (a rank with every slot used has the most calls), or when it has
+  // nothing to prefill into position 0 of slot 0, which its first decode step writes.
   int prefix = 0;
   for (const auto& r : rows) prefix = std::max(prefix, static_cast<int>(r.prompt.size()) - 1);
-  if (prefix > 0) {
-    std::vector<std::int32_t> tokens(std::size_t(R) * prefix, 0), targets(tokens.size(), 0);
-    for (int r = 0; r < R; ++r)
-      for (std::size_t t = 0; t + 1 < rows[r].prompt.size(); ++t) tokens[std::size_t(r) * prefix + t] = rows[r].prompt[t];
-    const TraceSpan span("prefill");
-    const auto t0 = std::chrono::steady_clock::now();
-    model_.set_batch(tokens.data(), targets.data(), R, prefix);
-    for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
-    model_.space().fence();
-    stats_.prefill_s += seconds_since(t0);
-    for (const auto& r : rows) stats_.prefill_tokens += static_cast<std::int64_t>(r.prompt.size()) - 1;
-  }
+  std::vector<std::vector<std::int32_t>> texts;
+  if (prefix > 0)
+    for (const auto& r : rows) {
+      texts.emplace_back(r.prompt.begin(), r.prompt.end() - 1);
+      stats_.prefill_tokens += static_cast<std::int64_t>(r.prompt.size()) - 1;
+    }
+  if (prefix > 0 || lockstep()) prefill(weights, texts, nullptr, R < max_rows_ && prefix > 0 ? R : 0);
 
   // Decode: each step feeds every active row one token at its own position (the last prompt
   // token first) and draws the next. A finished row leaves the step (its cache slot stays; the
-  // others do not move), so finished sequences stop costing work.
+  // others do not move), so finished sequences stop costing work. In lockstep the steps go on
+  // while any rank has a row.
   std::vector<int> active(R);
   for (int r = 0; r < R; ++r) active[r] = r;
   std::vector<std::int32_t> next(R);
   for (int r = 0; r < R; ++r) next[r] = rows[r].prompt.back();
-  while (!active.empty()) {
+  while (true) {
+    std::int32_t more = active.empty() ? 0 : 1;
+    agree(&more);
+    if (more == 0) break;
     std::vector<std::int32_t> input, position, slot;
     std::vector<std::uint64_t> key;
     for (int r : active) {

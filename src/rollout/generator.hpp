@@ -1,12 +1,17 @@
 // Generation for a batch of rows (a prompt's group of samples is several rows), by one of two
-// engines (rollout/engine_choice.hpp). Static: one prefill of all rows' prompts writes the KV
+// engines (rollout/engine_choice.hpp). Static: a prefill of all rows' prompts writes the KV
 // cache, then each row draws its next token per step until EOS or max_new_tokens, at its own
 // position (prompts of different lengths need no alignment); a finished row leaves the step.
 // Paged: rows wait in order for one of the generator's decode slots; a prompt is prefilled once
 // when its first sample is admitted and its samples share its cache blocks; a finished row's slot
-// goes to the next waiting row at the next step. A draw's key is (seed, iteration, prompt index, sample index, token index), never the
-// row or the rank: the same request draws the same completions in any batch and at any world
+// goes to the next waiting row at the next step. Either prefills in calls of at most
+// EngineOptions::prefill_tokens positions, for which the activations are sized. A draw's key is
+// (seed, iteration, prompt index, sample index, token index), never the row or the rank: the same request draws the same completions in any batch and at any world
 // size (up to GEMM rounding that differs between batch shapes).
+// With expert parallelism (EngineOptions::expert_parallel) each rank decodes its own rows with its
+// own experts, every MoE layer exchanging routed rows with the other ranks: the ranks run the
+// same forwards in lockstep (prefills in 1/ranks of the rows per call, as many calls as the rank
+// with the most; decode steps while any rank has a row), a rank without rows running padding ones.
 #pragma once
 
 #include <cstdint>
@@ -94,11 +99,27 @@ class Generator {
               const std::vector<std::int32_t>& slot, const std::vector<std::uint64_t>& key);
   // The decode step's work on the device: every unit and the draw for `rows` rows.
   void decode_step(const std::vector<const void*>& weights, const SamplingOptions& sampling, int rows);
+  // texts[b] (a sequence's tokens but its last) into the cache, in calls of at most prefill_rows_
+  // rows: static (blocks null), text b into row b's slot; paged, through prefill sequence
+  // max_rows_ + j and the blocks (*blocks)[b]. In lockstep as many calls as the rank with the
+  // most; a padding call is one token into position 0 of cache sequence `spare`.
+  void prefill(const std::vector<const void*>& weights, const std::vector<std::vector<std::int32_t>>& texts,
+               const std::vector<const std::vector<int>*>* blocks, int spare);
+  // Paged: cache sequence `sequence`'s block-table row: `blocks`, then the scratch block.
+  void set_table(int sequence, const std::vector<int>& blocks);
+  // Expert-parallel decoding: each MoE layer's forward exchanges tokens with the other ranks, so
+  // every rank runs the same forwards (a rank without rows runs padding ones); `values` become
+  // their largest over the ranks, which settles each round's calls. Otherwise a no-op.
+  bool lockstep() const;
+  void agree(std::int32_t* values, int n = 1);
+
+  static constexpr int kScratchBlock = 0;   // paged: what unused table entries point at
 
   EngineOptions engine_;
   Transformer model_;
   KvCache cache_;
   int max_rows_, max_len_;
+  int prefill_rows_;   // rows per prefill call (EngineOptions::prefill_tokens)
   GenerationStats stats_;
   LedgerView<std::uint64_t> keys_;   // (rows): each row's draw key of the step
   LedgerView<std::int32_t> drawn_;   // (rows): the token drawn

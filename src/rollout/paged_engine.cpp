@@ -28,18 +28,13 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
                                                   std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
   const int R = static_cast<int>(rows.size());
   std::vector<Completion> out(R);
-  if (R == 0 || max_new_tokens == 0) return out;
-  const int head = model_.head_unit();
-  const int bp = cache_.block_positions(), per_sequence = cache_.blocks_per_sequence();
+  if (max_new_tokens == 0 || (R == 0 && !lockstep())) return out;
+  const int bp = cache_.block_positions();
   const std::size_t block_bytes = cache_.bytes() / std::size_t(cache_.blocks());
   auto blocks_for = [bp](int positions) { return (positions + bp - 1) / bp; };
 
   BlockPool pool(cache_.blocks());
-  const int scratch = pool.take();   // block 0
-  auto set_table = [&](int sequence, const std::vector<int>& blocks) {
-    std::int32_t* t = cache_.table(sequence);
-    for (int b = 0; b < per_sequence; ++b) t[b] = b < static_cast<int>(blocks.size()) ? blocks[b] : scratch;
-  };
+  SHARDRL_CHECK(pool.take() == kScratchBlock, "the pool hands out block 0 first");
   for (int s = 0; s < cache_.rows(); ++s) set_table(s, {});
 
   // Samples of one prompt (same index, same tokens) form a group that shares its prefill.
@@ -81,7 +76,9 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     free_slots.insert(slot_of[r]);
     slot_of[r] = -1;
   };
-  while (!waiting.empty() || !running.empty()) {
+  // In lockstep (expert-parallel decoding) a rank with nothing left goes on with padding forwards
+  // (into the scratch block) while another rank has rows.
+  while (true) {
     // Admit waiting rows into free slots while the pool has room for what each needs now (its
     // group's prefix if not yet prefilled, or its own prefix if prefilled alone) and for the block
     // it takes later in this step (its copy of the prompt's last block, or the block of the
@@ -121,46 +118,31 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
         joined[r] = 1;
       }
     }
-    SHARDRL_CHECK(!running.empty(), "the paged KV cache cannot hold one sequence (the generator sizes it to)");
+    SHARDRL_CHECK(!running.empty() || waiting.empty(),
+                  "the paged KV cache cannot hold one sequence (the generator sizes it to)");
+    std::int32_t more = running.empty() ? 0 : 1;
+    agree(&more);
+    if (more == 0) break;
 
-    // Prefill what was admitted, one batch: each group's prompt once, each row prefilled alone
-    // with its prompt and what it generated before it was preempted (all but the last token,
-    // which decode feeds). Batch row b writes through prefill sequence rows_ + b.
-    const int batch = static_cast<int>(prefill_groups.size() + prefill_rows.size());
-    if (batch > 0) {
-      std::vector<std::vector<std::int32_t>> texts;
-      std::vector<const std::vector<int>*> blocks;
-      for (int gi : prefill_groups) {
-        const auto& p = rows[groups[gi].first_row].prompt;
-        texts.emplace_back(p.begin(), p.end() - 1);
-        blocks.push_back(&groups[gi].blocks);
-      }
-      for (int r : prefill_rows) {
-        std::vector<std::int32_t> text(rows[r].prompt);
-        text.insert(text.end(), out[r].tokens.begin(), out[r].tokens.end());
-        text.pop_back();
-        texts.push_back(std::move(text));
-        blocks.push_back(&blocks_of[r]);
-      }
-      int S = 0;
-      for (const auto& t : texts) S = std::max(S, static_cast<int>(t.size()));
-      std::vector<std::int32_t> tokens(std::size_t(batch) * S, 0), targets(tokens.size(), 0), sequence(batch);
-      for (int b = 0; b < batch; ++b) {
-        std::copy(texts[b].begin(), texts[b].end(), tokens.begin() + std::size_t(b) * S);
-        sequence[b] = max_rows_ + b;
-        set_table(max_rows_ + b, *blocks[b]);
-        stats_.prefill_tokens += static_cast<std::int64_t>(texts[b].size());
-      }
-      const TraceSpan span("prefill");
-      const auto t0 = std::chrono::steady_clock::now();
-      cache_.upload_table(model_.space());
-      model_.set_batch(tokens.data(), targets.data(), batch, S);
-      model_.set_prefill_sequences(sequence.data());
-      for (int u = 0; u < head; ++u) model_.prefill_unit(u, weights[u], cache_);
-      model_.space().fence();
-      stats_.prefill_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (int b = 0; b < batch; ++b) set_table(max_rows_ + b, {});
+    // Prefill what was admitted: each group's prompt once, each row prefilled alone with its
+    // prompt and what it generated before it was preempted (all but the last token, which
+    // decode feeds), through the prefill sequences.
+    std::vector<std::vector<std::int32_t>> texts;
+    std::vector<const std::vector<int>*> blocks;
+    for (int gi : prefill_groups) {
+      const auto& p = rows[groups[gi].first_row].prompt;
+      texts.emplace_back(p.begin(), p.end() - 1);
+      blocks.push_back(&groups[gi].blocks);
     }
+    for (int r : prefill_rows) {
+      std::vector<std::int32_t> text(rows[r].prompt);
+      text.insert(text.end(), out[r].tokens.begin(), out[r].tokens.end());
+      text.pop_back();
+      texts.push_back(std::move(text));
+      blocks.push_back(&blocks_of[r]);
+    }
+    for (const auto& t : texts) stats_.prefill_tokens += static_cast<std::int64_t>(t.size());
+    if (!texts.empty() || lockstep()) prefill(weights, texts, &blocks, max_rows_);
 
     // Joining samples take references to their prompt's full blocks and copy its last, partly
     // filled one (their own positions follow in it); the group's last sample takes that block

@@ -35,9 +35,11 @@ void copy_parameter_part(const ExecSpace& space, const E* whole, const std::vect
 
 }  // namespace
 
-WeightSet::WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at) {
+WeightSet::WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at, Experts experts)
+    : experts_(experts) {
   for (int u = 0; u < layout.unit_count(); ++u) {
-    buffers_.emplace_back(at, MemoryCategory::gather, "rollout_weights", static_cast<std::size_t>(layout.unit(u).padded) * element_size);
+    const std::int64_t n = experts == Experts::own ? layout.unit(u).gathered : layout.unit(u).padded;
+    buffers_.emplace_back(at, MemoryCategory::gather, "rollout_weights", static_cast<std::size_t>(n) * element_size);
   }
 }
 
@@ -96,7 +98,12 @@ void WeightSet::materialize(ShardedTrainer& trainer, Transformer& decoder) {
   }
   std::vector<void*> out;
   for (auto& b : buffers_) out.push_back(b.data());
-  trainer.gather_all_units(out);
+  if (experts_ == Experts::own) {
+    for (std::size_t u = 0; u < out.size(); ++u) trainer.gather_unit_as_trained(static_cast<int>(u), out[u]);
+    decoder.space().fence();
+  } else {
+    trainer.gather_all_units(out);
+  }
   if (!decoder.options().shape.lora.on()) return;
   for (std::size_t u = 0; u < out.size(); ++u) decoder.fold_adapters(static_cast<int>(u), out[u]);
   decoder.set_adapters(false);

@@ -13,7 +13,11 @@ namespace shardrl {
 
 class WeightSet {
  public:
-  WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at = {});
+  // Which experts of an MoE layer the set holds: all of them, or (expert-parallel decoding,
+  // rollout.expert_parallel) this rank's own, each unit as a training gather holds it
+  // (ShardedTrainer::gather_unit_as_trained) for a decoder built with the same exchange.
+  enum class Experts { all, own };
+  WeightSet(const ShardLayout& layout, std::size_t element_size, ArenaPlacement at = {}, Experts experts = Experts::all);
   // Tensor-parallel (rollout.tensor_parallel): rank `part` of `parts` keeps its part of every
   // unit, laid out as `part_units` (model_units of tensor_parallel_shape) describe. A decoder
   // layer is gathered whole into one staging buffer (the largest layer's size), its adapters
@@ -35,6 +39,7 @@ class WeightSet {
   void copy_part(int u, const void* whole, void* part) const;
 
   std::vector<LedgerView<char>> buffers_;
+  Experts experts_ = Experts::all;
   // Tensor-parallel only.
   Transformer* full_model_ = nullptr;
   std::vector<UnitSpec> part_units_;
