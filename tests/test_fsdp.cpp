@@ -125,7 +125,7 @@ std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpO
   mo.activation_recompute = recompute;
   std::unique_ptr<CommExpertExchange> exchange;
   if (fo.expert_parallel) {
-    exchange = std::make_unique<CommExpertExchange>(comm(), ExecSpace(), s.n_experts / comm().size());
+    exchange = std::make_unique<CommExpertExchange>(comm(), ExecSpace());
     mo.expert_exchange = exchange.get();
   }
   Transformer model(mo, ExecSpace());

@@ -1,29 +1,18 @@
 #include "fsdp/comm_expert_exchange.hpp"
 
+#include <vector>
+
 #include "core/error.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 
-CommExpertExchange::CommExpertExchange(Communicator& comm, const ExecSpace& space, int max_per)
-    : comm_(comm), space_(space), max_per_(max_per),
-      counts_(MemoryCategory::workspace, "expert_counts",
-              2 * static_cast<std::size_t>(comm.size()) * static_cast<std::size_t>(max_per)) {}
+CommExpertExchange::CommExpertExchange(Communicator& comm, const ExecSpace& space) : comm_(comm), space_(space) {}
 
+// The counts are host integers (the routing was copied to the host to build them): one
+// MPI_Alltoall on the host communicator, not a round trip through the device and the stream.
 void CommExpertExchange::exchange_counts(const std::int32_t* send, std::int32_t* recv, int per) {
-  SHARDRL_CHECK(per <= max_per_, "exchange_counts: more counts per rank than the buffer holds");
-  const std::size_t W = static_cast<std::size_t>(comm_.size()), n = W * static_cast<std::size_t>(per);
-  using Host = Kokkos::View<std::int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using Device = Kokkos::View<std::int32_t*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  const Device out(counts_.data(), n), in(counts_.data() + n, n);
-  Kokkos::deep_copy(space_, out, Host(const_cast<std::int32_t*>(send), n));
-  std::vector<std::size_t> rows(W, static_cast<std::size_t>(per)), first(W);
-  for (std::size_t q = 0; q < W; ++q) first[q] = q * static_cast<std::size_t>(per);
-  space_.fence();
-  comm_.all_to_all_v(out.data(), rows.data(), first.data(), in.data(), rows.data(), first.data(), DataType::i32,
-                     stream_of(space_));
-  comm_.synchronize(stream_of(space_));
-  Kokkos::deep_copy(Host(recv, n), in);
+  SHARDRL_CHECK_MPI(MPI_Alltoall(send, per, MPI_INT32_T, recv, per, MPI_INT32_T, comm_.host_comm()));
 }
 
 void CommExpertExchange::exchange_rows(const void* send, const std::size_t* send_rows, const std::size_t* send_first,

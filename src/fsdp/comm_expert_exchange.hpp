@@ -1,13 +1,10 @@
 // The model's ExpertExchange over the job's Communicator: rows with all_to_all_v on the model's
-// execution space's stream; counts through a small device buffer (NCCL moves device memory only).
+// execution space's stream; counts and agreements as host integers over the host communicator.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <vector>
 
 #include "core/kokkos.hpp"
-#include "core/ledger_view.hpp"
 #include "model/expert_exchange.hpp"
 #include "model/transformer.hpp"
 #include "mpi/communicator.hpp"
@@ -16,8 +13,7 @@ namespace shardrl {
 
 class CommExpertExchange final : public ExpertExchange {
  public:
-  // `max_per`: the most counts per rank exchange_counts will be asked for (its buffer's size).
-  CommExpertExchange(Communicator& comm, const ExecSpace& space, int max_per);
+  CommExpertExchange(Communicator& comm, const ExecSpace& space);
   int ranks() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
   void exchange_counts(const std::int32_t* send, std::int32_t* recv, int per) override;
@@ -28,8 +24,6 @@ class CommExpertExchange final : public ExpertExchange {
  private:
   Communicator& comm_;
   ExecSpace space_;
-  int max_per_;
-  LedgerView<std::int32_t> counts_;   // (2, ranks, max_per): what is sent, then what is received
 };
 
 }  // namespace shardrl

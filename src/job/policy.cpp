@@ -31,7 +31,7 @@ ModelOptions Policy::placed_model_options() {
   // With fsdp.expert_parallel (and MoE layers) the model computes its own experts for every
   // rank's tokens through this exchange; the trainer refuses a model built without it.
   if (config_.fsdp.expert_parallel && o.shape.n_experts > 0) {
-    expert_exchange_ = std::make_unique<CommExpertExchange>(comm_, ExecSpace(), o.shape.n_experts / comm_.size());
+    expert_exchange_ = std::make_unique<CommExpertExchange>(comm_, ExecSpace());
     o.expert_exchange = expert_exchange_.get();
   }
   return o;
