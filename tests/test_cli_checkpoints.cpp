@@ -231,7 +231,10 @@ TEST(Cli, SignalsToMpirunReachTheRanks) {
                                "sleep 0.05; done\nkill -" + signal + " $pid\nwait $pid\necho $? > rc.txt\n");
     run_in(dir, "bash stop.sh");
     EXPECT_EQ(slurp(dir / "rc.txt"), signal == "USR1" ? "3\n" : "1\n") << signal << ": " << slurp(dir / "out.txt");
-    EXPECT_NE(slurp(dir / "out.txt").find("(stop requested by a signal)"), std::string::npos)
+    // Every rank prints this warning once the stop save has committed. (Not rank 0's own
+    // "(stop requested by a signal)" line: a signalled mpirun was seen to drop rank 0's last
+    // lines in CI, while rank 1's warning, the exit status and the checkpoint were all there.)
+    EXPECT_NE(slurp(dir / "out.txt").find("stopped by a signal after a checkpoint"), std::string::npos)
         << signal << ": " << slurp(dir / "out.txt");
     EXPECT_TRUE(fs::exists(dir / "runs" / name / "checkpoints" / "latest")) << signal;
   }
