@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     EngineOptions e;
     e.engine = engine;
     e.kv_cache_tokens = kv_cache_tokens;
+    e.prefill_tokens = cfg.rollout.prefill_tokens;
     const int engine_slots = engine == RolloutEngine::paged && paged_slots > 0 ? paged_slots : slots;
     const int capacity = engine_slots > 0 ? std::min(engine_slots, R) : R;
     Generator g(model, capacity, prompt_tokens + max_new, ExecSpace(), nullptr, e);

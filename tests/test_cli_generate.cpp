@@ -34,6 +34,28 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
             "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
 }
 
+// generate takes the rollout's keys as train's rollout does: an MoE model decoded with its experts
+// spread over 2 ranks (rollout.expert_parallel, the ranks in lockstep) and its prompt prefilled in
+// calls of one row draws what whole-expert decoding draws (fp32).
+TEST(Cli, GenerateDecodesWithTheRolloutsExpertParallelism) {
+  fs::path dir = test_dir();
+  write(dir / "moe.toml",
+        "[run]\nseed = 3\n[model]\npreset = \"custom\"\nprecision = \"fp32\"\nvocab_size = 259\nd_model = 32\n"
+        "n_layers = 2\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\nmax_seq_len = 64\nn_experts = 4\n"
+        "top_k = 2\nd_ff_expert = 32\n[train]\nseq_len = 32\n[fsdp]\nexpert_parallel = true\n");
+  const std::string cmd = mpirun(2) + " generate --config moe.toml --prompt \"add: 1+2=\" --n 3 --max-new-tokens 10";
+  RunResult whole = run_in(dir, cmd);
+  RunResult spread = run_in(dir, cmd + " --set rollout.expert_parallel=true --set rollout.prefill_tokens=1");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(spread.exit_code, 0) << spread.err;
+  EXPECT_EQ(std::count(whole.out.begin(), whole.out.end(), '\n'), 3) << whole.out;
+  EXPECT_EQ(spread.out, whole.out);
+  // The decoder kept the expert exchange (the note says what the generator was built with).
+  const std::string note = "decoding with each rank's own experts (rollout.expert_parallel): the 2 ranks";
+  EXPECT_NE(spread.err.find(note), std::string::npos) << spread.err;
+  EXPECT_EQ(whole.err.find(note), std::string::npos) << whole.err;
+}
+
 // A prompt as token ids (a model with its own tokenizer): completions printed as ids, ending at
 // rl.eos_id; the ids of BOS and a text's bytes draw what the text draws. Bad ids and a prompt
 // given both ways are refused.

@@ -191,8 +191,15 @@ int run_generate(const GenerateArgs& args) {
   if (cfg.rollout.tensor_parallel > 1)
     spdlog::warn("rollout.tensor_parallel = {} is train's rollout: generate decodes the whole model on each rank",
                  cfg.rollout.tensor_parallel);
-  WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size());
-  Generator generator(policy.model().options(), args.samples, max_len, ExecSpace());
+  // The rollout's engine, prefill calls and (rollout.expert_parallel) own experts, as train's
+  // rollout has them: every rank generates the same rows, so expert-parallel ranks keep step.
+  const EngineOptions engine = engine_options(cfg);
+  WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size(), {},
+                    engine.expert_parallel ? WeightSet::Experts::own : WeightSet::Experts::all);
+  Generator generator(policy.model().options(), args.samples, max_len, ExecSpace(), nullptr, engine);
+  if (const ExpertExchange* ep = generator.model().options().expert_exchange; ep && layout.world_rank == 0)
+    std::cerr << "shardrl: note: decoding with each rank's own experts (rollout.expert_parallel): the " << ep->ranks()
+              << " ranks exchange routed tokens in step\n";
   weights.materialize(policy.trainer(), generator.model());
   if (cfg.rollout.cuda_graph == RolloutGraph::decode) generator.use_decode_graphs();
 

@@ -255,8 +255,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     if (d.moe_layers > 0) {
       // The decoder's MoE buffers, one layer's (model/moe_layers.cpp): the router's logits and
       // probabilities, the routing, the routed rows in and out; the experts' products over them,
-      // or with expert parallelism the exchange's buffers, which hold every rank's routed rows of a
-      // prefill call of 1/ranks of the rows (rollout/generator.cpp).
+      // or with expert parallelism the exchange's buffers, which hold every rank's routed rows of
+      // one prefill call (rollout/generator.cpp).
       const double tokens = act_tokens, A = tokens * m.shape.top_k, E = m.shape.n_experts;
       const double Fe = m.shape.d_ff_expert;
       const double R = ep ? N * A : A;

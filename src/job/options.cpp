@@ -68,6 +68,15 @@ OptimizerOptions optimizer_options(const Config& c) {
   return o;
 }
 
+EngineOptions engine_options(const Config& c) {
+  EngineOptions e;
+  e.engine = c.rollout.engine;
+  e.kv_cache_tokens = c.rollout.kv_cache_tokens;
+  e.prefill_tokens = c.rollout.prefill_tokens;
+  e.expert_parallel = c.rollout.expert_parallel;
+  return e;
+}
+
 SamplingOptions sampling_options(const Config& c) {
   SamplingOptions o;
   o.temperature = static_cast<float>(c.rollout.temperature);
@@ -133,10 +142,7 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   // world size; their rows stay one sequence per row (docs/config.md says so).
   o.packing = c.train.packing && c.model.n_experts == 0;
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
-  o.engine.engine = c.rollout.engine;
-  o.engine.kv_cache_tokens = c.rollout.kv_cache_tokens;
-  o.engine.expert_parallel = c.rollout.expert_parallel;
-  o.engine.prefill_tokens = c.rollout.prefill_tokens;
+  o.engine = engine_options(c);
   o.train_graph = c.train.cuda_graph == TrainGraph::full;
   o.advantage_estimator = c.rl.advantage_estimator;
   o.scale_by_std = c.rl.scale_by_std;

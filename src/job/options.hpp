@@ -20,6 +20,8 @@ ModelOptions model_options(const Config& config);
 FsdpOptions fsdp_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);
 SamplingOptions sampling_options(const Config& config);
+// How the rollout generates: rollout.engine, kv_cache_tokens, prefill_tokens, expert_parallel.
+EngineOptions engine_options(const Config& config);
 TaskOptions task_options(const Config& config);
 // The id that ends a completion: rl.eos_id, or when it is unset the byte tokenizer's EOS, or -1
 // for the text task (its tokenizer's eos token: Task::eos_id()).

@@ -249,6 +249,16 @@ EvalStats GrpoLoop::evaluate() {
   const bool counts = comm_.rank() % T == 0;
   const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size() / T, comm_.rank() / T);
   const int max_new = options_.max_new_tokens;
+  // Every rank checks every eval prompt's length first, so a prompt too long for the buffers
+  // stops all ranks alike, not only the one that holds it while the others wait in a collective.
+  for (std::int64_t i = 0; i < e.prompts; ++i) {
+    const TaskExample ex = task_->eval_example(i);
+    const std::size_t n = prompt_ids(ex).size();
+    if (static_cast<std::int64_t>(n) + max_new > gen_len_)
+      throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} it needs "
+                                   "train.seq_len >= {}",
+                                   i, ex.source, n, max_new, n + max_new - 1));
+  }
   std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
   // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
   for (const bool greedy : {true, false}) {
@@ -271,10 +281,6 @@ EvalStats GrpoLoop::evaluate() {
       for (std::int64_t i = first; i < std::min<std::int64_t>(end, first + chunk); ++i) {
         TaskExample ex = task_->eval_example(i);
         std::vector<std::int32_t> ids = prompt_ids(ex);
-        if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
-          throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} it needs "
-                                       "train.seq_len >= {}",
-                                       i, ex.source, ids.size(), max_new, ids.size() + max_new - 1));
         for (int g = 0; g < per_prompt; ++g) {
           rows.push_back(GenerationRow{ids, i, g});
           examples.push_back(ex);

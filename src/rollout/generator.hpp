@@ -6,12 +6,13 @@
 // when its first sample is admitted and its samples share its cache blocks; a finished row's slot
 // goes to the next waiting row at the next step. Either prefills in calls of at most
 // EngineOptions::prefill_tokens positions, for which the activations are sized. A draw's key is
-// (seed, iteration, prompt index, sample index, token index), never the row or the rank: the same request draws the same completions in any batch and at any world
-// size (up to GEMM rounding that differs between batch shapes).
+// (seed, iteration, prompt index, sample index, token index), never the row or the rank: the same
+// request draws the same completions in any batch and at any world size (up to GEMM rounding that
+// differs between batch shapes).
 // With expert parallelism (EngineOptions::expert_parallel) each rank decodes its own rows with its
 // own experts, every MoE layer exchanging routed rows with the other ranks: the ranks run the
-// same forwards in lockstep (prefills in 1/ranks of the rows per call, as many calls as the rank
-// with the most; decode steps while any rank has a row), a rank without rows running padding ones.
+// same forwards in lockstep (as many prefill calls as the rank with the most; decode steps while
+// any rank has a row), a rank short of work running padding ones.
 #pragma once
 
 #include <cstdint>
