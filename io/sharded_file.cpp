@@ -106,10 +106,22 @@ void ShardedFileWriter::write(const std::string& name, const std::vector<std::ui
   for (std::uint64_t r = 0; r < rounds; ++r) {
     const std::uint64_t off = std::min(count, r * kMaxTransferElements);
     const std::uint64_t n = std::min(count - off, kMaxTransferElements);
-    const std::string why =
-        transfer(true, dset.get(), dxpl_.get(), dims, begin + off, n, const_cast<float*>(data) + (n ? off : 0));
-    agree_on_error(comm_,
-          why.empty() ? why : fmt::format("{}: cannot write tensor {} ({})", path_.string(), dname, why));
+    std::string why;
+    if (fail_next_transfer_) {
+      fail_next_transfer_ = false;
+      why = "No space left on device (injected: debug.fail_io = \"write\")";
+    } else {
+      why = transfer(true, dset.get(), dxpl_.get(), dims, begin + off, n, const_cast<float*>(data) + (n ? off : 0));
+    }
+    // A failed collective write is not symmetric: HDF5 can return on this rank before a
+    // collective that the other ranks wait in (a full disk under ROMIO hung every rank until the
+    // watchdog), or on every rank with the file left half closed (under OMPIO, HDF5 crashed at
+    // MPI_Finalize). Neither an agreement nor a clean close can be trusted: stop the job here,
+    // naming the file and the tensor. The file stays uncommitted (.partial).
+    if (!why.empty())
+      SHARDRL_FATAL(fmt::format("{}: cannot write tensor {} ({}); the checkpoint is not committed, the ones before "
+                                "it are intact",
+                                path_.string(), dname, why));
   }
 
   // The whole tensor's crc32 from every rank's slice crc, combined in the order of the ranges.

@@ -42,7 +42,9 @@ class ShardedFileWriter {
   // Every rank passes the same name and shape (any rank, {} for a 0-d tensor). This rank holds
   // elements [begin, begin + count) of the flattened tensor (count may be 0); the ranks' ranges
   // are disjoint and cover the tensor. Writes the slices with collective transfers and stores
-  // the "crc32" attribute. After an InputError the file is incomplete: destroy the writer.
+  // the "crc32" attribute. After an InputError the file is incomplete: destroy the writer. A
+  // transfer that fails on a rank (a full disk) stops the job at once (a fatal error): the other
+  // ranks may be inside HDF5's collective write, where no agreement reaches them.
   void write(const std::string& name, const std::vector<std::uint64_t>& shape, std::uint64_t begin,
              std::uint64_t count, const float* data);
 
@@ -60,6 +62,10 @@ class ShardedFileWriter {
   // and an fsync of the closed file by rank 0. Failures -> InputError. Idempotent.
   void close();
 
+  // Fault injection (debug.fail_io = "write"): the next tensor transfer on this rank fails as a
+  // full disk would, without entering HDF5, while the other ranks enter the collective write.
+  void fail_next_transfer_for_test() { fail_next_transfer_ = true; }
+
  private:
   void create_dataset(const std::string& name, hid_t file_type, hid_t space, H5Handle& dset,
                       std::string& error);
@@ -72,6 +78,7 @@ class ShardedFileWriter {
   H5Handle dxpl_;     // collective transfers
   H5Handle lcpl_;     // creates intermediate groups
   H5Handle dcpl_;     // contiguous, never filled
+  bool fail_next_transfer_ = false;
 };
 
 class ShardedFileReader {

@@ -493,6 +493,33 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   EXPECT_NE(resumed.out.find("resumed from runs/c/checkpoints/iter_00000001.h5"), std::string::npos) << resumed.out;
 }
 
+// A full disk while the ranks write a checkpoint's tensors, on one rank only (the last, its first
+// tensor; the others enter HDF5's collective write): the job stops at once with that rank's
+// message naming the file and tensor (exit 1), not after the watchdog's comm.timeout_s, and not
+// by crashing in HDF5 at exit; the checkpoints committed before stay, and the same command without
+// the fault resumes from the last of them.
+TEST(Cli, TensorWriteFailureStopsEveryRankAtOnce) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 4\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
+                          "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 120\n");
+  RunResult failed = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=w --set debug.fail_io='\"write\"'"
+                                             " --set debug.fail_io_iteration=2");
+  EXPECT_EQ(failed.exit_code, 1) << failed.out << failed.err;
+  EXPECT_LT(failed.seconds, 60.0);
+  EXPECT_NE(failed.err.find("fatal error on rank 1"), std::string::npos) << failed.err;
+  EXPECT_NE(failed.err.find("iter_00000002.h5.partial: cannot write tensor "), std::string::npos) << failed.err;
+  EXPECT_NE(failed.err.find("No space left on device (injected: debug.fail_io = \"write\")"), std::string::npos)
+      << failed.err;
+  EXPECT_EQ(failed.err.find("did not complete within"), std::string::npos) << "the watchdog fired: " << failed.err;
+  EXPECT_EQ(failed.err.find("Segmentation fault"), std::string::npos) << failed.err;
+  const fs::path checkpoints = dir / "runs" / "w" / "checkpoints";
+  EXPECT_TRUE(fs::exists(checkpoints / "iter_00000001.h5"));
+  EXPECT_FALSE(fs::exists(checkpoints / "iter_00000002.h5"));
+  RunResult resumed = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=w");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from runs/w/checkpoints/iter_00000001.h5"), std::string::npos) << resumed.out;
+}
+
 // A shape or batch beyond any machine's memory (2^31 - 1 of a key) ended in std::bad_alloc
 // (SIGABRT), allocated host memory without bound, or built a batch for minutes. The memory plan
 // (job/memory_plan.hpp) refuses each before allocating: exit 2 on every rank, the plan's numbers,

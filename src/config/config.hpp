@@ -179,15 +179,16 @@ struct CommConfig {
 };
 
 enum class FailMode { error, hang };
-// A rank-0-only I/O section that fails as a full disk would (fault injection).
-enum class FailIo { none, metrics, commit };
+// An I/O step that fails as a full disk would (fault injection): rank 0's metrics record or
+// checkpoint commit, or the last rank's write of a checkpoint's first tensor.
+enum class FailIo { none, metrics, commit, write };
 
 struct DebugConfig {
   std::int64_t fail_rank = -1;          // fault injection: this rank fails after start-up
   FailMode fail_mode = FailMode::error;  // how it fails: a fatal error, or stop taking part
   bool check_released = false;           // poison released gather slots, check generations
   std::int64_t save_pause_ms = 0;        // pause between tensors while saving (crash tests)
-  FailIo fail_io = FailIo::none;         // this rank-0 I/O section fails ...
+  FailIo fail_io = FailIo::none;         // this I/O step fails ...
   std::int64_t fail_io_iteration = 1;    // ... when this many iterations are done
 };
 

@@ -630,10 +630,12 @@ std::vector<KeyDef> build_schema() {
                                 0),
                        kMaxInt));
   s.push_back(choice("debug", "fail_io",
-                     "Fault injection: a section only rank 0 runs fails as a full disk would, once "
-                     "`fail_io_iteration` iterations are done: `metrics` (the metrics record), `commit` "
-                     "(committing a checkpoint), `none`.",
-                     &Config::debug, &DebugConfig::fail_io, std::vector<std::string>{"none", "metrics", "commit"}));
+                     "Fault injection: an I/O step fails as a full disk would, once `fail_io_iteration` "
+                     "iterations are done: `metrics` (rank 0's metrics record), `commit` (rank 0 committing a "
+                     "checkpoint), `write` (the last rank writing a checkpoint's first tensor, while the others "
+                     "write theirs), `none`.",
+                     &Config::debug, &DebugConfig::fail_io,
+                     std::vector<std::string>{"none", "metrics", "commit", "write"}));
   s.push_back(with_min(field("debug", "fail_io_iteration", VK::integer,
                              "The iteration count at which `fail_io` fails (1: after the first iteration).",
                              &Config::debug, &DebugConfig::fail_io_iteration),

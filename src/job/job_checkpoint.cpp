@@ -146,6 +146,7 @@ CheckpointManifest checkpoint_manifest(const JobPosition& position, Policy& poli
   m.keep_last = config.checkpoint.keep_last;
   m.keep_every = config.checkpoint.keep_every;
   m.fail_commit = config.debug.fail_io == FailIo::commit && position.iterations_done == config.debug.fail_io_iteration;
+  m.fail_write = config.debug.fail_io == FailIo::write && position.iterations_done == config.debug.fail_io_iteration;
   m.pause_between_tensors_ms = config.debug.save_pause_ms;
   return m;
 }
@@ -163,6 +164,10 @@ void write_checkpoint(const std::filesystem::path& dir, const CheckpointManifest
   const auto pause = std::chrono::milliseconds(m.pause_between_tensors_ms);
   {
     ShardedFileWriter file(checkpoint_partial_path(dir, m.iteration), comm);
+    int rank = 0, ranks = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
+    if (m.fail_write && rank == ranks - 1) file.fail_next_transfer_for_test();
     for (const auto& [name, value] : m.values) {
       if (const auto* s = std::get_if<std::string>(&value)) file.write_string(name, *s);
       else file.write_int64(name, std::get<std::int64_t>(value));

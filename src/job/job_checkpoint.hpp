@@ -58,6 +58,7 @@ struct CheckpointManifest {
   std::vector<Slice> slices;               // in the order they are written
   std::int64_t keep_last = 0, keep_every = 0;
   bool fail_commit = false;                // debug.fail_io = "commit" at this iteration
+  bool fail_write = false;                 // debug.fail_io = "write" at this iteration
   std::int64_t pause_between_tensors_ms = 0;   // debug.save_pause_ms
 
   std::int64_t state_elements() const;     // of all slices together
