@@ -210,12 +210,18 @@ void ShardedFileWriter::write_double(const std::string& name, double value) {
 void ShardedFileWriter::close() {
   if (file_.get() < 0) return;
   QuietHdf5 quiet;
-  std::string error;
-  // With the MPI-IO driver a global flush ends in MPI_File_sync on every rank.
-  if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) error = hdf5_error_text();
-  // Collective H5Fclose, whatever the flush said; its own failure (the last metadata write) counts.
-  if (file_.close() < 0 && error.empty()) error = hdf5_error_text();
-  if (rank_ == 0 && error.empty()) error = fsync_file(path_);
+  // With the MPI-IO driver a global flush ends in MPI_File_sync on every rank. The flush and the
+  // close are collective: a failure of either (the last metadata writes on a full disk) stops the
+  // job at once, as a failed tensor write does (see write()).
+  auto stop = [&](const char* step) {
+    SHARDRL_FATAL(fmt::format("{}: cannot write the file to disk ({}: {}); the checkpoint is not committed, the "
+                              "ones before it are intact",
+                              path_.string(), step, hdf5_error_text()));
+  };
+  if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) stop("flush");
+  if (file_.close() < 0) stop("close");
+  // After the collectives: rank 0's fsync can fail alone, and every rank learns it.
+  const std::string error = rank_ == 0 ? fsync_file(path_) : std::string();
   agree_on_error(comm_,
         error.empty() ? error : fmt::format("{}: cannot write the file to disk ({})", path_.string(), error));
 }

@@ -59,7 +59,8 @@ class ShardedFileWriter {
 
   // Closes every handle and the file, then makes the bytes durable: MPI_File_sync on every rank
   // (through H5Fflush, so that on a parallel file system every client's bytes reach the servers)
-  // and an fsync of the closed file by rank 0. Failures -> InputError. Idempotent.
+  // and an fsync of the closed file by rank 0. A failed flush or close stops the job at once (a
+  // fatal error, as a failed tensor write); a failed fsync -> InputError on every rank. Idempotent.
   void close();
 
   // Fault injection (debug.fail_io = "write"): the next tensor transfer on this rank fails as a
