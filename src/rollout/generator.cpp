@@ -107,13 +107,12 @@ void Generator::prefill(const std::vector<const void*>& weights, const std::vect
     std::vector<std::int32_t> tokens{0}, sequence{spare};
     int S = 1;
     if (rows > 0) {
-      S = 1;
       for (int b = first; b < first + rows; ++b) S = std::max(S, static_cast<int>(texts[b].size()));
       tokens.assign(std::size_t(rows) * S, 0);
       sequence.resize(rows);
       for (int b = 0; b < rows; ++b) {
         std::copy(texts[first + b].begin(), texts[first + b].end(), tokens.begin() + std::size_t(b) * S);
-        // Static: text b is row b's, in its slot; paged: through prefill sequence rows_ + b.
+        // Static: text b is row b's, in its slot; paged: through prefill sequence max_rows_ + b.
         sequence[b] = blocks ? max_rows_ + b : first + b;
         if (blocks) set_table(max_rows_ + b, *(*blocks)[first + b]);
       }
