@@ -81,3 +81,32 @@ if(CMAKE_CUDA_COMPILER)
 elseif(SHARDRL_ENABLE_CUDA)
   message(FATAL_ERROR "SHARDRL_ENABLE_CUDA=ON needs nvcc (set CMAKE_CUDA_COMPILER or CUDAToolkit_ROOT).")
 endif()
+
+# cuDNN 9 (optional): its fused flash attention for training (kernels/cudnn_attention.cpp,
+# model.attention = "cudnn"). Looked for under CUDNN_ROOT (e.g. a Python environment's
+# nvidia/cudnn, which ships only libcudnn.so.9), then beside the CUDA toolkit. Without it the
+# GPU build trains with its own flash kernels; on CPU builds, when found, the source is
+# compiled (not linked) so that CI catches breakage in it.
+if(CUDAToolkit_FOUND)
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS}
+    PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
+    PATH_SUFFIXES lib lib64)
+  if(CUDNN_INCLUDE_DIR)
+    file(STRINGS "${CUDNN_INCLUDE_DIR}/cudnn_version.h" SHARDRL_CUDNN_MAJOR REGEX "define CUDNN_MAJOR ")
+    string(REGEX MATCH "[0-9]+" SHARDRL_CUDNN_MAJOR "${SHARDRL_CUDNN_MAJOR}")
+    if(NOT SHARDRL_CUDNN_MAJOR EQUAL 9)
+      message(STATUS "cuDNN at ${CUDNN_INCLUDE_DIR} is version ${SHARDRL_CUDNN_MAJOR}, not 9: not used")
+      unset(CUDNN_INCLUDE_DIR CACHE)
+    endif()
+  endif()
+  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
+    add_library(shardrl_cudnn UNKNOWN IMPORTED)
+    set_target_properties(shardrl_cudnn PROPERTIES
+      IMPORTED_LOCATION "${CUDNN_LIBRARY}" INTERFACE_INCLUDE_DIRECTORIES "${CUDNN_INCLUDE_DIR}")
+    add_library(CUDNN::cudnn ALIAS shardrl_cudnn)
+    message(STATUS "cuDNN: ${CUDNN_LIBRARY}")
+  else()
+    message(STATUS "cuDNN 9 not found (set CUDNN_ROOT): model.attention = \"cudnn\" unavailable")
+  endif()
+endif()

@@ -19,6 +19,16 @@
 
 namespace shardrl::test {
 
+// The execution space's CUDA stream, for the CUDA-only kernels' launchers (null on CPU builds,
+// whose tests of them skip).
+inline void* stream_of([[maybe_unused]] const ExecSpace& space) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return space.cuda_stream();
+#else
+  return nullptr;
+#endif
+}
+
 // A device buffer of n elements of T with a host mirror.
 template <class T>
 struct Buffer {

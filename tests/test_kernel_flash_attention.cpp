@@ -18,15 +18,6 @@
 namespace shardrl::test {
 namespace {
 
-void* stream_of(const ExecSpace& space) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  return space.cuda_stream();
-#else
-  (void)space;
-  return nullptr;
-#endif
-}
-
 #define SKIP_WITHOUT_FLASH()                                                                \
   if (!kernels::flash_attention_available())                                              \
   GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)"
