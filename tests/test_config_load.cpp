@@ -20,6 +20,7 @@ namespace {
 
 const BuildInfo kCpu{false};
 const BuildInfo kGpu{true};
+const BuildInfo kGpuCudnn{true, true};
 
 TEST(ConfigLoad, EmptyFileGivesDefaults) {
   LoadedConfig l = load_config("", "empty.toml", {}, kCpu);
@@ -126,6 +127,25 @@ TEST(ConfigLoad, FlashAttentionNeedsCudaBf16AndItsHeadDims) {
   EXPECT_TRUE(load_config("[model]\npreset = \"qwen3-0.6b\"\n", "f", {"model.attention=flash"}, kGpu).ok());
 
   EXPECT_EQ(load_config("", "f", {}, kCpu).config.model.attention, AttentionChoice::automatic);
+
+  // "cudnn" needs cuDNN in the build, and what the flash kernels need (they take packed rows
+  // and prefill).
+  LoadedConfig no_cudnn = load_config("[model]\npreset = \"llama-1b\"\nattention = \"cudnn\"\n", "job.toml", {}, kGpu);
+  ASSERT_EQ(no_cudnn.errors.size(), 1u);
+  EXPECT_EQ(no_cudnn.errors[0],
+            "job.toml:3:13: model.attention = \"cudnn\" runs cuDNN's fused attention, which needs a GPU build "
+            "configured with cuDNN 9, but this one has none (CUDNN_ROOT) (use \"auto\", \"flash\" or \"gemm\")");
+  LoadedConfig cudnn_cpu = load_config(head_dim_32, "f", {"model.attention=cudnn", "model.precision=fp32"}, kCpu);
+  ASSERT_EQ(cudnn_cpu.errors.size(), 1u);
+  EXPECT_NE(cudnn_cpu.errors[0].find("a CUDA build, but this shardrl was built for CPU; and model.precision = "
+                                     "\"bf16\", not \"fp32\"; and model.head_dim = 64 or 128, not 32"),
+            std::string::npos)
+      << cudnn_cpu.errors[0];
+  LoadedConfig cudnn = load_config("[model]\npreset = \"llama-1b\"\nattention = \"cudnn\"\n", "f", {}, kGpuCudnn);
+  ASSERT_TRUE(cudnn.ok()) << cudnn.errors.front();
+  EXPECT_EQ(cudnn.config.model.attention, AttentionChoice::cudnn);
+  EXPECT_EQ(cudnn.config.model.cudnn_workspace_mib, 1024);
+  EXPECT_FALSE(load_config("", "f", {"model.cudnn_workspace_mib=0"}, kGpuCudnn).ok());
   for (const BuildInfo& build : {kCpu, kGpu})
     for (const char* choice : {"auto", "gemm"})
       for (const std::string& toml : {std::string(), std::string("[model]\nprecision = \"fp32\"\n"), head_dim_32}) {

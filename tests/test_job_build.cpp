@@ -29,6 +29,7 @@
 #include "io/safetensors.hpp"
 #include "job/hf_config.hpp"
 #include "job/job_checkpoint.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "mpi/host_exchange.hpp"
 #include "rl_test_job.hpp"
 
@@ -217,14 +218,18 @@ Config attention_base() {
   return c;
 }
 
-bool builds_flash(Job& j) {
-  const bool flash = j.model.options().attention == AttentionImpl::flash;
+// The attention the job built, as its report shows it.
+AttentionImpl built_attention(Job& j) {
+  const AttentionImpl impl = j.model.options().attention;
   const std::string report = j.policy.build_report();
-  EXPECT_NE(report.find(flash ? "attention                flash (tensor cores, no S x S scores)"
-                              : "attention                batched GEMMs (scores materialised per block)"),
+  EXPECT_NE(report.find(impl == AttentionImpl::flash   ? "attention                flash (tensor cores, no S x S scores)"
+                        : impl == AttentionImpl::cudnn ? "attention                cudnn (fused, for rows of one sequence; "
+                                                         "flash otherwise)"
+                                                       : "attention                batched GEMMs (scores materialised "
+                                                         "per block)"),
             std::string::npos)
       << report;
-  return flash;
+  return impl;
 }
 
 TEST(JobBuild, AttentionKeyReachesTheBuiltModel) {
@@ -233,27 +238,33 @@ TEST(JobBuild, AttentionKeyReachesTheBuiltModel) {
   write_starting_points(base, dir.path);
   struct Case {
     std::string set;
-    bool flash;   // what it must build on this build
+    AttentionImpl impl;   // what it must build on this build
   };
-  std::vector<Case> cases{{"model.attention=\"gemm\"", false}, {"model.attention=\"auto\"", kDeviceIsGpu}};
-  if (kDeviceIsGpu) cases.push_back({"model.attention=\"flash\"", true});
+  // "auto" takes cuDNN where the build has it, else the flash kernels, on a GPU.
+  const AttentionImpl fused = kernels::cudnn_attention_available() ? AttentionImpl::cudnn : AttentionImpl::flash;
+  const AttentionImpl automatic = kDeviceIsGpu ? fused : AttentionImpl::gemm;
+  std::vector<Case> cases{{"model.attention=\"gemm\"", AttentionImpl::gemm}, {"model.attention=\"auto\"", automatic}};
+  if (kDeviceIsGpu) cases.push_back({"model.attention=\"flash\"", AttentionImpl::flash});
+  if (kernels::cudnn_attention_available()) cases.push_back({"model.attention=\"cudnn\"", AttentionImpl::cudnn});
   for (Start start : {Start::fresh, Start::resumed, Start::init_from}) {
     double gemm_loss = 0;
     for (const Case& c : cases) {
       auto job = start_job(with_overrides(base, {c.set}), start, dir.path);
-      EXPECT_EQ(builds_flash(*job), c.flash) << c.set << " on the " << name_of(start) << " path";
+      EXPECT_EQ(built_attention(*job), c.impl) << c.set << " on the " << name_of(start) << " path";
       const double loss = job->loop.warmup_step(0).loss;
       ASSERT_TRUE(std::isfinite(loss)) << c.set << " on the " << name_of(start) << " path";
       if (&c == &cases.front()) gemm_loss = loss;   // the reference: "gemm"
-      EXPECT_NEAR(loss, gemm_loss, c.flash ? 2e-2 * std::abs(gemm_loss) : 0.0)
+      EXPECT_NEAR(loss, gemm_loss, c.impl != AttentionImpl::gemm ? 2e-2 * std::abs(gemm_loss) : 0.0)
           << c.set << " on the " << name_of(start) << " path";
     }
   }
-  // The default config: the flash kernels only where they run.
-  EXPECT_EQ(builds_flash(*start_job(base, Start::fresh, dir.path)), kDeviceIsGpu);
+  // The default config: the fused kernels only where they run.
+  EXPECT_EQ(built_attention(*start_job(base, Start::fresh, dir.path)), automatic);
   // fp32, or a head_dim the kernels do not take, keeps "auto" on the GEMMs on every build.
-  EXPECT_FALSE(builds_flash(*start_job(with_overrides(base, {"model.precision=\"fp32\""}), Start::fresh, dir.path)));
-  EXPECT_FALSE(builds_flash(*start_job(with_overrides(base, {"model.head_dim=32"}), Start::fresh, dir.path)));
+  EXPECT_EQ(built_attention(*start_job(with_overrides(base, {"model.precision=\"fp32\""}), Start::fresh, dir.path)),
+            AttentionImpl::gemm);
+  EXPECT_EQ(built_attention(*start_job(with_overrides(base, {"model.head_dim=32"}), Start::fresh, dir.path)),
+            AttentionImpl::gemm);
 }
 
 // The report the binary prints at start (and `--print-build`) reads the built objects.

@@ -138,7 +138,8 @@ TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
 
 // `shardrl plan --gpu-memory` on a CPU machine plans a GPU build: cuBLAS's fixed 32 MiB GEMM
 // workspace instead of the CPU's bf16 conversion buffers (tokens x vocabulary in fp32), and the
-// flash kernels' row sums instead of S x S scores where "auto" takes them. Issue 24/25's RL command
+// fused kernels' row sums (and cuDNN's backward workspace) instead of S x S scores where "auto"
+// takes them. Issue 24/25's RL command
 // (qwen3-0.6b, 128 x 8 completions on 2 ranks) ran in a 41 GiB rollout arena on 2 x H200 prefilling
 // every row at once, 30 GiB in calls of 16384 positions; planned for a GPU each must stay below
 // that and see most of it, and far below the CPU build's plan of the same job.
@@ -165,9 +166,25 @@ TEST(MemoryPlan, ForAGpuBuildPlansItsOwnWorkspaceAndAttention) {
   c.rollout.prefill_tokens = 0;   // every row at once: the CPU's conversion workspace for all of them
   const MemoryPlan gpu = plan_memory(c, 2, true, true), cpu = plan_memory(c, 2, true, false);
   EXPECT_LT(gpu.device_bytes(), 0.5 * cpu.device_bytes());
-  bool flash = false;
-  for (const MemoryTerm& t : gpu.train) flash |= t.what.find("(flash kernels)") != std::string::npos;
-  EXPECT_TRUE(flash);
+  // The fused kernels' row sums and cuDNN's backward workspace: 16 rows of 512 positions,
+  // 16 heads x 512 x (2 x 512 + 4 x 128) bytes a row, all 16 within model.cudnn_workspace_mib.
+  const double row_sums = 16.0 * 512 * 16 * 4, cudnn = 16 * 16.0 * 512 * (2 * 512 + 4 * 128);
+  bool fused = false;
+  for (const MemoryTerm& t : gpu.train)
+    if (t.what.find("(fused kernels)") != std::string::npos) {
+      fused = true;
+      EXPECT_NE(t.what.find("cuDNN's backward workspace"), std::string::npos) << t.what;
+      EXPECT_DOUBLE_EQ(t.bytes, row_sums + cudnn);
+    }
+  EXPECT_TRUE(fused);
+  // A budget of 5 rows' workspace runs the backward in calls of 5 rows; under one row, cuDNN
+  // leaves the shape to the flash kernels and plans nothing for it.
+  for (const auto& [mib, rows] : {std::pair{5 * 12.0, 5}, std::pair{10.0, 0}}) {
+    c.model.cudnn_workspace_mib = static_cast<std::int64_t>(mib);
+    for (const MemoryTerm& t : plan_memory(c, 2, true, true).train)
+      if (t.what.find("(fused kernels)") != std::string::npos)
+        EXPECT_DOUBLE_EQ(t.bytes, row_sums + rows * cudnn / 16) << mib << " MiB";
+  }
 }
 
 TEST(MemoryPlan, RefusalNamesTheNumbersAndTheKeys) {

@@ -12,6 +12,7 @@
 #include "fsdp/train_step_graphs.hpp"
 #include "job/options.hpp"
 #include "job/policy.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
 
 namespace shardrl {
@@ -29,15 +30,16 @@ Communicator& comm() {
 // scale comes from the device), a cosine schedule; gradients and moments in `dtype`.
 // With `flash`, a custom shape whose head dim the tensor-core attention takes (GPU builds).
 // With `lora`, rank-4 adapters on every linear layer over the frozen base.
-Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32, bool flash = false, bool lora = false) {
+Config config(Precision p, bool reshard, GradDtype dtype = GradDtype::fp32, bool flash = false, bool lora = false,
+              bool cudnn = false) {
   Config c;
   if (lora) {
     c.lora.rank = 4;
     c.lora.alpha = 8.0;
   }
-  if (flash) {
+  if (flash || cudnn) {
     use_flash_attention_shape(c);
-    c.model.attention = AttentionChoice::flash;
+    c.model.attention = cudnn ? AttentionChoice::cudnn : AttentionChoice::flash;
   }
   c.run.seed = 7;
   c.model.precision = p;
@@ -91,8 +93,9 @@ struct Job {
   std::unique_ptr<TrainStepGraphs> graphs;
 
   Job(Precision p, bool graphed, bool reshard = true, GradDtype dtype = GradDtype::fp32, bool flash = false,
-      bool lora = false)
-      : policy(config(p, reshard, dtype, flash, lora), comm()), model(policy.model()), trainer(policy.trainer()) {
+      bool lora = false, bool cudnn = false)
+      : policy(config(p, reshard, dtype, flash, lora, cudnn), comm()), model(policy.model()),
+        trainer(policy.trainer()) {
     if (graphed)
       graphs = std::make_unique<TrainStepGraphs>(trainer, model,
                                                  std::vector<DeviceRegion>{{mask.data(), mask.extent(0) * sizeof(float)}},
@@ -131,6 +134,7 @@ struct Numerics {
   GradDtype state;
   bool flash = false;   // the tensor-core attention kernels inside the captured step
   bool lora = false;    // LoRA adapters over a frozen base: only they are reduced and stepped
+  bool cudnn = false;   // cuDNN's fused attention inside the captured step
 };
 
 class StepGraphs : public ::testing::TestWithParam<Numerics> {};
@@ -140,9 +144,13 @@ TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
   const Numerics n = GetParam();
   if (n.flash && !kernels::flash_attention_available())
     GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  Job eager(n.precision, false, true, n.state, n.flash, n.lora), graphed(n.precision, true, true, n.state, n.flash, n.lora);
+  if (n.cudnn && !kernels::cudnn_attention_available())
+    GTEST_SKIP() << "cuDNN's attention exists only in GPU builds configured with cuDNN (CUDNN_ROOT)";
+  Job eager(n.precision, false, true, n.state, n.flash, n.lora, n.cudnn),
+      graphed(n.precision, true, true, n.state, n.flash, n.lora, n.cudnn);
   ASSERT_EQ(graphed.trainer.lora(), n.lora);
-  ASSERT_EQ(graphed.model.options().attention, n.flash ? AttentionImpl::flash : AttentionImpl::gemm);
+  ASSERT_EQ(graphed.model.options().attention,
+            n.cudnn ? AttentionImpl::cudnn : n.flash ? AttentionImpl::flash : AttentionImpl::gemm);
   ASSERT_EQ(graphed.trainer.options().main_grad_dtype, n.state);
   ASSERT_EQ(graphed.trainer.options().state_dtype, n.state);
   for (int s = 0; s < kSteps + 1; ++s) {
@@ -179,10 +187,12 @@ INSTANTIATE_TEST_SUITE_P(Precisions, StepGraphs,
                                            Numerics{Precision::bf16, GradDtype::fp32},
                                            Numerics{Precision::bf16, GradDtype::bf16},
                                            Numerics{Precision::bf16, GradDtype::fp32, true},
-                                           Numerics{Precision::bf16, GradDtype::fp32, false, true}),
+                                           Numerics{Precision::bf16, GradDtype::fp32, false, true},
+                                           Numerics{Precision::bf16, GradDtype::fp32, false, false, true}),
                          [](const ::testing::TestParamInfo<Numerics>& p) {
                            if (p.param.precision == Precision::fp32) return "fp32";
                            if (p.param.flash) return "bf16_flash_attention";
+                           if (p.param.cudnn) return "bf16_cudnn_attention";
                            if (p.param.lora) return "bf16_lora";
                            return p.param.state == GradDtype::bf16 ? "bf16_with_bf16_grads_and_moments" : "bf16";
                          });

@@ -91,6 +91,7 @@ LoadedConfig parse_job_config(const std::string& text, const std::string& source
 LoadedConfig parse_saved_config(const std::string& text, const std::string& source) {
   BuildInfo any_build;
   any_build.has_cuda = true;
+  any_build.has_cudnn = true;
   return load_config(text, source, {}, any_build);
 }
 

@@ -20,7 +20,7 @@ enum class CommBackend { automatic, nccl, mpi };
 
 // model.attention as the user wrote it; job/options.cpp resolves it into an AttentionImpl
 // (core/attention_impl.hpp) for this build, precision and head_dim.
-enum class AttentionChoice { automatic, flash, gemm };
+enum class AttentionChoice { automatic, flash, gemm, cudnn };
 
 struct RunConfig {
   std::string name = "shardrl";   // run directory is <dir>/<name>/
@@ -60,6 +60,7 @@ struct ModelConfig {
   double aux_loss_coef = 0.001;     // load-balancing loss weight (not a shape key)
   MoeImpl moe_impl = MoeImpl::grouped;
   AttentionChoice attention = AttentionChoice::automatic;
+  std::int64_t cudnn_workspace_mib = 1024;   // cuDNN attention's backward workspace at most
   double init_std = 0.02;
   std::string init_from;            // a Hugging Face model directory to start from ("": fresh)
   std::string tokenizer;            // a directory with tokenizer.json ("": init_from's, for rl.task = "text")
@@ -219,6 +220,7 @@ struct Config {
 // What this executable was built with; some settings are valid only on some builds.
 struct BuildInfo {
   bool has_cuda = false;
+  bool has_cudnn = false;   // a GPU build configured with cuDNN (model.attention = "cudnn")
 };
 BuildInfo this_build();
 

@@ -14,6 +14,7 @@
 
 #include "config/model_presets.hpp"
 #include "config/schema.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
 
 namespace shardrl {
@@ -474,18 +475,24 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: rollout.cuda_graph = \"decode\" captures CUDA graphs, but this shardrl was built for CPU (use "
         "\"none\")",
         where("rollout.cuda_graph")));
-  if (c.model.attention == AttentionChoice::flash) {
-    // "auto" picks the flash kernels only where they run; "flash" insists, so every unmet
-    // requirement is named rather than falling back silently.
+  if (c.model.attention == AttentionChoice::flash || c.model.attention == AttentionChoice::cudnn) {
+    // "auto" picks the fused kernels only where they run; "flash" and "cudnn" insist, so every
+    // unmet requirement is named rather than falling back silently. cuDNN takes the training
+    // rows of one sequence each; packed rows and prefill keep the flash kernels, so their
+    // requirements hold for it as well.
+    const bool cudnn = c.model.attention == AttentionChoice::cudnn;
     std::vector<std::string> unmet;
     if (!build.has_cuda) unmet.push_back("a CUDA build, but this shardrl was built for CPU");
+    else if (cudnn && !build.has_cudnn)
+      unmet.push_back("a GPU build configured with cuDNN 9, but this one has none (CUDNN_ROOT)");
     if (c.model.precision != Precision::bf16) unmet.push_back("model.precision = \"bf16\", not \"fp32\"");
     if (!kernels::flash_attention_supports_head_dim(shape.head_dim))
       unmet.push_back(fmt::format("model.head_dim = 64 or 128, not {}", shape.head_dim));
     if (!unmet.empty())
-      out.errors.push_back(fmt::format("{}: model.attention = \"flash\" runs the tensor-core kernels, which need {} "
-                                       "(use \"auto\" or \"gemm\")",
-                                       where("model.attention"), fmt::join(unmet, "; and ")));
+      out.errors.push_back(fmt::format(
+          "{}: model.attention = \"{}\" runs {}, which need{} {} (use {})", where("model.attention"),
+          cudnn ? "cudnn" : "flash", cudnn ? "cuDNN's fused attention" : "the tensor-core kernels", cudnn ? "s" : "",
+          fmt::join(unmet, "; and "), cudnn ? "\"auto\", \"flash\" or \"gemm\"" : "\"auto\" or \"gemm\""));
   }
   if (c.comm.backend == CommBackend::mpi && build.has_cuda)
     out.errors.push_back(fmt::format(

@@ -1,5 +1,6 @@
 // The key table. To add a key: add the field to config.hpp, one entry here, and a row in
 // docs/config.md (the docs test fails until all three agree).
+#include "kernels/cudnn_attention.hpp"
 #include "config/schema.hpp"
 
 #include "config/model_presets.hpp"
@@ -188,11 +189,22 @@ std::vector<KeyDef> build_schema() {
                      "gathered unit.",
                      &Config::model, &ModelConfig::moe_impl, std::vector<std::string>{"grouped", "loop"}));
   s.push_back(choice("model", "attention",
-                     "How training and prefill compute attention: `auto`, the tensor-core flash kernels on GPU "
-                     "builds when model.precision = \"bf16\" and head_dim is 64 or 128, otherwise batched GEMMs; "
-                     "`flash`, require them; `gemm`, batched GEMMs with the S x S scores materialised per (row, "
-                     "kv head) block (the reference path, and the only one on CPU builds).",
-                     &Config::model, &ModelConfig::attention, std::vector<std::string>{"auto", "flash", "gemm"}));
+                     "How training and prefill compute attention: `auto`, on GPU builds when model.precision = "
+                     "\"bf16\" and head_dim is 64 or 128 `cudnn` where the build has cuDNN and `flash` where not, "
+                     "otherwise batched GEMMs; `flash`, the tensor-core flash kernels; `gemm`, batched GEMMs with the S x S scores materialised per (row, "
+                     "kv head) block (the reference path, and the only one on CPU builds); `cudnn`, cuDNN's fused "
+                     "attention for training rows that hold one sequence each, the flash kernels for packed rows "
+                     "and prefill (GPU builds configured with cuDNN 9).",
+                     &Config::model, &ModelConfig::attention,
+                     std::vector<std::string>{"auto", "flash", "gemm", "cudnn"}));
+  s.push_back(with_max(with_min(field("model", "cudnn_workspace_mib", VK::integer,
+                                      "The most device memory (MiB) cuDNN's attention backward may take: its "
+                                      "deterministic backward holds the S x S score gradients of the rows it runs "
+                                      "at once, so it runs the micro-batch's rows in calls that fit; where one row "
+                                      "does not fit (long sequences), training takes the flash kernels.",
+                                      &Config::model, &ModelConfig::cudnn_workspace_mib),
+                                1),
+                       kMaxInt));
   s.push_back(field("model", "tokenizer", VK::string,
                     "A directory with the model's tokenizer.json (and tokenizer_config.json with its chat template), "
                     "for rl.task = \"text\"; empty: model.init_from's.",
@@ -708,6 +720,7 @@ BuildInfo this_build() {
 #if defined(SHARDRL_ENABLE_CUDA)
   b.has_cuda = true;
 #endif
+  b.has_cudnn = kernels::cudnn_attention_available();
   return b;
 }
 

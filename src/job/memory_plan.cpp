@@ -7,6 +7,7 @@
 
 #include "core/memory_capacity.hpp"
 #include "job/options.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
 #include "model/tensor_parallel.hpp"
 #include "mpi/host_exchange.hpp"
@@ -76,9 +77,22 @@ double gemm_workspace_bytes(const Dims& d, double tokens, double es, bool gpu_bu
 // with batched GEMMs one (row, kv head) block of S x S fp32 scores and compute-type
 // probabilities, and in training the group's fp32 key and value gradients; with the flash
 // kernels nothing of S x S, only training's fp32 row sums, one per (token, query head).
+// cuDNN's attention backward workspace (kernels/cudnn_attention.hpp): as many rows per call as
+// fit model.cudnn_workspace_mib, none (the flash kernels) where one row does not. Training only:
+// prefill takes the flash kernels.
+double cudnn_workspace_bytes(const ModelOptions& m, double rows, double S) {
+  const double per_row = kernels::cudnn_attention_workspace_per_row(
+      kernels::AttentionShape{1, int(S), m.shape.n_heads, m.shape.n_kv_heads, m.shape.head_dim});
+  const double fit = std::floor(double(m.cudnn_workspace_bytes) / per_row);
+  return std::min(rows, fit) * per_row;
+}
+
 double attention_scratch_bytes(const ModelOptions& m, double rows, double S, double es, bool training) {
   const double heads = m.shape.n_heads, hd = m.shape.head_dim;
-  if (m.attention == AttentionImpl::flash) return training ? rows * S * heads * 4 : 0;
+  if (fused_attention(m.attention)) {
+    if (!training) return 0;
+    return rows * S * heads * 4 + (m.attention == AttentionImpl::cudnn ? cudnn_workspace_bytes(m, rows, S) : 0);
+  }
   const double group = double(m.shape.n_heads / m.shape.n_kv_heads);
   return group * S * S * (4 + es) + (training ? 2 * group * S * hd * 4 : 0);
 }
@@ -95,10 +109,11 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
 
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build) {
   ModelOptions m = model_options(config);
-  // model_options resolves "auto" for this build; a GPU build takes the flash kernels where they run.
+  // model_options resolves "auto" for this build; a GPU build takes cuDNN and the flash kernels
+  // where they run (planned as a build configured with cuDNN, the larger of the two).
   if (gpu_build && config.model.attention == AttentionChoice::automatic && m.precision == Precision::bf16 &&
       kernels::flash_attention_supports_head_dim(m.shape.head_dim))
-    m.attention = AttentionImpl::flash;
+    m.attention = AttentionImpl::cudnn;
   const Dims d = dims_of(m.shape);
   const double N = world_size;
   const double es = m.precision == Precision::bf16 ? 2 : 4;
@@ -168,9 +183,12 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                    "(train.logits_chunk_tokens, at most the micro-batch's) x model.vocab_size {:.4g}",
                    logit_tokens, d.V),
        logit_tokens * d.V * es + (gpu_build ? gemm_workspace_bytes(d, T, es, gpu_build) : 0)},
-      {m.attention == AttentionImpl::flash
-           ? fmt::format("training attention scratch (flash kernels): {:.4g} tokens x model.n_heads {} row sums", T,
-                         m.shape.n_heads)
+      {fused_attention(m.attention)
+           ? fmt::format("training attention scratch (fused kernels): {:.4g} tokens x model.n_heads {} row sums{}", T,
+                         m.shape.n_heads,
+                         m.attention == AttentionImpl::cudnn
+                             ? ", and cuDNN's backward workspace (at most model.cudnn_workspace_mib)"
+                             : "")
            : fmt::format("training attention scratch (batched GEMMs): one (row, kv head) block of train.seq_len^2 = "
                          "{:.4g} scores",
                          double(config.train.seq_len) * double(config.train.seq_len)),

@@ -3,24 +3,29 @@
 #include <filesystem>
 
 #include "config/model_presets.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
 #include "rl/tokenizer.hpp"
 
 namespace shardrl {
 namespace {
 
-// "auto" takes the flash kernels wherever they run, so the same config trains on tensor cores
-// on a GPU build and through the reference GEMMs on a CPU build. "flash" has been checked
-// against the same rule when the config was loaded (config/load.cpp).
+// "auto" takes the fused kernels wherever they run, so the same config trains on tensor cores
+// on a GPU build and through the reference GEMMs on a CPU build: cuDNN's where the build has
+// it (2-3x the flash kernels' speed, measured: docs/performance.md), with the flash kernels for
+// what cuDNN does not take. "flash" and "cudnn" have been checked against the same rules when
+// the config was loaded (config/load.cpp).
 AttentionImpl attention_impl(AttentionChoice choice, Precision precision, int head_dim) {
   switch (choice) {
     case AttentionChoice::flash: return AttentionImpl::flash;
     case AttentionChoice::gemm: return AttentionImpl::gemm;
+    case AttentionChoice::cudnn: return AttentionImpl::cudnn;
     case AttentionChoice::automatic: break;
   }
   const bool flash_runs = kernels::flash_attention_available() && precision == Precision::bf16 &&
                           kernels::flash_attention_supports_head_dim(head_dim);
-  return flash_runs ? AttentionImpl::flash : AttentionImpl::gemm;
+  if (!flash_runs) return AttentionImpl::gemm;
+  return kernels::cudnn_attention_available() ? AttentionImpl::cudnn : AttentionImpl::flash;
 }
 
 }  // namespace
@@ -37,6 +42,7 @@ ModelOptions model_options(const Config& config) {
   o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);
   o.moe_impl = config.model.moe_impl;
   o.attention = attention_impl(config.model.attention, o.precision, o.shape.head_dim);
+  o.cudnn_workspace_bytes = static_cast<std::size_t>(config.model.cudnn_workspace_mib) << 20;
   return o;
 }
 

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "model/attention.hpp"
 #include "model/transformer.hpp"
 
@@ -100,9 +102,15 @@ struct Transformer::Activations {
   DeviceBytes attn_delta;
   DeviceBytes lora_dt;                        // LoRA backward: (N, rank) of scale dy B, compute type
   DeviceBytes norm_scratch;                   // fp32, the RMSNorm weight gradient's partial sums
+  std::unique_ptr<kernels::CudnnAttention> cudnn;   // model.attention = "cudnn": the plans
+  DeviceBytes cudnn_workspace;                       // their workspace at (max_batch, max_seq_len)
   AttentionScratch attention_scratch() const {
     return {{attn_scores.as<float>(), attn_probs.as<char>(), attn_dk.as<float>(), attn_dv.as<float>()},
-            attn_delta.as<float>()};
+            attn_delta.as<float>(),
+            cudnn.get(),
+            cudnn_workspace.as<void>(),
+            cudnn_workspace.bytes(),
+            single_sequence_rows};
   }
   LedgerView<std::int32_t> tokens, targets, positions, slots;   // (N) each
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror tokens_h, targets_h, positions_h, slots_h;
@@ -111,6 +119,7 @@ struct Transformer::Activations {
   LedgerView<std::int32_t> token_order, token_starts;   // (N), (N + 2); training only
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror token_order_h, token_starts_h;
   bool decode_slots = false;                  // decode step rows address cache slots
+  bool single_sequence_rows = true;           // set_batch without packed rows (every position = index in row)
 
   std::vector<LayerOffsets> offsets;          // per layer
   std::int64_t head_norm = 0, head_lm = -1, embed = 0;

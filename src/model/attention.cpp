@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
 
 namespace shardrl {
@@ -18,6 +19,15 @@ void* stream_of([[maybe_unused]] const ExecSpace& space) {
 #endif
 }
 
+// cuDNN for this batch: its rows each hold one sequence (cuDNN's mask is the plain causal
+// one), and cuDNN has plans for the shape that fit the workspace allocated for the largest. Forward and backward of a
+// batch ask with the same shape and scratch, so both get the same answer (backward's plan is
+// built with forward's in a training model).
+bool cudnn_runs(const kernels::AttentionShape& shape, const AttentionScratch& scratch) {
+  return scratch.cudnn && scratch.single_sequence_rows &&
+         scratch.cudnn->prepare(shape, scratch.delta != nullptr, scratch.cudnn_workspace_bytes);
+}
+
 }  // namespace
 
 template <class T>
@@ -27,6 +37,8 @@ void attention_forward(AttentionImpl impl, const ExecSpace& space, Gemm& gemm, c
   if (impl == AttentionImpl::gemm)
     return gemm_attention_forward(space, gemm, shape, positions, q, k, v, out, lse, scratch.gemm);
   if constexpr (std::is_same_v<T, bf16>) {
+    if (impl == AttentionImpl::cudnn && cudnn_runs(shape, scratch))
+      return scratch.cudnn->forward(stream_of(space), shape, q, k, v, out, lse, scratch.cudnn_workspace);
     kernels::flash_attention_forward(stream_of(space), shape, positions, q, k, v, out, lse);
   } else {
     SHARDRL_FATAL("flash attention takes bf16 only (model.precision = \"fp32\" needs model.attention = \"gemm\")");
@@ -41,6 +53,9 @@ void attention_backward(AttentionImpl impl, const ExecSpace& space, Gemm& gemm, 
     return gemm_attention_backward(space, gemm, shape, positions, q, k, v, out, lse, dout, dq, dk, dv, scratch.gemm);
   if constexpr (std::is_same_v<T, bf16>) {
     SHARDRL_CHECK(scratch.delta != nullptr, "flash attention backward without its scratch (an inference-only model?)");
+    if (impl == AttentionImpl::cudnn && cudnn_runs(shape, scratch))
+      return scratch.cudnn->backward(stream_of(space), shape, q, k, v, out, lse, dout, dq, dk, dv, scratch.delta,
+                                     scratch.cudnn_workspace);
     kernels::flash_attention_backward(stream_of(space), shape, positions, q, k, v, out, lse, dout, dq, dk, dv,
                                       scratch.delta);
   } else {

@@ -68,9 +68,11 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     const kernels::CacheShape cs = cache->step_shape(N);
     kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), a.k.as<T>(), a.v.as<T>(),
                             static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
+    // cuDNN builds a plan per shape, and prefill's shapes change with every call: the flash kernels.
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-    attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(),
-                      a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
+    const AttentionImpl impl = options_.attention == AttentionImpl::cudnn ? AttentionImpl::flash : options_.attention;
+    attention_forward(impl, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+                      a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
     const kernels::CacheShape cs = cache->step_shape(B_);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/flash_attention.hpp"
 #include "kernels/rmsnorm.hpp"
@@ -79,7 +80,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   SHARDRL_CHECK(options_.max_seq_len <= s.max_seq_len, "sequence length beyond the model's max_seq_len");
   // The config refuses model.attention = "flash" where it cannot run; a model built directly
   // (tests, benchmarks) is checked here, before any buffer is sized for it.
-  if (options_.attention == AttentionImpl::flash) {
+  if (fused_attention(options_.attention)) {   // cudnn falls back to the flash kernels
     SHARDRL_CHECK(kernels::flash_attention_available(), "flash attention needs a GPU build");
     SHARDRL_CHECK(options_.precision == Precision::bf16, "flash attention takes bf16 only");
     SHARDRL_CHECK(kernels::flash_attention_supports_head_dim(s.head_dim),
@@ -174,11 +175,24 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     // Attention scratch for the largest batch.
     const kernels::AttentionShape largest{options_.max_batch, options_.max_seq_len, s.n_heads, s.n_kv_heads,
                                           s.head_dim};
-    if (options_.attention == AttentionImpl::flash) {
+    if (fused_attention(options_.attention)) {
       // The flash kernels keep the scores in registers: nothing of S x S, only backward's row sums.
       if (!inference)
         a.attn_delta = make("attn_delta", kernels::flash_attention_backward_workspace_bytes(largest),
                             MemoryCategory::workspace);
+      // cuDNN serves the batches of rows of one sequence (not prefill, so not inference-only
+      // models); its workspace is sized for the largest batch, where smaller ones fit.
+      if (options_.attention == AttentionImpl::cudnn && !inference) {
+        a.cudnn = std::make_unique<kernels::CudnnAttention>();
+        if (a.cudnn->prepare(largest, true, options_.cudnn_workspace_bytes)) {
+          const std::size_t workspace = a.cudnn->workspace_bytes(largest, true);
+          if (workspace > 0) a.cudnn_workspace = make("cudnn_workspace", workspace, MemoryCategory::workspace);
+        } else {
+          spdlog::warn(fmt::format("model.attention = \"cudnn\": {}; training attention takes the flash kernels",
+                               a.cudnn->why()));
+          a.cudnn.reset();
+        }
+      }
     } else {
       // One (row, kv head) block of scores at a time.
       const AttentionWorkspaceSizes w = attention_workspace_bytes(largest, es, !inference);
@@ -262,6 +276,10 @@ std::size_t Transformer::activation_bytes() const { return act_->bytes; }
 
 const WgradCounters& Transformer::wgrad_counters() const { return wgrad_->counters(); }
 
+long Transformer::cudnn_attention_calls() const {
+  return act_->cudnn ? act_->cudnn->forward_calls() + act_->cudnn->backward_calls() : 0;
+}
+
 void Transformer::add_replayed_counts(const WgradCounters& replayed) { wgrad_->count(replayed); }
 
 const MoeCallCounters& Transformer::moe_calls() const {
@@ -289,12 +307,14 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   S_ = S;
   Activations& a = *act_;
   const int V = options_.shape.vocab_size;
+  bool packed = false;
   for (int i = 0; i < B * S; ++i) {
     SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
                   fmt::format("token id out of range [0, {}) at position {}", V, i));
     a.tokens_h(i) = tokens[i];
     a.targets_h(i) = targets[i];
     const std::int32_t pos = positions ? positions[i] : i % S;
+    packed |= pos != i % S;
     // A sequence starts at position 0, counts up by one and stays inside its row.
     SHARDRL_CHECK(pos >= 0 && pos <= i % S && (pos == 0 || pos == a.positions_h(i - 1) + 1),
                   fmt::format("position {} of token {} does not continue a sequence in its row", pos, i));
@@ -302,6 +322,7 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
     a.slots_h(i) = i / S;   // prefill: row b of the batch is cache slot b
   }
   a.decode_slots = false;
+  a.single_sequence_rows = !packed;
   // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
   Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
   Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);

@@ -47,6 +47,8 @@ struct ModelOptions {
   // Training and prefill attention; flash needs a GPU build, bf16 and head_dim 64 or 128
   // (job/options.cpp resolves model.attention into it; the constructor checks it).
   AttentionImpl attention = AttentionImpl::gemm;
+  // cudnn: the most workspace its backward may take (it runs the batch's rows in calls that fit).
+  std::size_t cudnn_workspace_bytes = std::size_t(1) << 30;
   int max_batch = 1;     // sequences
   int max_seq_len = 1;   // positions per sequence
   // The most tokens (B x S) of one forward, which size the activations (and, with expert
@@ -157,6 +159,8 @@ class Transformer {
   const void* logits() const;
 
   const WgradCounters& wgrad_counters() const;
+  // model.attention = "cudnn": the attention calls (forward and backward) cuDNN ran; 0 without.
+  long cudnn_attention_calls() const;
   const MoeCallCounters& moe_calls() const;
   // The weight of this micro-batch's load-balancing loss relative to aux_loss_coef (1 by
   // default); the caller divides by the micro-batches and ranks a step averages over.
