@@ -112,7 +112,7 @@ struct RolloutConfig {
   double top_p = 1.0;              // 1: off
   std::int64_t max_new_tokens = 64;
   RolloutGraph cuda_graph = RolloutGraph::none;
-  RolloutEngine engine = RolloutEngine::static_batch;
+  RolloutEngine engine = RolloutEngine::paged;
   std::int64_t kv_cache_tokens = 0;   // paged: positions of the block pool; 0: as many as static
   std::int64_t tensor_parallel = 1;   // ranks that decode one model together
   std::int64_t prefill_tokens = 16384;   // positions per prefill call (at least a row's); 0: every row at once

@@ -12,6 +12,8 @@ namespace shardrl {
 
 enum class RolloutEngine { static_batch, paged };
 
+// A Generator built without options decodes statically: the reference the paged engine is
+// tested against. A job's engine comes from rollout.engine (paged by default, job/options.cpp).
 struct EngineOptions {
   RolloutEngine engine = RolloutEngine::static_batch;
   int block_positions = 16;          // paged: positions per KV cache block (a power of two)
