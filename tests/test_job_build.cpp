@@ -223,8 +223,8 @@ AttentionImpl built_attention(Job& j) {
   const AttentionImpl impl = j.model.options().attention;
   const std::string report = j.policy.build_report();
   EXPECT_NE(report.find(impl == AttentionImpl::flash   ? "attention                flash (tensor cores, no S x S scores)"
-                        : impl == AttentionImpl::cudnn ? "attention                cudnn (fused, for rows of one sequence; "
-                                                         "flash otherwise)"
+                        : impl == AttentionImpl::cudnn ? "attention                cudnn (fused, right-padded rows; flash "
+                                                         "otherwise)"
                                                        : "attention                batched GEMMs (scores materialised "
                                                          "per block)"),
             std::string::npos)

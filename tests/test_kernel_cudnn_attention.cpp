@@ -116,6 +116,22 @@ TEST(CudnnAttention, RowsInCallsWithinTheWorkspaceBudget) {
   expect_matches_reference(p);
 }
 
+// 3 heads x 131 positions (not a multiple of 4): calls after the first would start their
+// statistics off 16 bytes unless they take rows in fours. A budget of 4.5 rows' workspace runs
+// 5 rows as 4 + 1 and matches the reference; one of 2.5 rows cannot split them so and is refused.
+TEST(CudnnAttention, RowsInCallsKeepTheStatisticsAligned) {
+  SKIP_WITHOUT_CUDNN();
+  const AttentionShape one{1, 131, 3, 1, 64}, s{5, 131, 3, 1, 64};
+  kernels::CudnnAttention probe;
+  ASSERT_TRUE(probe.prepare(one, true, kBudget)) << probe.why();
+  const std::size_t per_row = probe.workspace_bytes(one, true);
+  CudnnProblem p(s, 91, 4 * per_row + per_row / 2);
+  expect_matches_reference(p);
+  kernels::CudnnAttention tight;
+  EXPECT_FALSE(tight.prepare(s, true, 2 * per_row + per_row / 2));
+  EXPECT_NE(tight.why().find("rows in fours"), std::string::npos) << tight.why();
+}
+
 // Same inputs, same bits: the deterministic backward (no atomic accumulation of dQ).
 TEST(CudnnAttention, Deterministic) {
   SKIP_WITHOUT_CUDNN();

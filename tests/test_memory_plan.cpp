@@ -181,9 +181,11 @@ TEST(MemoryPlan, ForAGpuBuildPlansItsOwnWorkspaceAndAttention) {
   // leaves the shape to the flash kernels and plans nothing for it.
   for (const auto& [mib, rows] : {std::pair{5 * 12.0, 5}, std::pair{10.0, 0}}) {
     c.model.cudnn_workspace_mib = static_cast<std::int64_t>(mib);
-    for (const MemoryTerm& t : plan_memory(c, 2, true, true).train)
-      if (t.what.find("(fused kernels)") != std::string::npos)
+    for (const MemoryTerm& t : plan_memory(c, 2, true, true).train) {
+      if (t.what.find("(fused kernels)") != std::string::npos) {
         EXPECT_DOUBLE_EQ(t.bytes, row_sums + rows * cudnn / 16) << mib << " MiB";
+      }
+    }
   }
 }
 

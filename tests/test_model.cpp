@@ -482,9 +482,10 @@ TEST(Model, FlashAttentionAgreesWithFp32AndGemmAttention) {
   }
 }
 
-// cuDNN's attention inside the model (GPU builds with cuDNN): on right-padded rows it runs
-// (its calls counted) and agrees with the fp32 model as the flash kernels do; recompute takes
-// the same plans; on packed rows it leaves the batch to the flash kernels, bit for bit.
+// cuDNN's attention inside the model (GPU builds with cuDNN): on a batch set without positions
+// it runs (its calls counted) and agrees with the fp32 model as the flash kernels do; recompute
+// takes the same plans; a batch set with positions, packed or each row one sequence (as the RL
+// train phase sets them), goes to the flash kernels, bit for bit.
 TEST(Model, CudnnAttentionAgreesWithFp32AndLeavesPackedRowsToFlash) {
   if (!kernels::cudnn_attention_available())
     GTEST_SKIP() << "cuDNN's attention exists only in GPU builds configured with cuDNN (CUDNN_ROOT)";
@@ -493,10 +494,15 @@ TEST(Model, CudnnAttentionAgreesWithFp32AndLeavesPackedRowsToFlash) {
   s.n_kv_heads = 2;
   s.head_dim = 64;
   const int B = 3, S = 70;
-  for (bool packed : {false, true}) {
-    SCOPED_TRACE(packed ? "packed" : "right-padded");
+  enum class Rows { implicit, explicit_one_sequence, packed };
+  for (Rows kind : {Rows::implicit, Rows::explicit_one_sequence, Rows::packed}) {
+    SCOPED_TRACE(kind == Rows::implicit ? "no positions" : kind == Rows::packed ? "packed" : "positions 0..S-1");
+    const bool packed = kind != Rows::implicit;   // flash's, in the checks below
     Batch b(B, S, s.vocab_size, 9);
-    if (packed)
+    if (kind == Rows::explicit_one_sequence)
+      for (int row = 0; row < B; ++row)
+        for (int p = 0; p < S; ++p) b.positions.push_back(p);
+    if (kind == Rows::packed)
       for (int row = 0; row < B; ++row)
         for (int len : {row == 0 ? S : 31, row == 0 ? 0 : S - 31})
           for (int p = 0; p < len; ++p) b.positions.push_back(p);
@@ -511,7 +517,7 @@ TEST(Model, CudnnAttentionAgreesWithFp32AndLeavesPackedRowsToFlash) {
     EXPECT_EQ(rc.model.cudnn_attention_calls(), packed ? 0 : 2 * s.n_layers) << "one forward, one backward a layer";
     EXPECT_EQ(lr, lc) << "recompute runs the same plans on the same inputs";
     if (packed) {
-      EXPECT_EQ(lc, lf) << "packed rows take the flash kernels";
+      EXPECT_EQ(lc, lf) << "batches with positions take the flash kernels";
     }
     EXPECT_NEAR(lc, l32, 2e-2 * l32);
     for (int u = 0; u < r32.model.unit_count(); ++u) {

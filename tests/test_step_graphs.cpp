@@ -151,6 +151,11 @@ TEST_P(StepGraphs, ReplayedStepsEqualEagerSteps) {
   ASSERT_EQ(graphed.trainer.lora(), n.lora);
   ASSERT_EQ(graphed.model.options().attention,
             n.cudnn ? AttentionImpl::cudnn : n.flash ? AttentionImpl::flash : AttentionImpl::gemm);
+  // cuDNN ran (eagerly, and while the graph was captured), not a silent fallback to flash.
+  if (n.cudnn) {
+    EXPECT_GT(eager.model.cudnn_attention_calls(), 0);
+    EXPECT_GT(graphed.model.cudnn_attention_calls(), 0);
+  }
   ASSERT_EQ(graphed.trainer.options().main_grad_dtype, n.state);
   ASSERT_EQ(graphed.trainer.options().state_dtype, n.state);
   for (int s = 0; s < kSteps + 1; ++s) {
@@ -173,8 +178,10 @@ TEST_P(StepGraphs, KeepingUnitsGatheredReplaysToo) {
   const Numerics n = GetParam();
   if (n.flash && !kernels::flash_attention_available())
     GTEST_SKIP() << "the tensor-core attention exists only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  Job eager(n.precision, false, false, n.state, n.flash, n.lora),
-      graphed(n.precision, true, false, n.state, n.flash, n.lora);
+  if (n.cudnn && !kernels::cudnn_attention_available())
+    GTEST_SKIP() << "cuDNN's attention exists only in GPU builds configured with cuDNN (CUDNN_ROOT)";
+  Job eager(n.precision, false, false, n.state, n.flash, n.lora, n.cudnn),
+      graphed(n.precision, true, false, n.state, n.flash, n.lora, n.cudnn);
   for (int s = 0; s < 4; ++s) {
     eager.step(s);
     graphed.step(s);

@@ -478,8 +478,8 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.model.attention == AttentionChoice::flash || c.model.attention == AttentionChoice::cudnn) {
     // "auto" picks the fused kernels only where they run; "flash" and "cudnn" insist, so every
     // unmet requirement is named rather than falling back silently. cuDNN takes the training
-    // rows of one sequence each; packed rows and prefill keep the flash kernels, so their
-    // requirements hold for it as well.
+    // batches set without positions; the RL train phase's rows and prefill keep the flash
+    // kernels, so their requirements hold for it as well.
     const bool cudnn = c.model.attention == AttentionChoice::cudnn;
     std::vector<std::string> unmet;
     if (!build.has_cuda) unmet.push_back("a CUDA build, but this shardrl was built for CPU");

@@ -193,8 +193,9 @@ std::vector<KeyDef> build_schema() {
                      "\"bf16\" and head_dim is 64 or 128 `cudnn` where the build has cuDNN and `flash` where not, "
                      "otherwise batched GEMMs; `flash`, the tensor-core flash kernels; `gemm`, batched GEMMs with the S x S scores materialised per (row, "
                      "kv head) block (the reference path, and the only one on CPU builds); `cudnn`, cuDNN's fused "
-                     "attention for training rows that hold one sequence each, the flash kernels for packed rows "
-                     "and prefill (GPU builds configured with cuDNN 9).",
+                     "attention for training batches of right-padded rows (set without positions: the SFT "
+                     "warm-up), the flash kernels for the RL train phase's rows (packed or not) and prefill (GPU "
+                     "builds configured with cuDNN 9).",
                      &Config::model, &ModelConfig::attention,
                      std::vector<std::string>{"auto", "flash", "gemm", "cudnn"}));
   s.push_back(with_max(with_min(field("model", "cudnn_workspace_mib", VK::integer,

@@ -2,8 +2,9 @@
 // (row, kv head) block of S x S scores at a time (model/gemm_attention.hpp: every build and
 // compute type, the reference), the tensor-core flash kernels that never materialise the
 // scores (kernels/flash_attention.hpp: GPU builds, bf16, head_dim 64 or 128), or cuDNN's fused
-// attention for training rows of one sequence each, the flash kernels for the rest (packed
-// rows, prefill) (kernels/cudnn_attention.hpp: GPU builds with cuDNN).
+// attention for training batches set without positions (right-padded rows), the flash kernels
+// for the rest (batches with positions, prefill) (kernels/cudnn_attention.hpp: GPU builds with
+// cuDNN).
 #pragma once
 
 namespace shardrl {

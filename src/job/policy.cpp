@@ -94,7 +94,7 @@ std::string Policy::build_report() const {
   line("weight gradients", m.gradient_accumulation_fusion ? "fused (GEMM accumulates into the fp32 gradient)"
                                                           : "unfused (GEMM into a buffer, then added)");
   line("attention", m.attention == AttentionImpl::flash   ? "flash (tensor cores, no S x S scores)"
-                    : m.attention == AttentionImpl::cudnn ? "cudnn (fused, for rows of one sequence; flash otherwise)"
+                    : m.attention == AttentionImpl::cudnn ? "cudnn (fused, right-padded rows; flash otherwise)"
                                                           : "batched GEMMs (scores materialised per block)");
   line("activation recompute", m.activation_recompute ? "on" : "off");
   if (m.shape.n_experts > 0) {

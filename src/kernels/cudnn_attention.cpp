@@ -199,6 +199,7 @@ struct CudnnAttention::Plans {
   std::string why;
 
   ~Plans() {
+    plans.clear();   // the execution plans before the handle they were built with
     if (handle) cudnnDestroy(handle);
   }
   static ShapeKey shape_key(const AttentionShape& s, bool training, std::size_t budget) {
@@ -215,26 +216,33 @@ struct CudnnAttention::Plans {
     }
     return it->second;
   }
-  // The most rows per call (down from B) whose plan, and the last call's, fit `budget`.
+  // The most rows per call (down from B) whose plan, and the last call's, fit `budget`. A call
+  // after the first starts at row r0: its statistics at r0 x n_heads x S floats must stay on the
+  // 16 bytes the tensors declare, so where n_heads x S is not a multiple of 4 the rows per call
+  // are a multiple of 4 (or the whole batch).
   int rows_within(const AttentionShape& s, bool backward, std::size_t budget, std::size_t* workspace) {
+    const int granule = (long(s.n_heads) * s.S) % 4 == 0 ? 1 : 4;
     AttentionShape c = s;
     for (;;) {
-      const std::size_t ws = plan(c, backward).workspace;
-      if (ws <= budget) {
-        std::size_t most = ws;
-        if (s.B % c.B != 0) {   // the last, smaller call has a plan of its own
-          AttentionShape last = c;
-          last.B = s.B % c.B;
-          most = std::max(most, plan(last, backward).workspace);
-        }
+      std::size_t most = plan(c, backward).workspace;
+      if (most <= budget && s.B % c.B != 0) {   // the last, smaller call has a plan of its own
+        AttentionShape last = c;
+        last.B = s.B % c.B;
+        most = std::max(most, plan(last, backward).workspace);
+      }
+      if (most <= budget) {
         *workspace = std::max(*workspace, most);
         return c.B;
       }
-      if (c.B == 1)
-        throw BuildError{fmt::format("its {} for one row of {} positions needs a {:.0f} MiB workspace, over the "
-                                     "{:.0f} MiB allowed (model.cudnn_workspace_mib)",
-                                     backward ? "backward" : "forward", s.S, ws / 1048576.0, budget / 1048576.0)};
-      c.B = std::max(1, std::min(c.B - 1, static_cast<int>(double(c.B) * double(budget) / double(ws))));
+      const int fit = static_cast<int>(double(c.B) * double(budget) / double(most));
+      const int next = std::min(c.B - 1, fit) / granule * granule;
+      if (next < 1)
+        throw BuildError{fmt::format(
+            "its {} for {} row{} of {} positions needs a {:.0f} MiB workspace, over the {:.0f} MiB allowed "
+            "(model.cudnn_workspace_mib){}",
+            backward ? "backward" : "forward", c.B, c.B == 1 ? "" : "s", s.S, most / 1048576.0, budget / 1048576.0,
+            granule > 1 ? "; with n_heads x S not a multiple of 4 its calls take rows in fours" : "")};
+      c.B = next;
     }
   }
   const Calls& calls(const AttentionShape& s, bool training, std::size_t budget) {
@@ -269,16 +277,16 @@ struct CudnnAttention::Plans {
   }
   void run(void* stream, const Plan& p, std::vector<int64_t> uids, std::vector<void*> pointers, void* workspace) {
     check_run(cudnnSetStream(handle, static_cast<cudaStream_t>(stream)), "cudnnSetStream");
-    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     try {
+      Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
       pack.set_array(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids)
           .set_array(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers)
           .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace)
           .finalize("variant pack");
+      check_run(cudnnBackendExecute(handle, p.plan.get(), pack.get()), "cuDNN attention");
     } catch (const BuildError& e) {
       SHARDRL_FATAL(e.what);
     }
-    check_run(cudnnBackendExecute(handle, p.plan.get(), pack.get()), "cuDNN attention");
   }
 };
 

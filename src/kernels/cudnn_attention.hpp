@@ -4,9 +4,9 @@
 // wgmma and TMA, which kernels/flash_attention.cu does not). GPU builds with cuDNN 9 found by
 // CMake (CUDNN_ROOT); the others have cudnn_attention_available() == false.
 //
-// Scope: rows that each hold one right-padded sequence (positions 0..S-1), i.e. training
-// batches without packing. Packed rows, whose masks come from the positions, stay with the
-// flash kernels (model/attention.cpp picks). Same q, k, v, out layouts as
+// Scope: rows that each hold one right-padded sequence (positions 0..S-1): the model gives it
+// the training batches set without positions. Batches with positions (packed rows, whose masks
+// come from them) stay with the flash kernels (model/attention.cpp picks). Same q, k, v, out layouts as
 // kernels/flash_attention.hpp; the softmax statistics (lse) are cuDNN's own: (B, n_heads, S)
 // natural-log sums of the scaled scores, read back only by this backward.
 //
@@ -49,8 +49,9 @@ double cudnn_attention_workspace_per_row(const AttentionShape& s);
 // Memory: the deterministic backward keeps the S x S score gradients (bf16) of every query head
 // of the rows it takes at once: cudnn_attention_workspace_per_row bytes per row
 // (272 MiB for llama-1b at S = 2048, measured on cuDNN 9.14), so a call takes only as many of the
-// batch's rows as fit a workspace budget, in calls of that many rows; a shape whose single row
-// does not fit is refused (the caller keeps the flash kernels, whose memory is linear in S).
+// batch's rows as fit a workspace budget, in calls of that many rows (a multiple of 4 where
+// n_heads x S is not, so that every call's statistics start 16-byte aligned); a shape that
+// cannot be split so is refused (the caller keeps the flash kernels, whose memory is linear in S).
 class CudnnAttention {
  public:
   CudnnAttention();

@@ -119,7 +119,11 @@ struct Transformer::Activations {
   LedgerView<std::int32_t> token_order, token_starts;   // (N), (N + 2); training only
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror token_order_h, token_starts_h;
   bool decode_slots = false;                  // decode step rows address cache slots
-  bool single_sequence_rows = true;           // set_batch without packed rows (every position = index in row)
+  // set_batch without explicit positions: each row one right-padded sequence from position 0.
+  // Batches set with positions (the RL train phase's, packed or not) keep the flash kernels,
+  // so every micro-batch of a step, which one call site sets, gets the same pick: a captured
+  // step replays one pick (the flag itself is host state, not restored by TrainStepGraphs::load).
+  bool single_sequence_rows = true;
 
   std::vector<LayerOffsets> offsets;          // per layer
   std::int64_t head_norm = 0, head_lm = -1, embed = 0;

@@ -19,8 +19,9 @@ void* stream_of([[maybe_unused]] const ExecSpace& space) {
 #endif
 }
 
-// cuDNN for this batch: its rows each hold one sequence (cuDNN's mask is the plain causal
-// one), and cuDNN has plans for the shape that fit the workspace allocated for the largest. Forward and backward of a
+// cuDNN for this batch: it was set without explicit positions, so each row holds one sequence
+// from position 0 (cuDNN's mask is the plain causal one), and cuDNN has plans for the shape that
+// fit the workspace allocated for the largest. Forward and backward of a
 // batch ask with the same shape and scratch, so both get the same answer (backward's plan is
 // built with forward's in a training model).
 bool cudnn_runs(const kernels::AttentionShape& shape, const AttentionScratch& scratch) {

@@ -1,10 +1,11 @@
 // A layer's causal attention for training and prefill, by the model's AttentionImpl: the batched
 // GEMMs of model/gemm_attention.hpp, the tensor-core flash kernels of
 // kernels/flash_attention.hpp, or cuDNN's fused attention (kernels/cudnn_attention.hpp) where
-// the batch's rows each hold one sequence and cuDNN has an engine for the shape, the flash
-// kernels otherwise. The one place that picks, so that forward, its recompute in backward,
-// prefill and backward cannot take different paths: the pick depends only on the
-// implementation, the shape and the batch, which forward and backward share. gemm and flash
+// the training batch was set without positions (right-padded rows) and cuDNN has an engine for
+// the shape, the flash kernels otherwise. The one place that picks, so that forward, its
+// recompute in backward, prefill and backward cannot take different paths: the pick depends
+// only on the implementation, the shape and how the batch was set, which forward and backward
+// share. gemm and flash
 // write the same out and lse (the lse convention of kernels/attention.hpp); cuDNN writes its
 // own lse layout, read only by its own backward.
 #pragma once
@@ -28,7 +29,7 @@ struct AttentionScratch {
   kernels::CudnnAttention* cudnn = nullptr;   // cudnn: the plans
   void* cudnn_workspace = nullptr;            // cudnn: the workspace of the largest batch's plans
   std::size_t cudnn_workspace_bytes = 0;
-  bool single_sequence_rows = false;          // the batch's rows hold one sequence each (not packed)
+  bool single_sequence_rows = false;          // the batch was set without positions (Activations)
 };
 
 // flash with T = float is a check failure: the kernels are bf16 only, and the config refuses

@@ -180,7 +180,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       if (!inference)
         a.attn_delta = make("attn_delta", kernels::flash_attention_backward_workspace_bytes(largest),
                             MemoryCategory::workspace);
-      // cuDNN serves the batches of rows of one sequence (not prefill, so not inference-only
+      // cuDNN serves the batches set without positions (not prefill, so not inference-only
       // models); its workspace is sized for the largest batch, where smaller ones fit.
       if (options_.attention == AttentionImpl::cudnn && !inference) {
         a.cudnn = std::make_unique<kernels::CudnnAttention>();
@@ -189,8 +189,9 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
           if (workspace > 0) a.cudnn_workspace = make("cudnn_workspace", workspace, MemoryCategory::workspace);
         } else {
           spdlog::warn(fmt::format("model.attention = \"cudnn\": {}; training attention takes the flash kernels",
-                               a.cudnn->why()));
+                                   a.cudnn->why()));
           a.cudnn.reset();
+          options_.attention = AttentionImpl::flash;   // what runs, for the build report
         }
       }
     } else {
@@ -307,14 +308,12 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   S_ = S;
   Activations& a = *act_;
   const int V = options_.shape.vocab_size;
-  bool packed = false;
   for (int i = 0; i < B * S; ++i) {
     SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
                   fmt::format("token id out of range [0, {}) at position {}", V, i));
     a.tokens_h(i) = tokens[i];
     a.targets_h(i) = targets[i];
     const std::int32_t pos = positions ? positions[i] : i % S;
-    packed |= pos != i % S;
     // A sequence starts at position 0, counts up by one and stays inside its row.
     SHARDRL_CHECK(pos >= 0 && pos <= i % S && (pos == 0 || pos == a.positions_h(i - 1) + 1),
                   fmt::format("position {} of token {} does not continue a sequence in its row", pos, i));
@@ -322,7 +321,7 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
     a.slots_h(i) = i / S;   // prefill: row b of the batch is cache slot b
   }
   a.decode_slots = false;
-  a.single_sequence_rows = !packed;
+  a.single_sequence_rows = positions == nullptr;
   // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
   Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
   Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);
