@@ -4,7 +4,8 @@
 # `generate`. Prints each side's own lines, then a Markdown table with the ratios.
 #   bench/compare_with_pytorch.sh [train|decode|all]
 # Environment: MODELS (default "llama-1b qwen3-0.6b"), GPUS (default "1 2"), MBS (micro-batches,
-# default 2), PEER_MODES (PyTorch's, default "eager compiled"), SEQ (default 2048), STEPS (default 10), BATCHES (decode, default "1 8 64"),
+# default 2), PEER_MODES (PyTorch's, default "eager compiled"), SEQ (default 2048), STEPS (default 10),
+# RECOMPUTE (1: both sides recompute each layer's activations in backward, for long SEQ), BATCHES (decode, default "1 8 64"),
 # BUILD (default build/cuda-release), PYTHON (default python3, with torch and transformers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,8 @@ gpus=${GPUS:-1 2}
 mbs_list=${MBS:-2}
 modes=${PEER_MODES:-eager compiled}
 seq=${SEQ:-2048}
+ours_recompute=(); theirs_recompute=()
+[[ ${RECOMPUTE:-0} == 1 ]] && { ours_recompute=(--set train.activation_recompute=true); theirs_recompute=(--recompute); }
 steps=${STEPS:-10}
 batches=${BATCHES:-1 8 64}
 build=${BUILD:-build/cuda-release}
@@ -35,7 +38,8 @@ if [[ $what == train || $what == all ]]; then
       for mbs in $mbs_list; do
         echo "== train step: $m on $n GPU(s), micro-batch $mbs x $seq, $steps steps"
         ours=$(mpirun "${mpirun_flags[@]}" -np "$n" "$build/bench/bench_train_step" --set model.preset="$m" \
-          --set train.micro_batch_size="$mbs" --set train.seq_len="$seq" --steps "$steps" 2>&1 | grep -v '^\[')
+          --set train.micro_batch_size="$mbs" --set train.seq_len="$seq" "${ours_recompute[@]}" --steps "$steps" 2>&1 |
+          grep -v '^\[')
         echo "$ours"
         a=$(field "tokens/s per GPU" <<<"$ours")
         # The peer: PyTorch eager and with each decoder block compiled; the table takes the better.
@@ -44,7 +48,8 @@ if [[ $what == train || $what == all ]]; then
         for mode in $modes; do
           flag=(); [[ $mode == compiled ]] && flag=(--compile)
           theirs=$("$python" -m torch.distributed.run --nproc_per_node "$n" bench/torch_fsdp2.py --model "$m" \
-            --micro-batch "$mbs" --seq "$seq" --steps "$steps" "${flag[@]}" 2>&1 | grep -E "torch FSDP2|step ")
+            --micro-batch "$mbs" --seq "$seq" --steps "$steps" "${flag[@]}" "${theirs_recompute[@]}" 2>&1 |
+            grep -E "torch FSDP2|step ")
           echo "$theirs"
           b=$(field "tokens/s per GPU" <<<"$theirs")
           cells+=" ${b:-failed} |"

@@ -6,7 +6,9 @@ tokens. Same shapes, micro-batch, sequence length and step count as shardrl's be
     torchrun --nproc_per_node N bench/torch_fsdp2.py --model llama-1b --micro-batch 1 --seq 2048 --steps 10
 
 --compile compiles each decoder block with torch.compile before sharding it (torchtitan's
-recipe); the default is eager.
+recipe); the default is eager. --recompute recomputes each decoder block's activations in
+backward (Hugging Face's gradient checkpointing, non-reentrant), as shardrl's
+train.activation_recompute does: what long sequences need.
 
 Prints step time, tokens/s per GPU, MFU (6 x params x tokens + causal attention, against
 --peak-tflops) and peak GPU memory, in the format of bench_train_step.
@@ -48,6 +50,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder block (torchtitan style)")
+    p.add_argument("--recompute", action="store_true", help="recompute each decoder block's activations in backward")
     a = p.parse_args()
 
     dist.init_process_group("nccl")
@@ -56,6 +59,8 @@ def main():
     torch.manual_seed(1234)
     with torch.device("cuda"):
         model, config = build(a.model, a.seq)
+    if a.recompute:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for i, layer in enumerate(model.model.layers):
         if a.compile:
@@ -93,7 +98,7 @@ def main():
     peak = torch.tensor(float(torch.cuda.max_memory_allocated()), device="cuda")
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
     if rank == 0:
-        mode = "compiled" if a.compile else "eager"
+        mode = ("compiled" if a.compile else "eager") + (", recompute" if a.recompute else "")
         print(f"torch FSDP2 ({mode}) train step | model {a.model} ({params / 1e9:.3f}B params, bf16/fp32 reduce) | "
               f"{world} rank(s), micro-batch {a.micro_batch} x {a.seq} per rank | torch {torch.__version__}")
         print(f"  step {step_s * 1e3:.1f} ms | {tokens_per_gpu:.0f} tokens/s per GPU | "
