@@ -253,6 +253,9 @@ TEST(JobBuild, AttentionKeyReachesTheBuiltModel) {
       EXPECT_EQ(built_attention(*job), c.impl) << c.set << " on the " << name_of(start) << " path";
       const double loss = job->loop.warmup_step(0).loss;
       ASSERT_TRUE(std::isfinite(loss)) << c.set << " on the " << name_of(start) << " path";
+      // The warm-up's batches are set without positions: where cuDNN was built, it ran them.
+      EXPECT_EQ(job->model.cudnn_attention_calls() > 0, c.impl == AttentionImpl::cudnn)
+          << c.set << " on the " << name_of(start) << " path";
       if (&c == &cases.front()) gemm_loss = loss;   // the reference: "gemm"
       EXPECT_NEAR(loss, gemm_loss, c.impl != AttentionImpl::gemm ? 2e-2 * std::abs(gemm_loss) : 0.0)
           << c.set << " on the " << name_of(start) << " path";
