@@ -74,7 +74,7 @@ void run_cudnn(const kernels::AttentionShape& s, int reps, const BView& q, const
     std::cout << "  cudnn  not available for this shape: " << cudnn.why() << "\n";
     return;
   }
-  const std::size_t ws_bytes = cudnn.workspace_bytes(s, true);
+  const std::size_t ws_bytes = cudnn.workspace_bytes(s);
   const ExecSpace space;
   const long qn = q.size(), kvn = k.size();
   BView out("c_out", qn), dq("c_dq", qn), dk("c_dk", kvn), dv("c_dv", kvn), dq2("c_dq2", qn), dk2("c_dk2", kvn),

@@ -35,9 +35,8 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kScale, kMinusInf, kOne, kDO, k
 
 struct Layouts {
   Dims q, q_st;      // (B, H, S, D) over (B*S, H, D)
-  Dims kt, kt_st;    // K^T: (B, G, D, S) over (B*S, G, D)
+  Dims kt, kt_st;    // K^T or V^T: (B, G, D, S) over (B*S, G, D)
   Dims kv, kv_st;    // K or V: (B, G, S, D)
-  Dims vt, vt_st;    // V^T: (B, G, D, S)
   Dims ss, ss_st;    // scores (B, H, S, S), row-major
   Dims sst_st;       // the scores transposed: (B, H, S_kv, S_q) over the same data
   Dims st, st_st;    // statistics (B, H, S, 1)
@@ -53,8 +52,6 @@ Layouts layouts(const AttentionShape& s) {
   l.kv_st = {S * G * D, D, G * D, 1};
   l.kt = {B, G, D, S};
   l.kt_st = {S * G * D, D, 1, G * D};
-  l.vt = l.kt;
-  l.vt_st = l.kt_st;
   l.ss = {B, H, S, S};
   l.ss_st = {H * S * S, S * S, S, 1};
   l.sst_st = {H * S * S, S * S, 1, S};
@@ -118,7 +115,7 @@ Desc backward_plan(cudnnHandle_t handle, const AttentionShape& s, std::size_t* w
   GraphBuilder g;
   auto q = g.tensor(kQ, l.q, l.q_st, CUDNN_DATA_BFLOAT16, false);
   auto kt = g.tensor(kK, l.kt, l.kt_st, CUDNN_DATA_BFLOAT16, false);
-  auto vt = g.tensor(kV, l.vt, l.vt_st, CUDNN_DATA_BFLOAT16, false);
+  auto vt = g.tensor(kV, l.kt, l.kt_st, CUDNN_DATA_BFLOAT16, false);
   auto o = g.tensor(kO, l.q, l.q_st, CUDNN_DATA_BFLOAT16, false);
   auto d_o = g.tensor(kDO, l.q, l.q_st, CUDNN_DATA_BFLOAT16, false);
   auto stats = g.tensor(kStats, l.st, l.st_st, CUDNN_DATA_FLOAT, false);
@@ -333,7 +330,7 @@ bool CudnnAttention::prepare(const AttentionShape& s, bool training, std::size_t
   return c.ok;
 }
 
-std::size_t CudnnAttention::workspace_bytes(const AttentionShape& s, bool) const {
+std::size_t CudnnAttention::workspace_bytes(const AttentionShape& s) const {
   return plans_->prepared(s).workspace;
 }
 

@@ -64,7 +64,7 @@ class CudnnAttention {
   // them or a single row exceeds the budget (why() says which).
   bool prepare(const AttentionShape& s, bool training, std::size_t workspace_budget);
   // The device workspace a prepared shape needs (at most the budget it was prepared with).
-  std::size_t workspace_bytes(const AttentionShape& s, bool training) const;
+  std::size_t workspace_bytes(const AttentionShape& s) const;
   const std::string& why() const;
 
   // out (B*S, n_heads, hd); lse (B, n_heads, S) fp32. After a successful prepare(s, ...);

@@ -17,7 +17,7 @@ CudnnAttention::~CudnnAttention() = default;
 const std::string& CudnnAttention::why() const { return plans_->why; }
 
 bool CudnnAttention::prepare(const AttentionShape&, bool, std::size_t) { return false; }
-std::size_t CudnnAttention::workspace_bytes(const AttentionShape&, bool) const { return 0; }
+std::size_t CudnnAttention::workspace_bytes(const AttentionShape&) const { return 0; }
 
 void CudnnAttention::forward(void*, const AttentionShape&, const bf16*, const bf16*, const bf16*, bf16*, float*,
                              void*) {

@@ -78,7 +78,7 @@ class GraphBuilder {
  public:
   // A real tensor (bound to a pointer in the variant pack) or a virtual one.
   cudnnBackendDescriptor_t tensor(int64_t uid, const Dims& dims, const Dims& strides, cudnnDataType_t type,
-                                  bool is_virtual) {
+                                  bool is_virtual, bool by_value = false) {
     Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     const int64_t alignment = 16;
     std::vector<int64_t> d(dims.begin(), dims.end()), s(strides.begin(), strides.end());
@@ -87,8 +87,9 @@ class GraphBuilder {
         .set_array(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, s)
         .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, uid)
         .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, alignment)
-        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, is_virtual)
-        .finalize("tensor");
+        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, is_virtual);
+    if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, true);
+    t.finalize("tensor");
     return keep(std::move(t));
   }
   // A virtual intermediate with a fresh uid.
@@ -98,18 +99,8 @@ class GraphBuilder {
   // A scalar passed by value (its host address goes into the variant pack under `uid`), with
   // the rank of the tensors it meets (a pointwise operation's operands share their rank).
   cudnnBackendDescriptor_t scalar(int64_t uid, cudnnDataType_t type) {
-    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const int64_t alignment = 16;
-    const std::vector<int64_t> one{1, 1, 1, 1};
-    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, type)
-        .set_array(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, one)
-        .set_array(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, one)
-        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, uid)
-        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, alignment)
-        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, false)
-        .set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, true)
-        .finalize("scalar tensor");
-    return keep(std::move(t));
+    const Dims one{1, 1, 1, 1};
+    return tensor(uid, one, one, type, false, true);
   }
 
   // y = op(x[, b[, t]]) elementwise; `axis` for GEN_INDEX.

@@ -185,7 +185,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       if (options_.attention == AttentionImpl::cudnn && !inference) {
         a.cudnn = std::make_unique<kernels::CudnnAttention>();
         if (a.cudnn->prepare(largest, true, options_.cudnn_workspace_bytes)) {
-          const std::size_t workspace = a.cudnn->workspace_bytes(largest, true);
+          const std::size_t workspace = a.cudnn->workspace_bytes(largest);
           if (workspace > 0) a.cudnn_workspace = make("cudnn_workspace", workspace, MemoryCategory::workspace);
         } else {
           spdlog::warn(fmt::format("model.attention = \"cudnn\": {}; training attention takes the flash kernels",
