@@ -4,7 +4,7 @@
 // every decode step reads all weights and each row's KV cache once, at the device's measured
 // copy bandwidth (bytes read + written per second by a 1 GiB device copy). The peer is
 // bench/hf_generate.py.
-//   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P]
+//   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P] [--gemm-decode]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -35,11 +35,16 @@ int main(int argc, char** argv) {
   app.add_flag("--lora-adapter-path", adapter_path,
                "With lora.rank > 0: decode through the adapters instead of folding them into the weights first "
                "(as rollout does)");
+  bool gemm_decode = false;
+  app.add_flag("--gemm-decode", gemm_decode,
+               "Decode steps' linear layers through the GEMMs (cuBLAS), not the matrix-vector kernels of few-row "
+               "steps: the baseline of those kernels");
   CLI11_PARSE(app, argc, argv);
   Config cfg;
   if (!config_args.load("bench_decode", cfg)) return 2;
   KokkosRuntime kokkos(0);
   ModelOptions model = model_options(cfg);
+  model.decode_gemv = !gemm_decode;
   double copy_bw = 0;   // bytes moved (read + write) per second
   {
     Kokkos::View<char*, MemSpace> a("copy_a", std::size_t(1) << 30), b("copy_b", std::size_t(1) << 30);
@@ -101,9 +106,10 @@ int main(int argc, char** argv) {
     const double step_bytes = weight_bytes + batch * (prompt + 0.5 * new_tokens) * kv_bytes_per_token;
     const double bound = batch / (step_bytes / copy_bw);
     std::cout << fmt::format(
-        "{} {} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
+        "{} {}{} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
         "token {:.1f} ms, {:.0f} prompt tokens/s) | bandwidth bound {:.0f} tokens/s: {:.0f}%\n",
-        cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32", execution_space_name(), batch, tokens, s,
+        cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32", gemm_decode ? " (GEMM decode)" : "",
+        execution_space_name(), batch, tokens, s,
         tokens / s, s / new_tokens * 1e3, prefill_s * 1e3, batch * prompt / prefill_s, bound, 100.0 * tokens / s / bound);
   }
   return 0;

@@ -132,6 +132,12 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, i
         }
       }
   }
+#if defined(KOKKOS_ENABLE_CUDA)
+  // bf16 decode steps of a few rows take the matrix-vector kernels on GPU builds: held to the
+  // same references here (a layer's q, k, v; o; gate, up and SwiGLU, unless adapters add to
+  // gate and up; down; and the head).
+  if (bf) EXPECT_EQ(step.decode_gemv_calls(), long(L) * ((s.lora.on() ? 3 : 4) * s.n_layers + 1));
+#endif
   std::printf("decode vs recompute (%s%s): worst logit difference %.2e", bf ? "bf16" : "fp32", tied ? ", tied" : "",
               worst);
   if (bf) std::printf("; against fp32: decode %.2e, full forward %.2e", worst_decode, worst_full);

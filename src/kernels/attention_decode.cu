@@ -17,6 +17,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "kernels/bf16_unpack.cuh"
 #include "kernels/attention_decode_cuda.hpp"
 
 namespace shardrl::kernels {
@@ -36,16 +37,6 @@ struct DecodeParams {
   __nv_bfloat16* out;
   float scale_log2;   // 1/sqrt(hd) * log2(e): the scores go to exp2
 };
-
-// 8 bf16 of one 16-byte load, to float.
-__device__ inline void unpack8(const uint4& raw, float (&x)[8]) {
-  const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = __uint_as_float(w[i] << 16);
-    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
 
 template <int HD, int GROUP>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeParams p) {

@@ -6,8 +6,10 @@
 
 #include "kernels/attention_decode.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/decode_gemv.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/qk_rope_cache.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "model/rope_frequencies.hpp"
@@ -48,20 +50,34 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   kernels::rmsnorm_forward(space_, x, w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
   T* q = s.qk_norm ? a.q_raw.as<T>() : a.q.as<T>();
   T* k = s.qk_norm ? a.k_raw.as<T>() : a.k.as<T>();
-  mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
-  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
-  mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+  // A decode step's few rows go through the matrix-vector kernels where the build has them
+  // (kernels/decode_gemv.hpp: each weight read once, q, k and v in one launch); the GEMMs
+  // otherwise. `decode_gemv` counts the launches it made.
+  const bool decode = cache != nullptr && !prefill;
+  const bool few_rows = options_.decode_gemv && decode && N <= kernels::kDecodeGemvMaxRows;
+  const auto decode_gemv = [&](int in, const T* from, std::initializer_list<kernels::GemvProduct<T>> products) {
+    const bool ran = few_rows && kernels::decode_gemv(space_, N, in, from, products);
+    decode_gemv_calls_ += ran;
+    return ran;
+  };
+  if (!decode_gemv(D, h1, {{w + o.q, q, nullptr, Hq}, {w + o.k, k, nullptr, Hkv}, {w + o.v, a.v.as<T>(), nullptr, Hkv}})) {
+    mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
+    mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
+    mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+  }
   lora_forward(layer, LoraTarget::q, w, h1, D, q, Hq);
   lora_forward(layer, LoraTarget::k, w, h1, D, k, Hkv);
   lora_forward(layer, LoraTarget::v, w, h1, D, a.v.as<T>(), Hkv);
-  if (s.qk_norm) {
-    kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, a.q.as<T>(), a.rstd_q.as<float>(),
-                             N * s.n_heads, hd, s.norm_eps);
-    kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, a.k.as<T>(), a.rstd_k.as<float>(),
-                             N * s.n_kv_heads, hd, s.norm_eps);
+  if (!decode) {
+    if (s.qk_norm) {
+      kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, a.q.as<T>(), a.rstd_q.as<float>(),
+                               N * s.n_heads, hd, s.norm_eps);
+      kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, a.k.as<T>(), a.rstd_k.as<float>(),
+                               N * s.n_kv_heads, hd, s.norm_eps);
+    }
+    kernels::rope_forward(space_, a.q.as<T>(), act_->rope.as<float>(), N, s.n_heads, hd);
+    kernels::rope_forward(space_, a.k.as<T>(), act_->rope.as<float>(), N, s.n_kv_heads, hd);
   }
-  kernels::rope_forward(space_, a.q.as<T>(), act_->rope.as<float>(), N, s.n_heads, hd);
-  kernels::rope_forward(space_, a.k.as<T>(), act_->rope.as<float>(), N, s.n_kv_heads, hd);
   if (cache && prefill) {
     // Prefill: every token's key and value go to the cache (slot = its row); the attention is
     // the ordinary causal one within the batch.
@@ -79,7 +95,10 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     T* kc = static_cast<T*>(cache->keys(layer));
     T* vc = static_cast<T*>(cache->values(layer));
     const std::int32_t* slots = act_->decode_slots ? act_->slots.data() : nullptr;
-    kernels::kv_cache_write(space_, cs, slots, act_->positions.data(), a.k.as<T>(), a.v.as<T>(), kc, vc);
+    // The heads' norms and rotations and the cache write in one launch (kernels/qk_rope_cache.hpp).
+    kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), q, k, a.v.as<T>(),
+                                 s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps,
+                                 act_->rope.as<float>(), a.q.as<T>(), kc, vc);
     kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
@@ -89,12 +108,15 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1. Tensor-parallel, each rank's
   // product is a partial sum over its heads: the residual enters on the group's rank 0 only.
   TensorParallelGroup* tp = options_.tensor_parallel;
+  const bool adds_residual = !tp || tp->rank() == 0;
   const auto residual_into = [&](const T* from, T* to) {
-    if (tp && tp->rank() != 0) kernels::fill(space_, to, 0.0f, long(N) * D);
+    if (!adds_residual) kernels::fill(space_, to, 0.0f, long(N) * D);
     else kernels::cast(space_, from, to, long(N) * D);
   };
-  residual_into(x, a.xmid.as<T>());
-  mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
+  if (!decode_gemv(Hq, a.attn.as<T>(), {{w + o.o, a.xmid.as<T>(), adds_residual ? x : nullptr, D}})) {
+    residual_into(x, a.xmid.as<T>());
+    mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
+  }
   lora_forward(layer, LoraTarget::o, w, a.attn.as<T>(), Hq, a.xmid.as<T>(), D);
   if (tp) tp->sum(a.xmid.as<T>(), long(N) * D, std::is_same_v<T, bf16>);
 
@@ -106,14 +128,22 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
                   /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only, adapters_on_);
     return;
   }
-  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
-  mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
-  lora_forward(layer, LoraTarget::gate, w, h2, D, a.g.as<T>(), F);
-  lora_forward(layer, LoraTarget::up, w, h2, D, a.u.as<T>(), F);
   T* act = act_->mlp_a.as<T>();
-  kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), act, long(N) * F);
-  residual_into(a.xmid.as<T>(), out);
-  mm.gemm(Op::N, Op::T, N, D, F, 1.0f, act, F, w + o.down, F, 1.0f, out, D);
+  // The fused gate, up and SwiGLU never write g and u: not where adapters add to them.
+  const bool adapted = adapters_on_ && (o.lora_a[int(LoraTarget::gate)] >= 0 || o.lora_a[int(LoraTarget::up)] >= 0);
+  const bool fused_mlp = few_rows && !adapted && kernels::decode_gemv_swiglu(space_, N, D, h2, w + o.gate, w + o.up, F, act);
+  decode_gemv_calls_ += fused_mlp;
+  if (!fused_mlp) {
+    mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
+    mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
+    lora_forward(layer, LoraTarget::gate, w, h2, D, a.g.as<T>(), F);
+    lora_forward(layer, LoraTarget::up, w, h2, D, a.u.as<T>(), F);
+    kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), act, long(N) * F);
+  }
+  if (!decode_gemv(F, act, {{w + o.down, out, adds_residual ? a.xmid.as<T>() : nullptr, D}})) {
+    residual_into(a.xmid.as<T>(), out);
+    mm.gemm(Op::N, Op::T, N, D, F, 1.0f, act, F, w + o.down, F, 1.0f, out, D);
+  }
   lora_forward(layer, LoraTarget::down, w, act, F, out, D);
   if (tp) tp->sum(out, long(N) * D, std::is_same_v<T, bf16>);
 }
@@ -129,7 +159,15 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
                            a.rstd_f.as<float>(), N, D, s.norm_eps);
   if (!target_logprobs) {   // decoding: every row's logits, for the draw
     SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.logits_tokens, "the logits buffer holds fewer tokens than the batch");
-    head_logits(lm, 0, N);
+    const bool few_rows = options_.decode_gemv && N <= kernels::kDecodeGemvMaxRows &&
+                          kernels::decode_gemv(space_, N, D, a.hf.as<T>(), {{lm, a.logits.as<T>(), nullptr, V}});
+    decode_gemv_calls_ += few_rows;
+    if (few_rows) {
+      a.logits_first = 0;
+      a.logits_count = N;
+    } else {
+      head_logits(lm, 0, N);
+    }
     return;
   }
   // Chunk by chunk: the logits of a chunk live only until its log-probabilities are taken.

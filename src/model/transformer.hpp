@@ -58,6 +58,10 @@ struct ModelOptions {
   // Generation only: no backward buffers, one layer's activations shared by all layers, two
   // residual buffers in turn, and head buffers for one token per row (the decode step's).
   bool inference_only = false;
+  // Decode steps of up to kernels::kDecodeGemvMaxRows rows run their linear layers through the
+  // matrix-vector kernels where the build has them (kernels/decode_gemv.hpp); off, through the
+  // GEMMs (a benchmark's baseline: bench_decode --gemm-decode).
+  bool decode_gemv = true;
   // Where the activation buffers live: their own allocations, or a phase of a PhaseArena that
   // the other phase's buffers share.
   ArenaPlacement arena;
@@ -161,6 +165,9 @@ class Transformer {
   const WgradCounters& wgrad_counters() const;
   // model.attention = "cudnn": the attention calls (forward and backward) cuDNN ran; 0 without.
   long cudnn_attention_calls() const;
+  // Launches of the decode step's matrix-vector kernels (kernels/decode_gemv.hpp), counted on the
+  // host (a replayed decode graph adds none); 0 on builds without them.
+  long decode_gemv_calls() const { return decode_gemv_calls_; }
   const MoeCallCounters& moe_calls() const;
   // The weight of this micro-batch's load-balancing loss relative to aux_loss_coef (1 by
   // default); the caller divides by the micro-batches and ranks a step averages over.
@@ -230,6 +237,7 @@ class Transformer {
   int B_ = 0, S_ = 0;
   TokenDistribution distribution_;
   bool adapters_on_ = true;
+  long decode_gemv_calls_ = 0;
 };
 
 }  // namespace shardrl

@@ -1,0 +1,230 @@
+// The linear layers of a decode step on the GPU (interface and why: decode_gemv_cuda.hpp).
+//
+// A CTA of kWarps warps; each warp owns a few consecutive output columns of one product (for
+// the SwiGLU form, those columns of both the gate and the up product) and computes them for
+// every row of x. Lane l reads the 16-byte pieces l, l + 32, ... of each of its weight rows,
+// kUnroll pieces in flight per row, and the same pieces of each row of x (cached: every warp of
+// the GPU reads the same x); it sums weight x input in fp32 in a fixed order, then the warp sums
+// its lanes by a butterfly of shuffles. Blocks are numbered product after product, so one launch
+// covers q, k and v.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "kernels/bf16_unpack.cuh"
+#include "kernels/decode_gemv_cuda.hpp"
+
+namespace shardrl::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kColumns = 2;   // output columns per warp: each load of x serves both
+// CTAs an SM keeps resident: room for up to 170 registers a thread (without a bound, ptxas
+// capped some row counts' variants low enough to spill).
+constexpr int kMinBlocks = 3;
+
+struct GemvParams {
+  const uint4* x;   // (rows, k / 8) pieces
+  int rows;
+  int pieces;       // k / 8
+  const uint4* w[kDecodeGemvMaxProducts];
+  __nv_bfloat16* y[kDecodeGemvMaxProducts];
+  const __nv_bfloat16* add[kDecodeGemvMaxProducts];
+  int n[kDecodeGemvMaxProducts];
+  int first_block[kDecodeGemvMaxProducts + 1];   // product p owns blocks [first_block[p], first_block[p + 1])
+  int count;
+};
+
+// Pieces in flight per weight row: more where fewer rows of x leave registers free.
+template <int R>
+constexpr int kUnroll = R <= 2 ? 4 : 2;
+
+// M weight rows (a warp's columns, of one product or of gate and up) against R rows of x; acc[m][r] ends
+// as the full sum in every lane.
+template <int R, int M>
+__device__ inline void dot_rows(const GemvParams& p, const uint4* const (&wrow)[M], int lane, float (&acc)[M][R]) {
+  constexpr int U = kUnroll<R>;
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+#pragma unroll 1   // the U pieces in flight are the unrolling; more spills registers at 6+ rows
+  for (int first = lane; first < p.pieces; first += 32 * U) {
+    uint4 wv[U][M], xv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int piece = first + 32 * u;
+      const bool in = piece < p.pieces;
+#pragma unroll
+      for (int m = 0; m < M; ++m) wv[u][m] = in ? __ldg(wrow[m] + piece) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < R; ++r) xv[u][r] = in ? p.x[static_cast<long>(r) * p.pieces + piece] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float wf[M][8];
+#pragma unroll
+      for (int m = 0; m < M; ++m) unpack8(wv[u][m], wf[m]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float xf[8];
+        unpack8(xv[u][r], xf);
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[m][r] = fmaf(wf[m][i], xf[i], acc[m][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], offset);
+}
+
+template <int R>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParams p) {
+  // This block's product, by constant indices only (a dynamic index into the parameters put
+  // them on the stack).
+  const int block = static_cast<int>(blockIdx.x);
+  int prod = 0;
+#pragma unroll
+  for (int i = 1; i < kDecodeGemvMaxProducts; ++i) prod = (i < p.count && block >= p.first_block[i]) ? i : prod;
+  const uint4* w = p.w[0];
+  __nv_bfloat16* y = p.y[0];
+  const __nv_bfloat16* add = p.add[0];
+  int n = p.n[0], first = p.first_block[0];
+#pragma unroll
+  for (int i = 1; i < kDecodeGemvMaxProducts; ++i)
+    if (prod == i) w = p.w[i], y = p.y[i], add = p.add[i], n = p.n[i], first = p.first_block[i];
+  constexpr int C = kColumns;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int j0 = ((block - first) * kWarps + warp) * C;
+  if (j0 >= n) return;
+  const uint4* wrow[C];
+#pragma unroll
+  for (int m = 0; m < C; ++m) wrow[m] = w + static_cast<long>(min(j0 + m, n - 1)) * p.pieces;
+  float acc[C][R];
+  dot_rows<R, C>(p, wrow, lane, acc);
+  // Lane (m, r) writes its output: the sums are in every lane after the butterfly.
+#pragma unroll
+  for (int m = 0; m < C; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int j = j0 + m;
+      if (lane != (m * R + r) % 32 || j >= n) continue;
+      const long at = static_cast<long>(r) * n + j;
+      y[at] = __float2bfloat16_rn(acc[m][r] + (add ? __bfloat162float(add[at]) : 0.0f));
+    }
+}
+
+// Product 0's weights are the gate's, product 1's the up's; y[0] takes the activation.
+template <int R>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_swiglu_kernel(GemvParams p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = p.n[0];
+  constexpr int C = kColumns;
+  const int j0 = (static_cast<int>(blockIdx.x) * kWarps + warp) * C;
+  if (j0 >= n) return;
+  const uint4* wrow[2 * C];
+#pragma unroll
+  for (int m = 0; m < 2 * C; ++m) wrow[m] = p.w[m / C] + static_cast<long>(min(j0 + m % C, n - 1)) * p.pieces;
+  float acc[2 * C][R];
+  dot_rows<R, 2 * C>(p, wrow, lane, acc);
+#pragma unroll
+  for (int m = 0; m < C; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int j = j0 + m;
+      if (lane != (m * R + r) % 32 || j >= n) continue;
+      // As kernels::swiglu_activation computes it from the GEMMs' bf16 outputs.
+      const float g = __bfloat162float(__float2bfloat16_rn(acc[m][r]));
+      const float u = __bfloat162float(__float2bfloat16_rn(acc[C + m][r]));
+      p.y[0][static_cast<long>(r) * n + j] = __float2bfloat16_rn(g * (1.0f / (1.0f + expf(-g))) * u);
+    }
+}
+
+int blocks_for(int n) { return (n + kWarps * kColumns - 1) / (kWarps * kColumns); }
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+template <template <int> class Launch>
+void for_rows(int rows, cudaStream_t stream, const GemvParams& p) {
+  static_assert(kDecodeGemvMaxRows == 4, "one case per row count");
+  switch (rows) {
+    case 1: return Launch<1>::run(stream, p);
+    case 2: return Launch<2>::run(stream, p);
+    case 3: return Launch<3>::run(stream, p);
+    default: return Launch<4>::run(stream, p);
+  }
+}
+
+template <int R>
+struct LaunchGemv {
+  static void run(cudaStream_t stream, const GemvParams& p) {
+    gemv_kernel<R><<<p.first_block[p.count], kWarps * 32, 0, stream>>>(p);
+    SHARDRL_CHECK_CUDA(cudaGetLastError());
+  }
+};
+
+template <int R>
+struct LaunchSwiglu {
+  static void run(cudaStream_t stream, const GemvParams& p) {
+    gemv_swiglu_kernel<R><<<blocks_for(p.n[0]), kWarps * 32, 0, stream>>>(p);
+    SHARDRL_CHECK_CUDA(cudaGetLastError());
+  }
+};
+
+GemvParams params_for(int rows, int k, const bf16* x) {
+  GemvParams p{};
+  p.x = reinterpret_cast<const uint4*>(x);
+  p.rows = rows;
+  p.pieces = k / 8;
+  return p;
+}
+
+}  // namespace
+
+bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count) {
+  if (rows < 1 || rows > kDecodeGemvMaxRows || k < 8 || k % 8 != 0 || !aligned16(x)) return false;
+  if (count < 1 || count > kDecodeGemvMaxProducts) return false;
+  for (int i = 0; i < count; ++i)
+    if (products[i].n < 1 || !aligned16(products[i].w)) return false;
+  return true;
+}
+
+void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count) {
+  SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, products, count),
+                "decode_gemv_cuda: unsupported call (1..4 rows, 1..3 products, k a multiple of 8, 16-byte aligned x and w)");
+  GemvParams p = params_for(rows, k, x);
+  p.count = count;
+  for (int i = 0; i < count; ++i) {
+    p.w[i] = reinterpret_cast<const uint4*>(products[i].w);
+    p.y[i] = reinterpret_cast<__nv_bfloat16*>(products[i].y);
+    p.add[i] = reinterpret_cast<const __nv_bfloat16*>(products[i].add);
+    p.n[i] = products[i].n;
+    p.first_block[i + 1] = p.first_block[i] + blocks_for(products[i].n);
+  }
+  for_rows<LaunchGemv>(rows, static_cast<cudaStream_t>(stream), p);
+}
+
+void decode_gemv_swiglu_cuda(void* stream, int rows, int k, const bf16* x, const bf16* w_gate, const bf16* w_up,
+                             int n, bf16* act) {
+  const GemvProduct<bf16> both[2] = {{w_gate, act, nullptr, n}, {w_up, act, nullptr, n}};
+  SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, both, 2),
+                "decode_gemv_swiglu_cuda: unsupported call (1..4 rows, k a multiple of 8, 16-byte aligned x and w)");
+  GemvParams p = params_for(rows, k, x);
+  p.count = 2;
+  p.w[0] = reinterpret_cast<const uint4*>(w_gate);
+  p.w[1] = reinterpret_cast<const uint4*>(w_up);
+  p.y[0] = reinterpret_cast<__nv_bfloat16*>(act);
+  p.n[0] = n;
+  for_rows<LaunchSwiglu>(rows, static_cast<cudaStream_t>(stream), p);
+}
+
+}  // namespace shardrl::kernels

@@ -1,0 +1,153 @@
+// The decode step's matrix-vector kernels (kernels/decode_gemv.hpp) against an fp64 host
+// reference: 1 to kDecodeGemvMaxRows rows, inner sizes from one 16-byte piece to past a warp's stride, several
+// products in one launch with and without a residual (in place and not), the SwiGLU form; outputs
+// poisoned first with guard elements after them; repeated calls bit for bit. The kernels exist
+// on GPU builds only; elsewhere the model keeps its GEMMs, which the wrappers say by declining.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "kernels/decode_gemv.hpp"
+
+namespace shardrl {
+namespace {
+
+using test::Buffer;
+using test::expect_close;
+using test::expect_guard_untouched;
+using test::kGuard;
+using test::random_buffer;
+using test::unit_roundoff;
+
+constexpr double kU = unit_roundoff<bf16>();
+
+// y (rows, n) = x (rows, k) w^T + add, in fp64.
+std::vector<double> product_reference(const std::vector<double>& x, const std::vector<double>& w,
+                                      const std::vector<double>* add, int rows, int n, int k) {
+  std::vector<double> y(static_cast<std::size_t>(rows) * n);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) {
+      double s = add ? (*add)[std::size_t(r) * n + j] : 0.0;
+      for (int i = 0; i < k; ++i) s += x[std::size_t(r) * k + i] * w[std::size_t(j) * k + i];
+      y[std::size_t(r) * n + j] = s;
+    }
+  return y;
+}
+
+bool kernels_here() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+TEST(DecodeGemv, OtherBuildsAndPrecisionsDecline) {
+  // Declining is what sends the model to its GEMMs: fp32 always, bf16 on builds without the kernels.
+  Buffer<float> xf(64), wf(64 * 8), yf(8);
+  EXPECT_FALSE(kernels::decode_gemv<float>(ExecSpace(), 1, 64, xf.data(), {{wf.data(), yf.data(), nullptr, 8}}));
+  EXPECT_FALSE(kernels::decode_gemv_swiglu<float>(ExecSpace(), 1, 64, xf.data(), wf.data(), wf.data(), 8, yf.data()));
+  Buffer<bf16> x(64), w(64 * 8), y(8);
+  EXPECT_EQ(kernels::decode_gemv<bf16>(ExecSpace(), 1, 64, x.data(), {{w.data(), y.data(), nullptr, 8}}),
+            kernels_here());
+}
+
+TEST(DecodeGemv, UnsupportedCallsDecline) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  const int most = kernels::kDecodeGemvMaxRows;
+  Buffer<bf16> x((most + 1) * 72 + 8), w(72 * 8 + 8), y((most + 1) * 8);
+  const auto runs = [&](int rows, int k, const bf16* xp, const bf16* wp) {
+    return kernels::decode_gemv<bf16>(ExecSpace(), rows, k, xp, {{wp, y.data(), nullptr, 8}});
+  };
+  EXPECT_TRUE(runs(most, 72, x.data(), w.data()));
+  EXPECT_FALSE(runs(most + 1, 72, x.data(), w.data())) << "more rows than the kernels take";
+  EXPECT_FALSE(runs(0, 72, x.data(), w.data()));
+  EXPECT_FALSE(runs(1, 68, x.data(), w.data())) << "k not a multiple of 8";
+  EXPECT_FALSE(runs(1, 72, x.data() + 1, w.data())) << "x not 16-byte aligned";
+  EXPECT_FALSE(runs(1, 72, x.data(), w.data() + 4)) << "w not 16-byte aligned";
+  EXPECT_FALSE(kernels::decode_gemv<bf16>(ExecSpace(), 1, 72, x.data(), {})) << "no product";
+  EXPECT_FALSE(kernels::decode_gemv<bf16>(ExecSpace(), 1, 72, x.data(), {{w.data(), y.data(), nullptr, 0}}));
+}
+
+TEST(DecodeGemv, ProductsMatchTheReference) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  // k: one 16-byte piece, a partial warp stride, exactly the rows-1 stride of 4 x 256, a tail.
+  for (int k : {8, 72, 1024, 2056})
+    for (int rows = 1; rows <= kernels::kDecodeGemvMaxRows; ++rows) {
+      const std::string what = "k " + std::to_string(k) + ", rows " + std::to_string(rows);
+      // Three products sharing x: n = 1 without a residual, 37 with a separate one, 300 in place.
+      const int n[3] = {1, 37, 300};
+      std::vector<double> x, w[3], add1, add2;
+      Buffer<bf16> xb = random_buffer<bf16>(long(rows) * k, 11 + k + rows, &x);
+      std::vector<Buffer<bf16>> wb;
+      for (int p = 0; p < 3; ++p) wb.push_back(random_buffer<bf16>(long(n[p]) * k, 100 * p + k, &w[p]));
+      Buffer<bf16> y0(long(rows) * n[0] + kGuard), y1(long(rows) * n[1] + kGuard);
+      y0.poison();
+      y1.poison();
+      Buffer<bf16> a1 = random_buffer<bf16>(long(rows) * n[1], 7, &add1);
+      Buffer<bf16> y2 = random_buffer<bf16>(long(rows) * n[2], 8, &add2);   // the residual, replaced in place
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k, xb.data(),
+                                             {{wb[0].data(), y0.data(), nullptr, n[0]},
+                                              {wb[1].data(), y1.data(), a1.data(), n[1]},
+                                              {wb[2].data(), y2.data(), y2.data(), n[2]}}))
+          << what;
+      Kokkos::fence();
+      // fp32 sums of k products of bf16 values in [-1, 1), then one rounding to bf16.
+      const double atol = 1e-6 * k;
+      const auto y0h = y0.host(), y1h = y1.host();
+      expect_close({y0h.begin(), y0h.begin() + rows * n[0]}, product_reference(x, w[0], nullptr, rows, n[0], k), kU,
+                   atol, what + ", product 0");
+      expect_close({y1h.begin(), y1h.begin() + rows * n[1]}, product_reference(x, w[1], &add1, rows, n[1], k), kU,
+                   atol, what + ", product 1 (+ residual)");
+      expect_close(y2.host(), product_reference(x, w[2], &add2, rows, n[2], k), kU, atol,
+                   what + ", product 2 (+ residual in place)");
+      expect_guard_untouched(y0h, rows * n[0], "product 0");
+      expect_guard_untouched(y1h, rows * n[1], "product 1");
+    }
+}
+
+TEST(DecodeGemv, SwigluMatchesTheReference) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  for (int k : {64, 1032})
+    for (int rows = 1; rows <= kernels::kDecodeGemvMaxRows; ++rows) {
+      const std::string what = "k " + std::to_string(k) + ", rows " + std::to_string(rows);
+      const int n = 45;
+      std::vector<double> x, wg, wu;
+      Buffer<bf16> xb = random_buffer<bf16>(long(rows) * k, 21 + k, &x);
+      Buffer<bf16> gb = random_buffer<bf16>(long(n) * k, 22 + rows, &wg), ub = random_buffer<bf16>(long(n) * k, 23, &wu);
+      Buffer<bf16> act(long(rows) * n + kGuard);
+      act.poison();
+      ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, k, xb.data(), gb.data(), ub.data(), n,
+                                                    act.data()))
+          << what;
+      Kokkos::fence();
+      const std::vector<double> g = product_reference(x, wg, nullptr, rows, n, k), u = product_reference(x, wu, nullptr, rows, n, k);
+      std::vector<double> want(g.size());
+      for (std::size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      // g and u each rounded to bf16 (silu's relative sensitivity to g is at most ~1.1), then the
+      // activation: about 3.2 roundings' worth, held to 4.
+      const auto got = act.host();
+      expect_close({got.begin(), got.begin() + rows * n}, want, 4 * kU, 1e-6 * k, what);
+      expect_guard_untouched(got, rows * n, "activation");
+    }
+}
+
+TEST(DecodeGemv, RepeatedCallsAreBitIdentical) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  const int rows = 3, k = 3000, n = 513;
+  Buffer<bf16> x = random_buffer<bf16>(long(rows) * k, 31), w = random_buffer<bf16>(long(n) * k, 32);
+  Buffer<bf16> a(long(rows) * n), b(long(rows) * n), sa(long(rows) * n), sb(long(rows) * n);
+  for (Buffer<bf16>* y : {&a, &b})
+    ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k, x.data(), {{w.data(), y->data(), nullptr, n}}));
+  for (Buffer<bf16>* y : {&sa, &sb})
+    ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, k, x.data(), w.data(), w.data(), n, y->data()));
+  Kokkos::fence();
+  test::expect_same_bits(a.data(), b.data(), long(rows) * n, "products");
+  test::expect_same_bits(sa.data(), sb.data(), long(rows) * n, "SwiGLU");
+}
+
+}  // namespace
+}  // namespace shardrl
