@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "core/log.hpp"
+
 namespace shardrl {
 namespace {
 int g_rank = -1;
@@ -54,6 +56,9 @@ void fatal(std::string_view what, const char* file, int line) {
   // One write per message so lines from different ranks do not interleave mid-line.
   std::string msg = "shardrl: fatal error on " + origin_string() + ": " + std::string(what) +
                     " [" + file + ":" + std::to_string(line) + "]\n";
+  // The lines logged before the error first (an abort ends the writer thread with the process),
+  // within a deadline: a stdout that nobody reads must not keep the job from ending.
+  flush_logging();
   std::fflush(stdout);
   std::cerr << msg << std::flush;
   if (g_abort) g_abort(kExitFatal);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace shardrl {
 
@@ -56,6 +57,7 @@ void Watchdog::watch() {
       if (waiting_for_)
         if (const std::string behind = waiting_for_(); !behind.empty())
           msg += fmt::format("shardrl: {} waits for: {}\n", what_, behind);
+      flush_logging();   // the lines logged before, within a deadline (see fatal())
       std::fflush(stdout);
       std::fputs(msg.c_str(), stderr);
       std::fflush(stderr);
