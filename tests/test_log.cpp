@@ -191,6 +191,26 @@ TEST(Log, ASecondInitKeepsEarlierLinesAndTheLevelsFollowTheRank) {
       << lines[1];
 }
 
+// A progress bar's redraws go through the same queue: between the lines logged around them, as
+// they are (the carriage return kept, no pattern, no newline added).
+TEST(Log, UnformattedTextLandsBetweenTheLinesAroundIt) {
+  const ChildRun run = run_child(
+      [](int) {
+        init_logging(0, false);
+        spdlog::info("before");
+        log_unformatted("\rsaving: [###   ] 50%");
+        log_unformatted("\rsaving: done\n");
+        spdlog::info("after");
+      },
+      /*read_stdout=*/true, /*limit_s=*/20);
+  ASSERT_TRUE(run.finished);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_TRUE(std::regex_match(run.out, std::regex(R"(\[[\d:.]{12}\] info \[rank 0\] before\n)"
+                                                   R"(\rsaving: \[###   \] 50%\rsaving: done\n)"
+                                                   R"(\[[\d:.]{12}\] info \[rank 0\] after\n)")))
+      << run.out;
+}
+
 // A fatal error ends the process at once (_Exit, or MPI_Abort under MPI), which would take the
 // queued lines with it: fatal() gives them the flush deadline first, so the lines that led to the
 // error are in the log. With a stdout nobody reads it still ends, after the deadline.

@@ -14,6 +14,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -120,9 +121,10 @@ class FlushMarkerSink final : public spdlog::sinks::sink {
 };
 
 struct LogState {
-  std::mutex mutex;   // the pool and the marker logger, made by the first init_logging
+  std::mutex mutex;   // the pool, the marker and unformatted loggers, made by the first init_logging
   std::shared_ptr<spdlog::details::thread_pool> pool;
   std::shared_ptr<spdlog::async_logger> flush_marker;
+  std::shared_ptr<spdlog::async_logger> unformatted;
   FlushTickets tickets;
 };
 
@@ -152,6 +154,13 @@ void init_logging(int rank, bool all_ranks) {
         std::make_shared<spdlog::async_logger>("shardrl-flush", std::make_shared<FlushMarkerSink>(state.tickets),
                                                state.pool, spdlog::async_overflow_policy::overrun_oldest);
     state.flush_marker->set_level(spdlog::level::trace);   // not in spdlog's registry: spdlog::set_level misses it
+    // Its own sink: a logger's pattern is its sinks' formatter.
+    state.unformatted = std::make_shared<spdlog::async_logger>(
+        "shardrl-unformatted", std::make_shared<FdSink>(STDOUT_FILENO, false), state.pool,
+        spdlog::async_overflow_policy::overrun_oldest);
+    state.unformatted->set_formatter(
+        std::make_unique<spdlog::pattern_formatter>("%v", spdlog::pattern_time_type::local, std::string()));
+    state.unformatted->set_level(spdlog::level::trace);
     // Every way out through exit() (a return from main included) gives the queue its deadline.
     std::atexit(flush_at_exit);
   }
@@ -180,6 +189,18 @@ bool flush_logging(std::chrono::milliseconds deadline) {
   }
   std::unique_lock<std::mutex> lock(state.tickets.mutex);
   return state.tickets.reached_changed.wait_for(lock, deadline, [&] { return state.tickets.reached >= ticket; });
+}
+
+void log_unformatted(std::string_view text) {
+  std::shared_ptr<spdlog::async_logger> logger;
+  {
+    LogState& state = log_state();
+    std::lock_guard<std::mutex> lock(state.mutex);
+    logger = state.unformatted;
+  }
+  if (logger) return logger->info("{}", text);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
 }
 
 }  // namespace shardrl

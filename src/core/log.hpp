@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <string_view>
 
 namespace shardrl {
 
@@ -24,5 +25,10 @@ inline constexpr std::chrono::milliseconds kLogFlushDeadline{2000};
 // True when they were (or when init_logging never ran: nothing is queued); false when stdout did
 // not take them in time.
 bool flush_logging(std::chrono::milliseconds deadline = kLogFlushDeadline);
+
+// Writes `text` to stdout as it is (no pattern, no newline added) through the log's queue, so it
+// lands after the lines logged before it and never waits for stdout either: a progress bar's
+// redraws. Before init_logging, straight to stdout.
+void log_unformatted(std::string_view text);
 
 }  // namespace shardrl

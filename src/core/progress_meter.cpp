@@ -3,7 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
+
+#include "core/log.hpp"
 
 namespace shardrl {
 namespace {
@@ -28,9 +29,8 @@ ProgressMeter::ProgressMeter(std::string what, std::int64_t total)
 
 ProgressMeter::~ProgressMeter() {
   if (!drawn_) return;
-  std::fprintf(stdout, "\r%s: done in %.1f s%30s\n", what_.c_str(), seconds(std::chrono::steady_clock::now() - start_),
-               "");
-  std::fflush(stdout);
+  log_unformatted(fmt::format("\r{}: done in {:.1f} s{:30}\n", what_, seconds(std::chrono::steady_clock::now() - start_),
+                              ""));
 }
 
 void ProgressMeter::advance(std::int64_t n) {
@@ -46,8 +46,7 @@ void ProgressMeter::advance(std::int64_t n) {
   const std::string line = fmt::format("\r{}: [{}{}] {:3d}% {:.1f} s, {:.0f} s left", what_, std::string(filled, '#'),
                                        std::string(kWidth - filled, ' '), static_cast<int>(100 * done_ / total_),
                                        elapsed, eta);
-  std::fputs(line.c_str(), stdout);
-  std::fflush(stdout);
+  log_unformatted(line);
   drawn_ = true;
   last_draw_ = now;
 }
