@@ -38,7 +38,9 @@ Draws draw(const std::vector<float>& row, const SamplingOptions& opt, int rows, 
   }
   Kokkos::deep_copy(logits, hl);
   Kokkos::deep_copy(keys, hk);
-  sample_tokens(ExecSpace(), logits.data(), keys.data(), opt, token.data(), logp.data(), entropy.data(), rows, V);
+  DeviceView<float> scratch("scratch", sample_scratch_floats(rows, V));
+  sample_tokens(ExecSpace(), logits.data(), keys.data(), opt, token.data(), logp.data(), entropy.data(), rows, V,
+                scratch.data());
   auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), token);
   auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logp);
   auto he = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), entropy);
@@ -157,7 +159,8 @@ Tempered tempered(const std::vector<float>& row, double t) {
 // same distribution; a renormalised truncated logp would differ by -log(kept mass), far beyond
 // the tolerance); greedy records temperature 1, whatever top-k and top-p say.
 TYPED_TEST(Sampling, LogpAndEntropyAreOfTheFullTemperedDistribution) {
-  for (int V : {7, 259, 1000}) {
+  // 5000: plain sampling's chunks (kSampleChunkTokens), the last one partial.
+  for (int V : {7, 259, 1000, 5000}) {
     std::vector<float> row = random_row(V, V + 1);
     for (auto& x : row) x = static_cast<float>(TypeParam(x));   // the kernel sees T-rounded logits
     for (const SamplingOptions& o : {SamplingOptions{0.7f, 0, 1.0f}, SamplingOptions{0.7f, 5, 1.0f},
@@ -219,11 +222,42 @@ TEST(Sampling, DrawsFollowTheTargetDistribution) {
 }
 
 TEST(Sampling, SameKeySameTokenAnyBatch) {
-  std::vector<float> row = random_row(259, 8, 1.0f);
-  Draws a = draw<float>(row, SamplingOptions{}, 64, 5), b = draw<float>(row, SamplingOptions{}, 16, 5);
-  for (int r = 0; r < 16; ++r) EXPECT_EQ(a.tokens[r], b.tokens[r]) << r;
-  Draws c = draw<float>(row, SamplingOptions{}, 64, 6);
-  EXPECT_NE(a.tokens, c.tokens) << "another seed draws other tokens";
+  for (int V : {259, 2 * kSampleChunkTokens + 300}) {
+    std::vector<float> row = random_row(V, 8, 1.0f);
+    for (const SamplingOptions& o : {SamplingOptions{}, SamplingOptions{1.0f, 50, 0.9f}}) {
+      Draws a = draw<float>(row, o, 64, 5), b = draw<float>(row, o, 16, 5);
+      for (int r = 0; r < 16; ++r) EXPECT_EQ(a.tokens[r], b.tokens[r]) << "V " << V << " row " << r;
+      Draws c = draw<float>(row, o, 64, 6);
+      EXPECT_NE(a.tokens, c.tokens) << "another seed draws other tokens";
+    }
+  }
+}
+
+// Plain sampling splits a row into chunks of kSampleChunkTokens: the likely tokens sit at the
+// chunks' edges (first and last token of each, the last chunk partial), all others at -40 (a
+// total probability below 1e-14). The draws follow the fp64 target (chi-square as above, 7
+// degrees of freedom) and never leave the likely tokens.
+TEST(Sampling, PlainDrawsAcrossChunksFollowTheTargetDistribution) {
+  const int C = kSampleChunkTokens, V = 3 * C + 100;
+  const std::vector<int> likely = {0, C - 1, C, 2 * C - 1, 2 * C, 3 * C - 1, 3 * C, V - 1};
+  const std::vector<float> value = {2.0f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 1.5f, 0.25f};
+  std::vector<float> row(V, -40.0f);
+  for (std::size_t i = 0; i < likely.size(); ++i) row[likely[i]] = value[i];
+  for (float t : {1.0f, 0.7f}) {
+    const SamplingOptions o{t, 0, 1.0f};
+    const std::vector<double> p = target(row, o);
+    const int n = 20000;
+    Draws d = draw<float>(row, o, n, 42);
+    std::vector<double> count(V, 0);
+    for (int tok : d.tokens) count[tok] += 1;
+    double chi2 = 0, elsewhere = n;
+    for (int v : likely) {
+      chi2 += (count[v] - n * p[v]) * (count[v] - n * p[v]) / (n * p[v]);
+      elsewhere -= count[v];
+    }
+    EXPECT_EQ(elsewhere, 0) << "draws outside the likely tokens";
+    EXPECT_LT(chi2, 24.32) << "temperature " << t;   // the 0.999 quantile at 7 degrees of freedom
+  }
 }
 
 }  // namespace

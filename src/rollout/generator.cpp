@@ -73,7 +73,9 @@ Generator::Generator(const ModelOptions& model, int rows, int max_len, const Exe
       cache_(make_cache(model, rows, max_len, engine, arena)),
       max_rows_(rows), max_len_(max_len), prefill_rows_(prefill_rows_of(model, rows, max_len, engine)), keys_(MemoryCategory::workspace, "draw_keys", rows),
       drawn_(MemoryCategory::workspace, "drawn", rows), drawn_logp_(MemoryCategory::workspace, "drawn_logp", rows),
-      drawn_entropy_(MemoryCategory::workspace, "drawn_entropy", rows), keys_h_(rows), drawn_h_(rows),
+      drawn_entropy_(MemoryCategory::workspace, "drawn_entropy", rows),
+      draw_scratch_(MemoryCategory::workspace, "draw_scratch", sample_scratch_floats(rows, model.shape.vocab_size)),
+      keys_h_(rows), drawn_h_(rows),
       logp_h_(rows), entropy_h_(rows) {
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");
 }
@@ -144,10 +146,10 @@ void Generator::decode_step(const std::vector<const void*>& weights, const Sampl
   const int V = model_.options().shape.vocab_size;
   if (model_.options().precision == Precision::bf16)
     sample_tokens(model_.space(), static_cast<const bf16*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                  drawn_logp_.data(), drawn_entropy_.data(), rows, V);
+                  drawn_logp_.data(), drawn_entropy_.data(), rows, V, draw_scratch_.data());
   else
     sample_tokens(model_.space(), static_cast<const float*>(model_.logits()), keys_.data(), sampling, drawn_.data(),
-                  drawn_logp_.data(), drawn_entropy_.data(), rows, V);
+                  drawn_logp_.data(), drawn_entropy_.data(), rows, V, draw_scratch_.data());
 }
 
 namespace {

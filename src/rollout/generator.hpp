@@ -126,6 +126,7 @@ class Generator {
   LedgerView<std::int32_t> drawn_;   // (rows): the token drawn
   LedgerView<float> drawn_logp_;     // (rows): its log-probability
   LedgerView<float> drawn_entropy_;  // (rows): the entropy of the distribution it was drawn from
+  LedgerView<float> draw_scratch_;   // sample_scratch_floats(rows, vocab): the draw's per-chunk sums
   // Host copies of the four above (plain vectors: nothing that Kokkos allocates outside the ledger).
   std::vector<std::uint64_t> keys_h_;
   std::vector<std::int32_t> drawn_h_;

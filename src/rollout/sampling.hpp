@@ -9,6 +9,7 @@
 // draws record the distribution at temperature 1.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/bf16.hpp"
@@ -48,12 +49,28 @@ KOKKOS_INLINE_FUNCTION float uniform01(std::uint64_t key) {
   return static_cast<float>(mix64(key) >> 40) * (1.0f / 16777216.0f);
 }
 
+// Plain sampling (a temperature, no top-k or top-p: what RL rollouts draw with) splits each row's
+// vocabulary into chunks of this many tokens, each reduced by its own team, so that a draw from a
+// 152K vocabulary is not one team's three passes over it (a latency-bound 0.23 ms at any batch
+// up to the GPU's SM count, 1 ms at 512 rows). The chunks depend on V only: a row's draw is the
+// same whatever the batch.
+constexpr int kSampleChunkTokens = 2048;
+
+// Device floats sample_tokens needs as scratch for R rows of V logits: each chunk's maximum,
+// mass and first moment.
+inline std::size_t sample_scratch_floats(int R, int V) {
+  const std::size_t chunks = (static_cast<std::size_t>(V) + kSampleChunkTokens - 1) / kSampleChunkTokens;
+  return 3 * static_cast<std::size_t>(R) * chunks;
+}
+
 // For each row r < R: token[r] drawn from logits(r, :) (V entries, T = float or bf16) with the
 // uniform number of keys[r]; with t = the temperature (1 when greedy) and p = softmax(logits(r, :) / t):
-// logp[r] = log p[token[r]] and entropy[r] = -sum_v p_v log p_v.
+// logp[r] = log p[token[r]] and entropy[r] = -sum_v p_v log p_v. `scratch` holds
+// sample_scratch_floats(R, V) floats on the device (nothing is allocated here, so a decode step
+// can be captured as a CUDA graph).
 template <class T>
 void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t* keys, const SamplingOptions& opt,
-                   std::int32_t* token, float* logp, float* entropy, int R, int V);
+                   std::int32_t* token, float* logp, float* entropy, int R, int V, float* scratch);
 
 }  // namespace shardrl
 

@@ -1,6 +1,7 @@
-// The sampling kernel (included by sampling.hpp): one team per row; the thresholds of top-k
-// and top-p are found by bisection over the row's values (each step one team reduction), so no
-// row is ever sorted and nothing is allocated.
+// The sampling kernels (included by sampling.hpp). Plain sampling: teams per chunk of a row's
+// vocabulary, then one per row to pick (sampling.hpp, kSampleChunkTokens). Greedy, top-k and
+// top-p: one team per row; the thresholds of top-k and top-p are found by bisection over the
+// row's values (each step one team reduction), so no row is ever sorted. Nothing is allocated.
 #pragma once
 
 namespace shardrl::sampling_detail {
@@ -97,15 +98,162 @@ KOKKOS_INLINE_FUNCTION int count_above(const Member& team, const T* l, int V, fl
   return c;
 }
 
+// The inverse CDF over indices [0, n) in index order: the first v whose running weight, from
+// `start`, passes `target`; if rounding leaves the target past the last block with weight, n;
+// past the found block's last token, that block's last token of weight > 0. Two levels: each
+// thread's contiguous block has a mass, a scan over the blocks finds the block where the target
+// falls, and one thread walks that block. (A team scan over the whole range synchronises once
+// per team_size tokens: 2 ms per draw with llama's 128K vocabulary on an H200.) The same on
+// every thread of the team.
+template <class Weight>
+KOKKOS_INLINE_FUNCTION int inverse_cdf(const Member& team, int n, const Weight& weight, float target, float start) {
+  const int blocks = team.team_size();
+  const int per = (n + blocks - 1) / blocks;
+  int block = blocks;
+  float before = 0.0f;   // mass of the blocks ahead of `block`
+  Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, blocks), [&](const int b, float& prefix, const bool final) {
+    float w = 0.0f;
+    for (int v = b * per; v < n && v < (b + 1) * per; ++v) w += weight(v);
+    if (final && w > 0.0f && start + prefix <= target && target < start + prefix + w) {   // exactly one b
+      block = b;
+      before = start + prefix;
+    }
+    prefix += w;
+  });
+  // One thread found the block: share it (the others hold `blocks` and 0).
+  team.team_reduce(Kokkos::Min<int>(block));
+  team.team_reduce(Kokkos::Max<float>(before));
+  int pick = n;
+  Kokkos::single(
+      Kokkos::PerTeam(team),
+      [&](int& found) {
+        found = n;
+        if (block >= blocks) return;
+        float run = before;
+        int last_kept = n;   // if rounding leaves the target past the block's tokens
+        for (int v = block * per; v < n && v < (block + 1) * per; ++v) {
+          const float w = weight(v);
+          if (w <= 0.0f) continue;
+          last_kept = v;
+          if (run <= target && target < run + w) {
+            found = v;
+            return;
+          }
+          run += w;
+        }
+        found = last_kept;
+      },
+      pick);
+  return pick;
+}
+
+// Chunk c of a row of V logits: its tokens, and where chunk rc = r * C + c starts.
+KOKKOS_INLINE_FUNCTION int chunk_tokens(int V, int c) {
+  return V - c * kSampleChunkTokens < kSampleChunkTokens ? V - c * kSampleChunkTokens : kSampleChunkTokens;
+}
+KOKKOS_INLINE_FUNCTION long chunk_start(int V, int C, int rc) {
+  return static_cast<long>(rc / C) * V + static_cast<long>(rc % C) * kSampleChunkTokens;
+}
+
+// Plain sampling (temperature > 0, no top-k or top-p) by chunks of kSampleChunkTokens: each
+// chunk's maximum, then each chunk's mass and first moment under the row's maximum, then one team
+// per row sums the chunks in order, finds the chunk where its uniform number falls and walks it.
+// Three launches, every chunk its own team: the draw reads the logits at the memory's speed
+// instead of one team's. The result of a row depends on V, not on R.
+template <class T>
+void sample_plain_by_chunks(const ExecSpace& space, const T* logits, const std::uint64_t* keys, float temperature,
+                            std::int32_t* token, float* logp, float* entropy, int R, int V, float* scratch) {
+  const int C = (V + kSampleChunkTokens - 1) / kSampleChunkTokens;
+  // scratch (R, C, 3): a chunk's maximum, mass and first moment.
+  Kokkos::parallel_for(
+      "sample_chunk_max", Policy(space, R * C, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int rc = team.league_rank();
+        const int n = chunk_tokens(V, rc % C);
+        const T* l = logits + chunk_start(V, C, rc);
+        const float m = row_max(team, l, n);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { scratch[3L * rc] = m; });
+      });
+  Kokkos::parallel_for(
+      "sample_chunk_mass", Policy(space, R * C, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int rc = team.league_rank();
+        const float* row = scratch + 3L * (rc / C) * C;
+        float max = -INFINITY;
+        for (int i = 0; i < C; ++i) max = fmaxf(max, row[3 * i]);
+        const int n = chunk_tokens(V, rc % C);
+        const T* l = logits + chunk_start(V, C, rc);
+        const MassMoment m = mass_and_moment(team, l, n, max, temperature);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          scratch[3L * rc + 1] = m.mass;
+          scratch[3L * rc + 2] = m.moment;
+        });
+      });
+  Kokkos::parallel_for(
+      "sample_pick", Policy(space, R, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int r = team.league_rank();
+        const float* row = scratch + 3L * r * C;
+        float max = -INFINITY, mass = 0.0f, moment = 0.0f;
+        for (int i = 0; i < C; ++i) max = fmaxf(max, row[3 * i]);
+        for (int i = 0; i < C; ++i) {
+          mass += row[3 * i + 1];
+          moment += row[3 * i + 2];
+        }
+        const float target = uniform01(keys[r]) * mass;
+        // The chunk where the target falls; if rounding leaves it past the end, the last chunk
+        // with mass.
+        int chunk = -1, last = 0;
+        float before = 0.0f, run = 0.0f, before_last = 0.0f;
+        for (int i = 0; i < C; ++i) {
+          const float w = row[3 * i + 1];
+          if (w > 0.0f) {
+            last = i;
+            before_last = run;
+            if (chunk < 0 && run <= target && target < run + w) {
+              chunk = i;
+              before = run;
+            }
+          }
+          run += w;
+        }
+        if (chunk < 0) {
+          chunk = last;
+          before = before_last;
+        }
+        const int n = chunk_tokens(V, chunk);
+        const T* l = logits + chunk_start(V, C, r * C + chunk);
+        auto weight = [&](const int v) { return expf((static_cast<float>(l[v]) - max) / temperature); };
+        int pick = inverse_cdf(team, n, weight, target, before);
+        if (pick == n) {   // the target past the chunk's blocks: its last token of weight > 0
+          int last_kept = -1;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, n),
+              [&](const int v, int& acc) {
+                if (weight(v) > 0.0f && v > acc) acc = v;
+              },
+              Kokkos::Max<int>(last_kept));
+          pick = last_kept >= 0 ? last_kept : n - 1;
+        }
+        const int chosen = chunk * kSampleChunkTokens + pick;
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          token[r] = chosen;
+          const float log_mass = logf(mass);
+          logp[r] = (static_cast<float>(logits[static_cast<long>(r) * V + chosen]) - max) / temperature - log_mass;
+          entropy[r] = log_mass - moment / mass;
+        });
+      });
+}
+
 }  // namespace sampling_detail
 
 template <class T>
 void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t* keys, const SamplingOptions& opt,
-                   std::int32_t* token, float* logp, float* entropy, int R, int V) {
+                   std::int32_t* token, float* logp, float* entropy, int R, int V, float* scratch) {
   using namespace sampling_detail;
   const float temperature = opt.temperature;
   const int top_k = opt.top_k;
   const float top_p = opt.top_p;
+  const bool plain = temperature > 0.0f && (top_k <= 0 || top_k >= V) && top_p >= 1.0f;
+  if (plain) return sample_plain_by_chunks(space, logits, keys, temperature, token, logp, entropy, R, V, scratch);
+  // Greedy, top-k and top-p (bisections over the row): one team per row.
   auto draw = KOKKOS_LAMBDA(const Member& team) {
     const int r = team.league_rank();
     const T* l = logits + static_cast<long>(r) * V;
@@ -150,52 +298,11 @@ void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t*
       }
       const float total = top_p < 1.0f ? mass_above(team, l, V, max, temperature, cut) : kept;
       const float target = uniform01(keys[r]) * total;
-      // Inverse CDF in index order, in two levels: each thread's contiguous block of the
-      // vocabulary has a mass, a scan over the blocks finds the block where the target falls,
-      // and one thread walks that block to the first token whose running mass passes it. (A
-      // team scan over the whole vocabulary synchronises once per team_size tokens: 2 ms per
-      // draw with llama's 128K vocabulary on an H200.)
       auto weight = [&](const int v) {
         const float x = static_cast<float>(l[v]);
         return x >= cut ? expf((x - max) / temperature) : 0.0f;
       };
-      const int blocks = team.team_size();
-      const int per = (V + blocks - 1) / blocks;
-      int block = blocks;
-      float before = 0.0f;   // mass of the blocks ahead of `block`
-      Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, blocks), [&](const int b, float& prefix, const bool final) {
-        float w = 0.0f;
-        for (int v = b * per; v < V && v < (b + 1) * per; ++v) w += weight(v);
-        if (final && w > 0.0f && prefix <= target && target < prefix + w) {   // exactly one b
-          block = b;
-          before = prefix;
-        }
-        prefix += w;
-      });
-      // One thread found the block: share it (the others hold `blocks` and 0).
-      team.team_reduce(Kokkos::Min<int>(block));
-      team.team_reduce(Kokkos::Max<float>(before));
-      int pick = V;
-      Kokkos::single(
-          Kokkos::PerTeam(team),
-          [&](int& found) {
-            found = V;
-            if (block >= blocks) return;
-            float run = before;
-            int last_kept = V;   // if rounding leaves the target past the block's tokens
-            for (int v = block * per; v < V && v < (block + 1) * per; ++v) {
-              const float w = weight(v);
-              if (w <= 0.0f) continue;
-              last_kept = v;
-              if (run <= target && target < run + w) {
-                found = v;
-                return;
-              }
-              run += w;
-            }
-            found = last_kept;
-          },
-          pick);
+      const int pick = inverse_cdf(team, V, weight, target, 0.0f);
       // Rounding can leave the target at the very end: take the last kept token then.
       chosen = pick;
       if (pick == V) {   // the same on every thread of the team (pick was broadcast)
