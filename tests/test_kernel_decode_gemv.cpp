@@ -1,7 +1,7 @@
 // The decode step's matrix-vector kernels (kernels/decode_gemv.hpp) against an fp64 host
 // reference: 1 to kDecodeGemvMaxRows rows, inner sizes from one 16-byte piece to past a warp's stride, several
 // products in one launch with and without a residual (in place and not), the SwiGLU form; outputs
-// poisoned first with guard elements after them; repeated calls bit for bit. The kernels exist
+// poisoned first with guard elements after them; RMSNorm folded in; repeated calls bit for bit. The kernels exist
 // on GPU builds only; elsewhere the model keeps its GEMMs, which the wrappers say by declining.
 #include <gtest/gtest.h>
 
@@ -132,6 +132,64 @@ TEST(DecodeGemv, SwigluMatchesTheReference) {
       const auto got = act.host();
       expect_close({got.begin(), got.begin() + rows * n}, want, 4 * kU, 1e-6 * k, what);
       expect_guard_untouched(got, rows * n, "activation");
+    }
+}
+
+// RMSNorm folded in: x's rows normalised (x / rms(x) * g, rounded to bf16) before the products.
+// The reference normalises in fp64 and rounds to bf16 as the kernel does; the kernel's fp32 scale
+// may round an element of the normalised row the other way, so each output is held to one bf16
+// rounding of itself plus one of the sum of |h_i w_i| (every element off by one rounding).
+TEST(DecodeGemv, FoldedNormsMatchTheReference) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  const float eps = 1e-6f;
+  for (int k : {64, 1032})
+    for (int rows = 1; rows <= kernels::kDecodeGemvMaxRows; ++rows) {
+      const std::string what = "k " + std::to_string(k) + ", rows " + std::to_string(rows);
+      const int n = 37;
+      std::vector<double> x, g, w, wu;
+      // x away from 1 in scale, so a missing norm is far outside the tolerance.
+      Buffer<bf16> xb = random_buffer<bf16>(long(rows) * k, 41 + k, &x, -4.0, 4.0);
+      Buffer<bf16> gb = random_buffer<bf16>(k, 42, &g, 0.5, 1.5);
+      Buffer<bf16> wb = random_buffer<bf16>(long(n) * k, 43, &w), ub = random_buffer<bf16>(long(n) * k, 44, &wu);
+      std::vector<double> h(x.size());
+      for (int r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int i = 0; i < k; ++i) ss += x[std::size_t(r) * k + i] * x[std::size_t(r) * k + i];
+        const double scale = 1.0 / std::sqrt(ss / k + eps);
+        for (int i = 0; i < k; ++i) {
+          const std::size_t at = std::size_t(r) * k + i;
+          h[at] = static_cast<float>(bf16(static_cast<float>(x[at] * scale * g[i])));
+        }
+      }
+      const auto bound = [&](const std::vector<double>& wt, int r, int j) {
+        double s = 0;
+        for (int i = 0; i < k; ++i) s += std::fabs(h[std::size_t(r) * k + i] * wt[std::size_t(j) * k + i]);
+        return s;
+      };
+      Buffer<bf16> y(long(rows) * n), act(long(rows) * n);
+      y.poison();
+      act.poison();
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k, xb.data(), {{wb.data(), y.data(), nullptr, n}},
+                                             {gb.data(), eps}))
+          << what;
+      ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, k, xb.data(), wb.data(), ub.data(), n,
+                                                    act.data(), {gb.data(), eps}))
+          << what;
+      Kokkos::fence();
+      const std::vector<double> want = product_reference(h, w, nullptr, rows, n, k);
+      const std::vector<double> up = product_reference(h, wu, nullptr, rows, n, k);
+      const auto got = y.host(), got_act = act.host();
+      for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < n; ++j) {
+          const std::size_t at = std::size_t(r) * n + j;
+          EXPECT_NEAR(got[at], want[at], kU * (std::fabs(want[at]) + bound(w, r, j)) + 1e-6 * k)
+              << what << ", product, row " << r << " column " << j;
+          // SwiGLU: g and u each carry that error, then the activation's roundings (as above).
+          const double gv = want[at], uv = up[at], a = gv / (1 + std::exp(-gv)) * uv;
+          const double da = 1.1 * std::fabs(uv) * kU * (std::fabs(gv) + bound(w, r, j)) +
+                            std::fabs(gv) * kU * (std::fabs(uv) + bound(wu, r, j));
+          EXPECT_NEAR(got_act[at], a, 4 * kU * std::fabs(a) + da + 1e-6 * k) << what << ", SwiGLU, row " << r;
+        }
     }
 }
 

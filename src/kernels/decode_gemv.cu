@@ -25,6 +25,7 @@ constexpr int kColumns = 2;   // output columns per warp: each load of x serves 
 // CTAs an SM keeps resident: room for up to 170 registers a thread (without a bound, ptxas
 // capped some row counts' variants low enough to spill).
 constexpr int kMinBlocks = 3;
+constexpr std::size_t kStagedBytesMax = 48 * 1024;
 
 struct GemvParams {
   const uint4* x;   // (rows, k / 8) pieces
@@ -36,16 +37,87 @@ struct GemvParams {
   int n[kDecodeGemvMaxProducts];
   int first_block[kDecodeGemvMaxProducts + 1];   // product p owns blocks [first_block[p], first_block[p + 1])
   int count;
+  const uint4* norm_w;   // (k / 8) pieces: x's rows go through RMSNorm with these weights first; or nullptr
+  float eps;
 };
 
 // Pieces in flight per weight row: more where fewer rows of x leave registers free.
 template <int R>
 constexpr int kUnroll = R <= 2 ? 4 : 2;
 
-// M weight rows (a warp's columns, of one product or of gate and up) against R rows of x; acc[m][r] ends
-// as the full sum in every lane.
+// Each row's RMSNorm scale 1 / sqrt(mean(x^2) + eps), as rmsnorm_forward forms it (its sum of
+// squares reduced in another order, fixed here: lanes, then the block's warps in turn), in every
+// thread of the block. Every thread must call it (a barrier).
+template <int R>
+__device__ inline void row_scales(const GemvParams& p, float (&scale)[R]) {
+  __shared__ float partial[kWarps][R];
+  float ss[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) ss[r] = 0.0f;
+  for (int piece = threadIdx.x; piece < p.pieces; piece += blockDim.x)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float xf[8];
+      unpack8(p.x[static_cast<long>(r) * p.pieces + piece], xf);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss[r] += xf[i] * xf[i];
+    }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], offset);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32][r] = ss[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += partial[w][r];
+    scale[r] = 1.0f / sqrtf(sum / static_cast<float>(8 * p.pieces) + p.eps);
+  }
+}
+
+// The rows of x the block's warps read: x itself, or with p.norm_w the rows normalised once per
+// block into shared memory (`staged`, rows x k bf16): x * scale * w rounded to bf16, the bits
+// rmsnorm_forward would have written up to its scale. (Normalising in each warp's inner loop
+// instead cost more than the norm's own launch at 4 rows: llama-1b on an H200, 0.82x cuBLAS.)
+// Every thread of the block must call it (a barrier).
+template <int R>
+__device__ inline const uint4* rows_of_x(const GemvParams& p, uint4* staged) {
+  if (p.norm_w == nullptr) return p.x;
+  float scale[R];
+  row_scales<R>(p, scale);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    for (int piece = threadIdx.x; piece < p.pieces; piece += blockDim.x) {
+      const long at = static_cast<long>(r) * p.pieces + piece;
+      float xf[8], nf[8];
+      unpack8(p.x[at], xf);
+      unpack8(__ldg(p.norm_w + piece), nf);
+      std::uint32_t packed[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 two = __floats2bfloat162_rn(xf[2 * i] * scale[r] * nf[2 * i],
+                                                         xf[2 * i + 1] * scale[r] * nf[2 * i + 1]);
+        packed[i] = *reinterpret_cast<const std::uint32_t*>(&two);
+      }
+      staged[at] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
+  __syncthreads();
+  return staged;
+}
+
+// Shared memory a launch needs: the normalised rows of x, when the call folds the norm in.
+std::size_t staged_bytes(const GemvParams& p) {
+  return p.norm_w ? static_cast<std::size_t>(p.rows) * p.pieces * sizeof(uint4) : 0;
+}
+
+// M weight rows (a warp's columns, of one product or of gate and up) against R rows of x (in
+// global memory, or normalised in shared memory); acc[m][r] ends as the full sum in every lane.
 template <int R, int M>
-__device__ inline void dot_rows(const GemvParams& p, const uint4* const (&wrow)[M], int lane, float (&acc)[M][R]) {
+__device__ inline void dot_rows(const GemvParams& p, const uint4* x, const uint4* const (&wrow)[M], int lane,
+                                float (&acc)[M][R]) {
   constexpr int U = kUnroll<R>;
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -61,7 +133,7 @@ __device__ inline void dot_rows(const GemvParams& p, const uint4* const (&wrow)[
 #pragma unroll
       for (int m = 0; m < M; ++m) wv[u][m] = in ? __ldg(wrow[m] + piece) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int r = 0; r < R; ++r) xv[u][r] = in ? p.x[static_cast<long>(r) * p.pieces + piece] : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < R; ++r) xv[u][r] = in ? x[static_cast<long>(r) * p.pieces + piece] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -103,6 +175,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParam
   for (int i = 1; i < kDecodeGemvMaxProducts; ++i)
     if (prod == i) w = p.w[i], y = p.y[i], add = p.add[i], n = p.n[i], first = p.first_block[i];
   constexpr int C = kColumns;
+  extern __shared__ uint4 staged[];
+  const uint4* x = rows_of_x<R>(p, staged);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int j0 = ((block - first) * kWarps + warp) * C;
   if (j0 >= n) return;
@@ -110,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParam
 #pragma unroll
   for (int m = 0; m < C; ++m) wrow[m] = w + static_cast<long>(min(j0 + m, n - 1)) * p.pieces;
   float acc[C][R];
-  dot_rows<R, C>(p, wrow, lane, acc);
+  dot_rows<R, C>(p, x, wrow, lane, acc);
   // Lane (m, r) writes its output: the sums are in every lane after the butterfly.
 #pragma unroll
   for (int m = 0; m < C; ++m)
@@ -126,6 +200,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParam
 // Product 0's weights are the gate's, product 1's the up's; y[0] takes the activation.
 template <int R>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_swiglu_kernel(GemvParams p) {
+  extern __shared__ uint4 staged[];
+  const uint4* x = rows_of_x<R>(p, staged);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = p.n[0];
   constexpr int C = kColumns;
@@ -135,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_swiglu_kernel(Ge
 #pragma unroll
   for (int m = 0; m < 2 * C; ++m) wrow[m] = p.w[m / C] + static_cast<long>(min(j0 + m % C, n - 1)) * p.pieces;
   float acc[2 * C][R];
-  dot_rows<R, 2 * C>(p, wrow, lane, acc);
+  dot_rows<R, 2 * C>(p, x, wrow, lane, acc);
 #pragma unroll
   for (int m = 0; m < C; ++m)
 #pragma unroll
@@ -167,7 +243,7 @@ void for_rows(int rows, cudaStream_t stream, const GemvParams& p) {
 template <int R>
 struct LaunchGemv {
   static void run(cudaStream_t stream, const GemvParams& p) {
-    gemv_kernel<R><<<p.first_block[p.count], kWarps * 32, 0, stream>>>(p);
+    gemv_kernel<R><<<p.first_block[p.count], kWarps * 32, staged_bytes(p), stream>>>(p);
     SHARDRL_CHECK_CUDA(cudaGetLastError());
   }
 };
@@ -175,33 +251,42 @@ struct LaunchGemv {
 template <int R>
 struct LaunchSwiglu {
   static void run(cudaStream_t stream, const GemvParams& p) {
-    gemv_swiglu_kernel<R><<<blocks_for(p.n[0]), kWarps * 32, 0, stream>>>(p);
+    gemv_swiglu_kernel<R><<<blocks_for(p.n[0]), kWarps * 32, staged_bytes(p), stream>>>(p);
     SHARDRL_CHECK_CUDA(cudaGetLastError());
   }
 };
 
-GemvParams params_for(int rows, int k, const bf16* x) {
+GemvParams params_for(int rows, int k, const bf16* x, const bf16* norm_w, float eps) {
   GemvParams p{};
   p.x = reinterpret_cast<const uint4*>(x);
   p.rows = rows;
   p.pieces = k / 8;
+  p.norm_w = reinterpret_cast<const uint4*>(norm_w);
+  p.eps = eps;
   return p;
 }
 
 }  // namespace
 
-bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count) {
-  if (rows < 1 || rows > kDecodeGemvMaxRows || k < 8 || k % 8 != 0 || !aligned16(x)) return false;
+bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count,
+                               const bf16* norm_w) {
+  if (rows < 1 || rows > kDecodeGemvMaxRows || k < 8 || k % 8 != 0) return false;
+  if (!aligned16(x) || !aligned16(norm_w)) return false;   // nullptr is aligned
+  // The normalised rows must fit a CTA's shared memory without opting in to more (48 KiB): up to
+  // d_model 6144 at 4 rows.
+  if (norm_w && static_cast<std::size_t>(rows) * k * 2 > kStagedBytesMax) return false;
   if (count < 1 || count > kDecodeGemvMaxProducts) return false;
   for (int i = 0; i < count; ++i)
     if (products[i].n < 1 || !aligned16(products[i].w)) return false;
   return true;
 }
 
-void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count) {
-  SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, products, count),
-                "decode_gemv_cuda: unsupported call (1..4 rows, 1..3 products, k a multiple of 8, 16-byte aligned x and w)");
-  GemvParams p = params_for(rows, k, x);
+void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count,
+                      const bf16* norm_w, float eps) {
+  SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, products, count, norm_w),
+                "decode_gemv_cuda: unsupported call (1..4 rows, 1..3 products, k a multiple of 8, 16-byte aligned x, "
+                "w and norm weights)");
+  GemvParams p = params_for(rows, k, x, norm_w, eps);
   p.count = count;
   for (int i = 0; i < count; ++i) {
     p.w[i] = reinterpret_cast<const uint4*>(products[i].w);
@@ -214,11 +299,12 @@ void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x, const GemvPr
 }
 
 void decode_gemv_swiglu_cuda(void* stream, int rows, int k, const bf16* x, const bf16* w_gate, const bf16* w_up,
-                             int n, bf16* act) {
+                             int n, bf16* act, const bf16* norm_w, float eps) {
   const GemvProduct<bf16> both[2] = {{w_gate, act, nullptr, n}, {w_up, act, nullptr, n}};
-  SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, both, 2),
-                "decode_gemv_swiglu_cuda: unsupported call (1..4 rows, k a multiple of 8, 16-byte aligned x and w)");
-  GemvParams p = params_for(rows, k, x);
+  SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, both, 2, norm_w),
+                "decode_gemv_swiglu_cuda: unsupported call (1..4 rows, k a multiple of 8, 16-byte aligned x, w and "
+                "norm weights)");
+  GemvParams p = params_for(rows, k, x, norm_w, eps);
   p.count = 2;
   p.w[0] = reinterpret_cast<const uint4*>(w_gate);
   p.w[1] = reinterpret_cast<const uint4*>(w_up);

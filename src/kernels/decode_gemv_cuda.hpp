@@ -43,16 +43,22 @@ struct GemvProduct {
 };
 
 // Whether the kernels take this call: 1..kDecodeGemvMaxRows rows, 1..kDecodeGemvMaxProducts
-// products with n >= 1, k a positive multiple of 8, x and each w 16-byte aligned.
-bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count);
+// products with n >= 1, k a positive multiple of 8, x, each w and norm_w (if any) 16-byte aligned.
+bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count,
+                               const bf16* norm_w = nullptr);
 
 // Every product of the call, in one launch on `stream` (the execution space's cudaStream_t).
+// With norm_w, x's rows go through RMSNorm first (x / rms(x) * norm_w, rounded to bf16 as
+// rmsnorm_forward rounds its output; eps inside the root): the layer's norm folded into the
+// product that reads it, so the normalised rows never reach memory. The same for the SwiGLU form.
 void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x,   // x: (rows, k)
-                      const GemvProduct<bf16>* products, int count);
+                      const GemvProduct<bf16>* products, int count, const bf16* norm_w = nullptr,   // norm_w: (k)
+                      float eps = 0.0f);
 
 // act (rows, n) = silu(g) * u with g = bf16(x w_gate^T) and u = bf16(x w_up^T), in one launch.
 void decode_gemv_swiglu_cuda(void* stream, int rows, int k, const bf16* x,   // x: (rows, k)
                              const bf16* w_gate, const bf16* w_up,           // (n, k) each
-                             int n, bf16* act);                              // act: (rows, n)
+                             int n, bf16* act,                               // act: (rows, n)
+                             const bf16* norm_w = nullptr, float eps = 0.0f);
 
 }  // namespace shardrl::kernels

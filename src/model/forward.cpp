@@ -47,23 +47,37 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
 
   T* h1 = act_->h1.as<T>();
   T* h2 = act_->h2.as<T>();
-  kernels::rmsnorm_forward(space_, x, w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
   T* q = s.qk_norm ? a.q_raw.as<T>() : a.q.as<T>();
   T* k = s.qk_norm ? a.k_raw.as<T>() : a.k.as<T>();
   // A decode step's few rows go through the matrix-vector kernels where the build has them
-  // (kernels/decode_gemv.hpp: each weight read once, q, k and v in one launch); the GEMMs
-  // otherwise. `decode_gemv` counts the launches it made.
+  // (kernels/decode_gemv.hpp: each weight read once, q, k and v in one launch, the layer's norms
+  // folded into the products that read them); the norms and GEMMs otherwise. `decode_gemv`
+  // counts the launches it made.
   const bool decode = cache != nullptr && !prefill;
   const bool few_rows = options_.decode_gemv && decode && N <= kernels::kDecodeGemvMaxRows;
-  const auto decode_gemv = [&](int in, const T* from, std::initializer_list<kernels::GemvProduct<T>> products) {
-    const bool ran = few_rows && kernels::decode_gemv(space_, N, in, from, products);
+  const auto decode_gemv = [&](int in, const T* from, std::initializer_list<kernels::GemvProduct<T>> products,
+                               kernels::GemvNorm<T> norm = {}) {
+    const bool ran = few_rows && kernels::decode_gemv(space_, N, in, from, products, norm);
     decode_gemv_calls_ += ran;
     return ran;
   };
-  if (!decode_gemv(D, h1, {{w + o.q, q, nullptr, Hq}, {w + o.k, k, nullptr, Hkv}, {w + o.v, a.v.as<T>(), nullptr, Hkv}})) {
-    mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
-    mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
-    mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+  // Adapters read the normalised rows (h1, h2): their layers keep the norm's own launch.
+  const auto adapted = [&](std::initializer_list<LoraTarget> targets) {
+    bool any = false;
+    for (LoraTarget t : targets) any = any || o.lora_a[static_cast<int>(t)] >= 0;
+    return adapters_on_ && any;
+  };
+  const std::initializer_list<kernels::GemvProduct<T>> qkv = {
+      {w + o.q, q, nullptr, Hq}, {w + o.k, k, nullptr, Hkv}, {w + o.v, a.v.as<T>(), nullptr, Hkv}};
+  const bool qkv_normed = !adapted({LoraTarget::q, LoraTarget::k, LoraTarget::v}) &&
+                          decode_gemv(D, x, qkv, {w + o.input_norm, s.norm_eps});
+  if (!qkv_normed) {
+    kernels::rmsnorm_forward(space_, x, w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
+    if (!decode_gemv(D, h1, qkv)) {
+      mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
+      mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
+      mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
+    }
   }
   lora_forward(layer, LoraTarget::q, w, h1, D, q, Hq);
   lora_forward(layer, LoraTarget::k, w, h1, D, k, Hkv);
@@ -120,20 +134,24 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   lora_forward(layer, LoraTarget::o, w, a.attn.as<T>(), Hq, a.xmid.as<T>(), D);
   if (tp) tp->sum(a.xmid.as<T>(), long(N) * D, std::is_same_v<T, bf16>);
 
-  kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D,
-                           s.norm_eps);
+  const auto post_norm = [&] {
+    kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D, s.norm_eps);
+  };
   if (s.moe_layer(layer)) {
+    post_norm();
     kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
     moe_->forward(set, o, w, h2, out, {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()}, N,
                   /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only, adapters_on_);
     return;
   }
   T* act = act_->mlp_a.as<T>();
-  // The fused gate, up and SwiGLU never write g and u: not where adapters add to them.
-  const bool adapted = adapters_on_ && (o.lora_a[int(LoraTarget::gate)] >= 0 || o.lora_a[int(LoraTarget::up)] >= 0);
-  const bool fused_mlp = few_rows && !adapted && kernels::decode_gemv_swiglu(space_, N, D, h2, w + o.gate, w + o.up, F, act);
+  // The fused norm, gate, up and SwiGLU never write h2, g and u: not where adapters read or add to them.
+  const bool fused_mlp = few_rows && !adapted({LoraTarget::gate, LoraTarget::up}) &&
+                         kernels::decode_gemv_swiglu(space_, N, D, a.xmid.as<T>(), w + o.gate, w + o.up, F, act,
+                                                     {w + o.post_norm, s.norm_eps});
   decode_gemv_calls_ += fused_mlp;
   if (!fused_mlp) {
+    post_norm();
     mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
     mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
     lora_forward(layer, LoraTarget::gate, w, h2, D, a.g.as<T>(), F);
@@ -155,21 +173,27 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
   Activations& a = *act_;
   const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
   SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.head_tokens, "the head's buffers hold fewer tokens than the batch");
-  kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, a.hf.as<T>(),
-                           a.rstd_f.as<float>(), N, D, s.norm_eps);
+  const auto final_norm = [&] {
+    kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, a.hf.as<T>(), a.rstd_f.as<float>(), N,
+                             D, s.norm_eps);
+  };
   if (!target_logprobs) {   // decoding: every row's logits, for the draw
     SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.logits_tokens, "the logits buffer holds fewer tokens than the batch");
+    // A few rows: the final norm folded into the matrix-vector kernel (kernels/decode_gemv.hpp).
     const bool few_rows = options_.decode_gemv && N <= kernels::kDecodeGemvMaxRows &&
-                          kernels::decode_gemv(space_, N, D, a.hf.as<T>(), {{lm, a.logits.as<T>(), nullptr, V}});
+                          kernels::decode_gemv(space_, N, D, residual<T>(s.n_layers), {{lm, a.logits.as<T>(), nullptr, V}},
+                                               {w + a.head_norm, s.norm_eps});
     decode_gemv_calls_ += few_rows;
     if (few_rows) {
       a.logits_first = 0;
       a.logits_count = N;
     } else {
+      final_norm();
       head_logits(lm, 0, N);
     }
     return;
   }
+  final_norm();
   // Chunk by chunk: the logits of a chunk live only until its log-probabilities are taken.
   const int chunk = static_cast<int>(a.logits_tokens);
   for (int first = 0; first < N; first += chunk) {
