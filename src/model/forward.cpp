@@ -145,13 +145,18 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     return;
   }
   T* act = act_->mlp_a.as<T>();
-  // The fused norm, gate, up and SwiGLU never write h2, g and u: not where adapters read or add to them.
-  const bool fused_mlp = few_rows && !adapted({LoraTarget::gate, LoraTarget::up}) &&
-                         kernels::decode_gemv_swiglu(space_, N, D, a.xmid.as<T>(), w + o.gate, w + o.up, F, act,
-                                                     {w + o.post_norm, s.norm_eps});
-  decode_gemv_calls_ += fused_mlp;
+  // The fused (norm,) gate, up and SwiGLU never write (h2,) g and u: not where adapters read or
+  // add to them. Where the kernels decline the folded norm (a row too long for their shared
+  // memory), the norm runs first.
+  const bool fusable = few_rows && !adapted({LoraTarget::gate, LoraTarget::up});
+  bool fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, a.xmid.as<T>(), w + o.gate, w + o.up, F,
+                                                          act, {w + o.post_norm, s.norm_eps});
   if (!fused_mlp) {
     post_norm();
+    fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, h2, w + o.gate, w + o.up, F, act);
+  }
+  decode_gemv_calls_ += fused_mlp;
+  if (!fused_mlp) {
     mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
     mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
     lora_forward(layer, LoraTarget::gate, w, h2, D, a.g.as<T>(), F);
@@ -179,16 +184,21 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
   };
   if (!target_logprobs) {   // decoding: every row's logits, for the draw
     SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.logits_tokens, "the logits buffer holds fewer tokens than the batch");
-    // A few rows: the final norm folded into the matrix-vector kernel (kernels/decode_gemv.hpp).
-    const bool few_rows = options_.decode_gemv && N <= kernels::kDecodeGemvMaxRows &&
-                          kernels::decode_gemv(space_, N, D, residual<T>(s.n_layers), {{lm, a.logits.as<T>(), nullptr, V}},
-                                               {w + a.head_norm, s.norm_eps});
-    decode_gemv_calls_ += few_rows;
-    if (few_rows) {
+    // A few rows: the matrix-vector kernels (kernels/decode_gemv.hpp), the final norm folded in
+    // where they take it, else run first.
+    const bool few_rows = options_.decode_gemv && N <= kernels::kDecodeGemvMaxRows;
+    const std::initializer_list<kernels::GemvProduct<T>> logits = {{lm, a.logits.as<T>(), nullptr, V}};
+    bool ran = few_rows && kernels::decode_gemv(space_, N, D, residual<T>(s.n_layers), logits,
+                                                {w + a.head_norm, s.norm_eps});
+    if (!ran) {
+      final_norm();
+      ran = few_rows && kernels::decode_gemv(space_, N, D, a.hf.as<T>(), logits);
+    }
+    decode_gemv_calls_ += ran;
+    if (ran) {
       a.logits_first = 0;
       a.logits_count = N;
     } else {
-      final_norm();
       head_logits(lm, 0, N);
     }
     return;
