@@ -1,8 +1,10 @@
 // The decode step's matrix-vector kernels (kernels/decode_gemv.hpp) against an fp64 host
-// reference: 1 to kDecodeGemvMaxRows rows, inner sizes from one 16-byte piece to past a warp's stride, several
-// products in one launch with and without a residual (in place and not), the SwiGLU form; outputs
-// poisoned first with guard elements after them; RMSNorm folded in; repeated calls bit for bit. The kernels exist
-// on GPU builds only; elsewhere the model keeps its GEMMs, which the wrappers say by declining.
+// reference: 1 to kDecodeGemvMaxRows rows, inner sizes from one 16-byte piece to past a warp's
+// stride, several products in one launch with and without a residual (in place and not), the
+// SwiGLU form; outputs poisoned first with guard elements after them; RMSNorm folded in (and
+// where it is declined); a row's bits the same at any row count and on repeat. The kernels
+// exist on GPU builds only; elsewhere the model keeps its GEMMs, which the wrappers say by
+// declining.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -193,18 +195,55 @@ TEST(DecodeGemv, FoldedNormsMatchTheReference) {
     }
 }
 
-TEST(DecodeGemv, RepeatedCallsAreBitIdentical) {
+// A row's bits are its own: the same at any row count (so a decode graph's bucket of 4 rows draws
+// what an eager step of fewer rows drew), with and without the folded norm, and on repeat.
+TEST(DecodeGemv, ARowsResultDoesNotDependOnTheOtherRows) {
   if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  const int rows = 3, k = 3000, n = 513;
-  Buffer<bf16> x = random_buffer<bf16>(long(rows) * k, 31), w = random_buffer<bf16>(long(n) * k, 32);
-  Buffer<bf16> a(long(rows) * n), b(long(rows) * n), sa(long(rows) * n), sb(long(rows) * n);
-  for (Buffer<bf16>* y : {&a, &b})
-    ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k, x.data(), {{w.data(), y->data(), nullptr, n}}));
-  for (Buffer<bf16>* y : {&sa, &sb})
-    ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, k, x.data(), w.data(), w.data(), n, y->data()));
-  Kokkos::fence();
-  test::expect_same_bits(a.data(), b.data(), long(rows) * n, "products");
-  test::expect_same_bits(sa.data(), sb.data(), long(rows) * n, "SwiGLU");
+  const int most = kernels::kDecodeGemvMaxRows, k = 3008, n = 513;
+  Buffer<bf16> x = random_buffer<bf16>(long(most) * k, 31, nullptr, -3.0, 3.0), w = random_buffer<bf16>(long(n) * k, 32);
+  Buffer<bf16> g = random_buffer<bf16>(k, 33, nullptr, 0.5, 1.5);
+  for (const bf16* norm : {static_cast<const bf16*>(nullptr), static_cast<const bf16*>(g.data())}) {
+    const std::string what = norm ? "with the norm folded in" : "without a norm";
+    for (int rows = 1; rows <= most; ++rows) {
+      Buffer<bf16> y(long(rows) * n), again(long(rows) * n), act(long(rows) * n), act_all(long(most) * n);
+      Buffer<bf16> y_all(long(most) * n);
+      for (Buffer<bf16>* out : {&y, &again})
+        ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k, x.data(), {{w.data(), out->data(), nullptr, n}},
+                                               {norm, 1e-6f}));
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), most, k, x.data(), {{w.data(), y_all.data(), nullptr, n}},
+                                             {norm, 1e-6f}));
+      ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, k, x.data(), w.data(), w.data(), n, act.data(),
+                                                    {norm, 1e-6f}));
+      ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), most, k, x.data(), w.data(), w.data(), n,
+                                                    act_all.data(), {norm, 1e-6f}));
+      Kokkos::fence();
+      const long first = long(rows) * n;   // the first `rows` rows of the call with every row
+      test::expect_same_bits(y.data(), again.data(), first, what + ": a repeat");
+      test::expect_same_bits(y.data(), y_all.data(), first, what + ": " + std::to_string(rows) + " rows against " +
+                                                             std::to_string(most));
+      test::expect_same_bits(act.data(), act_all.data(), first, what + ", SwiGLU: " + std::to_string(rows) +
+                                                                     " rows against " + std::to_string(most));
+    }
+  }
+}
+
+// The norm folds in while the rows of the most rows fit a CTA's shared memory (k <= 6136),
+// whatever the call's rows, and is declined past it (the model then runs the norm's own launch).
+TEST(DecodeGemv, TheFoldedNormsReachIsSetByKAlone) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  const int most = kernels::kDecodeGemvMaxRows;
+  for (int k : {6136, 6144}) {
+    Buffer<bf16> x = random_buffer<bf16>(long(most) * k, 51), w = random_buffer<bf16>(16L * k, 52);
+    Buffer<bf16> g = random_buffer<bf16>(k, 53, nullptr, 0.5, 1.5), y(long(most) * 16);
+    for (int rows : {1, most}) {
+      const bool ran = kernels::decode_gemv<bf16>(ExecSpace(), rows, k, x.data(), {{w.data(), y.data(), nullptr, 16}},
+                                                  {g.data(), 1e-6f});
+      EXPECT_EQ(ran, k <= 6136) << "k " << k << ", rows " << rows;
+      EXPECT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k, x.data(), {{w.data(), y.data(), nullptr, 16}}))
+          << "without the norm, k " << k;
+    }
+    Kokkos::fence();
+  }
 }
 
 }  // namespace

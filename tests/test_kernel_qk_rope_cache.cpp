@@ -120,16 +120,23 @@ TYPED_TEST(QkRopeCache, MatchesTheSeparateKernels) {
   auto slots = device_ints(st.slots), pos = device_ints(st.pos);
   Buffer<float> table(long(st.rows) * st.hd);
   kernels::rope_table(ExecSpace(), pos.data(), st.rows, st.hd, kernels::RopeFrequencies{}, table.data());
-  for (bool normed : {false, true}) {
-    const std::string what = normed ? "with q/k norms" : "rotation only";
+  // Without norms the model rotates its queries in place (q_raw is q); rows without slots are
+  // sequences 0..rows-1.
+  struct Case { bool normed, in_place, slotted; };
+  for (const Case c : {Case{false, false, true}, Case{false, true, false}, Case{true, false, true}}) {
+    const bool normed = c.normed;
+    const std::string what = std::string(normed ? "with q/k norms" : "rotation only") +
+                             (c.in_place ? ", in place" : "") + (c.slotted ? "" : ", no slots");
+    const std::int32_t* sl = c.slotted ? slots.data() : nullptr;
     auto q = random_buffer<T>(qn, 11), k = random_buffer<T>(kn, 12), v = random_buffer<T>(kn, 13);
     auto wq = random_buffer<T>(st.hd, 14, nullptr, 0.5, 1.5), wk = random_buffer<T>(st.hd, 15, nullptr, 0.5, 1.5);
     auto kc1 = random_buffer<T>(cache_n, 16), vc1 = random_buffer<T>(cache_n, 17);
     auto kc2 = random_buffer<T>(cache_n, 16), vc2 = random_buffer<T>(cache_n, 17);
     Buffer<T> fused_q(qn);
-    kernels::qk_rope_cache_write(ExecSpace(), s, slots.data(), pos.data(), q.data(), k.data(), v.data(),
-                                 normed ? wq.data() : nullptr, normed ? wk.data() : nullptr, eps, table.data(),
-                                 fused_q.data(), kc1.data(), vc1.data());
+    if (c.in_place) fused_q.set(q.host());
+    kernels::qk_rope_cache_write(ExecSpace(), s, sl, pos.data(), c.in_place ? fused_q.data() : q.data(), k.data(),
+                                 v.data(), normed ? wq.data() : nullptr, normed ? wk.data() : nullptr, eps,
+                                 table.data(), fused_q.data(), kc1.data(), vc1.data());
     // The separate kernels, as the model's other passes run them.
     Buffer<T> sq(qn), sk(kn);
     Buffer<float> rstd_q(long(st.rows) * st.H), rstd_k(long(st.rows) * st.G);
@@ -142,7 +149,7 @@ TYPED_TEST(QkRopeCache, MatchesTheSeparateKernels) {
     }
     kernels::rope_forward(ExecSpace(), sq.data(), table.data(), st.rows, st.H, st.hd);
     kernels::rope_forward(ExecSpace(), sk.data(), table.data(), st.rows, st.G, st.hd);
-    kernels::kv_cache_write(ExecSpace(), s, slots.data(), pos.data(), sk.data(), v.data(), kc2.data(), vc2.data());
+    kernels::kv_cache_write(ExecSpace(), s, sl, pos.data(), sk.data(), v.data(), kc2.data(), vc2.data());
     Kokkos::fence();
     if (normed) {
       // The norm's scale may differ in its last bits; through the product and the rotation's two

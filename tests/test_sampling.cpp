@@ -246,7 +246,7 @@ TEST(Sampling, PlainDrawsAcrossChunksFollowTheTargetDistribution) {
   for (float t : {1.0f, 0.7f}) {
     const SamplingOptions o{t, 0, 1.0f};
     const std::vector<double> p = target(row, o);
-    const int n = 20000;
+    const int n = 5000;   // the least likely token still expected about 45 times (temperature 0.7)
     Draws d = draw<float>(row, o, n, 42);
     std::vector<double> count(V, 0);
     for (int tok : d.tokens) count[tok] += 1;

@@ -25,7 +25,15 @@ constexpr int kColumns = 2;   // output columns per warp: each load of x serves 
 // CTAs an SM keeps resident: room for up to 170 registers a thread (without a bound, ptxas
 // capped some row counts' variants low enough to spill).
 constexpr int kMinBlocks = 3;
-constexpr std::size_t kStagedBytesMax = 48 * 1024;
+
+// Whether a call of inner size k may fold the norm in: the normalised rows of the most rows
+// (dynamic shared memory) and row_scales' partial sums (static) within the 48 KiB a CTA gets
+// without opting in to more: k <= 6136. Decided by k alone, so that a row's bits do not depend on
+// how many rows share its step (a decode graph's bucket of 4 rows draws what 3 eager rows drew).
+constexpr bool folds_norm(int k) {
+  return static_cast<std::size_t>(kDecodeGemvMaxRows) * k * 2 + kWarps * kDecodeGemvMaxRows * sizeof(float) <=
+         48 * 1024;
+}
 
 struct GemvParams {
   const uint4* x;   // (rows, k / 8) pieces
@@ -272,9 +280,7 @@ bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct
                                const bf16* norm_w) {
   if (rows < 1 || rows > kDecodeGemvMaxRows || k < 8 || k % 8 != 0) return false;
   if (!aligned16(x) || !aligned16(norm_w)) return false;   // nullptr is aligned
-  // The normalised rows must fit a CTA's shared memory without opting in to more (48 KiB): up to
-  // d_model 6144 at 4 rows.
-  if (norm_w && static_cast<std::size_t>(rows) * k * 2 > kStagedBytesMax) return false;
+  if (norm_w && !folds_norm(k)) return false;
   if (count < 1 || count > kDecodeGemvMaxProducts) return false;
   for (int i = 0; i < count; ++i)
     if (products[i].n < 1 || !aligned16(products[i].w)) return false;

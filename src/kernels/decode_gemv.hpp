@@ -1,7 +1,8 @@
 // The linear layers of a decode step's few rows, where the build has the kernels for them
 // (decode_gemv_cuda.hpp: GPU builds, bf16): each call returns whether it ran, and the model
-// runs its GEMMs (blas/gemm.hpp) when it did not. The GEMMs stay the reference and the path of
-// every other build, precision and batch.
+// takes another way when it did not (a declined folded norm: the norm's own launch, then the
+// call without it; otherwise the GEMMs of blas/gemm.hpp). The GEMMs stay the reference and the
+// path of every other build, precision and batch.
 #pragma once
 
 #include <initializer_list>

@@ -28,6 +28,8 @@ namespace shardrl::kernels {
 // (bench_decode, decode graphs, 2026-11-26): faster than cuBLAS at 1, 2 and 4 rows (llama-1b
 // 1.25x, 1.20x, 1.12x; qwen3-0.6b 1.39x, 1.33x, 1.25x), slower at 8 (0.87x, 0.95x; with two or
 // four output columns a warp alike): the conversions of x's rows then outweigh the weights' reads.
+// A power of two, as decode graphs' row buckets are, so an eager step and its graph's bucket
+// take the same kernels.
 constexpr int kDecodeGemvMaxRows = 4;
 // The most products one call takes (q, k and v).
 constexpr int kDecodeGemvMaxProducts = 3;
@@ -43,7 +45,9 @@ struct GemvProduct {
 };
 
 // Whether the kernels take this call: 1..kDecodeGemvMaxRows rows, 1..kDecodeGemvMaxProducts
-// products with n >= 1, k a positive multiple of 8, x, each w and norm_w (if any) 16-byte aligned.
+// products with n >= 1, k a positive multiple of 8, x, each w and norm_w (if any) 16-byte aligned;
+// with norm_w, k <= 6136 (the normalised rows in a CTA's shared memory; whatever the rows).
+// A row's result does not depend on the call's other rows.
 bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count,
                                const bf16* norm_w = nullptr);
 

@@ -20,7 +20,8 @@ namespace shardrl::kernels {
 // q (rows, n_heads, hd) = rope(norm_q(q_raw)); cache(entry(slot(r), positions[r]), g, :) =
 // rope(norm_k(k_raw(r, g, :))) for the keys and v(r, g, :) for the values, with slot(r) = slots ?
 // slots[r] : r. norm_x(h) = h / rms(h) * w_x (rounded to T) where w_x is given; without norm
-// weights the heads are only rotated. `table` is rope_table's (rows, hd).
+// weights the heads are only rotated. `table` is rope_table's (rows, hd). q may be q_raw (in
+// place): a thread reads its pair (i, i + hd/2) before writing it.
 template <class T>
 void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
                          const std::int32_t* positions,
