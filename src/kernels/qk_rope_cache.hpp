@@ -1,10 +1,10 @@
 // A decode step's per-head work between the q, k, v products and the attention, in one launch:
 // each head of the new token is normalised (Qwen3's q_norm / k_norm, when the model has them) and
 // rotated (RoPE); the keys, with the values, then go into the row's cache. The arithmetic per
-// element is that of rmsnorm_forward, rope_forward and kv_cache_write (the norm's sum of squares
-// is reduced in another order); why one launch: at batch 1 those five launches a layer (two
-// norms, two rotations, the cache write) took 0.7 of a 1.8 ms qwen3-0.6b step, each a few
-// microseconds of launch and tail for a few hundred elements.
+// element is that of rmsnorm_forward, rope_forward and kv_cache_write, through their shared
+// element functions (the norm's sum of squares is reduced in another order). Why one launch: at
+// batch 1 those five launches a layer (two norms, two rotations, the cache write) took 0.7 of a
+// 1.8 ms qwen3-0.6b step, each a few microseconds of launch and tail for a few hundred elements.
 #pragma once
 
 #include <cmath>
@@ -14,6 +14,8 @@
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "kernels/cache_shape.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
 
 namespace shardrl::kernels {
 
@@ -58,7 +60,7 @@ void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std:
                 acc += a * a + b * b;
               },
               sum_sq);
-          scale = 1.0f / sqrtf(sum_sq / static_cast<float>(hd) + eps);
+          scale = detail::rmsnorm_scale(sum_sq, hd, eps);
         }
         const float* c = table + r * hd;
         T* out;
@@ -72,13 +74,9 @@ void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std:
         }
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, half), [&](const int i) {
           // The normalised head as rmsnorm_forward rounds it, then rope_forward's rotation.
-          const float a = normed ? static_cast<float>(T(static_cast<float>(x[i]) * scale * static_cast<float>(w[i])))
-                                 : static_cast<float>(x[i]);
-          const float b = normed ? static_cast<float>(T(static_cast<float>(x[i + half]) * scale *
-                                                        static_cast<float>(w[i + half])))
-                                 : static_cast<float>(x[i + half]);
-          out[i] = T(a * c[i] - b * c[half + i]);
-          out[i + half] = T(b * c[i] + a * c[half + i]);
+          const T a = normed ? detail::rmsnorm_element(x[i], scale, w[i]) : x[i];
+          const T b = normed ? detail::rmsnorm_element(x[i + half], scale, w[i + half]) : x[i + half];
+          detail::rotate_pair(static_cast<float>(a), static_cast<float>(b), c[i], c[half + i], out[i], out[i + half]);
         });
       });
 }

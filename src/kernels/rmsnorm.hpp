@@ -19,6 +19,17 @@ namespace detail {
 // The columns [k * W, k * W + W) of a row, clipped to C: the unit in which a team adds up a row.
 KOKKOS_INLINE_FUNCTION int rmsnorm_group_end(int k, int W, int C) { return k * W + W < C ? k * W + W : C; }
 
+// A row's scale from its sum of squares over C elements, and one element of the output: every
+// kernel that normalises rows (here, and the decode step's kernels/qk_rope_cache.hpp) forms them
+// through these, so that they round alike.
+KOKKOS_INLINE_FUNCTION float rmsnorm_scale(float sum_sq, int C, float eps) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T rmsnorm_element(T x, float scale, T w) {
+  return T(static_cast<float>(x) * scale * static_cast<float>(w));
+}
+
 }  // namespace detail
 
 template <class T>
@@ -56,18 +67,18 @@ void rmsnorm_forward(const ExecSpace& space,
               }
             },
             sum_sq);
-        const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
+        const float r = detail::rmsnorm_scale(sum_sq, C, eps);
         if (packed) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const int k) {
             const Packed<T> xp = load_packed(x + base + k * W), wp = load_packed(w + k * W);
             Packed<T> yp;
             SHARDRL_UNROLL_LANES
-            for (int j = 0; j < W; ++j) yp.v[j] = T(static_cast<float>(xp.v[j]) * r * static_cast<float>(wp.v[j]));
+            for (int j = 0; j < W; ++j) yp.v[j] = detail::rmsnorm_element(xp.v[j], r, wp.v[j]);
             store_packed(y + base + k * W, yp);
           });
         } else {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](const int c) {
-            y[base + c] = T(static_cast<float>(x[base + c]) * r * static_cast<float>(w[c]));
+            y[base + c] = detail::rmsnorm_element(x[base + c], r, w[c]);
           });
         }
         Kokkos::single(Kokkos::PerTeam(team), [&]() { rstd[team.league_rank()] = r; });

@@ -60,6 +60,14 @@ inline void rope_table(const ExecSpace& space, const std::int32_t* positions, in
 
 namespace detail {
 
+// One pair (a, b) = (x_i, x_{i + hd/2}) rotated by the angle of cosine c and sine s: what every
+// kernel that rotates heads (here, and the decode step's kernels/qk_rope_cache.hpp) computes.
+template <class T>
+KOKKOS_INLINE_FUNCTION void rotate_pair(float a, float b, float c, float s, T& lo, T& hi) {
+  lo = T(a * c - b * s);
+  hi = T(b * c + a * s);
+}
+
 // Rotates every pair (i, i + hd/2) of every head by sign * angle, from the table. A work item
 // takes a pack of consecutive pairs (8 for bf16) where the half head allows, else one pair.
 template <class T>
@@ -81,17 +89,13 @@ void rope_rotate(const ExecSpace& space, const char* name, T* x, const float* ta
         T* x0 = x + head * hd + i;
         T* x1 = x0 + half;
         if (width == 1) {
-          const float a = static_cast<float>(*x0), b = static_cast<float>(*x1), sn = sign * s[0];
-          *x0 = T(a * c[0] - b * sn);
-          *x1 = T(b * c[0] + a * sn);
+          rotate_pair(static_cast<float>(*x0), static_cast<float>(*x1), c[0], sign * s[0], *x0, *x1);
           return;
         }
         const Packed<T> a = load_packed(x0), b = load_packed(x1);
         Packed<T> ra, rb;
         for (int j = 0; j < Packed<T>::width; ++j) {
-          const float av = static_cast<float>(a.v[j]), bv = static_cast<float>(b.v[j]), sn = sign * s[j];
-          ra.v[j] = T(av * c[j] - bv * sn);
-          rb.v[j] = T(bv * c[j] + av * sn);
+          rotate_pair(static_cast<float>(a.v[j]), static_cast<float>(b.v[j]), c[j], sign * s[j], ra.v[j], rb.v[j]);
         }
         store_packed(x0, ra);
         store_packed(x1, rb);

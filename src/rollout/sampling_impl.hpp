@@ -98,6 +98,16 @@ KOKKOS_INLINE_FUNCTION int count_above(const Member& team, const T* l, int V, fl
   return c;
 }
 
+// What a draw records of the tempered distribution it came from, as the train phase forms it
+// (kernels/cross_entropy.hpp): log p = s - log(mass) for the drawn logit, and the entropy
+// log(mass) - moment / mass, with s = (logit - max) / t.
+KOKKOS_INLINE_FUNCTION void record_draw(float logit, float max, float t, const MassMoment& m, float& logp,
+                                        float& entropy) {
+  const float log_mass = logf(m.mass);
+  logp = (logit - max) / t - log_mass;
+  entropy = log_mass - m.moment / m.mass;
+}
+
 // The inverse CDF over indices [0, n) in index order: the first v whose running weight, from
 // `start`, passes `target`; if rounding leaves the target past the last block with weight, n;
 // past the found block's last token, that block's last token of weight > 0. Two levels: each
@@ -235,9 +245,8 @@ void sample_plain_by_chunks(const ExecSpace& space, const T* logits, const std::
         const int chosen = chunk * kSampleChunkTokens + pick;
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           token[r] = chosen;
-          const float log_mass = logf(mass);
-          logp[r] = (static_cast<float>(logits[static_cast<long>(r) * V + chosen]) - max) / temperature - log_mass;
-          entropy[r] = log_mass - moment / mass;
+          record_draw(static_cast<float>(logits[static_cast<long>(r) * V + chosen]), max, temperature,
+                      MassMoment{mass, moment}, logp[r], entropy[r]);
         });
       });
 }
@@ -318,9 +327,7 @@ void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t*
     }
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       token[r] = chosen;
-      const float log_mass = logf(tempered.mass);
-      logp[r] = (static_cast<float>(l[chosen]) - max) / t - log_mass;
-      entropy[r] = log_mass - tempered.moment / tempered.mass;
+      record_draw(static_cast<float>(l[chosen]), max, t, tempered, logp[r], entropy[r]);
     });
   };
   // One team per row makes several passes over the vocabulary: as many threads as the kernel
