@@ -4,7 +4,8 @@
 // every decode step reads all weights and each row's KV cache once, at the device's measured
 // copy bandwidth (bytes read + written per second by a 1 GiB device copy). The peer is
 // bench/hf_generate.py.
-//   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P] [--gemm-decode]
+//   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P]
+//                [--gemm-decode] [--unsplit-attention]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -39,12 +40,17 @@ int main(int argc, char** argv) {
   app.add_flag("--gemm-decode", gemm_decode,
                "Decode steps' linear layers through the GEMMs (cuBLAS), not the matrix-vector kernels of few-row "
                "steps: the baseline of those kernels");
+  bool unsplit_attention = false;
+  app.add_flag("--unsplit-attention", unsplit_attention,
+               "Decode attention with one CTA streaming each row's whole cache, not split over its positions: the "
+               "baseline of the split");
   CLI11_PARSE(app, argc, argv);
   Config cfg;
   if (!config_args.load("bench_decode", cfg)) return 2;
   KokkosRuntime kokkos(0);
   ModelOptions model = model_options(cfg);
   model.decode_gemv = !gemm_decode;
+  model.decode_attention_split = !unsplit_attention;
   double copy_bw = 0;   // bytes moved (read + write) per second
   {
     Kokkos::View<char*, MemSpace> a("copy_a", std::size_t(1) << 30), b("copy_b", std::size_t(1) << 30);
@@ -105,12 +111,17 @@ int main(int argc, char** argv) {
     // Bound: per step, all weights plus each row's cache at its mean length, read once.
     const double step_bytes = weight_bytes + batch * (prompt + 0.5 * new_tokens) * kv_bytes_per_token;
     const double bound = batch / (step_bytes / copy_bw);
+    // The decode steps alone: the timed run less its prefill and first token (which a long
+    // prompt makes most of the run), against the same per-step bound.
+    const double step_s = new_tokens > 1 ? (s - prefill_s) / (new_tokens - 1) : 0.0;
     std::cout << fmt::format(
         "{} {}{} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
-        "token {:.1f} ms, {:.0f} prompt tokens/s) | bandwidth bound {:.0f} tokens/s: {:.0f}%\n",
+        "token {:.1f} ms, {:.0f} prompt tokens/s) | bandwidth bound {:.0f} tokens/s: {:.0f}% | decode steps alone "
+        "{:.3f} ms: {:.0f}%\n",
         cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32", gemm_decode ? " (GEMM decode)" : "",
-        execution_space_name(), batch, tokens, s,
-        tokens / s, s / new_tokens * 1e3, prefill_s * 1e3, batch * prompt / prefill_s, bound, 100.0 * tokens / s / bound);
+        execution_space_name(), batch, tokens, s, tokens / s, s / new_tokens * 1e3, prefill_s * 1e3,
+        batch * prompt / prefill_s, bound, 100.0 * tokens / s / bound, step_s * 1e3,
+        step_s > 0 ? 100.0 * step_bytes / copy_bw / step_s : 0.0);
   }
   return 0;
 }

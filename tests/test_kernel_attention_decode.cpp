@@ -1,10 +1,11 @@
 // Decode attention and the KV-cache write against an fp64 host reference: float and bf16, GQA,
 // rows at different positions, outputs poisoned first; the model's head dims (64, 128) over
 // contiguous and paged caches, where GPU builds take the CUDA kernel (compared with the portable
-// one there too).
+// one there too); long caches split over their positions (flash-decoding) on GPU builds.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -206,6 +207,103 @@ TEST(AttentionDecodeModelShapes, ContiguousAndPagedCachesMatchTheReference) {
       expect_close(out.host(), want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what);
       expect_close(portable.host(), want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what + " portable");
     }
+  }
+}
+
+// Long caches: on GPU builds, with the split workspace, steps of up to kDecodeSplitMaxRows rows
+// run each row's positions in ranges (kDecodeSplitPositions, doubled past kDecodeSplitMaxRanges
+// of them) merged by the CTA that finishes the last one. Rows ending just before, at and past a
+// range's end and where the ranges double, and rows of more ranges than the launch has CTAs per
+// row (a CTA then takes several); sequences of a paged cache sharing one sequence's blocks keep
+// the cache small. Checked: against fp64 and the portable kernel; the same bits on a second
+// launch (deterministic merge, counters back at zero); a row's bits the same alone as in the
+// step; a row of one range, and every row of a step past the row threshold, bit for bit the
+// unsplit kernel's.
+TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) {
+  using T = bf16;
+  struct Shape { int H, G, hd; };
+  for (const Shape& sh : {Shape{16, 8, 128}, Shape{32, 8, 64}, Shape{12, 2, 128}, Shape{6, 1, 64}}) {
+    const int R = kernels::kDecodeSplitMaxRows + 1, L = 9000, shift = 5, bps = (L + 31) >> shift;
+    const int R_split = R - 1;   // the first R - 1 rows are a step that splits
+    std::vector<int> pos(R), slot(R);
+    const std::vector<int> edges = {0, 255, 256, 257, 511, 767, 1000, 2047, 8190, 8191, 8192, 8999};
+    for (int r = 0; r < R; ++r) {
+      pos[r] = r < int(edges.size()) ? edges[r] : 4095 - 337 * (r - int(edges.size()));
+      slot[r] = (r * 7) % R;
+    }
+    // Every sequence's table names the same blocks, shuffled once.
+    std::vector<std::int32_t> blocks(bps), table(std::size_t(R) * bps);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937(3));
+    for (int q = 0; q < R; ++q) std::copy(blocks.begin(), blocks.end(), table.begin() + std::size_t(q) * bps);
+    Kokkos::View<std::int32_t*, MemSpace> table_d("table", table.size());
+    {
+      auto th = Kokkos::create_mirror_view(table_d);
+      for (std::size_t i = 0; i < table.size(); ++i) th(i) = table[i];
+      Kokkos::deep_copy(table_d, th);
+    }
+    const kernels::CacheShape s_all{R, L, sh.H, sh.G, sh.hd, table_d.data(), bps, shift};
+    kernels::CacheShape s = s_all;
+    s.rows = R_split;
+    kernels::CacheShape host_shape = s;
+    host_shape.block_table = table.data();
+    const long per_row = long(sh.H) * sh.hd, cache_n = (long(bps) << shift) * sh.G * sh.hd;
+    std::vector<double> q, kc, vc;
+    auto qb = random_buffer<T>(R * per_row, 21, &q, -2.0, 2.0);
+    auto kcb = random_buffer<T>(cache_n, 22, &kc), vcb = random_buffer<T>(cache_n, 23, &vc);
+    const auto ids = [](const std::vector<int>& v) {
+      Kokkos::View<std::int32_t*, MemSpace> d("ids", v.size());
+      auto h = Kokkos::create_mirror_view(d);
+      for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+      Kokkos::deep_copy(d, h);
+      return d;
+    };
+    auto pos_d = ids(pos), slot_d = ids(slot);
+    const std::string what = fmt::format("H {} G {} hd {}", sh.H, sh.G, sh.hd);
+
+    const kernels::DecodeSplitSizes sizes = kernels::attention_decode_split_sizes<T>(s_all);
+    const std::size_t counters = sizes.arrivals;
+    Kokkos::View<float*, MemSpace> partials("partials", sizes.partials);
+    Kokkos::View<std::uint32_t*, MemSpace> arrivals("arrivals", counters);
+    const kernels::DecodeSplitWorkspace split{partials.data(), arrivals.data()};
+    const auto decode = [&](const kernels::CacheShape& shape, const std::int32_t* slots, const std::int32_t* positions,
+                            const T* qs, const kernels::DecodeSplitWorkspace& ws) {
+      Buffer<T> out(long(shape.rows) * per_row);
+      out.poison();
+      kernels::attention_decode(ExecSpace(), shape, slots, positions, qs, kcb.data(), vcb.data(), out.data(), ws);
+      return out.host();
+    };
+    const std::vector<double> got = decode(s, slot_d.data(), pos_d.data(), qb.data(), split);
+    const std::vector<double> want =
+        decode_reference(s, slot, pos, q, kc, vc, [&](long seq, long j) { return host_shape.entry(seq, j); });
+    expect_close(got, want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what);
+    Buffer<T> portable(R_split * per_row);
+    kernels::attention_decode_portable(ExecSpace(), s, slot_d.data(), pos_d.data(), qb.data(), kcb.data(), vcb.data(),
+                                       portable.data());
+    expect_close(got, portable.host(), 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what + " vs portable");
+
+    EXPECT_EQ(decode(s, slot_d.data(), pos_d.data(), qb.data(), split), got) << what << ": a second launch";
+    auto arrived = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), arrivals);
+    for (std::size_t i = 0; i < counters; ++i) ASSERT_EQ(arrived(i), 0u) << what << ": counter " << i;
+
+    // Rows as steps of one row: 11 (18 ranges of 512), 9 (32 of 256), 7 (8) and 1 (one range).
+    const std::vector<double> unsplit = decode(s, slot_d.data(), pos_d.data(), qb.data(), {});
+    for (const int r : {11, 9, 7, 1}) {
+      Buffer<T> q1(per_row);
+      q1.set(std::vector<double>(q.begin() + r * per_row, q.begin() + (r + 1) * per_row));
+      auto p1 = ids({pos[r]}), s1 = ids({slot[r]});
+      kernels::CacheShape one = s;
+      one.rows = 1;
+      const std::vector<double> alone = decode(one, s1.data(), p1.data(), q1.data(), split);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + r * per_row)) << what << ": row " << r << " alone";
+    }
+    EXPECT_TRUE(std::equal(unsplit.begin() + 1 * per_row, unsplit.begin() + 2 * per_row, got.begin() + 1 * per_row))
+        << what << ": a row of one range, split and not";
+    expect_close(unsplit, want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what + " unsplit");
+    // A step of one row more than the threshold: the unsplit kernel, workspace or not.
+    EXPECT_EQ(decode(s_all, slot_d.data(), pos_d.data(), qb.data(), split),
+              decode(s_all, slot_d.data(), pos_d.data(), qb.data(), {}))
+        << what << ": " << R << " rows";
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -36,6 +37,11 @@ struct DecodeParams {
   const __nv_bfloat16* v;
   __nv_bfloat16* out;
   float scale_log2;   // 1/sqrt(hd) * log2(e): the scores go to exp2
+  // Split over the sequence (attention_decode_cuda.hpp), or nullptr: each CTA takes its row's
+  // whole cache. partials: (rows, n_heads, kDecodeSplitMaxRanges, 2 + HD) of (max, sum,
+  // unnormalised output); arrivals: (rows, gridDim.y) counters, zero between launches.
+  float* partials;
+  std::uint32_t* arrivals;
 };
 
 template <int HD, int GROUP>
@@ -44,6 +50,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   constexpr int PER_LOAD = 32 / LANES;       // positions a warp reads per load
   constexpr int STREAMS = kWarps * PER_LOAD;  // online softmaxes of the CTA
   constexpr int TILE = STREAMS * kUnroll;    // positions the CTA reads per iteration
+  static_assert(kDecodeSplitPositions % TILE == 0, "a split is whole tiles");
 
   const int r = blockIdx.x;
   const int G = p.s.n_kv_heads, H = p.s.n_heads, group = H / G;
@@ -53,119 +60,206 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   const int sub = lane / LANES, piece = lane % LANES;
   const int stream = warp * PER_LOAD + sub;
   const long seq = p.slots ? p.slots[r] : r;
-  const long last = p.positions[r];
+  // The row's positions in ranges of kDecodeSplitPositions, doubled until at most
+  // kDecodeSplitMaxRanges cover the row (one range without a workspace): the bounds depend on the
+  // row's length alone, never on the grid or the cache's capacity.
+  const int length = p.positions[r] + 1;
+  int span = length;
+  if (p.partials) {
+    span = kDecodeSplitPositions;
+    while ((length + span - 1) / span > kDecodeSplitMaxRanges) span *= 2;
+  }
+  const int splits = (length + span - 1) / span;
 
-  float q[GROUP][8], acc[GROUP][8], m[GROUP], l[GROUP];
+  float q[GROUP][8];
 #pragma unroll
   for (int h = 0; h < GROUP; ++h) {
     const uint4 raw = *reinterpret_cast<const uint4*>(p.q + (static_cast<long>(r) * H + h0 + h) * HD + piece * 8);
     unpack8(raw, q[h]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      q[h][i] *= p.scale_log2;
-      acc[h][i] = 0.0f;
-    }
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
+    for (int i = 0; i < 8; ++i) q[h][i] *= p.scale_log2;
   }
-
   const long head_offset = static_cast<long>(g) * HD + piece * 8;
-  // The trip count is the warp's (its first position of the tile), not the lane's: the shuffles
-  // need every lane; a lane whose positions all lie past `last` scores them -inf.
-  for (long tile = 0; tile * TILE + warp * PER_LOAD <= last; ++tile) {
-    const long base = tile * TILE + stream;
-    uint4 kraw[kUnroll], vraw[kUnroll];
-    // Every load of the tile issued before any is used: kUnroll keys and values in flight.
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const long j = base + static_cast<long>(u) * STREAMS;
-      if (j <= last) {
-        const long at = p.s.entry(seq, j) * G * HD + head_offset;
-        kraw[u] = *reinterpret_cast<const uint4*>(p.k + at);
-        vraw[u] = *reinterpret_cast<const uint4*>(p.v + at);
-      } else {
-        kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
-      }
-    }
-    float s[kUnroll][GROUP];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float kf[8];
-      unpack8(kraw[u], kf);
-#pragma unroll
-      for (int h = 0; h < GROUP; ++h) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) dot = fmaf(q[h][i], kf[i], dot);
-        // The LANES lanes of one position are aligned, so xor offsets below LANES stay inside.
-#pragma unroll
-        for (int o = LANES / 2; o >= 1; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        s[u][h] = base + static_cast<long>(u) * STREAMS <= last ? dot : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < GROUP; ++h) {
-      float mx = m[h];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
-      // A stream that has seen no position yet keeps m = -inf, l = 0, acc = 0: exponents taken
-      // against 0 then, not against -inf (which would give NaN).
-      const float ref = mx == -INFINITY ? 0.0f : mx;
-      const float correction = exp2f(m[h] - ref);   // 0 while m = -inf
-      m[h] = mx;
-      l[h] *= correction;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[h][i] *= correction;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) s[u][h] = exp2f(s[u][h] - ref);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float vf[8];
-      unpack8(vraw[u], vf);
-#pragma unroll
-      for (int h = 0; h < GROUP; ++h) {
-        l[h] += s[u][h];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(s[u][h], vf[i], acc[h][i]);
-      }
-    }
-  }
 
-  // Merge the CTA's streams: each output (h, d) sums its streams in stream order.
   __shared__ float sm_m[STREAMS][GROUP], sm_l[STREAMS][GROUP];
   __shared__ float sm_acc[STREAMS][GROUP][HD];
+  __shared__ bool sm_merges;
+
+  for (int split = blockIdx.z; split < splits; split += gridDim.z) {
+    const int begin = split * span, end = min(begin + span, length);
+    float acc[GROUP][8], m[GROUP], l[GROUP];
 #pragma unroll
-  for (int h = 0; h < GROUP; ++h) {
-    if (piece == 0) {
-      sm_m[stream][h] = m[h];
-      sm_l[stream][h] = l[h];
+    for (int h = 0; h < GROUP; ++h) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[h][i] = 0.0f;
+      m[h] = -INFINITY;
+      l[h] = 0.0f;
     }
+    // The trip count is the warp's (its first position of the tile), not the lane's: the
+    // shuffles need every lane; a lane whose positions all lie past the split scores them -inf.
+    for (long t0 = begin; t0 + warp * PER_LOAD < end; t0 += TILE) {
+      const long base = t0 + stream;
+      uint4 kraw[kUnroll], vraw[kUnroll];
+      // Every load of the tile issued before any is used: kUnroll keys and values in flight.
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[stream][h][piece * 8 + i] = acc[h][i];
-  }
-  __syncthreads();
-  for (int o = threadIdx.x; o < GROUP * HD; o += kWarps * 32) {
-    const int h = o / HD, d = o % HD;
-    float mx = -INFINITY;
+      for (int u = 0; u < kUnroll; ++u) {
+        const long j = base + static_cast<long>(u) * STREAMS;
+        if (j < end) {
+          const long at = p.s.entry(seq, j) * G * HD + head_offset;
+          kraw[u] = *reinterpret_cast<const uint4*>(p.k + at);
+          vraw[u] = *reinterpret_cast<const uint4*>(p.v + at);
+        } else {
+          kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
+      float s[kUnroll][GROUP];
 #pragma unroll
-    for (int t = 0; t < STREAMS; ++t) mx = fmaxf(mx, sm_m[t][h]);
-    float sum = 0.0f, value = 0.0f;
+      for (int u = 0; u < kUnroll; ++u) {
+        float kf[8];
+        unpack8(kraw[u], kf);
 #pragma unroll
-    for (int t = 0; t < STREAMS; ++t) {
-      // mx is finite (stream 0 holds position 0); w = 0 for a stream that saw no position.
-      const float w = exp2f(sm_m[t][h] - mx);
-      sum = fmaf(sm_l[t][h], w, sum);
-      value = fmaf(sm_acc[t][h][d], w, value);
+        for (int h = 0; h < GROUP; ++h) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot = fmaf(q[h][i], kf[i], dot);
+          // The LANES lanes of one position are aligned, so xor offsets below LANES stay inside.
+#pragma unroll
+          for (int o = LANES / 2; o >= 1; o /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+          s[u][h] = base + static_cast<long>(u) * STREAMS < end ? dot : -INFINITY;
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < GROUP; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
+        // A stream that has seen no position yet keeps m = -inf, l = 0, acc = 0: exponents taken
+        // against 0 then, not against -inf (which would give NaN).
+        const float ref = mx == -INFINITY ? 0.0f : mx;
+        const float correction = exp2f(m[h] - ref);   // 0 while m = -inf
+        m[h] = mx;
+        l[h] *= correction;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[h][i] *= correction;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) s[u][h] = exp2f(s[u][h] - ref);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float vf[8];
+        unpack8(vraw[u], vf);
+#pragma unroll
+        for (int h = 0; h < GROUP; ++h) {
+          l[h] += s[u][h];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[h][i] = fmaf(s[u][h], vf[i], acc[h][i]);
+        }
+      }
     }
-    p.out[(static_cast<long>(r) * H + h0 + h) * HD + d] = __float2bfloat16_rn(value / sum);
+
+    // Merge the CTA's streams: each output (h, d) sums its streams in stream order.
+#pragma unroll
+    for (int h = 0; h < GROUP; ++h) {
+      if (piece == 0) {
+        sm_m[stream][h] = m[h];
+        sm_l[stream][h] = l[h];
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sm_acc[stream][h][piece * 8 + i] = acc[h][i];
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < GROUP * HD; o += kWarps * 32) {
+      const int h = o / HD, d = o % HD;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int t = 0; t < STREAMS; ++t) mx = fmaxf(mx, sm_m[t][h]);
+      float sum = 0.0f, value = 0.0f;
+#pragma unroll
+      for (int t = 0; t < STREAMS; ++t) {
+        // mx is finite (stream 0 holds the split's first position); w = 0 for a stream that
+        // saw no position.
+        const float w = exp2f(sm_m[t][h] - mx);
+        sum = fmaf(sm_l[t][h], w, sum);
+        value = fmaf(sm_acc[t][h][d], w, value);
+      }
+      const long out_at = (static_cast<long>(r) * H + h0 + h) * HD + d;
+      if (splits == 1) {
+        p.out[out_at] = __float2bfloat16_rn(value / sum);
+      } else {
+        float* part = p.partials + ((static_cast<long>(r) * H + h0 + h) * kDecodeSplitMaxRanges + split) * (2 + HD);
+        if (d == 0) {
+          part[0] = mx;
+          part[1] = sum;
+        }
+        part[2 + d] = value;
+      }
+    }
+    if (splits > 1) {
+      // The CTA that completes the row's last split merges them all, in split order (the
+      // kernel stays deterministic), and zeroes the counter for the next launch.
+      // The barrier orders the CTA's partial writes before thread 0's fence, whose release is
+      // cumulative: the merging CTA, after its own fence, sees them all.
+      __syncthreads();
+      std::uint32_t* arrived = p.arrivals + static_cast<long>(r) * gridDim.y + blockIdx.y;
+      if (threadIdx.x == 0) {
+        __threadfence();
+        sm_merges = atomicAdd(arrived, 1u) == static_cast<std::uint32_t>(splits - 1);
+        if (sm_merges) __threadfence();
+      }
+      __syncthreads();
+      if (sm_merges) {
+        for (int o = threadIdx.x; o < GROUP * HD; o += kWarps * 32) {
+          const int h = o / HD, d = o % HD;
+          const float* part = p.partials + (static_cast<long>(r) * H + h0 + h) * kDecodeSplitMaxRanges * (2 + HD);
+          float mx = -INFINITY;
+#pragma unroll 8
+          for (int t = 0; t < splits; ++t) mx = fmaxf(mx, __ldcg(part + t * (2 + HD)));
+          float sum = 0.0f, value = 0.0f;
+#pragma unroll 8
+          for (int t = 0; t < splits; ++t) {
+            const float* pt = part + t * (2 + HD);
+            const float w = exp2f(__ldcg(pt) - mx);
+            sum = fmaf(__ldcg(pt + 1), w, sum);
+            value = fmaf(__ldcg(pt + 2 + d), w, value);
+          }
+          p.out[(static_cast<long>(r) * H + h0 + h) * HD + d] = __float2bfloat16_rn(value / sum);
+        }
+        if (threadIdx.x == 0) *arrived = 0;
+      }
+    }
+    __syncthreads();   // the shared arrays are the next split's
   }
+}
+
+// The CTAs a launch aims for when it splits a few rows' long caches: enough to keep every SM
+// streaming (a CTA keeps 16 KiB of loads in flight, and about 2 MiB in flight reach the copy
+// bandwidth).
+int wanted_ctas() {
+  static const int n = [] {
+    int device = 0, sms = 0;
+    SHARDRL_CHECK_CUDA(cudaGetDevice(&device));
+    SHARDRL_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return 4 * sms;
+  }();
+  return n;
 }
 
 template <int HD, int GROUP>
 void launch(cudaStream_t stream, const DecodeParams& p) {
   const int group = p.s.n_heads / p.s.n_kv_heads;
-  const dim3 grid(static_cast<unsigned>(p.s.rows), static_cast<unsigned>(p.s.n_kv_heads * (group / GROUP)));
+  const int per_row = p.s.n_kv_heads * (group / GROUP);
+  // CTAs per (row, head chunk): up to the ranges of the longest row the cache holds, fewer once
+  // rows x chunks fill the GPU (each CTA then takes every gridDim.z-th range). Only the grid
+  // depends on this, never a row's result.
+  const long base_ctas = static_cast<long>(p.s.rows) * per_row;
+  long ranges = 1;
+  if (p.partials) {
+    long span = kDecodeSplitPositions;
+    while ((p.s.max_len + span - 1) / span > kDecodeSplitMaxRanges) span *= 2;
+    ranges = std::min<long>((p.s.max_len + span - 1) / span, (wanted_ctas() + base_ctas - 1) / base_ctas);
+  }
+  const int z = static_cast<int>(ranges);
+  const dim3 grid(static_cast<unsigned>(p.s.rows), static_cast<unsigned>(per_row), static_cast<unsigned>(z));
   decode_attention_kernel<HD, GROUP><<<grid, kWarps * 32, 0, stream>>>(p);
   SHARDRL_CHECK_CUDA(cudaGetLastError());
 }
@@ -186,12 +280,22 @@ bool attention_decode_cuda_supports(const CacheShape& s) {
   return (s.hd == 64 || s.hd == 128) && s.n_kv_heads >= 1 && s.n_heads % s.n_kv_heads == 0;
 }
 
+DecodeSplitSizes attention_decode_cuda_split_sizes(const CacheShape& s) {
+  if (!attention_decode_cuda_supports(s)) return {};
+  const std::size_t heads = static_cast<std::size_t>(std::min(s.rows, kDecodeSplitMaxRows)) * s.n_heads;
+  return {heads * kDecodeSplitMaxRanges * (2 + s.hd), heads};
+}
+
 void attention_decode_cuda(void* stream, const CacheShape& s, const std::int32_t* slots,
                            const std::int32_t* positions, const bf16* q, const bf16* k_cache,
-                           const bf16* v_cache, bf16* out) {
+                           const bf16* v_cache, bf16* out, const DecodeSplitWorkspace& split) {
   SHARDRL_CHECK(attention_decode_cuda_supports(s), "attention_decode_cuda: unsupported shape (head dim 64 or 128, "
                                                    "n_heads a multiple of n_kv_heads)");
+  SHARDRL_CHECK((split.partials == nullptr) == (split.arrivals == nullptr),
+                "attention_decode_cuda: a split workspace needs both its partials and its counters");
   if (s.rows == 0) return;
+  // Steps of more than kDecodeSplitMaxRows rows fill the GPU without splitting.
+  const bool splits = split.partials && s.rows <= kDecodeSplitMaxRows;
   const DecodeParams p{s,
                        slots,
                        positions,
@@ -199,7 +303,9 @@ void attention_decode_cuda(void* stream, const CacheShape& s, const std::int32_t
                        reinterpret_cast<const __nv_bfloat16*>(k_cache),
                        reinterpret_cast<const __nv_bfloat16*>(v_cache),
                        reinterpret_cast<__nv_bfloat16*>(out),
-                       kLog2e / std::sqrt(static_cast<float>(s.hd))};
+                       kLog2e / std::sqrt(static_cast<float>(s.hd)),
+                       splits ? split.partials : nullptr,
+                       splits ? split.arrivals : nullptr};
   const auto st = static_cast<cudaStream_t>(stream);
   if (s.hd == 64) return launch_for_group<64>(st, p);
   launch_for_group<128>(st, p);

@@ -121,17 +121,31 @@ void attention_decode_portable(const ExecSpace& space, const CacheShape& s, cons
 }
 
 // The decode attention of the model: on GPU builds the CUDA kernel (attention_decode_cuda.hpp)
-// for bf16 and the head dims it takes, the portable one otherwise.
+// for bf16 and the head dims it takes, split over long caches when given `split`, the portable
+// one otherwise.
 template <class T>
 void attention_decode(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
-                      const std::int32_t* positions, const T* q, const T* k_cache, const T* v_cache, T* out) {
+                      const std::int32_t* positions, const T* q, const T* k_cache, const T* v_cache, T* out,
+                      const DecodeSplitWorkspace& split = {}) {
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (std::is_same_v<T, bf16>) {
     if (attention_decode_cuda_supports(s))
-      return attention_decode_cuda(space.cuda_stream(), s, slots, positions, q, k_cache, v_cache, out);
+      return attention_decode_cuda(space.cuda_stream(), s, slots, positions, q, k_cache, v_cache, out, split);
   }
 #endif
+  (void)split;
   attention_decode_portable(space, s, slots, positions, q, k_cache, v_cache, out);
+}
+
+// The split workspace attention_decode takes for steps of up to s.rows rows: none where the
+// portable kernel runs.
+template <class T>
+DecodeSplitSizes attention_decode_split_sizes(const CacheShape& s) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<T, bf16>) return attention_decode_cuda_split_sizes(s);
+#endif
+  (void)s;
+  return {};
 }
 
 }  // namespace shardrl::kernels

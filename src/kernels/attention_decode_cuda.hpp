@@ -14,6 +14,7 @@
 // head dims it takes, and attention_decode_portable otherwise.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cache_shape.hpp"
@@ -24,16 +25,49 @@ struct bf16;   // core/bf16.hpp; only pointers here
 
 namespace shardrl::kernels {
 
+// Splitting long caches over their positions (flash-decoding). A CTA per (row, KV head, chunk of
+// query heads) streams a row's cache; with few rows that is a few CTAs for 132 SMs (at batch 1,
+// 8: 7% of the bandwidth bound at 16 384 positions). So with a workspace, steps of up to
+// kDecodeSplitMaxRows rows split each row's positions into ranges of kDecodeSplitPositions,
+// doubled until at most kDecodeSplitMaxRanges cover the row, one CTA each, and the CTA that
+// finishes a row's last range merges them in range order (no second launch). The ranges depend
+// on the row's length alone, and the row threshold is a power of two, on which eager steps and
+// the decode graphs' power-of-two buckets agree: a row's result does not depend on the grid, the
+// cache's capacity or whether its step was captured. A row of up to kDecodeSplitPositions
+// positions is one range, bit for bit the unsplit kernel's. Past kDecodeSplitMaxRows rows the
+// unsplit grid fills the GPU, and the ranges' merges cost more than they win (measured on an
+// H100: 5-16% slower at 256 rows of 512-576 positions).
+constexpr int kDecodeSplitPositions = 256;
+constexpr int kDecodeSplitMaxRanges = 32;
+constexpr int kDecodeSplitMaxRows = 16;
+
+// The split's device workspace (sizes: attention_decode_cuda_split_sizes): the partials may hold
+// anything before a launch; the counters must be zero before the first launch, and each launch
+// leaves them zero.
+struct DecodeSplitWorkspace {
+  float* partials = nullptr;
+  std::uint32_t* arrivals = nullptr;
+};
+
 // True when attention_decode_cuda takes this shape: head dim 64 or 128, any GQA group.
 bool attention_decode_cuda_supports(const CacheShape& s);
 
+// The split workspace's elements for steps of up to s.rows rows; none for shapes the kernel does
+// not take.
+struct DecodeSplitSizes {
+  std::size_t partials = 0;   // floats
+  std::size_t arrivals = 0;   // counters
+};
+DecodeSplitSizes attention_decode_cuda_split_sizes(const CacheShape& s);
+
 // out(r, h, :) = softmax_j(q(r,h,:) . k(entry(slot(r), j), g, :) / sqrt(hd)) v(...), j <= positions[r],
 // with g = h / (n_heads / n_kv_heads) and slot(r) = slots ? slots[r] : r. `stream` is the
-// cudaStream_t to launch on (the execution space's).
+// cudaStream_t to launch on (the execution space's). Without a workspace every row is one range.
 void attention_decode_cuda(void* stream, const CacheShape& s, const std::int32_t* slots,
                            const std::int32_t* positions,
                            const bf16* q,                           // (rows, n_heads, hd)
                            const bf16* k_cache, const bf16* v_cache,   // (entries, n_kv_heads, hd)
-                           bf16* out);                              // (rows, n_heads, hd)
+                           bf16* out,                               // (rows, n_heads, hd)
+                           const DecodeSplitWorkspace& split = {});
 
 }  // namespace shardrl::kernels

@@ -113,7 +113,9 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), q, k, a.v.as<T>(),
                                  s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps,
                                  act_->rope.as<float>(), a.q.as<T>(), kc, vc);
-    kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>());
+    kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>(),
+                              options_.decode_attention_split ? cache->decode_split()
+                                                              : kernels::DecodeSplitWorkspace{});
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
     attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(),

@@ -14,6 +14,7 @@ KvCache::KvCache(const ModelShape& s, int rows, int max_len, std::size_t element
     k_.emplace_back(at, MemoryCategory::kv_cache, "kv_cache_k", bytes);
     v_.emplace_back(at, MemoryCategory::kv_cache, "kv_cache_v", bytes);
   }
+  allocate_decode_split(at);
 }
 
 KvCache::KvCache(const ModelShape& s, const Paged& p, int max_len, std::size_t element_size, ArenaPlacement at)
@@ -33,6 +34,18 @@ KvCache::KvCache(const ModelShape& s, const Paged& p, int max_len, std::size_t e
   table_ = LedgerView<std::int32_t>(at, MemoryCategory::kv_cache, "kv_block_table", entries);
   table_h_.assign(entries, 0);
   copies_ = LedgerView<std::int32_t>(at, MemoryCategory::kv_cache, "kv_block_copies", 2 * std::size_t(p.sequences));
+  allocate_decode_split(at);
+}
+
+void KvCache::allocate_decode_split(ArenaPlacement at) {
+  // The compute type is bf16 or float, told apart by its size.
+  const kernels::CacheShape cs = step_shape(rows_);
+  const kernels::DecodeSplitSizes n =
+      element_size_ == sizeof(bf16) ? kernels::attention_decode_split_sizes<bf16>(cs) : kernels::DecodeSplitSizes{};
+  if (n.partials == 0) return;
+  split_partials_ = LedgerView<float>(at, MemoryCategory::workspace, "decode_split_partials", n.partials);
+  // Kokkos zero-fills a view it allocates: the counters start at zero.
+  split_arrivals_ = LedgerView<std::uint32_t>(MemoryCategory::workspace, "decode_split_arrivals", n.arrivals);
 }
 
 std::size_t KvCache::bytes() const {

@@ -41,6 +41,9 @@ class KvCache {
 
   // A step of `rows` rows through this cache, as the kernels take it.
   kernels::CacheShape step_shape(int rows) const;
+  // The decode attention's workspace for splitting long caches (kernels/attention_decode.hpp),
+  // for steps of up to rows() rows; empty where the portable kernel runs.
+  kernels::DecodeSplitWorkspace decode_split() const { return {split_partials_.data(), split_arrivals_.data()}; }
 
   // Paged only: the host copy of the block table, (sequences, blocks_per_sequence). Every entry
   // must name a block the sequence may write: a prefill's padding positions and a decode
@@ -69,6 +72,9 @@ class KvCache {
   LedgerView<std::int32_t> table_;
   std::vector<std::int32_t> table_h_;
   LedgerView<std::int32_t> copies_;   // (from, to) pairs of copy_blocks, on the device
+  LedgerView<float> split_partials_;            // in the cache's placement: written before read
+  LedgerView<std::uint32_t> split_arrivals_;   // never in the arena: zero between launches
+  void allocate_decode_split(ArenaPlacement at);
 };
 
 }  // namespace shardrl

@@ -62,6 +62,10 @@ struct ModelOptions {
   // matrix-vector kernels where the build has them (kernels/decode_gemv.hpp); off, through the
   // GEMMs (a benchmark's baseline: bench_decode --gemm-decode).
   bool decode_gemv = true;
+  // Decode attention over long caches split over their positions where the build has the kernel
+  // (kernels/attention_decode_cuda.hpp); off, one CTA streams a row's whole cache (a benchmark's
+  // baseline: bench_decode --unsplit-attention).
+  bool decode_attention_split = true;
   // Where the activation buffers live: their own allocations, or a phase of a PhaseArena that
   // the other phase's buffers share.
   ArenaPlacement arena;
