@@ -38,8 +38,9 @@ KvCache::KvCache(const ModelShape& s, const Paged& p, int max_len, std::size_t e
 }
 
 void KvCache::allocate_decode_split(ArenaPlacement at) {
-  // The compute type is bf16 or float, told apart by its size.
-  const kernels::CacheShape cs = step_shape(rows_);
+  // The compute type is bf16 or float, told apart by its size. The sizes take the shape alone
+  // (not step_shape: an arena's buffers have no address before the arena is allocated).
+  const kernels::CacheShape cs{rows_, max_len_, n_heads_, n_kv_heads_, head_dim_};
   const kernels::DecodeSplitSizes n =
       element_size_ == sizeof(bf16) ? kernels::attention_decode_split_sizes<bf16>(cs) : kernels::DecodeSplitSizes{};
   if (n.partials == 0) return;
