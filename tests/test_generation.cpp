@@ -8,6 +8,7 @@
 
 #include "config/model_presets.hpp"
 #include "model/dense_parameters.hpp"
+#include "kernels/decode_gemv.hpp"
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
 #include "rollout/block_pool.hpp"
@@ -72,7 +73,8 @@ std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vect
 // With `truth` (an fp32 model's logits), both the decode and `want` must also be within
 // `tolerance` of it.
 template <class T>
-void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, int lora_rank = 0, int d_model = 0) {
+void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, int lora_rank = 0, int d_model = 0,
+                  int rows = 3) {
   ModelShape s = resolve_model_shape(ModelConfig{});
   if (d_model > 0) s.d_model = d_model;
   s.lora.rank = lora_rank;   // adapters on every linear layer
@@ -85,7 +87,7 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, i
   s.shared_expert = n_experts > 0;
   s.tie_embeddings = tied;
   s.qk_norm = !tied;
-  const int B = 3, L = 11, V = s.vocab_size;
+  const int B = rows, L = 11, V = s.vocab_size;
   std::mt19937 gen(4);
   std::uniform_int_distribution<int> tok(0, V - 1);
   std::vector<std::int32_t> tokens(B * L);
@@ -111,6 +113,7 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, i
   params.initialize(9, 0.02f);
   if (s.lora.on()) set_lora_b(step, params);
   KvCache cache(s, B, L, step.compute_type_size());
+  const long gemms_before = step.gemm().counters().calls;
   double worst = 0, worst_decode = 0, worst_full = 0;
   for (int t = 0; t < L; ++t) {
     std::vector<std::int32_t> now(B), pos(B, t);
@@ -137,8 +140,14 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, i
   // bf16 decode steps of a few rows take the matrix-vector kernels on GPU builds: held to the
   // same references here (a layer's q, k, v; o; gate, up and SwiGLU, unless adapters add to
   // gate and up; down; and the head).
-  if (bf) EXPECT_EQ(step.decode_gemv_calls(), long(L) * ((s.lora.on() ? 3 : 4) * s.n_layers + 1));
+  if (bf && B <= kernels::kDecodeGemvMaxRows)
+    EXPECT_EQ(step.decode_gemv_calls(), long(L) * ((s.lora.on() ? 3 : 4) * s.n_layers + 1));
 #endif
+  // Past the matrix-vector kernels' rows a dense layer without adapters runs four GEMMs: q, k
+  // and v as one, o, gate and up as one, down; and the head one.
+  if (B > kernels::kDecodeGemvMaxRows && n_experts == 0 && lora_rank == 0) {
+    EXPECT_EQ(step.gemm().counters().calls - gemms_before, long(L) * (4 * s.n_layers + 1));
+  }
   std::printf("decode vs recompute (%s%s): worst logit difference %.2e", bf ? "bf16" : "fp32", tied ? ", tied" : "",
               worst);
   if (bf) std::printf("; against fp32: decode %.2e, full forward %.2e", worst_decode, worst_full);
@@ -161,6 +170,13 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeMixtureOfExperts) { check_decode<flo
 // at this width (0.14 at the default 64). Held to 0.15.
 TEST(Decode, KvCacheLogitsEqualFullRecomputeWideRows) {
   check_decode<bf16>(Precision::bf16, false, 0.15, 0, 0, 6144);
+}
+// Steps past the matrix-vector kernels' rows: q, k and v as one GEMM, gate and up as another,
+// read from their rows of (q | k | v) and (g | u).
+TEST(Decode, KvCacheLogitsEqualFullRecomputeManyRows) {
+  check_decode<float>(Precision::fp32, false, 1e-5, 0, 0, 0, kernels::kDecodeGemvMaxRows + 2);
+  check_decode<float>(Precision::fp32, true, 1e-5, 0, 0, 0, kernels::kDecodeGemvMaxRows + 2);
+  check_decode<bf16>(Precision::bf16, false, 8e-3, 0, 0, 0, kernels::kDecodeGemvMaxRows + 2);
 }
 // Decoding runs the adapters too (the rollout samples from the adapted policy, not the base).
 TEST(Decode, KvCacheLogitsEqualFullRecomputeLora) {

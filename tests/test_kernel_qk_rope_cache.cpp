@@ -165,5 +165,47 @@ TYPED_TEST(QkRopeCache, MatchesTheSeparateKernels) {
   }
 }
 
+// A decode step whose q, k and v ran as one GEMM reads them from rows of (q | k | v): the same
+// bits as from buffers of their own.
+TYPED_TEST(QkRopeCache, RowsOfOneProductGiveTheSameBits) {
+  using T = TypeParam;
+  const Step st;
+  kernels::CacheShape s{st.rows, st.max_len, st.H, st.G, st.hd};
+  const int Hq = st.H * st.hd, Hkv = st.G * st.hd, width = Hq + 2 * Hkv;
+  const long qn = long(st.rows) * Hq, kn = long(st.rows) * Hkv, cache_n = long(st.rows) * st.max_len * Hkv;
+  auto slots = device_ints(st.slots), pos = device_ints(st.pos);
+  Buffer<float> table(long(st.rows) * st.hd);
+  kernels::rope_table(ExecSpace(), pos.data(), st.rows, st.hd, kernels::RopeFrequencies{}, table.data());
+  for (const bool normed : {false, true}) {
+    std::vector<double> qh, kh, vh;
+    auto q = random_buffer<T>(qn, 21, &qh), k = random_buffer<T>(kn, 22, &kh), v = random_buffer<T>(kn, 23, &vh);
+    std::vector<double> rows;
+    for (int r = 0; r < st.rows; ++r) {
+      rows.insert(rows.end(), qh.begin() + long(r) * Hq, qh.begin() + long(r + 1) * Hq);
+      rows.insert(rows.end(), kh.begin() + long(r) * Hkv, kh.begin() + long(r + 1) * Hkv);
+      rows.insert(rows.end(), vh.begin() + long(r) * Hkv, vh.begin() + long(r + 1) * Hkv);
+    }
+    Buffer<T> qkv(long(st.rows) * width);
+    qkv.set(rows);
+    auto wq = random_buffer<T>(st.hd, 24, nullptr, 0.5, 1.5), wk = random_buffer<T>(st.hd, 25, nullptr, 0.5, 1.5);
+    auto kc1 = random_buffer<T>(cache_n, 26), vc1 = random_buffer<T>(cache_n, 27);
+    auto kc2 = random_buffer<T>(cache_n, 26), vc2 = random_buffer<T>(cache_n, 27);
+    Buffer<T> q1(qn), q2(qn);
+    q1.poison();
+    q2.poison();
+    kernels::qk_rope_cache_write(ExecSpace(), s, slots.data(), pos.data(), q.data(), k.data(), v.data(),
+                                 normed ? wq.data() : nullptr, normed ? wk.data() : nullptr, 1e-6f, table.data(),
+                                 q1.data(), kc1.data(), vc1.data());
+    kernels::qk_rope_cache_write(ExecSpace(), s, slots.data(), pos.data(), qkv.data(), qkv.data() + Hq,
+                                 qkv.data() + Hq + Hkv, normed ? wq.data() : nullptr, normed ? wk.data() : nullptr,
+                                 1e-6f, table.data(), q2.data(), kc2.data(), vc2.data(), width);
+    Kokkos::fence();
+    const std::string what = normed ? "with q/k norms" : "rotation only";
+    test::expect_same_bits(q2.data(), q1.data(), qn, what + ": queries");
+    test::expect_same_bits(kc2.data(), kc1.data(), cache_n, what + ": key cache");
+    test::expect_same_bits(vc2.data(), vc1.data(), cache_n, what + ": value cache");
+  }
+}
+
 }  // namespace
 }  // namespace shardrl

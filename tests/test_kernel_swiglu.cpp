@@ -203,5 +203,29 @@ TYPED_TEST(SwigluKernel, BackwardHasTheBitsOfTheOneElementKernelAndRecomputesThe
   }
 }
 
+// A decode step whose gate and up ran as one GEMM reads rows of (g | u): the bits of
+// swiglu_forward over buffers of their own, F a multiple of the pack width (packed) or not.
+TYPED_TEST(SwigluKernel, RowsOfOneProductGiveTheSameBits) {
+  using T = TypeParam;
+  ExecSpace space;
+  for (const long F : {64L, 37L}) {
+    const long rows = 5, n = rows * F;
+    const std::vector<double> g = random_values<T>(n, 90 + F, -kGateRange, kGateRange), u = random_values<T>(n, 91 + F);
+    std::vector<double> gu;
+    for (long r = 0; r < rows; ++r) {
+      gu.insert(gu.end(), g.begin() + r * F, g.begin() + (r + 1) * F);
+      gu.insert(gu.end(), u.begin() + r * F, u.begin() + (r + 1) * F);
+    }
+    Buffer<T> g_dev = buffer_at<T>(0, g), u_dev = buffer_at<T>(0, u), gu_dev = buffer_at<T>(0, gu);
+    Buffer<T> want(n), got(n + kGuard);
+    got.poison();
+    kernels::swiglu_forward<T>(space, g_dev.data(), u_dev.data(), want.data(), n);
+    kernels::swiglu_forward_rows<T>(space, gu_dev.data(), got.data(), rows, F);
+    const std::string what = "swiglu_forward_rows, F " + std::to_string(F);
+    expect_guard_untouched(got.host(), n, what.c_str());
+    expect_same_bits(got.data(), want.data(), n, what);
+  }
+}
+
 }  // namespace
 }  // namespace shardrl

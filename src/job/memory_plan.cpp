@@ -268,6 +268,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                      "of {:.4g} x {:.4g} positions, logits of {:.4g} rows x model.vocab_size {:.4g}",
                      prefill_rows, len, gen_rows, d.V),
          activation_bytes(part, act_tokens, 2, 1, es) + gen_rows * d.V * es +
+             // A decode step's rows of one product for q, k and v, then for gate and up.
+             gen_rows * std::max(part.Hq + 2 * part.Hkv, 2 * part.F) * es +
              (gpu_build ? gemm_workspace_bytes(part, act_tokens, es, gpu_build) : 0) +
              attention_scratch_bytes(m, prefill_rows, len, es, false)}};
     if (d.moe_layers > 0) {

@@ -23,7 +23,9 @@ namespace shardrl::kernels {
 // rope(norm_k(k_raw(r, g, :))) for the keys and v(r, g, :) for the values, with slot(r) = slots ?
 // slots[r] : r. norm_x(h) = h / rms(h) * w_x (rounded to T) where w_x is given; without norm
 // weights the heads are only rotated. `table` is rope_table's (rows, hd). q may be q_raw (in
-// place): a thread reads its pair (i, i + hd/2) before writing it.
+// place): a thread reads its pair (i, i + hd/2) before writing it. Row r of q_raw, k_raw and v
+// starts at r * in_row_stride of each when in_row_stride > 0 (the rows of one product's
+// (q | k | v) output), at r * n_heads * hd and r * n_kv_heads * hd when 0 (buffers of their own).
 template <class T>
 void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std::int32_t* slots,
                          const std::int32_t* positions,
@@ -31,13 +33,16 @@ void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std:
                          const T* q_norm, const T* k_norm,             // (hd) each, or both nullptr
                          float eps, const float* table,                // (rows, hd)
                          T* q,                                         // (rows, n_heads, hd)
-                         T* k_cache, T* v_cache) {                     // (entries, n_kv_heads, hd)
+                         T* k_cache, T* v_cache,                       // (entries, n_kv_heads, hd)
+                         long in_row_stride = 0) {
   SHARDRL_CHECK(s.hd % 2 == 0, "qk_rope_cache_write: rope needs an even head dim, got " + std::to_string(s.hd));
   SHARDRL_CHECK((q_norm == nullptr) == (k_norm == nullptr), "qk_rope_cache_write: both norms or neither");
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   const int H = s.n_heads, G = s.n_kv_heads, hd = s.hd, half = hd / 2;
   const CacheShape cs = s;
   const bool normed = q_norm != nullptr;
+  const long q_stride = in_row_stride > 0 ? in_row_stride : long(H) * hd;
+  const long kv_stride = in_row_stride > 0 ? in_row_stride : long(G) * hd;
   // One team per (row, head): the query heads, then the key heads. A thread takes rotation
   // pairs (i, i + hd/2).
   Kokkos::parallel_for(
@@ -48,7 +53,7 @@ void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std:
         const int head = item % (H + G);
         const bool is_key = head >= H;
         const int g = head - H;
-        const T* x = is_key ? k_raw + (r * G + g) * hd : q_raw + (r * H + head) * hd;
+        const T* x = is_key ? k_raw + r * kv_stride + g * hd : q_raw + r * q_stride + head * hd;
         const T* w = is_key ? k_norm : q_norm;
         float scale = 1.0f;
         if (normed) {
@@ -68,7 +73,7 @@ void qk_rope_cache_write(const ExecSpace& space, const CacheShape& s, const std:
           const long at = cs.entry(slots ? slots[r] : r, positions[r]) * G * hd + static_cast<long>(g) * hd;
           out = k_cache + at;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd),
-                               [&](const int d) { v_cache[at + d] = v[(r * G + g) * hd + d]; });
+                               [&](const int d) { v_cache[at + d] = v[r * kv_stride + g * hd + d]; });
         } else {
           out = q + (r * H + head) * hd;
         }

@@ -68,6 +68,30 @@ void swiglu_forward(const ExecSpace& space,
       });
 }
 
+// The same activation from one product's rows of (g | u): a(r, j) = silu(gu(r, j)) * gu(r, F + j),
+// for a decode step whose gate and up ran as one GEMM. Packs where F and the pointers allow.
+template <class T>
+void swiglu_forward_rows(const ExecSpace& space,
+                         const T* gu,   // (rows, 2F)
+                         T* a,          // (rows, F)
+                         long rows, long F) {
+  constexpr int W = Packed<T>::width;
+  const bool packed = F % W == 0 && packs_aligned(gu, a);
+  const long per_row = packed ? F / W : F;
+  Kokkos::parallel_for(
+      "swiglu_forward_rows", Kokkos::RangePolicy<ExecSpace>(space, 0, rows * per_row), KOKKOS_LAMBDA(const long item) {
+        const long r = item / per_row;
+        if (packed) {
+          const long j = (item % per_row) * W;
+          store_packed(a + r * F + j,
+                       detail::swiglu_activation_pack(load_packed(gu + r * 2 * F + j), load_packed(gu + r * 2 * F + F + j)));
+        } else {
+          const long j = item % per_row;
+          a[r * F + j] = detail::swiglu_activation(gu[r * 2 * F + j], gu[r * 2 * F + F + j]);
+        }
+      });
+}
+
 // dg = da * u * silu'(g),  du = da * silu(g)      (both written, not accumulated)
 // a, when given, is written with the forward's activation silu(g) * u, bit for bit as
 // swiglu_forward writes it: the backward reads g and u anyway, so the model need not keep a.

@@ -82,6 +82,9 @@ struct Transformer::Activations {
   // One layer's worth, shared by the layers (see LayerActivations): the input norm's and the
   // post-attention norm's outputs (N, D) and a dense MLP's silu(gate) * up (N, F).
   DeviceBytes h1, h2, mlp_a;
+  // (max_batch, max(Hq + 2 Hkv, 2 F)), compute type: a decode step's rows of one product for q, k
+  // and v, then of one for gate and up (forward.cpp, past the matrix-vector kernels' rows).
+  DeviceBytes decode_rows;
   DeviceBytes rope;                           // fp32 (N, head_dim): the batch's rotations (kernels::rope_table)
   DeviceBytes hf;                             // head: normed (head_tokens, D)
   // The logits of up to logits_tokens tokens, (logits_tokens, V): in training one chunk of the
@@ -119,6 +122,10 @@ struct Transformer::Activations {
   LedgerView<std::int32_t> token_order, token_starts;   // (N), (N + 2); training only
   Kokkos::View<std::int32_t*, MemSpace>::HostMirror token_order_h, token_starts_h;
   bool decode_slots = false;                  // decode step rows address cache slots
+  // A decode step of an inference_only model without tensor parallelism: every layer updates
+  // residual[0] in place (its o and down products add into it), so no layer copies its residual
+  // into xmid or its output (Transformer::residual, forward.cpp).
+  bool decode_in_place = false;
   // set_batch without explicit positions: each row one right-padded sequence from position 0.
   // Batches set with positions (the RL train phase's, packed or not) keep the flash kernels,
   // so every micro-batch of a step, which one call site sets, gets the same pick: a captured

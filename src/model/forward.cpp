@@ -40,7 +40,7 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   const LayerOffsets& o = act_->offsets[layer];
   const int set = act_->layers.size() == 1 ? 0 : layer;   // one shared set: recompute, inference
   LayerActivations& a = act_->layers[set];
-  const T* x = residual<T>(layer);
+  T* x = residual<T>(layer);
   // In backward's recompute only the internals matter: the output goes to scratch.
   T* out = recompute ? act_->recompute_out.as<T>() : residual<T>(layer + 1);
   Gemm& mm = *gemm_;
@@ -69,11 +69,19 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   };
   const std::initializer_list<kernels::GemvProduct<T>> qkv = {
       {w + o.q, q, nullptr, Hq}, {w + o.k, k, nullptr, Hkv}, {w + o.v, a.v.as<T>(), nullptr, Hkv}};
-  const bool qkv_normed = !adapted({LoraTarget::q, LoraTarget::k, LoraTarget::v}) &&
-                          decode_gemv(D, x, qkv, {w + o.input_norm, s.norm_eps});
+  const bool qkv_adapted = adapted({LoraTarget::q, LoraTarget::k, LoraTarget::v});
+  const bool qkv_normed = !qkv_adapted && decode_gemv(D, x, qkv, {w + o.input_norm, s.norm_eps});
+  // Decode steps past the matrix-vector kernels' rows run q, k and v as one GEMM, and gate and up
+  // as another, into rows of (q | k | v) and (g | u) (decode_rows), where the weights lie back to
+  // back in the unit: at 64 rows cuBLAS's small GEMMs were most of a step, each a launch.
+  T* rows = act_->decode_rows.as<T>();
+  const bool qkv_rows = decode && !few_rows && rows && !qkv_adapted && o.k == o.q + std::int64_t(Hq) * D &&
+                        o.v == o.k + std::int64_t(Hkv) * D;
   if (!qkv_normed) {
     kernels::rmsnorm_forward(space_, x, w + o.input_norm, h1, a.rstd1.as<float>(), N, D, s.norm_eps);
-    if (!decode_gemv(D, h1, qkv)) {
+    if (qkv_rows) {
+      mm.gemm(Op::N, Op::T, N, Hq + 2 * Hkv, D, 1.0f, h1, D, w + o.q, D, 0.0f, rows, Hq + 2 * Hkv);
+    } else if (!decode_gemv(D, h1, qkv)) {
       mm.gemm(Op::N, Op::T, N, Hq, D, 1.0f, h1, D, w + o.q, D, 0.0f, q, Hq);
       mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.k, D, 0.0f, k, Hkv);
       mm.gemm(Op::N, Op::T, N, Hkv, D, 1.0f, h1, D, w + o.v, D, 0.0f, a.v.as<T>(), Hkv);
@@ -110,9 +118,14 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     T* vc = static_cast<T*>(cache->values(layer));
     const std::int32_t* slots = act_->decode_slots ? act_->slots.data() : nullptr;
     // The heads' norms and rotations and the cache write in one launch (kernels/qk_rope_cache.hpp).
-    kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), q, k, a.v.as<T>(),
-                                 s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps,
-                                 act_->rope.as<float>(), a.q.as<T>(), kc, vc);
+    if (qkv_rows)
+      kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), rows, rows + Hq, rows + Hq + Hkv,
+                                   s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr,
+                                   s.norm_eps, act_->rope.as<float>(), a.q.as<T>(), kc, vc, Hq + 2 * Hkv);
+    else
+      kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), q, k, a.v.as<T>(),
+                                   s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr,
+                                   s.norm_eps, act_->rope.as<float>(), a.q.as<T>(), kc, vc);
     kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>(),
                               options_.decode_attention_split ? cache->decode_split()
                                                               : kernels::DecodeSplitWorkspace{});
@@ -122,26 +135,29 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
                       a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   }
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1. Tensor-parallel, each rank's
-  // product is a partial sum over its heads: the residual enters on the group's rank 0 only.
+  // product is a partial sum over its heads: the residual enters on the group's rank 0 only. A
+  // decode step of an inference model updates x in place (Activations::decode_in_place): xmid is
+  // x, and so is out.
+  T* xmid = act_->decode_in_place ? x : a.xmid.as<T>();
   TensorParallelGroup* tp = options_.tensor_parallel;
   const bool adds_residual = !tp || tp->rank() == 0;
   const auto residual_into = [&](const T* from, T* to) {
     if (!adds_residual) kernels::fill(space_, to, 0.0f, long(N) * D);
     else kernels::cast(space_, from, to, long(N) * D);
   };
-  if (!decode_gemv(Hq, a.attn.as<T>(), {{w + o.o, a.xmid.as<T>(), adds_residual ? x : nullptr, D}})) {
-    residual_into(x, a.xmid.as<T>());
-    mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, a.xmid.as<T>(), D);
+  if (!decode_gemv(Hq, a.attn.as<T>(), {{w + o.o, xmid, adds_residual ? x : nullptr, D}})) {
+    residual_into(x, xmid);
+    mm.gemm(Op::N, Op::T, N, D, Hq, 1.0f, a.attn.as<T>(), Hq, w + o.o, Hq, 1.0f, xmid, D);
   }
-  lora_forward(layer, LoraTarget::o, w, a.attn.as<T>(), Hq, a.xmid.as<T>(), D);
-  if (tp) tp->sum(a.xmid.as<T>(), long(N) * D, std::is_same_v<T, bf16>);
+  lora_forward(layer, LoraTarget::o, w, a.attn.as<T>(), Hq, xmid, D);
+  if (tp) tp->sum(xmid, long(N) * D, std::is_same_v<T, bf16>);
 
   const auto post_norm = [&] {
-    kernels::rmsnorm_forward(space_, a.xmid.as<T>(), w + o.post_norm, h2, a.rstd2.as<float>(), N, D, s.norm_eps);
+    kernels::rmsnorm_forward(space_, xmid, w + o.post_norm, h2, a.rstd2.as<float>(), N, D, s.norm_eps);
   };
   if (s.moe_layer(layer)) {
     post_norm();
-    kernels::cast(space_, a.xmid.as<T>(), out, long(N) * D);
+    kernels::cast(space_, xmid, out, long(N) * D);
     moe_->forward(set, o, w, h2, out, {a.g.as<T>(), a.u.as<T>(), a.a.as<T>()}, N,
                   /*track_aux=*/!recompute && cache == nullptr && !options_.inference_only, adapters_on_);
     return;
@@ -151,22 +167,27 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   // add to them. Where the kernels decline the folded norm (a row too long for their shared
   // memory), the norm runs first.
   const bool fusable = few_rows && !adapted({LoraTarget::gate, LoraTarget::up});
-  bool fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, a.xmid.as<T>(), w + o.gate, w + o.up, F,
+  bool fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, xmid, w + o.gate, w + o.up, F,
                                                           act, {w + o.post_norm, s.norm_eps});
   if (!fused_mlp) {
     post_norm();
     fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, h2, w + o.gate, w + o.up, F, act);
   }
   decode_gemv_calls_ += fused_mlp;
-  if (!fused_mlp) {
+  const bool gate_up_rows = !fused_mlp && decode && !few_rows && rows &&
+                            !adapted({LoraTarget::gate, LoraTarget::up}) && o.up == o.gate + std::int64_t(F) * D;
+  if (gate_up_rows) {
+    mm.gemm(Op::N, Op::T, N, 2 * F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, rows, 2 * F);
+    kernels::swiglu_forward_rows(space_, rows, act, N, F);
+  } else if (!fused_mlp) {
     mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.gate, D, 0.0f, a.g.as<T>(), F);
     mm.gemm(Op::N, Op::T, N, F, D, 1.0f, h2, D, w + o.up, D, 0.0f, a.u.as<T>(), F);
     lora_forward(layer, LoraTarget::gate, w, h2, D, a.g.as<T>(), F);
     lora_forward(layer, LoraTarget::up, w, h2, D, a.u.as<T>(), F);
     kernels::swiglu_forward(space_, a.g.as<T>(), a.u.as<T>(), act, long(N) * F);
   }
-  if (!decode_gemv(F, act, {{w + o.down, out, adds_residual ? a.xmid.as<T>() : nullptr, D}})) {
-    residual_into(a.xmid.as<T>(), out);
+  if (!decode_gemv(F, act, {{w + o.down, out, adds_residual ? xmid : nullptr, D}})) {
+    residual_into(xmid, out);
     mm.gemm(Op::N, Op::T, N, D, F, 1.0f, act, F, w + o.down, F, 1.0f, out, D);
   }
   lora_forward(layer, LoraTarget::down, w, act, F, out, D);

@@ -131,6 +131,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.h1 = make("h1", N * D * es);
   a.h2 = make("h2", N * D * es);
   a.mlp_a = make("mlp_a", N * F * es);
+  a.decode_rows = make("decode_rows", std::size_t(options_.max_batch) * std::max(Hq + 2 * Hkv, 2 * F) * es);
   a.rope = make("rope", N * s.head_dim * f4);
   // The head runs on every token in training, on one token per row in generation; its logits
   // exist for at most logits_chunk_tokens tokens at once (training) and hold their own gradient
@@ -321,6 +322,7 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
     a.slots_h(i) = i / S;   // prefill: row b of the batch is cache slot b
   }
   a.decode_slots = false;
+  a.decode_in_place = false;
   a.single_sequence_rows = positions == nullptr;
   // Whole-buffer copies (views of equal extent); only the first B*S entries are used.
   Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
@@ -370,6 +372,7 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
     a.slots_h(r) = slots ? slots[r] : r;
   }
   a.decode_slots = slots != nullptr;
+  a.decode_in_place = options_.inference_only && options_.tensor_parallel == nullptr;
   Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
   Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);
   Kokkos::deep_copy(space_, a.positions.view(), a.positions_h);
@@ -407,6 +410,7 @@ void Transformer::prefill_unit(int u, const void* weights, KvCache& cache) {
 
 template <class T>
 T* Transformer::residual(int i) const {
+  if (act_->decode_in_place) return act_->residual[0].as<T>();
   return act_->residual[options_.inference_only ? i % 2 : i].as<T>();
 }
 template float* Transformer::residual<float>(int) const;
