@@ -7,6 +7,7 @@
 
 #include "core/memory_capacity.hpp"
 #include "job/options.hpp"
+#include "kernels/attention_decode_cuda.hpp"
 #include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
 #include "model/tensor_parallel.hpp"
@@ -268,8 +269,12 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                      "of {:.4g} x {:.4g} positions, logits of {:.4g} rows x model.vocab_size {:.4g}",
                      prefill_rows, len, gen_rows, d.V),
          activation_bytes(part, act_tokens, 2, 1, es) + gen_rows * d.V * es +
-             // A decode step's rows of one product for q, k and v, then for gate and up.
+             // A decode step's rows of one product for q, k and v, then for gate and up; on GPU
+             // builds the decode attention's split workspace (kernels/attention_decode_cuda.hpp).
              gen_rows * std::max(part.Hq + 2 * part.Hkv, 2 * part.F) * es +
+             (gpu_build ? std::min(gen_rows, double(kernels::kDecodeSplitMaxRows)) * (part.Hq / m.shape.head_dim) *
+                              kernels::kDecodeSplitMaxRanges * (2 + m.shape.head_dim) * 4
+                        : 0.0) +
              (gpu_build ? gemm_workspace_bytes(part, act_tokens, es, gpu_build) : 0) +
              attention_scratch_bytes(m, prefill_rows, len, es, false)}};
     if (d.moe_layers > 0) {
