@@ -74,9 +74,10 @@ std::vector<float> full_logits(const ModelShape& s, Precision p, const std::vect
 // `tolerance` of it.
 template <class T>
 void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, int lora_rank = 0, int d_model = 0,
-                  int rows = 3) {
+                  int rows = 3, int length = 11, int head_dim = 0) {
   ModelShape s = resolve_model_shape(ModelConfig{});
   if (d_model > 0) s.d_model = d_model;
+  if (head_dim > 0) s.head_dim = head_dim;
   s.lora.rank = lora_rank;   // adapters on every linear layer
   s.lora.alpha = 2.0f * lora_rank;
   s.lora.targets = 0x7f;
@@ -87,7 +88,8 @@ void check_decode(Precision p, bool tied, double tolerance, int n_experts = 0, i
   s.shared_expert = n_experts > 0;
   s.tie_embeddings = tied;
   s.qk_norm = !tied;
-  const int B = rows, L = 11, V = s.vocab_size;
+  const int B = rows, L = length, V = s.vocab_size;
+  s.max_seq_len = std::max(s.max_seq_len, L);
   std::mt19937 gen(4);
   std::uniform_int_distribution<int> tok(0, V - 1);
   std::vector<std::int32_t> tokens(B * L);
@@ -185,6 +187,12 @@ TEST(Decode, KvCacheLogitsEqualFullRecomputeManyRows) {
   // Adapters on q, k, v and gate, up keep the separate GEMMs they add to; MoE layers their own MLP.
   check_decode<float>(Precision::fp32, false, 1e-5, 0, 4, 0, rows);
   check_decode<float>(Precision::fp32, false, 1e-5, 4, 4, 0, rows);
+}
+// Caches past one range of the GPU decode attention's split (kernels/attention_decode_cuda.hpp:
+// 256 positions), at a head dim its CUDA kernel takes (64): on GPU builds the bf16 steps split
+// each row's positions and merge the ranges.
+TEST(Decode, KvCacheLogitsEqualFullRecomputeLongRows) {
+  check_decode<bf16>(Precision::bf16, false, 8e-3, 0, 0, 0, 3, 300, 64);
 }
 // Decoding runs the adapters too (the rollout samples from the adapted policy, not the base).
 TEST(Decode, KvCacheLogitsEqualFullRecomputeLora) {
@@ -346,6 +354,41 @@ void decode_graphs_draw_what_eager_decoding_draws(LoraShape lora) {
 }
 
 TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDraws) { decode_graphs_draw_what_eager_decoding_draws({}); }
+
+// bf16 rows whose caches pass one range of the GPU decode attention's split (256 positions), at a
+// head dim its CUDA kernel takes (64): the decode graphs, replaying steps that split and merge the
+// ranges, draw what eager decoding draws.
+TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDrawsOverLongCachesBf16) {
+  ModelShape s = resolve_model_shape(ModelConfig{});
+  s.head_dim = 64;
+  const int max_len = 320;
+  s.max_seq_len = std::max(s.max_seq_len, max_len);
+  Generator eager(opts(s, Precision::bf16, 8, 1), 8, max_len, ExecSpace());
+  Generator graphed(opts(s, Precision::bf16, 8, 1), 8, max_len, ExecSpace());
+  graphed.use_decode_graphs(!CapturedGraph::native());
+  DenseParameters params(eager.model(), ExecSpace());
+  params.initialize(21, 0.3f);
+  std::vector<const void*> weights;
+  for (int u = 0; u < eager.model().unit_count(); ++u) weights.push_back(params.compute_weights(u));
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> tok(0, s.vocab_size - 1);
+  std::vector<GenerationRow> rows(3);
+  const int lengths[3] = {300, 250, 40};   // the second crosses 256 while it decodes
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < lengths[r]; ++i) rows[r].prompt.push_back(tok(gen));
+    rows[r].prompt_index = 200 + r;
+    rows[r].sample_index = r;
+  }
+  const SamplingOptions sampling{1.0f, 0, 1.0f};
+  const auto want = eager.generate(weights, rows, sampling, 12, 3, 1, /*eos=*/-1);
+  for (int call = 0; call < 2; ++call) {
+    const auto got = graphed.generate(weights, rows, sampling, 12, 3, 1, -1);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      ASSERT_EQ(got[r].tokens, want[r].tokens) << "call " << call << " row " << r;
+      EXPECT_EQ(got[r].logp, want[r].logp) << "call " << call << " row " << r;
+    }
+  }
+}
 
 TEST(Generate, DecodeGraphsDrawWhatEagerDecodingDrawsWithLora) {
   decode_graphs_draw_what_eager_decoding_draws(LoraShape{4, 8.0f, 0x7f, false});
