@@ -82,8 +82,9 @@ struct Transformer::Activations {
   // One layer's worth, shared by the layers (see LayerActivations): the input norm's and the
   // post-attention norm's outputs (N, D) and a dense MLP's silu(gate) * up (N, F).
   DeviceBytes h1, h2, mlp_a;
-  // (max_batch, max(Hq + 2 Hkv, 2 F)), compute type: a decode step's rows of one product for q, k
-  // and v, then of one for gate and up (forward.cpp, past the matrix-vector kernels' rows).
+  // inference_only: (max_batch, max(Hq + 2 Hkv, 2 F)), compute type: a decode step's rows of one
+  // product for q, k and v, then of one for gate and up (forward.cpp, past the matrix-vector
+  // kernels' rows). Models built for training decode through the separate products.
   DeviceBytes decode_rows;
   DeviceBytes rope;                           // fp32 (N, head_dim): the batch's rotations (kernels::rope_table)
   DeviceBytes hf;                             // head: normed (head_tokens, D)

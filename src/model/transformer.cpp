@@ -131,7 +131,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.h1 = make("h1", N * D * es);
   a.h2 = make("h2", N * D * es);
   a.mlp_a = make("mlp_a", N * F * es);
-  a.decode_rows = make("decode_rows", std::size_t(options_.max_batch) * std::max(Hq + 2 * Hkv, 2 * F) * es);
+  if (inference)
+    a.decode_rows = make("decode_rows", std::size_t(options_.max_batch) * std::max(Hq + 2 * Hkv, 2 * F) * es);
   a.rope = make("rope", N * s.head_dim * f4);
   // The head runs on every token in training, on one token per row in generation; its logits
   // exist for at most logits_chunk_tokens tokens at once (training) and hold their own gradient
