@@ -313,5 +313,51 @@ TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) 
   }
 }
 
+// Rows long enough for the ranges to double twice and more (past 32 x 512 = 16 384 positions: 1 024
+// and 2 048), one query and KV head of 64 so the cache stays small: against fp64 and the
+// unsplit kernel, and alone as in the step.
+TEST(AttentionDecodeModelShapes, VeryLongCachesDoubleTheirRangesAgain) {
+  using T = bf16;
+  const int R = 4, L = 40000, H = 2, G = 1, hd = 64;
+  const std::vector<int> pos = {16383, 16384, 32768, 39999}, slot = {0, 1, 2, 3};
+  const kernels::CacheShape s{R, L, H, G, hd};
+  const long per_row = long(H) * hd, cache_n = long(R) * L * G * hd;
+  std::vector<double> q, kc, vc;
+  auto qb = random_buffer<T>(R * per_row, 41, &q, -2.0, 2.0);
+  auto kcb = random_buffer<T>(cache_n, 42, &kc), vcb = random_buffer<T>(cache_n, 43, &vc);
+  Kokkos::View<std::int32_t*, MemSpace> pos_d("pos", R);
+  {
+    auto ph = Kokkos::create_mirror_view(pos_d);
+    for (int r = 0; r < R; ++r) ph(r) = pos[r];
+    Kokkos::deep_copy(pos_d, ph);
+  }
+  const kernels::DecodeSplitSizes sizes = kernels::attention_decode_split_sizes<T>(s);
+  Kokkos::View<float*, MemSpace> partials("partials", sizes.partials);
+  Kokkos::View<std::uint32_t*, MemSpace> arrivals("arrivals", sizes.arrivals);
+  const auto decode = [&](const kernels::CacheShape& shape, const std::int32_t* slots, const std::int32_t* positions,
+                          const T* qs, const kernels::DecodeSplitWorkspace& ws) {
+    Buffer<T> out(long(shape.rows) * per_row);
+    out.poison();
+    kernels::attention_decode(ExecSpace(), shape, slots, positions, qs, kcb.data(), vcb.data(), out.data(), ws);
+    return out.host();
+  };
+  const kernels::DecodeSplitWorkspace split{partials.data(), arrivals.data()};
+  const std::vector<double> got = decode(s, nullptr, pos_d.data(), qb.data(), split);
+  const std::vector<double> want =
+      decode_reference(s, slot, pos, q, kc, vc, [&](long seq, long j) { return seq * L + j; });
+  expect_close(got, want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), "very long caches");
+  expect_close(decode(s, nullptr, pos_d.data(), qb.data(), {}), want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(),
+               "very long caches, unsplit");
+  // The last row alone (its sequence through slots): a step of one row launches other grids,
+  // the same ranges.
+  Kokkos::View<std::int32_t*, MemSpace> p1("p1", 1), s1("s1", 1);
+  Kokkos::deep_copy(p1, pos.back());
+  Kokkos::deep_copy(s1, R - 1);
+  kernels::CacheShape one = s;
+  one.rows = 1;
+  const std::vector<double> alone = decode(one, s1.data(), p1.data(), qb.data() + (R - 1) * per_row, split);
+  EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + (R - 1) * per_row)) << "the last row alone";
+}
+
 }  // namespace
 }  // namespace shardrl
