@@ -52,6 +52,16 @@ std::vector<double> decode_reference(const kernels::CacheShape& s, const std::ve
   return want;
 }
 
+// attention_decode of bf16 rows into a poisoned output, read back to the host.
+std::vector<double> decoded(const kernels::CacheShape& s, const std::int32_t* slots, const std::int32_t* positions,
+                            const bf16* q, const bf16* k_cache, const bf16* v_cache,
+                            const kernels::DecodeSplitWorkspace& split) {
+  Buffer<bf16> out(long(s.rows) * s.n_heads * s.hd);
+  out.poison();
+  kernels::attention_decode(ExecSpace(), s, slots, positions, q, k_cache, v_cache, out.data(), split);
+  return out.host();
+}
+
 template <class T>
 class AttentionDecode : public ::testing::Test {};
 using Types = ::testing::Types<float, bf16>;
@@ -268,10 +278,7 @@ TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) 
     const kernels::DecodeSplitWorkspace split{partials.data(), arrivals.data()};
     const auto decode = [&](const kernels::CacheShape& shape, const std::int32_t* slots, const std::int32_t* positions,
                             const T* qs, const kernels::DecodeSplitWorkspace& ws) {
-      Buffer<T> out(long(shape.rows) * per_row);
-      out.poison();
-      kernels::attention_decode(ExecSpace(), shape, slots, positions, qs, kcb.data(), vcb.data(), out.data(), ws);
-      return out.host();
+      return decoded(shape, slots, positions, qs, kcb.data(), vcb.data(), ws);
     };
     const std::vector<double> got = decode(s, slot_d.data(), pos_d.data(), qb.data(), split);
     const std::vector<double> want =
@@ -336,10 +343,7 @@ TEST(AttentionDecodeModelShapes, VeryLongCachesDoubleTheirRangesAgain) {
   Kokkos::View<std::uint32_t*, MemSpace> arrivals("arrivals", sizes.arrivals);
   const auto decode = [&](const kernels::CacheShape& shape, const std::int32_t* slots, const std::int32_t* positions,
                           const T* qs, const kernels::DecodeSplitWorkspace& ws) {
-    Buffer<T> out(long(shape.rows) * per_row);
-    out.poison();
-    kernels::attention_decode(ExecSpace(), shape, slots, positions, qs, kcb.data(), vcb.data(), out.data(), ws);
-    return out.host();
+    return decoded(shape, slots, positions, qs, kcb.data(), vcb.data(), ws);
   };
   const kernels::DecodeSplitWorkspace split{partials.data(), arrivals.data()};
   const std::vector<double> got = decode(s, nullptr, pos_d.data(), qb.data(), split);
