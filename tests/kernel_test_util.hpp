@@ -29,6 +29,16 @@ inline void* stream_of([[maybe_unused]] const ExecSpace& space) {
 #endif
 }
 
+// Host ints (positions, slots, block tables) as a device view of int32.
+template <class Int>
+Kokkos::View<std::int32_t*, MemSpace> device_ints(const std::vector<Int>& v) {
+  Kokkos::View<std::int32_t*, MemSpace> d("ints", v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < v.size(); ++i) h(i) = static_cast<std::int32_t>(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
 // A device buffer of n elements of T with a host mirror.
 template <class T>
 struct Buffer {

@@ -19,6 +19,7 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::device_ints;
 using test::expect_close;
 using test::random_buffer;
 using test::unit_roundoff;
@@ -246,12 +247,7 @@ TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) 
     std::iota(blocks.begin(), blocks.end(), 0);
     std::shuffle(blocks.begin(), blocks.end(), std::mt19937(3));
     for (int q = 0; q < R; ++q) std::copy(blocks.begin(), blocks.end(), table.begin() + std::size_t(q) * bps);
-    Kokkos::View<std::int32_t*, MemSpace> table_d("table", table.size());
-    {
-      auto th = Kokkos::create_mirror_view(table_d);
-      for (std::size_t i = 0; i < table.size(); ++i) th(i) = table[i];
-      Kokkos::deep_copy(table_d, th);
-    }
+    const auto table_d = device_ints(table);
     const kernels::CacheShape s_all{R, L, sh.H, sh.G, sh.hd, table_d.data(), bps, shift};
     kernels::CacheShape s = s_all;
     s.rows = R_split;
@@ -261,14 +257,7 @@ TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) 
     std::vector<double> q, kc, vc;
     auto qb = random_buffer<T>(R * per_row, 21, &q, -2.0, 2.0);
     auto kcb = random_buffer<T>(cache_n, 22, &kc), vcb = random_buffer<T>(cache_n, 23, &vc);
-    const auto ids = [](const std::vector<int>& v) {
-      Kokkos::View<std::int32_t*, MemSpace> d("ids", v.size());
-      auto h = Kokkos::create_mirror_view(d);
-      for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
-      Kokkos::deep_copy(d, h);
-      return d;
-    };
-    auto pos_d = ids(pos), slot_d = ids(slot);
+    auto pos_d = device_ints(pos), slot_d = device_ints(slot);
     const std::string what = fmt::format("H {} G {} hd {}", sh.H, sh.G, sh.hd);
 
     const kernels::DecodeSplitSizes sizes = kernels::attention_decode_split_sizes<T>(s_all);
@@ -298,7 +287,7 @@ TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) 
     for (const int r : {11, 9, 7, 1}) {
       Buffer<T> q1(per_row);
       q1.set(std::vector<double>(q.begin() + r * per_row, q.begin() + (r + 1) * per_row));
-      auto p1 = ids({pos[r]}), s1 = ids({slot[r]});
+      auto p1 = device_ints(std::vector<int>{pos[r]}), s1 = device_ints(std::vector<int>{slot[r]});
       kernels::CacheShape one = s;
       one.rows = 1;
       const std::vector<double> alone = decode(one, s1.data(), p1.data(), q1.data(), split);
@@ -332,12 +321,7 @@ TEST(AttentionDecodeModelShapes, VeryLongCachesDoubleTheirRangesAgain) {
   std::vector<double> q, kc, vc;
   auto qb = random_buffer<T>(R * per_row, 41, &q, -2.0, 2.0);
   auto kcb = random_buffer<T>(cache_n, 42, &kc), vcb = random_buffer<T>(cache_n, 43, &vc);
-  Kokkos::View<std::int32_t*, MemSpace> pos_d("pos", R);
-  {
-    auto ph = Kokkos::create_mirror_view(pos_d);
-    for (int r = 0; r < R; ++r) ph(r) = pos[r];
-    Kokkos::deep_copy(pos_d, ph);
-  }
+  const auto pos_d = device_ints(pos);
   const kernels::DecodeSplitSizes sizes = kernels::attention_decode_split_sizes<T>(s);
   Kokkos::View<float*, MemSpace> partials("partials", sizes.partials);
   Kokkos::View<std::uint32_t*, MemSpace> arrivals("arrivals", sizes.arrivals);
@@ -354,9 +338,7 @@ TEST(AttentionDecodeModelShapes, VeryLongCachesDoubleTheirRangesAgain) {
                "very long caches, unsplit");
   // The last row alone (its sequence through slots): a step of one row launches other grids,
   // the same ranges.
-  Kokkos::View<std::int32_t*, MemSpace> p1("p1", 1), s1("s1", 1);
-  Kokkos::deep_copy(p1, pos.back());
-  Kokkos::deep_copy(s1, R - 1);
+  const auto p1 = device_ints(std::vector<int>{pos.back()}), s1 = device_ints(std::vector<int>{R - 1});
   kernels::CacheShape one = s;
   one.rows = 1;
   const std::vector<double> alone = decode(one, s1.data(), p1.data(), qb.data() + (R - 1) * per_row, split);

@@ -19,6 +19,7 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::device_ints;
 using test::expect_close;
 using test::random_buffer;
 using test::unit_roundoff;
@@ -32,14 +33,6 @@ struct Step {
   int rows = 3, max_len = 9, H = 4, G = 2, hd = 16;
   std::vector<int> slots = {2, 0, 1}, pos = {5, 0, 8};
 };
-
-Kokkos::View<std::int32_t*, MemSpace> device_ints(const std::vector<int>& v) {
-  Kokkos::View<std::int32_t*, MemSpace> d("ints", v.size());
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
-  Kokkos::deep_copy(d, h);
-  return d;
-}
 
 // rope(norm(x)) of one head in fp64: norm(x) = x / rms(x) * w, rounded to T as the kernel's
 // input to the rotation is; angle_i = pos * theta^(-2i/hd).

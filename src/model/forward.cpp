@@ -118,14 +118,10 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     T* vc = static_cast<T*>(cache->values(layer));
     const std::int32_t* slots = act_->decode_slots ? act_->slots.data() : nullptr;
     // The heads' norms and rotations and the cache write in one launch (kernels/qk_rope_cache.hpp).
-    if (qkv_rows)
-      kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), rows, rows + Hq, rows + Hq + Hkv,
-                                   s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr,
-                                   s.norm_eps, act_->rope.as<float>(), a.q.as<T>(), kc, vc, Hq + 2 * Hkv);
-    else
-      kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), q, k, a.v.as<T>(),
-                                   s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr,
-                                   s.norm_eps, act_->rope.as<float>(), a.q.as<T>(), kc, vc);
+    kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), qkv_rows ? rows : q,
+                                 qkv_rows ? rows + Hq : k, qkv_rows ? rows + Hq + Hkv : a.v.as<T>(),
+                                 s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps,
+                                 act_->rope.as<float>(), a.q.as<T>(), kc, vc, qkv_rows ? Hq + 2 * Hkv : 0);
     kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>(),
                               options_.decode_attention_split ? cache->decode_split()
                                                               : kernels::DecodeSplitWorkspace{});
