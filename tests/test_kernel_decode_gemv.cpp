@@ -76,8 +76,9 @@ TEST(DecodeGemv, UnsupportedCallsDecline) {
 
 TEST(DecodeGemv, ProductsMatchTheReference) {
   if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  // k: one 16-byte piece, a partial warp stride, exactly the rows-1 stride of 4 x 256, a tail.
-  for (int k : {8, 72, 1024, 2056})
+  // k: one 16-byte piece, a partial warp stride, exactly one batch of a lane's loads at one row
+  // (4 x 32 pieces), two batches, a tail past them, three batches.
+  for (int k : {8, 72, 1024, 2048, 2056, 3072})
     for (int rows = 1; rows <= kernels::kDecodeGemvMaxRows; ++rows) {
       const std::string what = "k " + std::to_string(k) + ", rows " + std::to_string(rows);
       // Three products sharing x: n = 1 without a residual, 37 with a separate one, 300 in place.
@@ -113,7 +114,7 @@ TEST(DecodeGemv, ProductsMatchTheReference) {
 
 TEST(DecodeGemv, SwigluMatchesTheReference) {
   if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
-  for (int k : {64, 1032})
+  for (int k : {64, 1032, 3072})
     for (int rows = 1; rows <= kernels::kDecodeGemvMaxRows; ++rows) {
       const std::string what = "k " + std::to_string(k) + ", rows " + std::to_string(rows);
       const int n = 45;

@@ -44,6 +44,15 @@ struct DecodeParams {
   std::uint32_t* arrivals;
 };
 
+// The positions of each range of a row of `length` positions: kDecodeSplitPositions, doubled
+// until at most kDecodeSplitMaxRanges ranges cover the row. The kernel splits each row by it; the
+// launcher sizes the grid by it for the longest row the cache holds.
+__host__ __device__ inline long split_span(long length) {
+  long span = kDecodeSplitPositions;
+  while ((length + span - 1) / span > kDecodeSplitMaxRanges) span *= 2;
+  return span;
+}
+
 template <int HD, int GROUP>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeParams p) {
   constexpr int LANES = HD / 8;              // lanes reading one position
@@ -60,15 +69,10 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   const int sub = lane / LANES, piece = lane % LANES;
   const int stream = warp * PER_LOAD + sub;
   const long seq = p.slots ? p.slots[r] : r;
-  // The row's positions in ranges of kDecodeSplitPositions, doubled until at most
-  // kDecodeSplitMaxRanges cover the row (one range without a workspace): the bounds depend on the
-  // row's length alone, never on the grid or the cache's capacity.
+  // The row's ranges (one without a workspace): their bounds depend on the row's length alone,
+  // never on the grid or the cache's capacity.
   const int length = p.positions[r] + 1;
-  int span = length;
-  if (p.partials) {
-    span = kDecodeSplitPositions;
-    while ((length + span - 1) / span > kDecodeSplitMaxRanges) span *= 2;
-  }
+  const int span = p.partials ? static_cast<int>(split_span(length)) : length;
   const int splits = (length + span - 1) / span;
 
   float q[GROUP][8];
@@ -254,8 +258,7 @@ void launch(cudaStream_t stream, const DecodeParams& p) {
   const long base_ctas = static_cast<long>(p.s.rows) * per_row;
   long ranges = 1;
   if (p.partials) {
-    long span = kDecodeSplitPositions;
-    while ((p.s.max_len + span - 1) / span > kDecodeSplitMaxRanges) span *= 2;
+    const long span = split_span(p.s.max_len);
     ranges = std::min<long>((p.s.max_len + span - 1) / span, (wanted_ctas() + base_ctas - 1) / base_ctas);
   }
   const int z = static_cast<int>(ranges);

@@ -5,15 +5,7 @@
 
 #include <cstdint>
 
-// Kokkos code includes this after Kokkos (kernels/attention_decode.hpp): its own marker, for
-// whichever backend; the CUDA-only source has no Kokkos and marks it for nvcc itself.
-#if defined(KOKKOS_INLINE_FUNCTION)
-#define SHARDRL_HOST_DEVICE KOKKOS_INLINE_FUNCTION
-#elif defined(__CUDACC__)
-#define SHARDRL_HOST_DEVICE __host__ __device__ inline
-#else
-#define SHARDRL_HOST_DEVICE inline
-#endif
+#include "kernels/host_device.hpp"
 
 namespace shardrl::kernels {
 

@@ -6,7 +6,8 @@
 // kUnroll pieces in flight per row, and the same pieces of each row of x (cached: every warp of
 // the GPU reads the same x); it sums weight x input in fp32 in a fixed order, then the warp sums
 // its lanes by a butterfly of shuffles. Blocks are numbered product after product, so one launch
-// covers q, k and v.
+// covers q, k and v. A warp's first weight loads go out before the folded norm's prologue, which
+// then runs while they are in flight.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -16,6 +17,7 @@
 #include "core/error.hpp"
 #include "kernels/bf16_unpack.cuh"
 #include "kernels/decode_gemv_cuda.hpp"
+#include "kernels/swiglu_math.hpp"
 
 namespace shardrl::kernels {
 namespace {
@@ -49,9 +51,11 @@ struct GemvParams {
   float eps;
 };
 
-// Pieces in flight per weight row: more where fewer rows of x leave registers free.
-template <int R>
-constexpr int kUnroll = R <= 2 ? 4 : 2;
+// Pieces in flight per weight row, for M weight rows against R rows of x: more where fewer rows
+// leave registers free (the first batch stays live through the norm's prologue; 4 at 2 rows of
+// the SwiGLU form spilled). A lane sums its pieces in the same order whatever the batch.
+template <int M, int R>
+constexpr int kUnroll = M * R <= 4 ? 4 : 2;
 
 // Each row's RMSNorm scale 1 / sqrt(mean(x^2) + eps), as rmsnorm_forward forms it (its sum of
 // squares reduced in another order, fixed here: lanes, then the block's warps in turn), in every
@@ -121,27 +125,42 @@ std::size_t staged_bytes(const GemvParams& p) {
   return p.norm_w ? static_cast<std::size_t>(p.rows) * p.pieces * sizeof(uint4) : 0;
 }
 
+// One batch of a lane's weight pieces: first, first + 32, ... (U of them) of each of the M rows,
+// zero past `end`.
+template <int U, int M>
+__device__ inline void load_weights(const uint4* const (&wrow)[M], int first, int end, uint4 (&wv)[U][M]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int piece = first + 32 * u;
+    const bool in = piece < end;
+#pragma unroll
+    for (int m = 0; m < M; ++m) wv[u][m] = in ? __ldg(wrow[m] + piece) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // M weight rows (a warp's columns, of one product or of gate and up) against R rows of x (in
 // global memory, or normalised in shared memory); acc[m][r] ends as the full sum in every lane.
+// Every thread of the block must call it (a barrier).
 template <int R, int M>
-__device__ inline void dot_rows(const GemvParams& p, const uint4* x, const uint4* const (&wrow)[M], int lane,
-                                float (&acc)[M][R]) {
-  constexpr int U = kUnroll<R>;
+__device__ inline void column_sums(const GemvParams& p, const uint4* const (&wrow)[M], int lane, uint4* staged,
+                                   float (&acc)[M][R]) {
+  constexpr int U = kUnroll<M, R>;
+  uint4 wv[U][M];
+  load_weights<U, M>(wrow, lane, p.pieces, wv);   // in flight through the norm's prologue
+  const uint4* x = rows_of_x<R>(p, staged);
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
 #pragma unroll 1   // the U pieces in flight are the unrolling; more spills registers at 6+ rows
   for (int first = lane; first < p.pieces; first += 32 * U) {
-    uint4 wv[U][M], xv[U][R];
+    uint4 xv[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int piece = first + 32 * u;
-      const bool in = piece < p.pieces;
 #pragma unroll
-      for (int m = 0; m < M; ++m) wv[u][m] = in ? __ldg(wrow[m] + piece) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int r = 0; r < R; ++r) xv[u][r] = in ? x[static_cast<long>(r) * p.pieces + piece] : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < R; ++r)
+        xv[u][r] = piece < p.pieces ? x[static_cast<long>(r) * p.pieces + piece] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -158,6 +177,7 @@ __device__ inline void dot_rows(const GemvParams& p, const uint4* x, const uint4
           for (int i = 0; i < 8; ++i) acc[m][r] = fmaf(wf[m][i], xf[i], acc[m][r]);
       }
     }
+    load_weights<U, M>(wrow, first + 32 * U, p.pieces, wv);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -165,6 +185,18 @@ __device__ inline void dot_rows(const GemvParams& p, const uint4* x, const uint4
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], offset);
+}
+
+// Calls write(m, r) once for each of the C x R outputs of a warp whose first column is j0, in
+// the lane that owns it (lane (m R + r) mod 32; the sums are in every lane), for the columns
+// below n.
+template <int C, int R, class Write>
+__device__ inline void write_outputs(int lane, int j0, int n, Write&& write) {
+#pragma unroll
+  for (int m = 0; m < C; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (lane == (m * R + r) % 32 && j0 + m < n) write(m, r);
 }
 
 template <int R>
@@ -183,54 +215,39 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParam
   for (int i = 1; i < kDecodeGemvMaxProducts; ++i)
     if (prod == i) w = p.w[i], y = p.y[i], add = p.add[i], n = p.n[i], first = p.first_block[i];
   constexpr int C = kColumns;
-  extern __shared__ uint4 staged[];
-  const uint4* x = rows_of_x<R>(p, staged);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int j0 = ((block - first) * kWarps + warp) * C;
-  if (j0 >= n) return;
+  const int lane = threadIdx.x % 32, j0 = ((block - first) * kWarps + threadIdx.x / 32) * C;
+  // Columns past n (the last block's) compute column n - 1 again and are not written: every
+  // warp reaches the barriers.
   const uint4* wrow[C];
 #pragma unroll
   for (int m = 0; m < C; ++m) wrow[m] = w + static_cast<long>(min(j0 + m, n - 1)) * p.pieces;
+  extern __shared__ uint4 staged[];
   float acc[C][R];
-  dot_rows<R, C>(p, x, wrow, lane, acc);
-  // Lane (m, r) writes its output: the sums are in every lane after the butterfly.
-#pragma unroll
-  for (int m = 0; m < C; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int j = j0 + m;
-      if (lane != (m * R + r) % 32 || j >= n) continue;
-      const long at = static_cast<long>(r) * n + j;
-      y[at] = __float2bfloat16_rn(acc[m][r] + (add ? __bfloat162float(add[at]) : 0.0f));
-    }
+  column_sums<R, C>(p, wrow, lane, staged, acc);
+  write_outputs<C, R>(lane, j0, n, [&](int m, int r) {
+    const long i = static_cast<long>(r) * n + j0 + m;
+    y[i] = __float2bfloat16_rn(acc[m][r] + (add ? __bfloat162float(add[i]) : 0.0f));
+  });
 }
 
 // Product 0's weights are the gate's, product 1's the up's; y[0] takes the activation.
 template <int R>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_swiglu_kernel(GemvParams p) {
-  extern __shared__ uint4 staged[];
-  const uint4* x = rows_of_x<R>(p, staged);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = p.n[0];
   constexpr int C = kColumns;
-  const int j0 = (static_cast<int>(blockIdx.x) * kWarps + warp) * C;
-  if (j0 >= n) return;
+  const int lane = threadIdx.x % 32, j0 = (static_cast<int>(blockIdx.x) * kWarps + threadIdx.x / 32) * C;
   const uint4* wrow[2 * C];
 #pragma unroll
   for (int m = 0; m < 2 * C; ++m) wrow[m] = p.w[m / C] + static_cast<long>(min(j0 + m % C, n - 1)) * p.pieces;
+  extern __shared__ uint4 staged[];
   float acc[2 * C][R];
-  dot_rows<R, 2 * C>(p, x, wrow, lane, acc);
-#pragma unroll
-  for (int m = 0; m < C; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int j = j0 + m;
-      if (lane != (m * R + r) % 32 || j >= n) continue;
-      // As kernels::swiglu_activation computes it from the GEMMs' bf16 outputs.
-      const float g = __bfloat162float(__float2bfloat16_rn(acc[m][r]));
-      const float u = __bfloat162float(__float2bfloat16_rn(acc[C + m][r]));
-      p.y[0][static_cast<long>(r) * n + j] = __float2bfloat16_rn(g * (1.0f / (1.0f + expf(-g))) * u);
-    }
+  column_sums<R, 2 * C>(p, wrow, lane, staged, acc);
+  write_outputs<C, R>(lane, j0, n, [&](int m, int r) {
+    // As kernels::swiglu_forward computes it from the GEMMs' bf16 outputs.
+    const float g = __bfloat162float(__float2bfloat16_rn(acc[m][r]));
+    const float u = __bfloat162float(__float2bfloat16_rn(acc[C + m][r]));
+    p.y[0][static_cast<long>(r) * n + j0 + m] = __float2bfloat16_rn(swiglu_math::activation(g, u));
+  });
 }
 
 int blocks_for(int n) { return (n + kWarps * kColumns - 1) / (kWarps * kColumns); }

@@ -8,22 +8,19 @@
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
 #include "kernels/packed.hpp"
+#include "kernels/swiglu_math.hpp"
 
 namespace shardrl::kernels {
 
 namespace detail {
 
-KOKKOS_INLINE_FUNCTION float swiglu_sigmoid(float g) {
-  // expf(-g) overflows to inf for very negative g, which gives sigmoid 0: the right limit.
-  return 1.0f / (1.0f + expf(-g));
-}
+KOKKOS_INLINE_FUNCTION float swiglu_sigmoid(float g) { return swiglu_math::sigmoid(g); }
 
 // One element of the forward. The backward recomputes a through this same function, so that a
 // recomputed activation has the forward's bits.
 template <class T>
 KOKKOS_INLINE_FUNCTION T swiglu_activation(T g, T u) {
-  const float gv = static_cast<float>(g);
-  return T(gv * swiglu_sigmoid(gv) * static_cast<float>(u));
+  return T(swiglu_math::activation(static_cast<float>(g), static_cast<float>(u)));
 }
 
 // One element of the backward: dg = da * u * silu'(g), du = da * silu(g).
