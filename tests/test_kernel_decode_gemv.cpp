@@ -228,6 +228,46 @@ TEST(DecodeGemv, ARowsResultDoesNotDependOnTheOtherRows) {
   }
 }
 
+// With fixed weights a kernel may start before the one ahead of it finishes (programmatic
+// dependent launch) and load its weights early, but it reads its input only once that kernel is
+// done: a chain whose second product reads the first's output, the first long (64 MiB of
+// weights) and its output poisoned before it, gives the bits of the chain launched in order.
+TEST(DecodeGemv, FixedWeightsStartEarlyYetReadTheirInputsAfterTheKernelBefore) {
+  if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+  const int k1 = 8192, n1 = 4096, n2 = 520;
+  Buffer<bf16> x = random_buffer<bf16>(long(kernels::kDecodeGemvMaxRows) * k1, 71, nullptr, -2.0, 2.0);
+  Buffer<bf16> w1 = random_buffer<bf16>(long(n1) * k1, 72), w2 = random_buffer<bf16>(long(n2) * n1, 73);
+  Buffer<bf16> g = random_buffer<bf16>(n1, 74, nullptr, 0.5, 1.5);
+  for (int rows = 1; rows <= kernels::kDecodeGemvMaxRows; ++rows) {
+    std::vector<double> want[2];   // bf16 values, exact as doubles
+    for (kernels::GemvWeights weights : {kernels::GemvWeights::may_change, kernels::GemvWeights::fixed}) {
+      const bool fixed = weights == kernels::GemvWeights::fixed;
+      Buffer<bf16> mid(long(rows) * n1), y(long(rows) * n2), act(long(rows) * n2);
+      mid.poison();
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k1, x.data(), {{w1.data(), mid.data(), nullptr, n1}},
+                                             {}, weights));
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, n1, mid.data(), {{w2.data(), y.data(), nullptr, n2}},
+                                             {g.data(), 1e-6f}, weights));
+      mid.poison();   // after the second product: the SwiGLU form must see the first's output again
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k1, x.data(), {{w1.data(), mid.data(), nullptr, n1}},
+                                             {}, weights));
+      ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, n1, mid.data(), w2.data(), w2.data(), n2,
+                                                    act.data(), {}, weights));
+      Kokkos::fence();
+      const std::string what = std::to_string(rows) + (fixed ? " rows, fixed weights" : " rows, in order");
+      const auto got = y.host(), got_act = act.host();
+      for (double v : got) ASSERT_TRUE(std::isfinite(v)) << what << ": a poisoned input was read";
+      if (!fixed) {
+        want[0] = got;
+        want[1] = got_act;
+      } else {
+        test::expect_same_bits(got, want[0], what + ": products");
+        test::expect_same_bits(got_act, want[1], what + ": SwiGLU");
+      }
+    }
+  }
+}
+
 // The norm folds in while the rows of the most rows fit a CTA's shared memory (k <= 6136),
 // whatever the call's rows, and is declined past it (the model then runs the norm's own launch).
 TEST(DecodeGemv, TheFoldedNormsReachIsSetByKAlone) {

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "kernels/bf16_unpack.cuh"
 #include "kernels/attention_decode_cuda.hpp"
+#include "kernels/dependent_launch.cuh"
 
 namespace shardrl::kernels {
 namespace {
@@ -55,6 +56,9 @@ __host__ __device__ inline long split_span(long length) {
 
 template <int HD, int GROUP>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeParams p) {
+  // o_proj's matrix-vector kernel after it may start now and load its weights
+  // (kernels/decode_gemv_cuda.hpp, GemvWeights).
+  allow_dependents();
   constexpr int LANES = HD / 8;              // lanes reading one position
   constexpr int PER_LOAD = 32 / LANES;       // positions a warp reads per load
   constexpr int STREAMS = kWarps * PER_LOAD;  // online softmaxes of the CTA

@@ -6,8 +6,9 @@
 // kUnroll pieces in flight per row, and the same pieces of each row of x (cached: every warp of
 // the GPU reads the same x); it sums weight x input in fp32 in a fixed order, then the warp sums
 // its lanes by a butterfly of shuffles. Blocks are numbered product after product, so one launch
-// covers q, k and v. A warp's first weight loads go out before the folded norm's prologue, which
-// then runs while they are in flight.
+// covers q, k and v. A warp's first weight loads go out before anything else: before the wait
+// for the kernel before it (where the launch lets it start early, GemvWeights::fixed) and before
+// the folded norm's prologue, which then run while they are in flight.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -17,6 +18,7 @@
 #include "core/error.hpp"
 #include "kernels/bf16_unpack.cuh"
 #include "kernels/decode_gemv_cuda.hpp"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/swiglu_math.hpp"
 
 namespace shardrl::kernels {
@@ -146,7 +148,8 @@ __device__ inline void column_sums(const GemvParams& p, const uint4* const (&wro
                                    float (&acc)[M][R]) {
   constexpr int U = kUnroll<M, R>;
   uint4 wv[U][M];
-  load_weights<U, M>(wrow, lane, p.pieces, wv);   // in flight through the norm's prologue
+  load_weights<U, M>(wrow, lane, p.pieces, wv);   // in flight through the wait and the norm's prologue
+  wait_for_prerequisites();
   const uint4* x = rows_of_x<R>(p, staged);
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -201,6 +204,7 @@ __device__ inline void write_outputs(int lane, int j0, int n, Write&& write) {
 
 template <int R>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParams p) {
+  allow_dependents();
   // This block's product, by constant indices only (a dynamic index into the parameters put
   // them on the stack).
   const int block = static_cast<int>(blockIdx.x);
@@ -233,6 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(GemvParam
 // Product 0's weights are the gate's, product 1's the up's; y[0] takes the activation.
 template <int R>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_swiglu_kernel(GemvParams p) {
+  allow_dependents();
   const int n = p.n[0];
   constexpr int C = kColumns;
   const int lane = threadIdx.x % 32, j0 = (static_cast<int>(blockIdx.x) * kWarps + threadIdx.x / 32) * C;
@@ -255,29 +260,43 @@ int blocks_for(int n) { return (n + kWarps * kColumns - 1) / (kWarps * kColumns)
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 template <template <int> class Launch>
-void for_rows(int rows, cudaStream_t stream, const GemvParams& p) {
+void for_rows(int rows, cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
   static_assert(kDecodeGemvMaxRows == 4, "one case per row count");
   switch (rows) {
-    case 1: return Launch<1>::run(stream, p);
-    case 2: return Launch<2>::run(stream, p);
-    case 3: return Launch<3>::run(stream, p);
-    default: return Launch<4>::run(stream, p);
+    case 1: return Launch<1>::run(stream, p, weights);
+    case 2: return Launch<2>::run(stream, p, weights);
+    case 3: return Launch<3>::run(stream, p, weights);
+    default: return Launch<4>::run(stream, p, weights);
   }
+}
+
+// A launch of `kernel` over `blocks` CTAs, allowed to start before the kernel ahead of it on the
+// stream finishes where the weights are fixed (kernels/dependent_launch.cuh).
+void launch(void (*kernel)(GemvParams), int blocks, cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kWarps * 32);
+  config.dynamicSmemBytes = staged_bytes(p);
+  config.stream = stream;
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = weights == GemvWeights::fixed ? 1 : 0;
+  SHARDRL_CHECK_CUDA(cudaLaunchKernelEx(&config, kernel, p));
 }
 
 template <int R>
 struct LaunchGemv {
-  static void run(cudaStream_t stream, const GemvParams& p) {
-    gemv_kernel<R><<<p.first_block[p.count], kWarps * 32, staged_bytes(p), stream>>>(p);
-    SHARDRL_CHECK_CUDA(cudaGetLastError());
+  static void run(cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
+    launch(gemv_kernel<R>, p.first_block[p.count], stream, p, weights);
   }
 };
 
 template <int R>
 struct LaunchSwiglu {
-  static void run(cudaStream_t stream, const GemvParams& p) {
-    gemv_swiglu_kernel<R><<<blocks_for(p.n[0]), kWarps * 32, staged_bytes(p), stream>>>(p);
-    SHARDRL_CHECK_CUDA(cudaGetLastError());
+  static void run(cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
+    launch(gemv_swiglu_kernel<R>, blocks_for(p.n[0]), stream, p, weights);
   }
 };
 
@@ -305,7 +324,7 @@ bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct
 }
 
 void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x, const GemvProduct<bf16>* products, int count,
-                      const bf16* norm_w, float eps) {
+                      const bf16* norm_w, float eps, GemvWeights weights) {
   SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, products, count, norm_w),
                 "decode_gemv_cuda: unsupported call (1..4 rows, 1..3 products, k a multiple of 8, 16-byte aligned x, "
                 "w and norm weights)");
@@ -318,11 +337,11 @@ void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x, const GemvPr
     p.n[i] = products[i].n;
     p.first_block[i + 1] = p.first_block[i] + blocks_for(products[i].n);
   }
-  for_rows<LaunchGemv>(rows, static_cast<cudaStream_t>(stream), p);
+  for_rows<LaunchGemv>(rows, static_cast<cudaStream_t>(stream), p, weights);
 }
 
 void decode_gemv_swiglu_cuda(void* stream, int rows, int k, const bf16* x, const bf16* w_gate, const bf16* w_up,
-                             int n, bf16* act, const bf16* norm_w, float eps) {
+                             int n, bf16* act, const bf16* norm_w, float eps, GemvWeights weights) {
   const GemvProduct<bf16> both[2] = {{w_gate, act, nullptr, n}, {w_up, act, nullptr, n}};
   SHARDRL_CHECK(decode_gemv_cuda_supports(rows, k, x, both, 2, norm_w),
                 "decode_gemv_swiglu_cuda: unsupported call (1..4 rows, k a multiple of 8, 16-byte aligned x, w and "
@@ -333,7 +352,7 @@ void decode_gemv_swiglu_cuda(void* stream, int rows, int k, const bf16* x, const
   p.w[1] = reinterpret_cast<const uint4*>(w_up);
   p.y[0] = reinterpret_cast<__nv_bfloat16*>(act);
   p.n[0] = n;
-  for_rows<LaunchSwiglu>(rows, static_cast<cudaStream_t>(stream), p);
+  for_rows<LaunchSwiglu>(rows, static_cast<cudaStream_t>(stream), p, weights);
 }
 
 }  // namespace shardrl::kernels

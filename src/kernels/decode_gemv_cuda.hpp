@@ -44,6 +44,13 @@ struct GemvProduct {
   int n;
 };
 
+// Whether a call's weights stay as they are while the step runs (an inference model's decode
+// step: nothing writes them). Then its kernel may start while the kernel before it finishes
+// (programmatic dependent launch, kernels/dependent_launch.cuh), its warps' first weight loads
+// going out meanwhile: at a few rows each of the step's ~170 launches otherwise spends a few
+// microseconds starting up and reaching DRAM, as long as its bytes take.
+enum class GemvWeights { may_change, fixed };
+
 // Whether the kernels take this call: 1..kDecodeGemvMaxRows rows, 1..kDecodeGemvMaxProducts
 // products with n >= 1, k a positive multiple of 8, x, each w and norm_w (if any) 16-byte aligned;
 // with norm_w, k <= 6136 (the normalised rows in a CTA's shared memory; whatever the rows).
@@ -57,12 +64,13 @@ bool decode_gemv_cuda_supports(int rows, int k, const bf16* x, const GemvProduct
 // product that reads it, so the normalised rows never reach memory. The same for the SwiGLU form.
 void decode_gemv_cuda(void* stream, int rows, int k, const bf16* x,   // x: (rows, k)
                       const GemvProduct<bf16>* products, int count, const bf16* norm_w = nullptr,   // norm_w: (k)
-                      float eps = 0.0f);
+                      float eps = 0.0f, GemvWeights weights = GemvWeights::may_change);
 
 // act (rows, n) = silu(g) * u with g = bf16(x w_gate^T) and u = bf16(x w_up^T), in one launch.
 void decode_gemv_swiglu_cuda(void* stream, int rows, int k, const bf16* x,   // x: (rows, k)
                              const bf16* w_gate, const bf16* w_up,           // (n, k) each
                              int n, bf16* act,                               // act: (rows, n)
-                             const bf16* norm_w = nullptr, float eps = 0.0f);
+                             const bf16* norm_w = nullptr, float eps = 0.0f,
+                             GemvWeights weights = GemvWeights::may_change);
 
 }  // namespace shardrl::kernels

@@ -22,6 +22,15 @@
 
 namespace shardrl {
 
+namespace {
+
+// An inference model's weights change only between rollouts, never within a decode step.
+kernels::GemvWeights decode_weights(const ModelOptions& options) {
+  return options.inference_only ? kernels::GemvWeights::fixed : kernels::GemvWeights::may_change;
+}
+
+}  // namespace
+
 template <class T>
 void Transformer::embed_forward(const T* w) {
   const ModelShape& s = options_.shape;
@@ -55,9 +64,10 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   // counts the launches it made.
   const bool decode = cache != nullptr && !prefill;
   const bool few_rows = options_.decode_gemv && decode && N <= kernels::kDecodeGemvMaxRows;
+  const kernels::GemvWeights weights = decode_weights(options_);
   const auto decode_gemv = [&](int in, const T* from, std::initializer_list<kernels::GemvProduct<T>> products,
                                kernels::GemvNorm<T> norm = {}) {
-    const bool ran = few_rows && kernels::decode_gemv(space_, N, in, from, products, norm);
+    const bool ran = few_rows && kernels::decode_gemv(space_, N, in, from, products, norm, weights);
     decode_gemv_calls_ += ran;
     return ran;
   };
@@ -163,11 +173,11 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   // add to them. Where the kernels decline the folded norm (a row too long for their shared
   // memory), the norm runs first.
   const bool fusable = few_rows && !adapted({LoraTarget::gate, LoraTarget::up});
-  bool fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, xmid, w + o.gate, w + o.up, F,
-                                                          act, {w + o.post_norm, s.norm_eps});
+  bool fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, xmid, w + o.gate, w + o.up, F, act,
+                                                          {w + o.post_norm, s.norm_eps}, weights);
   if (!fused_mlp) {
     post_norm();
-    fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, h2, w + o.gate, w + o.up, F, act);
+    fused_mlp = fusable && kernels::decode_gemv_swiglu(space_, N, D, h2, w + o.gate, w + o.up, F, act, {}, weights);
   }
   decode_gemv_calls_ += fused_mlp;
   const bool gate_up_rows = !fused_mlp && decode && !few_rows && rows &&
@@ -208,10 +218,10 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
     const bool few_rows = options_.decode_gemv && N <= kernels::kDecodeGemvMaxRows;
     const std::initializer_list<kernels::GemvProduct<T>> logits = {{lm, a.logits.as<T>(), nullptr, V}};
     bool ran = few_rows && kernels::decode_gemv(space_, N, D, residual<T>(s.n_layers), logits,
-                                                {w + a.head_norm, s.norm_eps});
+                                                {w + a.head_norm, s.norm_eps}, decode_weights(options_));
     if (!ran) {
       final_norm();
-      ran = few_rows && kernels::decode_gemv(space_, N, D, a.hf.as<T>(), logits);
+      ran = few_rows && kernels::decode_gemv(space_, N, D, a.hf.as<T>(), logits, {}, decode_weights(options_));
     }
     decode_gemv_calls_ += ran;
     if (ran) {
