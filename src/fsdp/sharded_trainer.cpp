@@ -46,20 +46,18 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   // Transient buffers share the model's arena placement (the train phase), if it has one.
   const ArenaPlacement at = model_.options().arena;
   // Two full-unit gradient buffers, so that a unit's reduce-scatter overlaps the next unit's
-  // backward. Buffer 0 holds any unit. With an untied LM head, buffer 1 holds up to the largest
-  // decoder layer: the embedding and the head, the vocabulary-sized units, are never next to each
-  // other in backward and take buffer 0 (for llama-1b: 1.05 GB -> 0.25 GB, and as much again in
-  // the receive buffers at one rank). A tied head computes the embedding's gradient beside its
-  // own, so then both hold the largest unit.
-  std::int64_t slice[2] = {layout_.max_shard(), layout_.max_shard()};   // the receive buffers'
+  // backward. Buffer 0 holds any unit; buffer 1 up to the largest decoder layer (for llama-1b:
+  // 1.05 GB -> 0.25 GB, and as much again in the receive buffers at one rank). The
+  // vocabulary-sized units take buffer 0: an untied head and the embedding are never next to each
+  // other in backward, and a tied head, whose own gradient is its final norm's, computes the
+  // embedding's beside it in buffer 0 while its own goes to buffer 1 (forward_backward).
+  std::int64_t slice[2] = {layout_.max_shard(), 0};   // the receive buffers'
   capacity_[0] = layout_.max_gathered();
-  capacity_[1] = capacity_[0];
-  if (!tied() && units > 2) {
-    capacity_[1] = slice[1] = 0;
-    for (int u = 1; u < units - 1; ++u) {
-      capacity_[1] = std::max(capacity_[1], layout_.unit(u).gathered);
-      slice[1] = std::max(slice[1], layout_.unit(u).shard);
-    }
+  capacity_[1] = 0;
+  for (int u = 1; u < units; ++u) {
+    if (u == model_.head_unit() && !tied()) continue;
+    capacity_[1] = std::max(capacity_[1], layout_.unit(u).gathered);
+    slice[1] = std::max(slice[1], layout_.unit(u).shard);
   }
   for (int b = 0; b < 2; ++b) {
     const auto padded = static_cast<std::size_t>(capacity_[b]);
@@ -340,8 +338,12 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
     const bool tied_head = u == head && tied();
     GatheredUnit embedding = tied_head ? gather(0) : GatheredUnit{};
     prefetch(u - 1);
-    const int b = take_grad_buffer(u);
+    // A tied head: the embedding's gradient takes buffer 0 (the one that holds it), the head's
+    // the other, and the next layer the head's, so that the embedding's reduce-scatter overlaps
+    // that layer's backward.
     const int eb = tied_head ? take_grad_buffer(0) : -1;
+    const int b = take_grad_buffer(u);
+    if (tied_head) next_buffer_ = b;
     compute_backward(w, embedding, b, eb);
     reduce(u, b);
     if (tied_head) reduce(0, eb);

@@ -153,9 +153,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
       std::max(d.moe_layers > 0 ? d.moe_router + d.moe_experts * expert_share + d.shared_expert : 0.0,
                d.moe_layers < d.L ? d.dense_mlp : 0.0);
   const double largest_unit = std::max(d.V * d.D, largest_layer);
-  // The trainer's second gradient buffer holds the largest decoder layer (any unit with a tied
-  // head); each buffer has a receive slice (1 / ranks of it) and, reduced in bf16, a bf16 copy.
-  const double second_unit = m.shape.tie_embeddings || d.L < 1 ? largest_unit : largest_layer;
+  // The trainer's second gradient buffer holds the largest decoder layer (a tied head's own
+  // gradient, its final norm's, is smaller); each buffer has a receive slice (1 / ranks of it)
+  // and, reduced in bf16, a bf16 copy.
+  const double second_unit = largest_layer;
   const bool reduce_bf16 = config.fsdp.reduce_dtype == GradDtype::bf16;
   const double reduce_staging =
       (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (reduce_bf16 ? 2.0 : 4.0) / N);
@@ -169,8 +170,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                    largest_unit),
        largest_unit * (2 * es + 4)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
-                   "{} ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging (fsdp.reduce_dtype)",
-                   m.shape.tie_embeddings ? "the largest unit, the head being tied" : "the largest decoder layer",
+                   "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
+                   "(fsdp.reduce_dtype)",
                    second_unit),
        second_unit * 4 + reduce_staging},
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
