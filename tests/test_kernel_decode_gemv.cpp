@@ -228,11 +228,13 @@ TEST(DecodeGemv, ARowsResultDoesNotDependOnTheOtherRows) {
   }
 }
 
-// With fixed weights a kernel may start before the one ahead of it finishes (programmatic
-// dependent launch) and load its weights early, but it reads its input only once that kernel is
-// done: a chain whose second product reads the first's output, the first long (64 MiB of
-// weights) and its output poisoned before it, gives the bits of the chain launched in order.
-TEST(DecodeGemv, FixedWeightsStartEarlyYetReadTheirInputsAfterTheKernelBefore) {
+// With fixed weights a kernel may start before the ones ahead of it finish (programmatic
+// dependent launch) and load its weights early, but it reads its input only once they are done: a
+// chain of products launched with fixed weights, the first long (64 MiB of weights) and its output
+// poisoned before it, read by the next launch and by the one after an unrelated product (the
+// plain form with the norm folded in, then the SwiGLU form with it), gives the bits of the same
+// chain launched in order.
+TEST(DecodeGemv, FixedWeightsStartEarlyYetReadTheirInputsAfterTheKernelsBefore) {
   if (!kernels_here()) GTEST_SKIP() << "the decode matrix-vector kernels exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
   const int k1 = 8192, n1 = 4096, n2 = 520;
   Buffer<bf16> x = random_buffer<bf16>(long(kernels::kDecodeGemvMaxRows) * k1, 71, nullptr, -2.0, 2.0);
@@ -242,27 +244,31 @@ TEST(DecodeGemv, FixedWeightsStartEarlyYetReadTheirInputsAfterTheKernelBefore) {
     std::vector<double> want[2];   // bf16 values, exact as doubles
     for (kernels::GemvWeights weights : {kernels::GemvWeights::may_change, kernels::GemvWeights::fixed}) {
       const bool fixed = weights == kernels::GemvWeights::fixed;
-      Buffer<bf16> mid(long(rows) * n1), y(long(rows) * n2), act(long(rows) * n2);
-      mid.poison();
-      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k1, x.data(), {{w1.data(), mid.data(), nullptr, n1}},
-                                             {}, weights));
+      Buffer<bf16> mid(long(rows) * n1), other(long(rows) * n1), y(long(rows) * n2), act(long(rows) * n2);
+      const auto first = [&] {
+        mid.poison();   // a fence: the chain starts after it
+        ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k1, x.data(),
+                                               {{w1.data(), mid.data(), nullptr, n1}}, {}, weights));
+      };
+      first();   // then its reader, next
       ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, n1, mid.data(), {{w2.data(), y.data(), nullptr, n2}},
                                              {g.data(), 1e-6f}, weights));
-      mid.poison();   // after the second product: the SwiGLU form must see the first's output again
-      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k1, x.data(), {{w1.data(), mid.data(), nullptr, n1}},
-                                             {}, weights));
+      first();   // then an unrelated product, then the reader, two launches after the writer
+      ASSERT_TRUE(kernels::decode_gemv<bf16>(ExecSpace(), rows, k1, x.data(),
+                                             {{w1.data(), other.data(), nullptr, n1}}, {}, weights));
       ASSERT_TRUE(kernels::decode_gemv_swiglu<bf16>(ExecSpace(), rows, n1, mid.data(), w2.data(), w2.data(), n2,
-                                                    act.data(), {}, weights));
+                                                    act.data(), {g.data(), 1e-6f}, weights));
       Kokkos::fence();
       const std::string what = std::to_string(rows) + (fixed ? " rows, fixed weights" : " rows, in order");
       const auto got = y.host(), got_act = act.host();
-      for (double v : got) ASSERT_TRUE(std::isfinite(v)) << what << ": a poisoned input was read";
+      for (const auto* values : {&got, &got_act})
+        for (double v : *values) ASSERT_TRUE(std::isfinite(v)) << what << ": a poisoned input was read";
       if (!fixed) {
         want[0] = got;
         want[1] = got_act;
       } else {
         test::expect_same_bits(got, want[0], what + ": products");
-        test::expect_same_bits(got_act, want[1], what + ": SwiGLU");
+        test::expect_same_bits(got_act, want[1], what + ": SwiGLU, two launches after the writer");
       }
     }
   }

@@ -46,11 +46,12 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   // Transient buffers share the model's arena placement (the train phase), if it has one.
   const ArenaPlacement at = model_.options().arena;
   // Two full-unit gradient buffers, so that a unit's reduce-scatter overlaps the next unit's
-  // backward. Buffer 0 holds any unit; buffer 1 up to the largest decoder layer (for llama-1b:
-  // 1.05 GB -> 0.25 GB, and as much again in the receive buffers at one rank). The
-  // vocabulary-sized units take buffer 0: an untied head and the embedding are never next to each
-  // other in backward, and a tied head, whose own gradient is its final norm's, computes the
-  // embedding's beside it in buffer 0 while its own goes to buffer 1 (forward_backward).
+  // backward. Buffer 0 holds any unit; buffer 1 every unit but the embedding and an untied head,
+  // i.e. up to the largest decoder layer (for llama-1b: 1.05 GB -> 0.25 GB, and as much again in
+  // the receive buffers at one rank). The vocabulary-sized units take buffer 0: an untied head and
+  // the embedding are never next to each other in backward, and a tied head, whose own gradient
+  // is its final norm's, computes the embedding's beside it in the other buffer
+  // (forward_backward).
   std::int64_t slice[2] = {layout_.max_shard(), 0};   // the receive buffers'
   capacity_[0] = layout_.max_gathered();
   capacity_[1] = 0;
@@ -338,9 +339,9 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
     const bool tied_head = u == head && tied();
     GatheredUnit embedding = tied_head ? gather(0) : GatheredUnit{};
     prefetch(u - 1);
-    // A tied head: the embedding's gradient takes buffer 0 (the one that holds it), the head's
-    // the other, and the next layer the head's, so that the embedding's reduce-scatter overlaps
-    // that layer's backward.
+    // A tied head: the embedding's gradient takes its buffer first (buffer 0 where only that one
+    // holds it), the head's the other (buffer 1 holds the head), and the next layer the head's,
+    // so that the embedding's reduce-scatter overlaps that layer's backward.
     const int eb = tied_head ? take_grad_buffer(0) : -1;
     const int b = take_grad_buffer(u);
     if (tied_head) next_buffer_ = b;

@@ -271,8 +271,10 @@ void for_rows(int rows, cudaStream_t stream, const GemvParams& p, GemvWeights we
 }
 
 // A launch of `kernel` over `blocks` CTAs, allowed to start before the kernel ahead of it on the
-// stream finishes where the weights are fixed (kernels/dependent_launch.cuh).
-void launch(void (*kernel)(GemvParams), int blocks, cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
+// stream finishes where the weights are fixed and the kernel has the instructions for it
+// (`early_compiled`: dependent_launch_compiled, kernels/dependent_launch.cuh).
+void launch(void (*kernel)(GemvParams), bool early_compiled, int blocks, cudaStream_t stream, const GemvParams& p,
+            GemvWeights weights) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kWarps * 32);
@@ -282,21 +284,23 @@ void launch(void (*kernel)(GemvParams), int blocks, cudaStream_t stream, const G
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
-  config.numAttrs = weights == GemvWeights::fixed ? 1 : 0;
+  config.numAttrs = weights == GemvWeights::fixed && early_compiled ? 1 : 0;
   SHARDRL_CHECK_CUDA(cudaLaunchKernelEx(&config, kernel, p));
 }
 
 template <int R>
 struct LaunchGemv {
   static void run(cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
-    launch(gemv_kernel<R>, p.first_block[p.count], stream, p, weights);
+    static const bool early = dependent_launch_compiled(reinterpret_cast<const void*>(gemv_kernel<R>));
+    launch(gemv_kernel<R>, early, p.first_block[p.count], stream, p, weights);
   }
 };
 
 template <int R>
 struct LaunchSwiglu {
   static void run(cudaStream_t stream, const GemvParams& p, GemvWeights weights) {
-    launch(gemv_swiglu_kernel<R>, blocks_for(p.n[0]), stream, p, weights);
+    static const bool early = dependent_launch_compiled(reinterpret_cast<const void*>(gemv_swiglu_kernel<R>));
+    launch(gemv_swiglu_kernel<R>, early, blocks_for(p.n[0]), stream, p, weights);
   }
 };
 

@@ -45,9 +45,9 @@ struct GemvProduct {
 };
 
 // Whether a call's weights stay as they are while the step runs (an inference model's decode
-// step: nothing writes them). Then its kernel may start while the kernel before it finishes
-// (programmatic dependent launch, kernels/dependent_launch.cuh), its warps' first weight loads
-// going out meanwhile: at a few rows each of the step's ~170 launches otherwise spends a few
+// step: nothing writes them within it). Then its kernel may start while the kernels before it
+// finish (programmatic dependent launch, kernels/dependent_launch.cuh), its warps' first weight
+// loads going out meanwhile: at a few rows each of the step's ~170 launches otherwise spends a few
 // microseconds starting up and reaching DRAM, as long as its bytes take.
 enum class GemvWeights { may_change, fixed };
 

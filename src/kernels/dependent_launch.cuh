@@ -3,13 +3,24 @@
 // before it on the stream still runs, once every CTA of that one has called allow_dependents()
 // (or finished). It must call wait_for_prerequisites() before it reads anything an earlier
 // kernel writes, and write nothing before it: the wait returns once the kernel before it has
-// finished and its writes are visible, and that kernel waited in turn. Both are no-ops where the
-// launch did not ask for it, and on GPUs before sm_90.
+// finished and its writes are visible, and that kernel waited in turn. A chain of such kernels
+// may run all at once beside the last kernel launched ordinarily before them: what they read
+// before their wait must not change from that kernel's start on. Both calls are no-ops where the
+// launch did not ask for it; compiled for an architecture before sm_90 they are absent, so a
+// launcher asks for it only of kernels compiled for sm_90 or later (dependent_launch_compiled).
 #pragma once
 
 #include <cuda_runtime.h>
 
 namespace shardrl::kernels {
+
+// Whether `kernel` as this device runs it was compiled from code for sm_90 or later (its PTX
+// version: a binary JIT-compiled from older PTX lacks the instructions below), so that a
+// dependent launch of it is safe.
+inline bool dependent_launch_compiled(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90;
+}
 
 __device__ inline void allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
