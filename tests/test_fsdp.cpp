@@ -421,9 +421,10 @@ TEST(Fsdp, NonFiniteGradientsSkipTheStep) {
 // The gradient buffers of backward (full-unit, then reduce-scattered into a slice): two of each,
 // the second sized for the largest decoder layer, tied head or not (the vocabulary-sized
 // embedding and untied head take the first; a tied head's own gradient, its final norm's, takes
-// the second while the embedding's takes the first). Sized from the layout: the same workspace
-// bytes on every device. (FiveStepsEqualTheUnshardedReference holds the tied head's buffers to
-// the unsharded gradients.)
+// the second while the embedding's takes the first), and a receive slice of each but at one rank,
+// where they receive in place. Sized from the layout: the same workspace bytes on every device.
+// (FiveStepsEqualTheUnshardedReference holds the tied head's buffers, and at np 1 the in-place
+// receive, to the unsharded gradients.)
 TEST(Fsdp, GradientBuffersAreSizedForTheUnitsThatUseThem) {
   for (bool tied : {false, true}) {
     ModelShape s = shape(tied);
@@ -441,7 +442,9 @@ TEST(Fsdp, GradientBuffersAreSizedForTheUnitsThatUseThem) {
     std::int64_t layer = 0;
     for (int u = 1; u < l.unit_count() - 1; ++u) layer = std::max(layer, l.unit(u).padded);
     ASSERT_GT(l.max_padded(), 2 * layer) << "the test needs a vocabulary larger than a layer";
-    const std::int64_t want = 4 * (l.max_padded() + layer) + 4 * (l.max_padded() + layer) / comm().size();
+    // The receive buffers (a slice of each): none at one rank, where the buffers receive in place.
+    const std::int64_t receive = comm().size() > 1 ? 4 * (l.max_padded() + layer) / comm().size() : 0;
+    const std::int64_t want = 4 * (l.max_padded() + layer) + receive;
     EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::workspace) - before - model_workspace - optimizer_workspace,
               want)
         << (tied ? "tied" : "untied");
@@ -533,6 +536,47 @@ TEST(Fsdp, LoraReferenceIsTheBaseWithoutACopy) {
   }
   EXPECT_LT(worst, 1e-5) << "the reference is the base";
   EXPECT_GT(moved, 1e-3) << "the policy's adapters moved it";
+}
+
+// At one rank a reduce-scatter is the identity and the gradient buffers receive in place: the
+// slices of a micro-batch's gradients reduced in bf16 are those reduced in fp32 rounded to bf16,
+// element for element, for every unit (dense and LoRA, whose adapters' gradients start part way
+// into a unit's buffer). Two micro-batches: the second adds to the first.
+TEST(Fsdp, OneRankReceivesInPlace) {
+  if (comm().size() != 1) GTEST_SKIP() << "one rank's reduce-scatter; the np 2-4 runs hold the others to the reference";
+  for (bool lora : {false, true}) {
+    ModelShape s = shape();   // untied: each unit reduced once a micro-batch (a tied embedding twice)
+    if (lora) s.lora = LoraShape{4, 8.0f, 0x7f};
+    const GlobalBatch b(s.vocab_size, 5);
+    std::vector<std::vector<float>> slices[2];
+    for (GradDtype reduce : {GradDtype::fp32, GradDtype::bf16}) {
+      Transformer model(model_opts(s, kGlobalSequences, Precision::bf16), ExecSpace());
+      FsdpOptions fo = checked();
+      fo.reduce_dtype = reduce;
+      ShardedTrainer trainer(model, comm(), fo, adamw());
+      trainer.initialize(42, 0.02f);
+      DeviceView<float> loss("loss", 1);
+      auto mask = load(model, b, 0, kGlobalSequences);
+      trainer.forward_backward(mask.data(), b.scale(), loss.data());
+      if (reduce == GradDtype::bf16) {
+        // Against two fp32 reductions' sum, each rounded: the same micro-batch twice here.
+        trainer.forward_backward(mask.data(), b.scale(), loss.data());
+      }
+      for (int u = 0; u < model.unit_count(); ++u)
+        slices[reduce == GradDtype::bf16].push_back(trainer.read_gradient_slice(u));
+    }
+    const char* what = lora ? "LoRA" : "dense";
+    double largest = 0;
+    for (std::size_t u = 0; u < slices[0].size(); ++u) {
+      ASSERT_EQ(slices[0][u].size(), slices[1][u].size()) << what << " unit " << u;
+      for (std::size_t i = 0; i < slices[0][u].size(); ++i) {
+        const float once = static_cast<float>(bf16(slices[0][u][i]));
+        ASSERT_EQ(slices[1][u][i], once + once) << what << " unit " << u << " element " << i;
+        largest = std::max(largest, double(std::fabs(once)));
+      }
+    }
+    EXPECT_GT(largest, 0.0) << what << ": some gradient";
+  }
 }
 
 // LoRA in bf16 with bf16 gradient reduction: after steps, every element a gather delivers is

@@ -60,9 +60,14 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
     capacity_[1] = std::max(capacity_[1], layout_.unit(u).gathered);
     slice[1] = std::max(slice[1], layout_.unit(u).shard);
   }
+  // At one rank a reduce-scatter is the identity: without expert-parallel units (whose own
+  // experts are copied into the receive buffer past the reduced part) the gradient buffer (or its
+  // bf16 copy) is its own receive buffer, and no collective runs.
+  reduce_in_place_ = layout_.world_size() == 1;
+  for (int u = 0; u < units; ++u) reduce_in_place_ = reduce_in_place_ && !layout_.unit(u).expert_parallel();
   for (int b = 0; b < 2; ++b) {
     const auto padded = static_cast<std::size_t>(capacity_[b]);
-    const auto shard = static_cast<std::size_t>(slice[b]);
+    const auto shard = static_cast<std::size_t>(reduce_in_place_ ? 0 : slice[b]);
     grad_full_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_full", padded);
     if (options_.reduce_dtype == GradDtype::bf16) {
       send_bf16_[b] = LedgerView<bf16>(at, MemoryCategory::workspace, "grad_send_bf16", padded);
@@ -240,13 +245,15 @@ void ShardedTrainer::reduce(int unit, int b) {
     if (mine > 0) kernels::cast(space_, send_bf16_[b].data() + own_experts, recv_bf16_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum,
-                         comm);
+    if (!reduce_in_place_)
+      comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(reduced),
+                           ReduceOp::sum, comm);
   } else {
     if (mine > 0) kernels::cast(space_, grad + own_experts, recv_f32_[b].data() + reduced, mine);
     grad_ready_[b].record(compute_stream());
     grad_ready_[b].wait(comm_stream_.get());
-    comm_.reduce_scatter(grad, recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum, comm);
+    if (!reduce_in_place_)
+      comm_.reduce_scatter(grad, recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum, comm);
   }
   reduced_[b].record(comm_stream_.get());
   pending_[b] = unit;
@@ -272,8 +279,11 @@ void ShardedTrainer::finish_reduce(int b) {
     });
     grad_empty_[u] = 0;
   };
-  if (options_.reduce_dtype == GradDtype::bf16) take(recv_bf16_[b].data());
-  else take(recv_f32_[b].data());
+  // In place (one rank): the unit's reduced part where reduce() put it, from its adapters on.
+  const UnitShard& s = layout_.unit(u);
+  const std::int64_t from = s.adapters() ? s.adapters_at : 0;
+  if (options_.reduce_dtype == GradDtype::bf16) take(reduce_in_place_ ? send_bf16_[b].data() : recv_bf16_[b].data());
+  else take(reduce_in_place_ ? grad_full_[b].data() + from : recv_f32_[b].data());
   pending_[b] = -1;
 }
 

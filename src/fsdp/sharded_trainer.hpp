@@ -198,6 +198,7 @@ class ShardedTrainer {
   LedgerView<bf16> send_bf16_[2];              // full-unit gradients in bf16, if reduce_dtype bf16
   LedgerView<float> recv_f32_[2];              // reduce-scattered slices
   LedgerView<bf16> recv_bf16_[2];
+  bool reduce_in_place_ = false;               // one rank: the buffers above are their own receive buffers
   int pending_[2] = {-1, -1};                  // unit whose reduce-scatter is in flight per buffer
   int next_buffer_ = 0;
   // Per unit: its gradient slice holds nothing accumulated since the last optimizer step, so

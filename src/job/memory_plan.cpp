@@ -154,12 +154,14 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                d.moe_layers < d.L ? d.dense_mlp : 0.0);
   const double largest_unit = std::max(d.V * d.D, largest_layer);
   // The trainer's second gradient buffer holds the largest decoder layer (a tied head's own
-  // gradient, its final norm's, is smaller); each buffer has a receive slice (1 / ranks of it)
-  // and, reduced in bf16, a bf16 copy.
+  // gradient, its final norm's, is smaller); each buffer has, reduced in bf16, a bf16 copy and a
+  // receive slice (1 / ranks of it), except at one rank without expert-parallel layers, where
+  // the buffers receive in place.
   const double second_unit = largest_layer;
   const bool reduce_bf16 = config.fsdp.reduce_dtype == GradDtype::bf16;
+  const bool receives = world_size > 1 || (config.fsdp.expert_parallel && d.moe_layers > 0);
   const double reduce_staging =
-      (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (reduce_bf16 ? 2.0 : 4.0) / N);
+      (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
   const double stored = config.train.activation_recompute ? 1 : d.L;
   const double logit_tokens =
