@@ -47,8 +47,8 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   const ArenaPlacement at = model_.options().arena;
   // Two full-unit gradient buffers, so that a unit's reduce-scatter overlaps the next unit's
   // backward. Buffer 0 holds any unit; buffer 1 every unit but the embedding and an untied head,
-  // i.e. up to the largest decoder layer (for llama-1b: 1.05 GB -> 0.25 GB, and as much again in
-  // the receive buffers at one rank). The vocabulary-sized units take buffer 0: an untied head and
+  // i.e. up to the largest decoder layer (for llama-1b: 1.05 GB -> 0.25 GB, and its receive
+  // buffer 1 / ranks of that). The vocabulary-sized units take buffer 0: an untied head and
   // the embedding are never next to each other in backward, and a tied head, whose own gradient
   // is its final norm's, computes the embedding's beside it in the other buffer
   // (forward_backward).
