@@ -240,22 +240,27 @@ void ShardedTrainer::reduce(int unit, int b) {
   const std::int64_t own_experts = expert_grads ? s.experts_begin : 0;   // where backward put them
   const std::int64_t from = s.adapters() ? s.adapters_at : 0;
   float* grad = grad_full_[b].data() + from;
-  if (options_.reduce_dtype == GradDtype::bf16) {
-    kernels::cast(space_, grad, send_bf16_[b].data(), s.gathered - from);
-    if (mine > 0) kernels::cast(space_, send_bf16_[b].data() + own_experts, recv_bf16_[b].data() + reduced, mine);
-    grad_ready_[b].record(compute_stream());
-    grad_ready_[b].wait(comm_stream_.get());
-    if (!reduce_in_place_)
+  const bool bf16_reduce = options_.reduce_dtype == GradDtype::bf16;
+  if (bf16_reduce) kernels::cast(space_, grad, send_bf16_[b].data(), s.gathered - from);
+  if (reduce_in_place_) {
+    // One rank: the slice is read where it is (finish_reduce), in stream order; the
+    // communication stream takes no part.
+    reduced_[b].record(compute_stream());
+  } else {
+    if (bf16_reduce) {
+      if (mine > 0) kernels::cast(space_, send_bf16_[b].data() + own_experts, recv_bf16_[b].data() + reduced, mine);
+      grad_ready_[b].record(compute_stream());
+      grad_ready_[b].wait(comm_stream_.get());
       comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(reduced),
                            ReduceOp::sum, comm);
-  } else {
-    if (mine > 0) kernels::cast(space_, grad + own_experts, recv_f32_[b].data() + reduced, mine);
-    grad_ready_[b].record(compute_stream());
-    grad_ready_[b].wait(comm_stream_.get());
-    if (!reduce_in_place_)
+    } else {
+      if (mine > 0) kernels::cast(space_, grad + own_experts, recv_f32_[b].data() + reduced, mine);
+      grad_ready_[b].record(compute_stream());
+      grad_ready_[b].wait(comm_stream_.get());
       comm_.reduce_scatter(grad, recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum, comm);
+    }
+    reduced_[b].record(comm_stream_.get());
   }
-  reduced_[b].record(comm_stream_.get());
   pending_[b] = unit;
   profile_.reduce_scatters += 1;
   profile_.reduce_scatter_bytes += reduced * layout_.world_size() * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
