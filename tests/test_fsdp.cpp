@@ -541,7 +541,7 @@ TEST(Fsdp, LoraReferenceIsTheBaseWithoutACopy) {
 // At one rank a reduce-scatter is the identity and the gradient buffers receive in place: the
 // slices of a micro-batch's gradients reduced in bf16 are those reduced in fp32 rounded to bf16,
 // element for element, for every unit (dense and LoRA, whose adapters' gradients start part way
-// into a unit's buffer). Two micro-batches: the second adds to the first.
+// into a unit's buffer). Two micro-batches: the second adds to the first. No collective runs.
 TEST(Fsdp, OneRankReceivesInPlace) {
   if (comm().size() != 1) GTEST_SKIP() << "one rank's reduce-scatter; the np 2-4 runs hold the others to the reference";
   for (bool lora : {false, true}) {
@@ -564,6 +564,7 @@ TEST(Fsdp, OneRankReceivesInPlace) {
       }
       for (int u = 0; u < model.unit_count(); ++u)
         slices[reduce == GradDtype::bf16].push_back(trainer.read_gradient_slice(u));
+      EXPECT_EQ(trainer.profile().reduce_scatters, 0) << "the profile counts the collectives that ran: none";
     }
     const char* what = lora ? "LoRA" : "dense";
     double largest = 0;

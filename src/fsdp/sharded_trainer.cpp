@@ -262,8 +262,10 @@ void ShardedTrainer::reduce(int unit, int b) {
     reduced_[b].record(comm_stream_.get());
   }
   pending_[b] = unit;
-  profile_.reduce_scatters += 1;
-  profile_.reduce_scatter_bytes += reduced * layout_.world_size() * (options_.reduce_dtype == GradDtype::bf16 ? 2 : 4);
+  if (!reduce_in_place_) {   // the collectives that ran
+    profile_.reduce_scatters += 1;
+    profile_.reduce_scatter_bytes += reduced * layout_.world_size() * (bf16_reduce ? 2 : 4);
+  }
   if (options_.profile) {
     comm_.synchronize(comm);
     profile_.reduce_s += now() - t;
