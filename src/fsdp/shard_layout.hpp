@@ -53,6 +53,9 @@ struct UnitShard {
   std::int64_t adapters_at = -1;
   bool expert_parallel() const { return experts_begin >= 0; }
   bool adapters() const { return adapters_begin >= 0; }
+  // Where the part of a gradient buffer that backward writes and reduce-scatters begins: the
+  // adapters' region with LoRA, else the whole unit.
+  std::int64_t gradient_from() const { return adapters() ? adapters_at : 0; }
 };
 
 // A range of this rank's trainable slice covered by one trainable parameter, for per-parameter

@@ -219,7 +219,7 @@ int ShardedTrainer::take_grad_buffer(int unit) {
   // buffer, sized for the largest unit (the embedding), cost 34 ms of a 217 ms llama-1b step.
   // With LoRA only the adapter region is written and reduced; a frozen unit's, nothing.
   const UnitShard& s = layout_.unit(unit);
-  const std::int64_t from = s.adapters() ? s.adapters_at : 0;
+  const std::int64_t from = s.gradient_from();
   if (s.trainable > 0) kernels::fill(space_, grad_full_[b].data() + from, 0.0f, s.gathered - from);
   return b;
 }
@@ -238,7 +238,7 @@ void ShardedTrainer::reduce(int unit, int b) {
   const std::int64_t reduced = expert_grads ? s.dense : s.trainable;
   const std::int64_t mine = expert_grads ? s.shard - s.dense : 0;
   const std::int64_t own_experts = expert_grads ? s.experts_begin : 0;   // where backward put them
-  const std::int64_t from = s.adapters() ? s.adapters_at : 0;
+  const std::int64_t from = s.gradient_from();
   float* grad = grad_full_[b].data() + from;
   const bool bf16_reduce = options_.reduce_dtype == GradDtype::bf16;
   if (bf16_reduce) kernels::cast(space_, grad, send_bf16_[b].data(), s.gathered - from);
@@ -288,7 +288,7 @@ void ShardedTrainer::finish_reduce(int b) {
   };
   // In place (one rank): the unit's reduced part where reduce() put it, from its adapters on.
   const UnitShard& s = layout_.unit(u);
-  const std::int64_t from = s.adapters() ? s.adapters_at : 0;
+  const std::int64_t from = s.gradient_from();
   if (options_.reduce_dtype == GradDtype::bf16) take(reduce_in_place_ ? send_bf16_[b].data() : recv_bf16_[b].data());
   else take(reduce_in_place_ ? grad_full_[b].data() + from : recv_f32_[b].data());
   pending_[b] = -1;

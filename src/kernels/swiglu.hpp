@@ -14,8 +14,6 @@ namespace shardrl::kernels {
 
 namespace detail {
 
-KOKKOS_INLINE_FUNCTION float swiglu_sigmoid(float g) { return swiglu_math::sigmoid(g); }
-
 // One element of the forward. The backward recomputes a through this same function, so that a
 // recomputed activation has the forward's bits.
 template <class T>
@@ -28,7 +26,7 @@ template <class T>
 KOKKOS_INLINE_FUNCTION void swiglu_gradients(T g, T u, T da, T& dg, T& du) {
   const float gv = static_cast<float>(g);
   const float dav = static_cast<float>(da);
-  const float sig = swiglu_sigmoid(gv);
+  const float sig = swiglu_math::sigmoid(gv);
   // silu'(g) = sig * (1 + g * (1 - sig))
   dg = T(dav * static_cast<float>(u) * sig * (1.0f + gv * (1.0f - sig)));
   du = T(dav * gv * sig);

@@ -217,11 +217,12 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
     // where they take it, else run first.
     const bool few_rows = options_.decode_gemv && N <= kernels::kDecodeGemvMaxRows;
     const std::initializer_list<kernels::GemvProduct<T>> logits = {{lm, a.logits.as<T>(), nullptr, V}};
+    const kernels::GemvWeights weights = decode_weights(options_);
     bool ran = few_rows && kernels::decode_gemv(space_, N, D, residual<T>(s.n_layers), logits,
-                                                {w + a.head_norm, s.norm_eps}, decode_weights(options_));
+                                                {w + a.head_norm, s.norm_eps}, weights);
     if (!ran) {
       final_norm();
-      ran = few_rows && kernels::decode_gemv(space_, N, D, a.hf.as<T>(), logits, {}, decode_weights(options_));
+      ran = few_rows && kernels::decode_gemv(space_, N, D, a.hf.as<T>(), logits, {}, weights);
     }
     decode_gemv_calls_ += ran;
     if (ran) {
