@@ -6,6 +6,7 @@
 # Environment: MODELS (default "llama-1b qwen3-0.6b"), GPUS (default "1 2"), MBS (micro-batches,
 # default 2), PEER_MODES (PyTorch's, default "eager compiled"), SEQ (default 2048), STEPS (default 10),
 # RECOMPUTE (1: both sides recompute each layer's activations in backward, for long SEQ), BATCHES (decode, default "1 8 64"),
+# OURS_SET (more shardrl settings for the train step, e.g. "model.cudnn_workspace_mib=9216"),
 # BUILD (default build/cuda-release), PYTHON (default python3, with torch and transformers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +16,9 @@ gpus=${GPUS:-1 2}
 mbs_list=${MBS:-2}
 modes=${PEER_MODES:-eager compiled}
 seq=${SEQ:-2048}
-ours_recompute=(); theirs_recompute=()
-[[ ${RECOMPUTE:-0} == 1 ]] && { ours_recompute=(--set train.activation_recompute=true); theirs_recompute=(--recompute); }
+ours_settings=(); theirs_recompute=()
+[[ ${RECOMPUTE:-0} == 1 ]] && { ours_settings=(--set train.activation_recompute=true); theirs_recompute=(--recompute); }
+for setting in ${OURS_SET:-}; do ours_settings+=(--set "$setting"); done
 steps=${STEPS:-10}
 batches=${BATCHES:-1 8 64}
 build=${BUILD:-build/cuda-release}
@@ -38,7 +40,7 @@ if [[ $what == train || $what == all ]]; then
       for mbs in $mbs_list; do
         echo "== train step: $m on $n GPU(s), micro-batch $mbs x $seq, $steps steps"
         ours=$(mpirun "${mpirun_flags[@]}" -np "$n" "$build/bench/bench_train_step" --set model.preset="$m" \
-          --set train.micro_batch_size="$mbs" --set train.seq_len="$seq" "${ours_recompute[@]}" --steps "$steps" 2>&1 |
+          --set train.micro_batch_size="$mbs" --set train.seq_len="$seq" "${ours_settings[@]}" --steps "$steps" 2>&1 |
           grep -v '^\[')
         echo "$ours"
         a=$(field "tokens/s per GPU" <<<"$ours")

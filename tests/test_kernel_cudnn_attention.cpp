@@ -1,9 +1,10 @@
 // cuDNN's fused attention (kernels/cudnn_attention.hpp, GPU builds configured with cuDNN)
 // against the fp64 host reference of tests/attention_reference.hpp: right-padded rows (its
 // scope), head dims 64 and 128, grouped heads, lengths on and off its tiles; the batch's rows
-// run in calls that fit a small workspace budget; bit-identical repeats (its deterministic
-// backward); a row over the budget refused; the memory plan's workspace formula against what
-// the built plans ask for. Every test reports itself skipped where cuDNN's attention is absent.
+// run in calls that fit a small workspace budget, and a row over it in calls of some of its
+// heads; bit-identical repeats (its deterministic backward); a row over the budget refused; the
+// memory plan's workspace formula against what the built plans ask for. Every test reports
+// itself skipped where cuDNN's attention is absent.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -136,6 +137,23 @@ TEST(CudnnAttention, RowsInCallsKeepTheStatisticsAligned) {
   EXPECT_NE(tight.why().find("rows in fours"), std::string::npos) << tight.why();
 }
 
+// One row's workspace over the budget (long context): the backward runs in calls of one row and
+// some of its kv heads with their query heads, each reading and writing its heads where they lie
+// in the batch's tensors. 16 query heads over 8 kv heads at 202 positions (off the tiles), a
+// budget of 2.5 kv heads' workspace: calls of 2 kv heads, 4 to a row, 8 in all; the whole matches
+// the reference.
+TEST(CudnnAttention, HeadsInCallsWhenARowIsOverTheBudget) {
+  SKIP_WITHOUT_CUDNN();
+  const AttentionShape one{1, 202, 16, 8, 64}, s{2, 202, 16, 8, 64};
+  const std::size_t per_row = workspace_of_one_row(one);
+  ASSERT_GT(per_row, 0u);
+  const std::size_t budget = per_row / 8 * 2 + per_row / 16;
+  CudnnProblem p(s, 123, budget);
+  EXPECT_LE(p.cudnn.workspace_bytes(s), budget);
+  EXPECT_GT(p.cudnn.workspace_bytes(s), per_row / 8) << "calls of 2 kv heads, not of 1";
+  expect_matches_reference(p);
+}
+
 // Same inputs, same bits: the deterministic backward (no atomic accumulation of dQ).
 TEST(CudnnAttention, Deterministic) {
   SKIP_WITHOUT_CUDNN();
@@ -156,6 +174,7 @@ TEST(CudnnAttention, RefusesARowOverTheBudgetAndNamesTheKey) {
   kernels::CudnnAttention cudnn;
   EXPECT_FALSE(cudnn.prepare(AttentionShape{2, 512, 4, 2, 64}, true, 1024));
   EXPECT_NE(cudnn.why().find("model.cudnn_workspace_mib"), std::string::npos) << cudnn.why();
+  EXPECT_NE(cudnn.why().find("with one kv head's queries a call"), std::string::npos) << cudnn.why();
   EXPECT_FALSE(cudnn.prepare(AttentionShape{1, 64, 4, 2, 256}, true, kBudget)) << "head_dim 256";
 }
 

@@ -177,9 +177,11 @@ TEST(MemoryPlan, ForAGpuBuildPlansItsOwnWorkspaceAndAttention) {
       EXPECT_DOUBLE_EQ(t.bytes, row_sums + cudnn);
     }
   EXPECT_TRUE(fused);
-  // A budget of 5 rows' workspace runs the backward in calls of 5 rows; under one row, cuDNN
-  // leaves the shape to the flash kernels and plans nothing for it.
-  for (const auto& [mib, rows] : {std::pair{5 * 12.0, 5}, std::pair{10.0, 0}}) {
+  // A budget of 5 rows' workspace runs the backward in calls of 5 rows; under one row (12 MiB),
+  // in calls of one row and the most of its 8 kv heads that fit (10 MiB: 4 of them, half a row's
+  // workspace); under one kv head's (1.5 MiB), cuDNN leaves the shape to the flash kernels and
+  // plans nothing for it.
+  for (const auto& [mib, rows] : {std::pair{5 * 12.0, 5.0}, std::pair{10.0, 0.5}, std::pair{1.0, 0.0}}) {
     c.model.cudnn_workspace_mib = static_cast<std::int64_t>(mib);
     for (const MemoryTerm& t : plan_memory(c, 2, true, true).train) {
       if (t.what.find("(fused kernels)") != std::string::npos) {

@@ -79,13 +79,19 @@ double gemm_workspace_bytes(const Dims& d, double tokens, double es, bool gpu_bu
 // probabilities, and in training the group's fp32 key and value gradients; with the flash
 // kernels nothing of S x S, only training's fp32 row sums, one per (token, query head).
 // cuDNN's attention backward workspace (kernels/cudnn_attention.hpp): as many rows per call as
-// fit model.cudnn_workspace_mib, none (the flash kernels) where one row does not. Training only:
-// prefill takes the flash kernels.
+// fit model.cudnn_workspace_mib; where one row does not, one row and the most kv heads (a divisor
+// of n_kv_heads, each with its query heads: the workspace is per query head) that fit; none (the
+// flash kernels) where one kv head does not. Training only: prefill takes the flash kernels.
 double cudnn_workspace_bytes(const ModelOptions& m, double rows, double S) {
-  const double per_row = kernels::cudnn_attention_workspace_per_row(
-      kernels::AttentionShape{1, int(S), m.shape.n_heads, m.shape.n_kv_heads, m.shape.head_dim});
-  const double fit = std::floor(double(m.cudnn_workspace_bytes) / per_row);
-  return std::min(rows, fit) * per_row;
+  const int H = m.shape.n_heads, G = m.shape.n_kv_heads;
+  const double per_row =
+      kernels::cudnn_attention_workspace_per_row(kernels::AttentionShape{1, int(S), H, G, m.shape.head_dim});
+  const double budget = double(m.cudnn_workspace_bytes);
+  const double fit = std::floor(budget / per_row);
+  if (fit >= 1) return std::min(rows, fit) * per_row;
+  for (int g = G - 1; g >= 1; --g)
+    if (G % g == 0 && (long(g) * (H / G) * long(S)) % 4 == 0 && per_row * g / G <= budget) return per_row * g / G;
+  return 0;
 }
 
 double attention_scratch_bytes(const ModelOptions& m, double rows, double S, double es, bool training) {

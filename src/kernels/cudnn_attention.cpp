@@ -39,32 +39,35 @@ struct Layouts {
   Dims kv, kv_st;    // K or V: (B, G, S, D)
   Dims ss, ss_st;    // scores (B, H, S, S), row-major
   Dims sst_st;       // the scores transposed: (B, H, S_kv, S_q) over the same data
-  Dims st, st_st;    // statistics (B, H, S, 1)
+  Dims st, st_st;    // statistics (B, H, S, 1) over (B, heads, S)
   Dims full, full_st;   // per-query-head dK or dV before the group sum: (B, H, S, D) row-major
 };
 
-Layouts layouts(const AttentionShape& s) {
-  const int64_t B = s.B, S = s.S, H = s.n_heads, G = s.n_kv_heads, D = s.hd;
+// A call's dims are its own (c: its rows, its H query heads over G kv heads); the tensors' strides
+// are those of the whole batch's `heads` x `kv_heads` layout, so a call over some of the heads
+// reads and writes them where they lie.
+Layouts layouts(const AttentionShape& c, int heads, int kv_heads) {
+  const int64_t B = c.B, S = c.S, H = c.n_heads, G = c.n_kv_heads, D = c.hd;
+  const int64_t HA = heads, GA = kv_heads;
   Layouts l;
   l.q = {B, H, S, D};
-  l.q_st = {S * H * D, D, H * D, 1};
+  l.q_st = {S * HA * D, D, HA * D, 1};
   l.kv = {B, G, S, D};
-  l.kv_st = {S * G * D, D, G * D, 1};
+  l.kv_st = {S * GA * D, D, GA * D, 1};
   l.kt = {B, G, D, S};
-  l.kt_st = {S * G * D, D, 1, G * D};
+  l.kt_st = {S * GA * D, D, 1, GA * D};
   l.ss = {B, H, S, S};
   l.ss_st = {H * S * S, S * S, S, 1};
   l.sst_st = {H * S * S, S * S, 1, S};
   l.st = {B, H, S, 1};
-  l.st_st = {H * S, S, 1, 1};
+  l.st_st = {HA * S, S, 1, 1};
   l.full = {B, H, S, D};
   l.full_st = {H * S * D, S * D, D, 1};
   return l;
 }
 
 // Forward: O = softmax(mask(scale Q K^T)) V, and Stats = max + log(sum exp) per query row.
-Desc forward_plan(cudnnHandle_t handle, const AttentionShape& s, std::size_t* workspace) {
-  const Layouts l = layouts(s);
+Desc forward_plan(cudnnHandle_t handle, const Layouts& l, std::size_t* workspace) {
   GraphBuilder g;
   auto q = g.tensor(kQ, l.q, l.q_st, CUDNN_DATA_BFLOAT16, false);
   auto kt = g.tensor(kK, l.kt, l.kt_st, CUDNN_DATA_BFLOAT16, false);
@@ -109,9 +112,7 @@ void group_summed_product(GraphBuilder& g, const Layouts& l, bool grouped, cudnn
 
 // Backward, deterministic form: delta = rowsum(dO * O); P = exp(mask(scale Q K^T) - Stats);
 // dV = P^T dO; dS = scale P (dO V^T - delta); dK = dS^T Q; dQ = dS K (group sums for GQA).
-Desc backward_plan(cudnnHandle_t handle, const AttentionShape& s, std::size_t* workspace) {
-  const Layouts l = layouts(s);
-  const bool grouped = s.n_heads != s.n_kv_heads;
+Desc backward_plan(cudnnHandle_t handle, const Layouts& l, bool grouped, std::size_t* workspace) {
   GraphBuilder g;
   auto q = g.tensor(kQ, l.q, l.q_st, CUDNN_DATA_BFLOAT16, false);
   auto kt = g.tensor(kK, l.kt, l.kt_st, CUDNN_DATA_BFLOAT16, false);
@@ -178,16 +179,32 @@ struct Plan {
   std::size_t workspace = 0;
 };
 
+// How a batch is cut into calls: `rows` rows at a time and, within a row, `kv_heads` kv heads
+// (each with its group of query heads) at a time.
+struct Split {
+  int rows = 0, kv_heads = 0;
+};
+
+// One call's shape: `rows` rows and `kv_heads` of s's kv heads with their query heads.
+AttentionShape call_shape(const AttentionShape& s, int rows, int kv_heads) {
+  AttentionShape c = s;
+  c.B = rows;
+  c.n_kv_heads = kv_heads;
+  c.n_heads = s.n_heads / s.n_kv_heads * kv_heads;
+  return c;
+}
+
 }  // namespace
 
 struct CudnnAttention::Plans {
   cudnnHandle_t handle = nullptr;
-  using PlanKey = std::tuple<int, int, int, int, int, bool>;   // B, S, H, G, D, backward
+  // A call's B, S, H, G, D and direction, and the batch's H and G (its tensors' strides).
+  using PlanKey = std::tuple<int, int, int, int, int, bool, int, int>;
   std::map<PlanKey, Plan> plans;
-  // A shape's calls: the rows each forward and backward call takes, and the workspace.
+  // A shape's calls: how forward and backward split the batch, and the workspace.
   struct Calls {
     bool ok = false;
-    int forward_rows = 0, backward_rows = 0;
+    Split forward, backward;
     std::size_t workspace = 0;
     std::string why;
   };
@@ -202,45 +219,60 @@ struct CudnnAttention::Plans {
   static ShapeKey shape_key(const AttentionShape& s, bool training, std::size_t budget) {
     return {s.B, s.S, s.n_heads, s.n_kv_heads, s.hd, training, budget};
   }
-  const Plan& plan(const AttentionShape& s, bool backward) {
-    const PlanKey key{s.B, s.S, s.n_heads, s.n_kv_heads, s.hd, backward};
+  // The plan of call shape c within batch shape s.
+  const Plan& plan(const AttentionShape& c, const AttentionShape& s, bool backward) {
+    const PlanKey key{c.B, c.S, c.n_heads, c.n_kv_heads, c.hd, backward, s.n_heads, s.n_kv_heads};
     auto it = plans.find(key);
     if (it == plans.end()) {
       if (!handle) check_build(cudnnCreate(&handle), "cudnnCreate");
       std::size_t ws = 0;
-      Desc p = backward ? backward_plan(handle, s, &ws) : forward_plan(handle, s, &ws);
+      const Layouts l = layouts(c, s.n_heads, s.n_kv_heads);
+      Desc p = backward ? backward_plan(handle, l, c.n_heads != c.n_kv_heads, &ws) : forward_plan(handle, l, &ws);
       it = plans.emplace(key, Plan{std::move(p), ws}).first;
     }
     return it->second;
   }
-  // The most rows per call (down from B) whose plan, and the last call's, fit `budget`. A call
-  // after the first starts at row r0: its statistics at r0 x n_heads x S floats must stay on the
-  // 16 bytes the tensors declare, so where n_heads x S is not a multiple of 4 the rows per call
-  // are a multiple of 4 (or the whole batch).
-  int rows_within(const AttentionShape& s, bool backward, std::size_t budget, std::size_t* workspace) {
+  // The calls within `budget`: every head and the most rows (down from B) whose plans, and the
+  // last call's, fit; where one row's do not, one row and the most kv heads (a divisor of
+  // n_kv_heads) whose plan fits, so that long rows still run here. A call starting at row r0 and
+  // query head h0 finds its statistics at (r0 x n_heads + h0) x S floats, which must stay on the
+  // 16 bytes the tensors declare: where n_heads x S is not a multiple of 4 the rows per call are a
+  // multiple of 4 (or the whole batch), and a call's heads x S is always one.
+  Split split_within(const AttentionShape& s, bool backward, std::size_t budget, std::size_t* workspace) {
     const int granule = (long(s.n_heads) * s.S) % 4 == 0 ? 1 : 4;
-    AttentionShape c = s;
+    const auto fits = [&](std::size_t bytes) {
+      if (bytes > budget) return false;
+      *workspace = std::max(*workspace, bytes);
+      return true;
+    };
+    int rows = s.B;
+    std::size_t most = 0;
     for (;;) {
-      std::size_t most = plan(c, backward).workspace;
-      if (most <= budget && s.B % c.B != 0) {   // the last, smaller call has a plan of its own
-        AttentionShape last = c;
-        last.B = s.B % c.B;
-        most = std::max(most, plan(last, backward).workspace);
-      }
-      if (most <= budget) {
-        *workspace = std::max(*workspace, most);
-        return c.B;
-      }
-      const int fit = static_cast<int>(double(c.B) * double(budget) / double(most));
-      const int next = std::min(c.B - 1, fit) / granule * granule;
-      if (next < 1)
-        throw BuildError{fmt::format(
-            "its {} for {} row{} of {} positions needs a {:.0f} MiB workspace, over the {:.0f} MiB allowed "
-            "(model.cudnn_workspace_mib){}",
-            backward ? "backward" : "forward", c.B, c.B == 1 ? "" : "s", s.S, most / 1048576.0, budget / 1048576.0,
-            granule > 1 ? "; with n_heads x S not a multiple of 4 its calls take rows in fours" : "")};
-      c.B = next;
+      most = plan(call_shape(s, rows, s.n_kv_heads), s, backward).workspace;
+      if (most <= budget && s.B % rows != 0)   // the last, smaller call has a plan of its own
+        most = std::max(most, plan(call_shape(s, s.B % rows, s.n_kv_heads), s, backward).workspace);
+      if (fits(most)) return {rows, s.n_kv_heads};
+      const int fit = static_cast<int>(double(rows) * double(budget) / double(most));
+      const int next = std::min(rows - 1, fit) / granule * granule;
+      if (next < 1) break;
+      rows = next;
     }
+    const int group = s.n_heads / s.n_kv_heads;
+    std::size_t one_kv_head = 0;
+    if (granule == 1)
+      for (int g = s.n_kv_heads - 1; g >= 1; --g) {
+        if (s.n_kv_heads % g != 0 || (long(g) * group * s.S) % 4 != 0) continue;
+        const std::size_t bytes = plan(call_shape(s, 1, g), s, backward).workspace;
+        if (fits(bytes)) return {1, g};
+        one_kv_head = bytes;
+      }
+    std::string heads;
+    if (one_kv_head > 0) heads = fmt::format(" ({:.0f} MiB with one kv head's queries a call)", one_kv_head / 1048576.0);
+    throw BuildError{fmt::format(
+        "its {} for {} row{} of {} positions needs a {:.0f} MiB workspace{}, over the {:.0f} MiB allowed "
+        "(model.cudnn_workspace_mib){}",
+        backward ? "backward" : "forward", rows, rows == 1 ? "" : "s", s.S, most / 1048576.0, heads,
+        budget / 1048576.0, granule > 1 ? "; with n_heads x S not a multiple of 4 its calls take rows in fours" : "")};
   }
   const Calls& calls(const AttentionShape& s, bool training, std::size_t budget) {
     auto it = shapes.find(shape_key(s, training, budget));
@@ -251,8 +283,8 @@ struct CudnnAttention::Plans {
                           s.n_kv_heads);
     } else {
       try {
-        c.forward_rows = rows_within(s, false, budget, &c.workspace);
-        if (training) c.backward_rows = rows_within(s, true, budget, &c.workspace);
+        c.forward = split_within(s, false, budget, &c.workspace);
+        if (training) c.backward = split_within(s, true, budget, &c.workspace);
         c.ok = true;
       } catch (const BuildError& e) {
         c.why = e.what;
@@ -266,7 +298,7 @@ struct CudnnAttention::Plans {
     for (const auto& [key, c] : shapes) {
       const auto& [B, S, H, G, D, training, budget] = key;
       if (c.ok && B == s.B && S == s.S && H == s.n_heads && G == s.n_kv_heads && D == s.hd &&
-          (!found || c.backward_rows > found->backward_rows))
+          (!found || (c.backward.rows > 0 && found->backward.rows == 0)))
         found = &c;
     }
     if (!found) SHARDRL_FATAL("cuDNN attention run before prepare() succeeded for its shape");
@@ -294,21 +326,24 @@ void* at(const bf16* p, long elements) {
   return const_cast<char*>(reinterpret_cast<const char*>(p)) + elements * 2;
 }
 
-// Element offsets of row r0 in each layout: tokens (B*S, heads, hd) and statistics (B, heads, S).
-struct RowOffsets {
+// Where a call starting at row r0 and kv head g0 (query head h0 = g0 x group) finds its data,
+// in elements: tokens (B*S, heads, hd) and statistics (B, heads, S).
+struct CallOffsets {
   long q, kv, stats;
-  RowOffsets(const AttentionShape& s, int r0)
-      : q(long(r0) * s.S * s.n_heads * s.hd), kv(long(r0) * s.S * s.n_kv_heads * s.hd), stats(long(r0) * s.n_heads * s.S) {}
+  CallOffsets(const AttentionShape& s, int r0, int g0) {
+    const long h0 = long(g0) * (s.n_heads / s.n_kv_heads);
+    q = long(r0) * s.S * s.n_heads * s.hd + h0 * s.hd;
+    kv = long(r0) * s.S * s.n_kv_heads * s.hd + long(g0) * s.hd;
+    stats = long(r0) * s.n_heads * s.S + h0 * s.S;
+  }
 };
 
-// Runs `run(rows, offsets)` over the batch's rows in calls of at most `rows` rows.
+// Runs `run(call shape, offsets)` over the batch's calls: rows, then kv heads within them.
 template <class F>
-void in_calls(const AttentionShape& s, int rows, F&& run) {
-  for (int r0 = 0; r0 < s.B; r0 += rows) {
-    AttentionShape c = s;
-    c.B = std::min(rows, s.B - r0);
-    run(c, RowOffsets(s, r0));
-  }
+void in_calls(const AttentionShape& s, Split split, F&& run) {
+  for (int r0 = 0; r0 < s.B; r0 += split.rows)
+    for (int g0 = 0; g0 < s.n_kv_heads; g0 += split.kv_heads)
+      run(call_shape(s, std::min(split.rows, s.B - r0), split.kv_heads), CallOffsets(s, r0, g0));
 }
 
 }  // namespace
@@ -339,8 +374,8 @@ void CudnnAttention::forward(void* stream, const AttentionShape& s, const bf16* 
   float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   float minus_inf = -std::numeric_limits<float>::infinity();
   ++forward_calls_;
-  in_calls(s, plans_->prepared(s).forward_rows, [&](const AttentionShape& c, const RowOffsets& o) {
-    plans_->run(stream, plans_->plan(c, false), {kQ, kK, kV, kO, kStats, kScale, kMinusInf},
+  in_calls(s, plans_->prepared(s).forward, [&](const AttentionShape& c, const CallOffsets& o) {
+    plans_->run(stream, plans_->plan(c, s, false), {kQ, kK, kV, kO, kStats, kScale, kMinusInf},
                 {at(q, o.q), at(k, o.kv), at(v, o.kv), at(out, o.q), lse + o.stats, &scale, &minus_inf},
                 workspace);
   });
@@ -352,11 +387,11 @@ void CudnnAttention::backward(void* stream, const AttentionShape& s, const bf16*
   float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   float minus_inf = -std::numeric_limits<float>::infinity();
   float one = 1.0f;
-  const int rows = plans_->prepared(s).backward_rows;
-  SHARDRL_CHECK(rows > 0, "cuDNN attention backward on a shape prepared for forward only");
+  const Split split = plans_->prepared(s).backward;
+  SHARDRL_CHECK(split.rows > 0, "cuDNN attention backward on a shape prepared for forward only");
   ++backward_calls_;
-  in_calls(s, rows, [&](const AttentionShape& c, const RowOffsets& o) {
-    plans_->run(stream, plans_->plan(c, true),
+  in_calls(s, split, [&](const AttentionShape& c, const CallOffsets& o) {
+    plans_->run(stream, plans_->plan(c, s, true),
                 {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kDelta, kScale, kMinusInf, kOne},
                 {at(q, o.q), at(k, o.kv), at(v, o.kv), at(out, o.q), at(dout, o.q),
                  const_cast<float*>(lse) + o.stats, at(dq, o.q), at(dk, o.kv), at(dv, o.kv), delta + o.stats, &scale,

@@ -50,8 +50,11 @@ double cudnn_attention_workspace_per_row(const AttentionShape& s);
 // of the rows it takes at once: cudnn_attention_workspace_per_row bytes per row
 // (272 MiB for llama-1b at S = 2048, measured on cuDNN 9.14), so a call takes only as many of the
 // batch's rows as fit a workspace budget, in calls of that many rows (a multiple of 4 where
-// n_heads x S is not, so that every call's statistics start 16-byte aligned); a shape that
-// cannot be split so is refused (the caller keeps the flash kernels, whose memory is linear in S).
+// n_heads x S is not, so that every call's statistics start 16-byte aligned). Where one row does
+// not fit (long context: 69 GB a row for llama-1b at S = 32768), a call takes one row and as
+// many kv heads, each with its query heads, as fit (a divisor of n_kv_heads: the workspace is
+// per query head, so 8.6 GB a call for llama-1b's groups of 4 at S = 32768). A shape that cannot
+// be split so is refused (the caller keeps the flash kernels, whose memory is linear in S).
 class CudnnAttention {
  public:
   CudnnAttention();
@@ -61,7 +64,7 @@ class CudnnAttention {
 
   // Builds this shape's plans (forward, and backward when `training`) within
   // `workspace_budget` bytes if not built yet. False when cuDNN has no deterministic engine for
-  // them or a single row exceeds the budget (why() says which).
+  // them or a call of one row and one kv head exceeds the budget (why() says which).
   bool prepare(const AttentionShape& s, bool training, std::size_t workspace_budget);
   // The device workspace a prepared shape needs (at most the budget it was prepared with).
   std::size_t workspace_bytes(const AttentionShape& s) const;
