@@ -69,6 +69,14 @@ double activation_bytes(const Dims& d, double tokens, double residuals, double s
 // on the CPU, bf16 GEMMs run in fp32 through a conversion workspace sized by the largest weight,
 // which is at least the head's (vocab_size, d_model), and which each model holds outside the
 // arena (gemm_outside_arena).
+// The decode attention's split workspace (its partials and counters) for steps of up to `rows`
+// rows: what kernels/attention_decode_cuda.hpp sizes, none for head dims its kernel does not take.
+double decode_split_bytes(const Dims& d, int head_dim, double rows, double len) {
+  const kernels::DecodeSplitSizes n = kernels::attention_decode_cuda_split_sizes(
+      kernels::CacheShape{int(rows), int(len), int(d.Hq / head_dim), int(d.Hkv / head_dim), head_dim});
+  return double(n.partials) * 4 + double(n.arrivals) * 4;
+}
+
 double gemm_workspace_bytes(const Dims& d, double tokens, double es, bool gpu_build) {
   if (gpu_build) return 32.0 * (1 << 20);
   return es == 2 ? (tokens * d.D + d.D * d.V + tokens * d.V) * 4 : 0;
@@ -279,11 +287,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                      prefill_rows, len, gen_rows, d.V),
          activation_bytes(part, act_tokens, 2, 1, es) + gen_rows * d.V * es +
              // A decode step's rows of one product for q, k and v, then for gate and up; on GPU
-             // builds the decode attention's split workspace (kernels/attention_decode_cuda.hpp).
+             // builds the decode attention's split workspace (kernels/attention_decode_cuda.hpp),
+             // where its kernel takes the compute type (bf16) and the head dim.
              gen_rows * std::max(part.Hq + 2 * part.Hkv, 2 * part.F) * es +
-             (gpu_build ? std::min(gen_rows, double(kernels::kDecodeSplitMaxRows)) * (part.Hq / m.shape.head_dim) *
-                              kernels::kDecodeSplitMaxRanges * (2 + m.shape.head_dim) * 4
-                        : 0.0) +
+             (gpu_build && es == 2 ? decode_split_bytes(part, m.shape.head_dim, gen_rows, len) : 0.0) +
              (gpu_build ? gemm_workspace_bytes(part, act_tokens, es, gpu_build) : 0) +
              attention_scratch_bytes(m, prefill_rows, len, es, false)}};
     if (d.moe_layers > 0) {

@@ -283,16 +283,6 @@ void launch_for_group(cudaStream_t stream, const DecodeParams& p) {
 
 }  // namespace
 
-bool attention_decode_cuda_supports(const CacheShape& s) {
-  return (s.hd == 64 || s.hd == 128) && s.n_kv_heads >= 1 && s.n_heads % s.n_kv_heads == 0;
-}
-
-DecodeSplitSizes attention_decode_cuda_split_sizes(const CacheShape& s) {
-  if (!attention_decode_cuda_supports(s)) return {};
-  const std::size_t heads = static_cast<std::size_t>(std::min(s.rows, kDecodeSplitMaxRows)) * s.n_heads;
-  return {heads * kDecodeSplitMaxRanges * (2 + s.hd), heads};
-}
-
 void attention_decode_cuda(void* stream, const CacheShape& s, const std::int32_t* slots,
                            const std::int32_t* positions, const bf16* q, const bf16* k_cache,
                            const bf16* v_cache, bf16* out, const DecodeSplitWorkspace& split) {

@@ -50,15 +50,23 @@ struct DecodeSplitWorkspace {
 };
 
 // True when attention_decode_cuda takes this shape: head dim 64 or 128, any GQA group.
-bool attention_decode_cuda_supports(const CacheShape& s);
+inline bool attention_decode_cuda_supports(const CacheShape& s) {
+  return (s.hd == 64 || s.hd == 128) && s.n_kv_heads >= 1 && s.n_heads % s.n_kv_heads == 0;
+}
 
 // The split workspace's elements for steps of up to s.rows rows; none for shapes the kernel does
-// not take.
+// not take. Inline, so that the memory plan (job/memory_plan.cpp) counts what GPU builds
+// allocate on any build.
 struct DecodeSplitSizes {
   std::size_t partials = 0;   // floats
   std::size_t arrivals = 0;   // counters
 };
-DecodeSplitSizes attention_decode_cuda_split_sizes(const CacheShape& s);
+inline DecodeSplitSizes attention_decode_cuda_split_sizes(const CacheShape& s) {
+  if (!attention_decode_cuda_supports(s)) return {};
+  const std::size_t heads = static_cast<std::size_t>(s.rows < kDecodeSplitMaxRows ? s.rows : kDecodeSplitMaxRows) *
+                            static_cast<std::size_t>(s.n_heads);
+  return {heads * kDecodeSplitMaxRanges * (2 + s.hd), heads};
+}
 
 // out(r, h, :) = softmax_j(q(r,h,:) . k(entry(slot(r), j), g, :) / sqrt(hd)) v(...), j <= positions[r],
 // with g = h / (n_heads / n_kv_heads) and slot(r) = slots ? slots[r] : r. `stream` is the
