@@ -1,6 +1,6 @@
 // The sharded trainer at np 1, 2, 3 and 4 against a single-rank unsharded reference, plus
-// micro-batches, the memory formula, use-after-release detection, reshard on/off, clipping
-// and the non-finite skip.
+// micro-batches, the memory formula, use-after-release detection, reshard on/off, clipping,
+// the non-finite skip, and the embedding's gradient as rows or as a reduce-scatter.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,7 +117,7 @@ std::vector<std::vector<float>> reference_weights(const ModelShape& s, const Opt
 std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpOptions& fo, const OptimizerOptions& oo,
                                                 int steps, const std::vector<GlobalBatch>& batches, int micro = 1,
                                                 StepMetrics* metrics = nullptr, MoeImpl impl = MoeImpl::grouped,
-                                                bool recompute = false) {
+                                                bool recompute = false, StepProfile* profile = nullptr) {
   if (kGlobalSequences % comm().size() != 0 || kGlobalSequences / comm().size() % micro != 0)
     throw std::runtime_error("test_fsdp: the global batch does not split into equal shares at this world size");
   const int per_rank = kGlobalSequences / comm().size(), rows = per_rank / micro;
@@ -141,6 +141,7 @@ std::vector<std::vector<float>> sharded_weights(const ModelShape& s, const FsdpO
     trainer.optimizer_step();
   }
   if (metrics) *metrics = trainer.metrics();
+  if (profile) *profile = trainer.profile();
   std::vector<std::vector<float>> out;
   for (int u = 0; u < model.unit_count(); ++u) out.push_back(trainer.gather_main_weights(u));
   return out;
@@ -194,6 +195,61 @@ TEST(Fsdp, FiveStepsEqualTheUnshardedReference) {
     auto got = sharded_weights(s, checked(), adamw(), 5, batches);
     expect_close(got, want, 1e-5, tied ? "tied" : "untied");
   }
+}
+
+// The embedding's own gradient, nonzero only in the rows of the batch's tokens, goes between
+// ranks as those rows where all ranks' rows are fewer than the vocabulary (216 tokens a step
+// against 259), and as a reduce-scatter of the table where they are not (against 200). Either
+// way the training equals the unsharded reference's, tied head or not; the profile says which
+// ran: a micro-batch's reduce-scatters are one a unit (and a tied head's share of the
+// embedding), less the embedding's where its rows went instead.
+TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
+  for (int vocab : {259, 200})
+    for (bool tied : {false, true}) {
+      ModelShape s = shape(tied);
+      s.vocab_size = vocab;
+      const std::vector<GlobalBatch> batches = {GlobalBatch(vocab, 11), GlobalBatch(vocab, 12)};
+      const auto want = reference_weights(s, adamw(), 3, batches);
+      StepProfile profile;
+      const auto got = sharded_weights(s, checked(), adamw(), 3, batches, 1, nullptr, MoeImpl::grouped, false, &profile);
+      const std::string what = std::to_string(vocab) + (tied ? " tied" : " untied");
+      expect_close(got, want, 1e-5, what.c_str());
+      const int ranks = comm().size(), units = static_cast<int>(model_units(s).size());
+      const bool rows = lookup_gradient_as_rows(ranks, kGlobalSequences / ranks * kS, vocab);
+      EXPECT_EQ(rows, ranks > 1 && vocab == 259) << what;
+      if (ranks > 1) {
+        EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0) - (rows ? 1 : 0))) << what;
+      }
+    }
+}
+
+// Reduced in bf16, the embedding's rows are summed in fp32 and rounded once: its gradient slice
+// is the fp32 reduction's rounded to bf16, bit for bit (a bf16 reduce-scatter would round each
+// rank's share before summing).
+TEST(Fsdp, EmbeddingRowsReducedInBf16RoundOnce) {
+  ModelShape s = shape();   // untied: the embedding's gradient is its lookup's alone
+  const int ranks = comm().size(), rows = kGlobalSequences / ranks;
+  if (!lookup_gradient_as_rows(ranks, rows * kS, s.vocab_size)) GTEST_SKIP() << "one rank: nothing to exchange";
+  const GlobalBatch b(s.vocab_size, 13);
+  std::vector<float> slice[2];
+  for (GradDtype reduce : {GradDtype::fp32, GradDtype::bf16}) {
+    Transformer model(model_opts(s, rows), ExecSpace());
+    FsdpOptions fo = checked();
+    fo.reduce_dtype = reduce;
+    ShardedTrainer trainer(model, comm(), fo, adamw());
+    trainer.initialize(42, 0.02f);
+    DeviceView<float> loss("loss", 1);
+    auto mask = load(model, b, comm().rank() * rows, rows);
+    trainer.forward_backward(mask.data(), b.scale(), loss.data());
+    slice[reduce == GradDtype::bf16] = trainer.read_gradient_slice(0);
+  }
+  ASSERT_EQ(slice[0].size(), slice[1].size());
+  long nonzero = 0;
+  for (std::size_t i = 0; i < slice[0].size(); ++i) {
+    ASSERT_EQ(slice[1][i], static_cast<float>(bf16(slice[0][i]))) << "element " << i;
+    nonzero += slice[0][i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, 0) << "this rank's slice holds some of the batch's tokens";
 }
 
 // LoRA: every frozen weight ends as it started, bit for bit, and the adapters moved.
@@ -444,7 +500,10 @@ TEST(Fsdp, GradientBuffersAreSizedForTheUnitsThatUseThem) {
     ASSERT_GT(l.max_padded(), 2 * layer) << "the test needs a vocabulary larger than a layer";
     // The receive buffers (a slice of each): none at one rank, where the buffers receive in place.
     const std::int64_t receive = comm().size() > 1 ? 4 * (l.max_padded() + layer) / comm().size() : 0;
-    const std::int64_t want = 4 * (l.max_padded() + layer) + receive;
+    // The embedding's gradient as every rank's rows (2 x kS tokens each) and their ids.
+    const std::int64_t lookup =
+        lookup_gradient_as_rows(comm().size(), 2 * kS, s.vocab_size) ? 4 * comm().size() * 2 * kS * (s.d_model + 1) : 0;
+    const std::int64_t want = 4 * (l.max_padded() + layer) + receive + lookup;
     EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::workspace) - before - model_workspace - optimizer_workspace,
               want)
         << (tied ? "tied" : "untied");

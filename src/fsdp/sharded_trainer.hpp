@@ -42,6 +42,15 @@ struct FsdpOptions {
   bool expert_parallel = false;
 };
 
+// Whether the embedding's own gradient (its lookup's, nonzero only in the rows of the batch's
+// tokens) goes between ranks as rows, each rank's distinct tokens (`tokens` at most) and their
+// summed gradient rows all-gathered, rather than as a reduce-scatter of the (vocab, d_model)
+// table: where there are ranks to exchange with and their rows together are fewer than the
+// table's. The memory plan (job/memory_plan.cpp) asks the same.
+inline bool lookup_gradient_as_rows(int ranks, std::int64_t tokens, std::int64_t vocab) {
+  return ranks > 1 && std::int64_t(ranks) * tokens < vocab;
+}
+
 // Whose weights a forward-only pass gathers: the policy's, or the frozen reference's.
 enum class WeightSource { policy, reference };
 
@@ -163,6 +172,7 @@ class ShardedTrainer {
   void compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, int grad_buffer, int embed_buffer);
   int take_grad_buffer(int unit);   // zeroed for `unit`
   void reduce(int unit, int buffer);
+  void reduce_lookup_rows();   // the embedding's own gradient, as rows (lookup_rows_)
   void finish_reduce(int buffer);
   bool tied() const;
   DataType compute_data_type() const;   // of the compute slices and what a gather moves
@@ -199,6 +209,11 @@ class ShardedTrainer {
   LedgerView<float> recv_f32_[2];              // reduce-scattered slices
   LedgerView<bf16> recv_bf16_[2];
   bool reduce_in_place_ = false;               // one rank: the buffers above are their own receive buffers
+  // The embedding's own (lookup) gradient exchanged as rows (reduce_lookup_rows), where
+  // lookup_gradient_as_rows: every rank's distinct tokens and their summed rows, (ranks, tokens).
+  bool lookup_rows_ = false;
+  LedgerView<std::int32_t> lookup_ids_;
+  LedgerView<float> lookup_row_sums_;          // (ranks, tokens, d_model)
   int pending_[2] = {-1, -1};                  // unit whose reduce-scatter is in flight per buffer
   int next_buffer_ = 0;
   // Per unit: its gradient slice holds nothing accumulated since the last optimizer step, so
@@ -208,7 +223,7 @@ class ShardedTrainer {
 
   SideStream comm_stream_;
   std::vector<DeviceEvent> gathered_;          // per slot: its all-gather finished
-  DeviceEvent compute_point_, grad_ready_[2], reduced_[2];
+  DeviceEvent compute_point_, grad_ready_[2], reduced_[2], rows_gathered_;
 
   StepProfile profile_;
 };

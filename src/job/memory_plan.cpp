@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/memory_capacity.hpp"
+#include "fsdp/sharded_trainer.hpp"
 #include "job/options.hpp"
 #include "kernels/attention_decode_cuda.hpp"
 #include "kernels/cudnn_attention.hpp"
@@ -177,6 +178,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double reduce_staging =
       (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
+  // The embedding's own gradient as rows (fsdp/sharded_trainer.hpp): every rank's ids and rows.
+  const double lookup_rows =
+      !m.shape.lora.on() && lookup_gradient_as_rows(world_size, std::int64_t(T), std::int64_t(d.V)) ? N * T * (d.D + 1) * 4
+                                                                                                    : 0.0;
   const double stored = config.train.activation_recompute ? 1 : d.L;
   const double logit_tokens =
       config.train.logits_chunk_tokens > 0 ? std::min(T, double(config.train.logits_chunk_tokens)) : T;
@@ -187,9 +192,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
        largest_unit * (2 * es + 4)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
                    "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
-                   "(fsdp.reduce_dtype)",
-                   second_unit),
-       second_unit * 4 + reduce_staging},
+                   "(fsdp.reduce_dtype){}",
+                   second_unit, lookup_rows > 0 ? "; the embedding's gradient as every rank's rows" : ""),
+       second_unit * 4 + reduce_staging + lookup_rows},
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},

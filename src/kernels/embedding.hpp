@@ -41,6 +41,16 @@ inline int group_tokens(const std::int32_t* tokens, int N, std::int32_t* order, 
   return groups;
 }
 
+// Group k's rows of dout summed in position order at column d (fp32): the one order in which an
+// embedding's lookup gradient is ever summed.
+template <class T>
+KOKKOS_INLINE_FUNCTION float group_row_sum(const std::int32_t* order, int begin, int end, const T* dout, int D,
+                                           int d) {
+  float sum = 0.0f;
+  for (int i = begin; i < end; ++i) sum += static_cast<float>(dout[static_cast<long>(order[i]) * D + d]);
+  return sum;
+}
+
 // dW(tokens(n), :) += dout(n, :)   (accumulates: dW is the persistent fp32 gradient)
 // One team per distinct token (group_tokens' groups): it sums the rows of that token's
 // positions in position order and adds the sum once. No atomics, so the result is the same bits
@@ -64,10 +74,56 @@ void embedding_backward(const ExecSpace& space,
         if (k >= *groups) return;
         const int begin = starts[k], end = starts[k + 1];
         const long row = static_cast<long>(tokens[order[begin]]) * D;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D),
+                             [&](const int d) { dW[row + d] += group_row_sum(order, begin, end, dout, D, d); });
+      });
+}
+
+// The lookup gradient as rows instead of a (V, D) table: ids[k] = group k's token and
+// rows(k, :) = its positions' rows of dout summed as embedding_backward sums them, for k below
+// the count of groups; ids[k] = -1 for the rest of the N entries (rows not written). Sorted by
+// id, each id once: what a rank sends when the ranks exchange their lookups' rows rather than
+// reduce-scatter a vocabulary-sized gradient (fsdp/sharded_trainer.cpp).
+template <class T>
+void embedding_backward_rows(const ExecSpace& space, const std::int32_t* tokens, const std::int32_t* order,
+                             const std::int32_t* starts, const std::int32_t* groups, const T* dout,
+                             std::int32_t* ids,   // (N)
+                             float* rows,         // (N, D)
+                             int N, int D) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  if (N <= 0) return;
+  Kokkos::parallel_for(
+      "embedding_backward_rows", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int k = team.league_rank();
+        if (k >= *groups) {
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { ids[k] = -1; });
+          return;
+        }
+        const int begin = starts[k], end = starts[k + 1];
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { ids[k] = tokens[order[begin]]; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D), [&](const int d) {
-          float sum = 0.0f;
-          for (int i = begin; i < end; ++i) sum += static_cast<float>(dout[static_cast<long>(order[i]) * D + d]);
-          dW[row + d] += sum;
+          rows[static_cast<long>(k) * D + d] = group_row_sum(order, begin, end, dout, D, d);
+        });
+      });
+}
+
+// dW(ids[k] * D + d - lo) += rows(k, d) for the elements of (V, D) in [lo, hi) (a rank's slice of
+// the table, which may cut rows), skipping ids of -1. Each id at most once in `ids`, so no
+// atomics: called once per rank in rank order, the sums are the same bits on every run.
+inline void embedding_rows_add(const ExecSpace& space, const std::int32_t* ids, const float* rows, int N, int D,
+                               long lo, long hi, float* dW) {
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  if (N <= 0) return;
+  Kokkos::parallel_for(
+      "embedding_rows_add", Kokkos::TeamPolicy<ExecSpace>(space, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int k = team.league_rank();
+        const long id = ids[k];
+        if (id < 0 || (id + 1) * D <= lo || id * D >= hi) return;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, D), [&](const int d) {
+          const long e = id * D + d;
+          if (e >= lo && e < hi) dW[e - lo] += rows[static_cast<long>(k) * D + d];
         });
       });
 }

@@ -151,12 +151,24 @@ void Transformer::embed_backward(float* g) {
                               a.token_starts.data() + N + 1, a.dres.as<T>(), g + a.embed, N, D);
 }
 
+template <class T>
+void Transformer::embed_backward_rows(std::int32_t* ids, float* rows) {
+  if (base_frozen()) return;
+  const int N = B_ * S_, D = options_.shape.d_model;
+  const Activations& a = *act_;
+  kernels::embedding_backward_rows(space_, a.tokens.data(), a.token_order.data(), a.token_starts.data(),
+                                   a.token_starts.data() + N + 1, a.dres.as<T>(), ids, rows, lookup_rows_capacity(),
+                                   D);
+}
+
 template void Transformer::head_backward<float>(const float*, float*, const float*, float*);
 template void Transformer::head_backward<bf16>(const bf16*, float*, const bf16*, float*);
 template void Transformer::layer_backward<float>(int, const float*, float*);
 template void Transformer::layer_backward<bf16>(int, const bf16*, float*);
 template void Transformer::embed_backward<float>(float*);
 template void Transformer::embed_backward<bf16>(float*);
+template void Transformer::embed_backward_rows<float>(std::int32_t*, float*);
+template void Transformer::embed_backward_rows<bf16>(std::int32_t*, float*);
 template void Transformer::weight_grad<float>(const float*, const float*, float*, int, int);
 template void Transformer::weight_grad<bf16>(const bf16*, const bf16*, float*, int, int);
 

@@ -449,6 +449,11 @@ void Transformer::forward_unit(int u, const void* weights, const void* tied_embe
   }
 }
 
+void Transformer::embedding_backward_rows(std::int32_t* ids, float* rows) {
+  SHARDRL_CHECK(!options_.inference_only, "backward on a model built for generation only");
+  options_.precision == Precision::bf16 ? embed_backward_rows<bf16>(ids, rows) : embed_backward_rows<float>(ids, rows);
+}
+
 void Transformer::backward_unit(int u, const void* weights, float* grads, const void* tied_embedding,
                                 float* tied_embedding_grads) {
   SHARDRL_CHECK(!options_.inference_only, "backward on a model built for generation only");

@@ -143,6 +143,12 @@ class Transformer {
   // unit's fp32 gradient `grads` (and, for a tied head, into `tied_embedding_grads`).
   void backward_unit(int u, const void* weights, float* grads, const void* tied_embedding = nullptr,
                      float* tied_embedding_grads = nullptr);
+  // The embedding's backward (unit 0's) as rows instead of into a (vocab, d_model) gradient:
+  // ids[k] and rows(k, :) for each distinct token of the micro-batch, sorted by id, then
+  // ids[k] = -1 up to lookup_rows_capacity() entries (kernels::embedding_backward_rows). Nothing
+  // for a frozen embedding (LoRA).
+  void embedding_backward_rows(std::int32_t* ids, float* rows);
+  int lookup_rows_capacity() const { return static_cast<int>(tokens_per_forward()); }
 
   // Generation, one new token per row: tokens[r] at position positions[r] of the sequence in
   // cache slot slots[r] (host arrays; no slots: row r is slot r). The model must have been
@@ -213,6 +219,7 @@ class Transformer {
   template <class T> void head_logits(const T* lm, int first, int n);
   template <class T> void layer_backward(int layer, const T* w, float* g);
   template <class T> void embed_backward(float* g);
+  template <class T> void embed_backward_rows(std::int32_t* ids, float* rows);
   // dW (out, in) += dY^T X with dY (N, out), X (N, in): fused or unfused as configured.
   template <class T> void weight_grad(const T* dY, const T* X, float* dW, int out, int in);
   // LoRA (model/lora_layers.cpp). With an adapter on target t of `layer`: y (N, out) += scale
