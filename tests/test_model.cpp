@@ -624,10 +624,11 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
 
 // The head in chunks of 5 tokens (18 tokens: 5, 5, 5, 3; backward recomputes all but the last)
 // computes what it computes over the whole batch at once: per-token log-probabilities, the loss
-// and every gradient, to rounding: a GEMM of 5 rows may sum in another order than one of 18 (on
-// the CPU it does not, and the logits agree bit for bit; cuBLAS picks kernels by shape), which
-// moves a logit by its last bit (bf16: 2^-8 relative of logits of size ~0.2), and the head's
-// weight gradient sums its chunks' GEMMs instead of one. Its logits buffer holds 5 tokens, not 18.
+// and every gradient, to rounding: a GEMM of 5 rows may sum in another order than one of 18
+// (cuBLAS picks kernels by shape, and so does OpenBLAS for the rows past its kernels' unroll:
+// single-threaded on a 2-core CI machine, 5 rows and 18 gave logits a bit apart), which moves a
+// logit by its last bit (bf16: 2^-8 relative of logits of size ~0.2), and the head's weight
+// gradient sums its chunks' GEMMs instead of one. Its logits buffer holds 5 tokens, not 18.
 TEST(Model, ChunkedHeadEqualsWholeBatchHead) {
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     SCOPED_TRACE(p == Precision::fp32 ? "fp32" : "bf16");
@@ -644,9 +645,6 @@ TEST(Model, ChunkedHeadEqualsWholeBatchHead) {
     const std::vector<float> whole_logp = whole.host(whole.model.logp(), 18);
     const std::vector<float> chunked_logp = chunked.host(chunked.model.logp(), 18);
     for (int t = 0; t < 18; ++t) {
-      if (!kDeviceIsGpu) {
-        EXPECT_EQ(chunked_logp[t], whole_logp[t]) << "token " << t;
-      }
       EXPECT_NEAR(chunked_logp[t], whole_logp[t], (fp32 ? 1e-5 : 2e-3) * std::max(1.0f, std::fabs(whole_logp[t])))
           << "token " << t;
     }
