@@ -202,7 +202,8 @@ std::vector<KeyDef> build_schema() {
                                       "The most device memory (MiB) cuDNN's attention backward may take: its "
                                       "deterministic backward holds the S x S score gradients of the rows it runs "
                                       "at once, so it runs the micro-batch's rows in calls that fit; where one row "
-                                      "does not fit (long sequences), training takes the flash kernels.",
+                                      "does not fit (long sequences), calls of one row and as many kv heads as fit; "
+                                      "where one kv head does not, training takes the flash kernels.",
                                       &Config::model, &ModelConfig::cudnn_workspace_mib),
                                 1),
                        kMaxInt));

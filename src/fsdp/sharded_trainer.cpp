@@ -293,7 +293,6 @@ void ShardedTrainer::reduce_lookup_rows() {
   const TraceSpan span("lookup rows", 0);
   const double t = now();
   const int b = 0;   // buffer 0's receive slice holds the largest unit's
-  if (pending_[b] >= 0) finish_reduce(b);
   const UnitShard& s = layout_.unit(0);
   const int ranks = layout_.world_size(), rank = layout_.rank();
   const int N = model_.lookup_rows_capacity(), D = model_.options().shape.d_model;
@@ -306,6 +305,8 @@ void ShardedTrainer::reduce_lookup_rows() {
   grad_ready_[b].wait(comm_stream_.get());
   comm_.all_gather(ids + long(rank) * N, ids, static_cast<std::size_t>(N), comm);
   comm_.all_gather(rows + rank * row_floats, rows, static_cast<std::size_t>(row_floats), comm);
+  // The receive slice is taken only now: the rows above did not wait for its reduce-scatter.
+  if (pending_[b] >= 0) finish_reduce(b);
   rows_gathered_.record(comm_stream_.get());
   rows_gathered_.wait(compute_stream());
   // This rank's slice is [rank x shard, (rank + 1) x shard) of the unit, whose table starts at 0.

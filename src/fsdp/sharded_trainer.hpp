@@ -15,6 +15,7 @@
 #include "core/dtype.hpp"
 #include "core/ledger_view.hpp"
 #include "fsdp/gather_slots.hpp"
+#include "fsdp/lookup_rows.hpp"
 #include "fsdp/shard_layout.hpp"
 #include "fsdp/unit_slices.hpp"
 #include "model/token_objective.hpp"
@@ -41,15 +42,6 @@ struct FsdpOptions {
   // is refused rather than ignored.
   bool expert_parallel = false;
 };
-
-// Whether the embedding's own gradient (its lookup's, nonzero only in the rows of the batch's
-// tokens) goes between ranks as rows, each rank's distinct tokens (`tokens` at most) and their
-// summed gradient rows all-gathered, rather than as a reduce-scatter of the (vocab, d_model)
-// table: where there are ranks to exchange with and their rows together are fewer than the
-// table's. The memory plan (job/memory_plan.cpp) asks the same.
-inline bool lookup_gradient_as_rows(int ranks, std::int64_t tokens, std::int64_t vocab) {
-  return ranks > 1 && std::int64_t(ranks) * tokens < vocab;
-}
 
 // Whose weights a forward-only pass gathers: the policy's, or the frozen reference's.
 enum class WeightSource { policy, reference };

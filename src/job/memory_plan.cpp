@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/memory_capacity.hpp"
-#include "fsdp/sharded_trainer.hpp"
+#include "fsdp/lookup_rows.hpp"
 #include "job/options.hpp"
 #include "kernels/attention_decode_cuda.hpp"
 #include "kernels/cudnn_attention.hpp"
@@ -192,9 +192,10 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
        largest_unit * (2 * es + 4)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
                    "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
-                   "(fsdp.reduce_dtype){}",
-                   second_unit, lookup_rows > 0 ? "; the embedding's gradient as every rank's rows" : ""),
-       second_unit * 4 + reduce_staging + lookup_rows},
+                   "(fsdp.reduce_dtype)",
+                   second_unit),
+       second_unit * 4 + reduce_staging},
+
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},
@@ -216,6 +217,11 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                          "{:.4g} scores",
                          double(config.train.seq_len) * double(config.train.seq_len)),
        attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len), es, true)}};
+  if (lookup_rows > 0)
+    train.push_back({fmt::format("the embedding's gradient as rows: {:.4g} ranks' {:.4g} tokens' ids and rows (fewer "
+                                 "than model.vocab_size's)",
+                                 N, T),
+                     lookup_rows});
   if (d.moe_layers > 0) {
     // Shared by the MoE layers (model/moe_layers.cpp): the experts' gradient rows, and with
     // expert parallelism the exchange's buffers, for R rows: this rank's experts may receive every
@@ -245,7 +251,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     const double len = std::min(double(config.train.seq_len) + 1, double(m.shape.max_seq_len));
     // The paged engine's pool: rollout.kv_cache_tokens positions (at least two sequences' worth),
     // or by default as many as the static engine's rows x positions.
-    const bool pool = config.rollout.engine == RolloutEngine::paged && config.rollout.kv_cache_tokens > 0;
+    // The paged engine's cache has room for twice the decode rows' sequences (rollout/generator.cpp).
+    const bool paged = config.rollout.engine == RolloutEngine::paged;
+    const bool pool = paged && config.rollout.kv_cache_tokens > 0;
     const double positions = pool ? std::max(double(config.rollout.kv_cache_tokens), 2 * len) : rows * len;
     // rollout.tensor_parallel = tp: a group decodes its ranks' rows together, each rank with its
     // part (model/tensor_parallel.hpp): 1/tp of the kv heads of tp times the rows.
@@ -295,7 +303,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
              // builds the decode attention's split workspace (kernels/attention_decode_cuda.hpp),
              // where its kernel takes the compute type (bf16) and the head dim.
              gen_rows * std::max(part.Hq + 2 * part.Hkv, 2 * part.F) * es +
-             (gpu_build && es == 2 ? decode_split_bytes(part, m.shape.head_dim, gen_rows, len) : 0.0) +
+             (gpu_build && es == 2 ? decode_split_bytes(part, m.shape.head_dim,
+                                                         paged ? 2 * gen_rows : gen_rows, len)
+                                   : 0.0) +
              (gpu_build ? gemm_workspace_bytes(part, act_tokens, es, gpu_build) : 0) +
              attention_scratch_bytes(m, prefill_rows, len, es, false)}};
     if (d.moe_layers > 0) {

@@ -258,16 +258,23 @@ struct CudnnAttention::Plans {
       rows = next;
     }
     const int group = s.n_heads / s.n_kv_heads;
-    std::size_t one_kv_head = 0;
-    if (granule == 1)
+    std::size_t fewest_bytes = 0;
+    int fewest = 0;   // the fewest kv heads a call could take, and its workspace
+    if (granule == 1) {
+      // One row with every head first: the rows above stopped on an estimate from more rows.
+      if (rows > 1 && fits(plan(call_shape(s, 1, s.n_kv_heads), s, backward).workspace)) return {1, s.n_kv_heads};
       for (int g = s.n_kv_heads - 1; g >= 1; --g) {
         if (s.n_kv_heads % g != 0 || (long(g) * group * s.S) % 4 != 0) continue;
         const std::size_t bytes = plan(call_shape(s, 1, g), s, backward).workspace;
         if (fits(bytes)) return {1, g};
-        one_kv_head = bytes;
+        fewest_bytes = bytes;
+        fewest = g;
       }
+    }
     std::string heads;
-    if (one_kv_head > 0) heads = fmt::format(" ({:.0f} MiB with one kv head's queries a call)", one_kv_head / 1048576.0);
+    if (fewest > 0)
+      heads = fmt::format(" ({:.0f} MiB with {} queries a call)", fewest_bytes / 1048576.0,
+                          fewest == 1 ? std::string("one kv head's") : fmt::format("{} kv heads'", fewest));
     throw BuildError{fmt::format(
         "its {} for {} row{} of {} positions needs a {:.0f} MiB workspace{}, over the {:.0f} MiB allowed "
         "(model.cudnn_workspace_mib){}",
