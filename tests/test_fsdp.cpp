@@ -255,6 +255,60 @@ TEST(Fsdp, EmbeddingRowsReducedInBf16RoundOnce) {
   EXPECT_GT(nonzero, 0) << "this rank's slice holds some of the batch's tokens";
 }
 
+// At one rank a unit's slice is the whole unit, so the gather slots are views of the slices: no
+// gather memory and no copies. Training, and the reference policy's log-probabilities, give the
+// bits of copying into slots of their own (what debug.check_released keeps, so that released
+// weights can be poisoned without touching the slices): fp32 and bf16, untied, tied and LoRA.
+TEST(Fsdp, OneRankGathersAreViewsOfTheSlices) {
+  if (comm().size() != 1) GTEST_SKIP() << "at more than one rank a slice is part of a unit";
+  const GlobalBatch b(shape().vocab_size, 9);
+  const int rows = kGlobalSequences;
+  auto host = [](const float* d, int n) {
+    std::vector<float> h(n);
+    Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), n),
+                      Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(d, n));
+    return h;
+  };
+  for (const char* what : {"fp32", "bf16", "bf16 tied", "bf16 LoRA"}) {
+    SCOPED_TRACE(what);
+    const std::string name = what;
+    ModelShape s = shape(name == "bf16 tied");
+    if (name == "bf16 LoRA") s.lora = LoraShape{4, 8.0f, 0x7f};
+    const Precision p = name == "fp32" ? Precision::fp32 : Precision::bf16;
+    std::vector<std::vector<float>> weights[2], logp[2];
+    std::int64_t gather_bytes[2] = {0, 0};
+    for (int views = 0; views < 2; ++views) {
+      FsdpOptions fo;
+      fo.check_released = views == 0;   // slots of their own, poisoned when released
+      fo.keep_reference = true;
+      const std::int64_t before = MemoryLedger::instance().bytes(MemoryCategory::gather);
+      Transformer model(model_opts(s, rows, p), ExecSpace());
+      ShardedTrainer trainer(model, comm(), fo, adamw());
+      gather_bytes[views] = MemoryLedger::instance().bytes(MemoryCategory::gather) - before;
+      trainer.initialize(42, 0.02f);
+      trainer.snapshot_reference();
+      DeviceView<float> loss("loss", 1);
+      for (int step = 0; step < 3; ++step) {
+        auto mask = load(model, b, 0, rows);
+        trainer.forward_backward(mask.data(), b.scale(), loss.data());
+        trainer.optimizer_step();
+      }
+      for (int u = 0; u < model.unit_count(); ++u) weights[views].push_back(trainer.gather_main_weights(u));
+      load(model, b, 0, rows);
+      DeviceView<float> out("logp", rows * kS);
+      for (WeightSource source : {WeightSource::reference, WeightSource::policy}) {
+        trainer.forward_logp(out.data(), source);
+        logp[views].push_back(host(out.data(), rows * kS));
+      }
+    }
+    EXPECT_GT(gather_bytes[0], 0);
+    EXPECT_EQ(gather_bytes[1], 0) << "views own no memory";
+    ASSERT_EQ(weights[0].size(), weights[1].size());
+    for (std::size_t u = 0; u < weights[0].size(); ++u) EXPECT_EQ(weights[1][u], weights[0][u]) << "unit " << u;
+    EXPECT_EQ(logp[1], logp[0]) << "log-probabilities of the reference, then of the policy";
+  }
+}
+
 // LoRA: every frozen weight ends as it started, bit for bit, and the adapters moved.
 void expect_base_frozen_adapters_trained(const std::vector<std::vector<float>>& got,
                                          const std::vector<std::vector<float>>& initial, const ModelShape& s,

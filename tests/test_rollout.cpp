@@ -179,7 +179,8 @@ TEST(Rollout, PhasesShareOneArenaAndGiveTheSameResults) {
   EXPECT_LT(arena.bytes(), both);
   EXPECT_GT(arena.phase_bytes(Phase::rollout, MemoryCategory::kv_cache), 0);
   EXPECT_GT(arena.phase_bytes(Phase::rollout, MemoryCategory::gather), 0);
-  EXPECT_GT(arena.phase_bytes(Phase::train, MemoryCategory::gather), 0);
+  // The train phase's gather slots: at one rank views of the slices, owning nothing.
+  EXPECT_EQ(arena.phase_bytes(Phase::train, MemoryCategory::gather) > 0, comm->size() > 1);
 
   const std::int64_t total = MemoryLedger::instance().total();
   for (int it = 0; it < 3; ++it) {

@@ -2,7 +2,8 @@
 // A unit is used through a GatheredUnit handle; using it after its slot was released (or
 // refilled) is caught: the handle's generation no longer matches, and with check_released the
 // slot's contents are NaN. The fifth upstream failure (a fused kernel reading released
-// weights) cannot happen unnoticed.
+// weights) cannot happen unnoticed. Slots of views own no memory: a claim names the weights
+// (at one rank a unit's own slice is the whole unit), and the generations hold as before.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +26,15 @@ class GatherSlots {
   // `count` slots of `elements` elements of `element_size` bytes each.
   GatherSlots(int count, std::int64_t elements, std::size_t element_size, bool check_released,
               ArenaPlacement at, const ExecSpace& space);
+  // `count` slots of views (no memory, nothing to poison: check_released is not taken).
+  static GatherSlots views(int count, const ExecSpace& space);
 
-  int count() const { return static_cast<int>(buffers_.size()); }
+  int count() const { return static_cast<int>(buffers_.size()); }   // slots that own memory
   int holding(int unit) const;            // slot holding `unit`, or -1
   bool has_free() const;
-  // Claims a free slot for `unit` (fatal if none: a schedule bug).
-  GatheredUnit claim(int unit);
+  // Claims a free slot for `unit` (fatal if none: a schedule bug); a slot of views holds `view`.
+  GatheredUnit claim(int unit, const void* view = nullptr);
+  bool holds_views() const { return views_; }
   void* buffer(int slot) const;
   // The slot no longer holds its unit; poisoned when checking is on.
   void release(int unit);
@@ -43,6 +47,8 @@ class GatherSlots {
   std::vector<std::uint64_t> generation_;
   std::uint64_t next_generation_ = 1;
   std::vector<LedgerView<char>> buffers_;
+  std::vector<const void*> view_;   // per slot: what a slot of views holds
+  bool views_ = false;
   std::int64_t elements_;
   std::size_t element_size_;
   bool check_;

@@ -37,11 +37,20 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
     reference_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "reference_slice");
 
   // Two slots let the next unit's all-gather overlap this unit's compute; keeping every unit
-  // gathered from forward to backward needs one per unit.
+  // gathered from forward to backward needs one per unit. At one rank a unit's own slice is the
+  // whole unit, laid out as a gather lays it (checked below): the slots are views of the slices,
+  // with no memory and no copies, unless released weights are to be poisoned (check_released),
+  // which must not touch the slices themselves.
   const int units = model_.unit_count();
   const int slot_count = options_.reshard_after_forward ? 2 : units;
-  slots_ = std::make_unique<GatherSlots>(slot_count, layout_.max_gathered(), model_.compute_type_size(),
-                                         options_.check_released, model_.options().arena, space_);
+  bool views = layout_.world_size() == 1 && !options_.check_released;
+  for (int u = 0; u < units; ++u) {
+    const UnitShard& s = layout_.unit(u);
+    views = views && !s.expert_parallel() && s.shard == s.gathered && (!s.adapters() || s.base == s.adapters_at);
+  }
+  slots_ = views ? std::make_unique<GatherSlots>(GatherSlots::views(slot_count, space_))
+                 : std::make_unique<GatherSlots>(slot_count, layout_.max_gathered(), model_.compute_type_size(),
+                                                 options_.check_released, model_.options().arena, space_);
   gathered_ = std::vector<DeviceEvent>(slot_count);
   last_handle_.resize(units);
   // Transient buffers share the model's arena placement (the train phase), if it has one.
@@ -151,11 +160,16 @@ void ShardedTrainer::initialize(std::uint64_t seed, float std) {
 
 GatheredUnit ShardedTrainer::gather(int u) {
   if (slots_->holding(u) >= 0) return last_handle_[u] = slots_->current(u);
+  const void* source = source_ == WeightSource::reference ? reference_.address(u) : compute_slice(u);
+  if (slots_->holds_views()) {   // one rank: the slice is the unit, current in stream order
+    GatheredUnit g = slots_->claim(u, source);
+    gathered_[g.slot].record(compute_stream());
+    return last_handle_[u] = g;
+  }
   const TraceSpan span("all-gather unit", u);
   const double t = now();
   GatheredUnit g = slots_->claim(u);
   const UnitShard& s = layout_.unit(u);
-  const void* source = source_ == WeightSource::reference ? reference_.address(u) : compute_slice(u);
   const DataType type = compute_data_type();
   // The communication stream starts after everything computed so far: the own slice is up to
   // date and the slot's previous unit is no longer read.

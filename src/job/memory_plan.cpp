@@ -185,11 +185,15 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double stored = config.train.activation_recompute ? 1 : d.L;
   const double logit_tokens =
       config.train.logits_chunk_tokens > 0 ? std::min(T, double(config.train.logits_chunk_tokens)) : T;
+  // At one rank the gather slots are views of the slices themselves (fsdp/sharded_trainer.cpp),
+  // unless debug.check_released poisons released ones or expert-parallel units gather a part.
+  const bool slot_views =
+      world_size == 1 && !config.debug.check_released && !(config.fsdp.expert_parallel && d.moe_layers > 0);
   std::vector<MemoryTerm> train{
-      {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): two "
-                   "slots and its fp32 gradient",
-                   largest_unit),
-       largest_unit * (2 * es + 4)},
+      {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): {}"
+                   "its fp32 gradient",
+                   largest_unit, slot_views ? "" : "two slots and "),
+       largest_unit * ((slot_views ? 0 : 2 * es) + 4)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
                    "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
                    "(fsdp.reduce_dtype)",
