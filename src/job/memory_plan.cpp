@@ -66,10 +66,6 @@ double activation_bytes(const Dims& d, double tokens, double residuals, double s
   return tokens * (residuals * d.D + stored * per_layer + shared) * es;
 }
 
-// A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU, in its phase of the arena;
-// on the CPU, bf16 GEMMs run in fp32 through a conversion workspace sized by the largest weight,
-// which is at least the head's (vocab_size, d_model), and which each model holds outside the
-// arena (gemm_outside_arena).
 // The decode attention's split workspace (its partials and counters) for steps of up to `rows`
 // rows: what kernels/attention_decode_cuda.hpp sizes, none for head dims its kernel does not take.
 double decode_split_bytes(const Dims& d, int head_dim, double rows, double len) {
@@ -78,6 +74,10 @@ double decode_split_bytes(const Dims& d, int head_dim, double rows, double len) 
   return double(n.partials) * 4 + double(n.arrivals) * 4;
 }
 
+// A model's GEMM workspace (docs/memory.md): cuBLAS's 32 MiB on a GPU, in its phase of the arena;
+// on the CPU, bf16 GEMMs run in fp32 through a conversion workspace sized by the largest weight,
+// which is at least the head's (vocab_size, d_model), and which each model holds outside the
+// arena (gemm_outside_arena).
 double gemm_workspace_bytes(const Dims& d, double tokens, double es, bool gpu_build) {
   if (gpu_build) return 32.0 * (1 << 20);
   return es == 2 ? (tokens * d.D + d.D * d.V + tokens * d.V) * 4 : 0;
@@ -178,10 +178,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double reduce_staging =
       (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
-  // The embedding's own gradient as rows (fsdp/sharded_trainer.hpp): every rank's ids and rows.
-  const double lookup_rows =
-      !m.shape.lora.on() && lookup_gradient_as_rows(world_size, std::int64_t(T), std::int64_t(d.V)) ? N * T * (d.D + 1) * 4
-                                                                                                    : 0.0;
+  // The embedding's own gradient as rows (fsdp/lookup_rows.hpp): every rank's ids and rows.
+  const bool as_rows = !m.shape.lora.on() && lookup_gradient_as_rows(world_size, std::int64_t(T), std::int64_t(d.V));
+  const double lookup_rows = as_rows ? N * T * (d.D + 1) * 4 : 0.0;
   const double stored = config.train.activation_recompute ? 1 : d.L;
   const double logit_tokens =
       config.train.logits_chunk_tokens > 0 ? std::min(T, double(config.train.logits_chunk_tokens)) : T;
@@ -199,7 +198,6 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                    "(fsdp.reduce_dtype)",
                    second_unit),
        second_unit * 4 + reduce_staging},
-
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},
