@@ -198,13 +198,16 @@ TEST(Fsdp, FiveStepsEqualTheUnshardedReference) {
   }
 }
 
-// The embedding's own gradient, nonzero only in the rows of the batch's tokens, goes between
-// ranks as those rows where all ranks' rows are fewer than the vocabulary (a model with room for
-// a row more than each rank's batch: 234-252 tokens against 259), and as a reduce-scatter of the
-// table where they are not (against 200). Either way the training equals the unsharded
-// reference's, tied head or not; the profile says which ran: a micro-batch's reduce-scatters are
-// one a unit (and a tied head's share of the embedding), less the embedding's where its rows
-// went instead.
+// The embedding's lookup goes between ranks as rows of the ranks' tokens where all ranks' rows
+// are fewer than the vocabulary (a model with room for a row more than each rank's batch:
+// 234-252 tokens against 259), and as the table where they are not (against 200): in forward
+// each rank's part of every rank's rows from its slice, reduce-scattered, instead of gathering
+// the table; in backward the embedding's own gradient, nonzero only in the rows of the batch's
+// tokens, as those rows instead of a reduce-scatter of the table's. Either way the training
+// equals the unsharded reference's, tied head or not (with released weights poisoned, so a read
+// of an embedding never gathered would show); the profile says which ran: a micro-batch
+// reduce-scatters each unit (and a tied head's share of the embedding), or with rows the
+// forward's rows in place of the embedding's own gradient.
 TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
   for (int vocab : {259, 200})
     for (bool tied : {false, true}) {
@@ -218,10 +221,18 @@ TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
       const std::string what = std::to_string(vocab) + (tied ? " tied" : " untied");
       expect_close(got, want, 1e-5, what.c_str());
       const int ranks = comm().size(), units = static_cast<int>(model_units(s).size());
-      const bool rows = lookup_gradient_as_rows(ranks, (kGlobalSequences / ranks + 1) * kS, vocab);
+      const bool rows = lookup_as_rows(ranks, (kGlobalSequences / ranks + 1) * kS, vocab);
       EXPECT_EQ(rows, ranks > 1 && vocab == 259) << what;
       if (ranks > 1) {
-        EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0) - (rows ? 1 : 0))) << what;
+        EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0) - (rows ? 1 : 0) + (rows ? 1 : 0))) << what;
+        const ShardLayout layout(model_units(s), ranks, comm().rank());
+        std::int64_t step_bytes = 0;   // fp32 everywhere
+        for (int u = 0; u < units; ++u) step_bytes += 4 * layout.unit(u).shard * ranks;
+        const std::int64_t embedding = 4 * layout.unit(0).shard * ranks;
+        const std::int64_t capacity = (kGlobalSequences / ranks + 1) * kS;   // the model's tokens per forward
+        if (tied) step_bytes += embedding;
+        if (rows) step_bytes += 4 * ranks * capacity * s.d_model - embedding;
+        EXPECT_EQ(profile.reduce_scatter_bytes, 3 * step_bytes) << what;
       }
     }
 }
@@ -232,7 +243,7 @@ TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
 TEST(Fsdp, EmbeddingRowsReducedInBf16RoundOnce) {
   ModelShape s = shape();   // untied: the embedding's gradient is its lookup's alone
   const int ranks = comm().size(), rows = kGlobalSequences / ranks;
-  if (!lookup_gradient_as_rows(ranks, rows * kS, s.vocab_size)) GTEST_SKIP() << "one rank: nothing to exchange";
+  if (!lookup_as_rows(ranks, rows * kS, s.vocab_size)) GTEST_SKIP() << "one rank: nothing to exchange";
   const GlobalBatch b(s.vocab_size, 13);
   std::vector<float> slice[2];
   for (GradDtype reduce : {GradDtype::fp32, GradDtype::bf16}) {
@@ -559,7 +570,7 @@ TEST(Fsdp, GradientBuffersAreSizedForTheUnitsThatUseThem) {
     const std::int64_t receive = comm().size() > 1 ? 4 * (l.max_padded() + layer) / comm().size() : 0;
     // The embedding's gradient as every rank's rows (2 x kS tokens each) and their ids.
     const std::int64_t lookup =
-        lookup_gradient_as_rows(comm().size(), 2 * kS, s.vocab_size) ? 4 * comm().size() * 2 * kS * (s.d_model + 1) : 0;
+        lookup_as_rows(comm().size(), 2 * kS, s.vocab_size) ? 4 * comm().size() * 2 * kS * (s.d_model + 1) : 0;
     const std::int64_t want = 4 * (l.max_padded() + layer) + receive + lookup;
     EXPECT_EQ(MemoryLedger::instance().bytes(MemoryCategory::workspace) - before - model_workspace - optimizer_workspace,
               want)

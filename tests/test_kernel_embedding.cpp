@@ -117,6 +117,49 @@ TYPED_TEST(EmbeddingKernel, ForwardGathersRows) {
   }
 }
 
+// Each rank's part of the lookup from its slice of the table alone: slices of the flat (V, D)
+// table that cut rows (the last padded past the table, as shards are), tokens of every rank,
+// and ids outside [0, V) (which no slice holds). Each part is the lookup where its slice holds
+// the element and zero elsewhere, so the parts' sum, the reduce-scatter's, is the lookup.
+TYPED_TEST(EmbeddingKernel, ForwardFromSlicesSumsToTheLookup) {
+  using T = TypeParam;
+  ExecSpace space;
+  std::uint64_t seed = 150;
+  for (const Shape& s : kShapes)
+    for (int ranks : {1, 2, 3, 7}) {
+      std::vector<double> tokens = random_tokens(s.N, s.V, ++seed);
+      tokens[0] = -1;                         // out of range: zero in every part
+      if (s.N > 2) tokens[2] = s.V;
+      const long table = static_cast<long>(s.V) * s.D;
+      const long shard = (table + ranks - 1) / ranks;
+      std::vector<double> W;
+      Buffer<T> W_dev = random_buffer<T>(shard * ranks, ++seed, &W);   // the padded table
+      Buffer<std::int32_t> tok_dev = token_buffer(tokens);
+      const long n = static_cast<long>(s.N) * s.D;
+      std::vector<double> sum(n, 0.0);
+      for (int r = 0; r < ranks; ++r) {
+        Buffer<T> out(n + kGuard);
+        out.poison();
+        kernels::embedding_forward_owned<T>(space, tok_dev.data(), W_dev.data() + r * shard, r * shard,
+                                            (r + 1) * shard, s.V, out.data(), s.N, s.D);
+        std::vector<double> got = out.host();
+        expect_guard_untouched(got, n, "embedding_forward_owned");
+        for (long i = 0; i < n; ++i) {
+          const long id = static_cast<long>(tokens[i / s.D]), e = id * s.D + i % s.D;
+          const bool mine = id >= 0 && id < s.V && e >= r * shard && e < (r + 1) * shard;
+          ASSERT_EQ(got[i], mine ? W[e] : 0.0) << "rank " << r << " of " << ranks << ", element " << i;
+          sum[i] += got[i];
+        }
+      }
+      std::vector<double> want(n, 0.0);
+      for (long i = 0; i < n; ++i) {
+        const long id = static_cast<long>(tokens[i / s.D]);
+        if (id >= 0 && id < s.V) want[i] = W[id * s.D + i % s.D];
+      }
+      expect_close(sum, want, 0.0, 0.0, "embedding_forward_owned summed over ranks");
+    }
+}
+
 TYPED_TEST(EmbeddingKernel, BackwardAccumulatesIntoGradient) {
   using T = TypeParam;
   std::uint64_t seed = 200;

@@ -76,8 +76,11 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   for (int u = 0; u < units; ++u) reduce_in_place_ = reduce_in_place_ && !layout_.unit(u).expert_parallel();
   const ModelShape& shape = model_.options().shape;
   const int tokens = model_.lookup_rows_capacity();
-  lookup_rows_ = lookup_gradient_as_rows(layout_.world_size(), tokens, shape.vocab_size) && layout_.unit(0).trainable > 0;
-  if (lookup_rows_) {
+  const UnitShard& embedding = layout_.unit(0);   // the table alone, from its slices' offset 0
+  const bool as_rows = lookup_as_rows(layout_.world_size(), tokens, shape.vocab_size);
+  lookup_forward_ = as_rows && !embedding.adapters() && !embedding.expert_parallel();
+  lookup_rows_ = as_rows && embedding.trainable > 0;
+  if (lookup_forward_ || lookup_rows_) {
     const auto rows = static_cast<std::size_t>(layout_.world_size()) * static_cast<std::size_t>(tokens);
     lookup_ids_ = LedgerView<std::int32_t>(at, MemoryCategory::workspace, "lookup_ids", rows);
     lookup_row_sums_ = LedgerView<float>(at, MemoryCategory::workspace, "lookup_row_sums", rows * shape.d_model);
@@ -157,9 +160,13 @@ void ShardedTrainer::initialize(std::uint64_t seed, float std) {
 
 // ---- The schedule --------------------------------------------------------------------------
 
+const void* ShardedTrainer::gather_source(int u) const {
+  return source_ == WeightSource::reference ? reference_.address(u) : compute_slice(u);
+}
+
 GatheredUnit ShardedTrainer::gather(int u) {
   if (slots_->holding(u) >= 0) return last_handle_[u] = slots_->current(u);
-  const void* source = source_ == WeightSource::reference ? reference_.address(u) : compute_slice(u);
+  const void* source = gather_source(u);
   if (slots_->holds_views()) {   // one rank: the slice is the unit, current in stream order
     GatheredUnit g = slots_->claim(u, source);
     gathered_[g.slot].record(compute_stream());
@@ -191,6 +198,15 @@ GatheredUnit ShardedTrainer::gather(int u) {
 
 void ShardedTrainer::prefetch(int u) {
   if (u >= 0 && u < model_.unit_count() && slots_->holding(u) < 0 && slots_->has_free()) gather(u);
+}
+
+// The next unit, except before a tied head when the embedding is not held (resharded after its
+// own forward, or never gathered: forward_lookup_rows): the head needs it again, and it is the
+// largest unit, while the head's own weights, a final norm, are small enough to gather unhidden.
+void ShardedTrainer::prefetch_after(int u) {
+  const int head = model_.head_unit();
+  if (u + 1 == head && tied() && slots_->holding(0) < 0) prefetch(0);
+  else prefetch(u + 1);
 }
 
 void ShardedTrainer::release(int u) {
@@ -246,11 +262,15 @@ void ShardedTrainer::forward_logp(float* out, WeightSource source, float tempera
   model_.set_token_distribution(TokenDistribution{temperature, false});
   const int units = model_.unit_count(), head = model_.head_unit();
   for (int u = 0; u < units; ++u) {
+    if (u == 0 && lookup_forward_) {   // from the slices, no gather
+      forward_lookup_rows();
+      continue;
+    }
     GatheredUnit w = gather(u);
     GatheredUnit embedding = (u == head && tied()) ? gather(0) : GatheredUnit{};
-    prefetch(u + 1);
+    prefetch_after(u);
     compute_forward(w, embedding);
-    if (u != 0 || !tied()) release(u);
+    release(u);
   }
   if (tied()) release(0);
   source_ = WeightSource::policy;   // the next gathers (the train step's) read the policy
@@ -275,11 +295,16 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
   const bool reshard = options_.reshard_after_forward;
   model_.set_token_distribution(objective.distribution());
 
-  // Forward: gather u (prefetched), start gathering u+1, compute u, release u.
+  // Forward: gather u (prefetched), start gathering u+1, compute u, release u. The embedding
+  // may be looked up from the slices instead (forward_lookup_rows), with no gather.
   for (int u = 0; u < units; ++u) {
+    if (u == 0 && lookup_forward_) {
+      forward_lookup_rows();
+      continue;
+    }
     GatheredUnit w = gather(u);
     GatheredUnit embedding = (u == head && tied()) ? gather(0) : GatheredUnit{};
-    prefetch(u + 1);
+    prefetch_after(u);
     compute_forward(w, embedding);
     if (reshard && u != head) release(u);   // the head (and a tied embedding) go straight on to backward
   }

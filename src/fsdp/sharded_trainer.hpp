@@ -149,6 +149,7 @@ class ShardedTrainer {
  private:
   void form_lora_slice(int u, float* slice) const;   // read_weights' slice, on the device
   GatheredUnit gather(int u);      // the unit's handle; all-gathers it if not held
+  const void* gather_source(int u) const;   // the own slice a gather of u reads (source_)
   // Unit u whole into `out` from every rank's slice `source` (compute type or fp32): one
   // all-gather, or for an expert-parallel unit one of the dense pieces and one of the experts.
   void all_gather_unit(int u, const void* source, void* out, DataType type, StreamRef stream);
@@ -158,6 +159,7 @@ class ShardedTrainer {
   void copy_own_experts(int u, const void* source, void* out, DataType type);
   void all_gather_as_trained(int u, const void* source, void* out, DataType type, StreamRef stream);
   void prefetch(int u);            // starts the all-gather of u if a slot is free
+  void prefetch_after(int u);      // forward: what to gather while unit u computes
   void release(int u);
   StreamHandle compute_stream() const;
   void compute_forward(const GatheredUnit& w, const GatheredUnit& embedding);
@@ -165,6 +167,9 @@ class ShardedTrainer {
   int take_grad_buffer(int unit);   // zeroed for `unit`
   void reduce(int unit, int buffer);
   void reduce_lookup_rows();   // the embedding's own gradient, as rows (lookup_rows_)
+  // The embedding's forward from the slices, as rows (lookup_forward_), with unit 1's gather
+  // started behind its exchange.
+  void forward_lookup_rows();
   void finish_reduce(int buffer);
   bool tied() const;
   DataType compute_data_type() const;   // of the compute slices and what a gather moves
@@ -201,11 +206,15 @@ class ShardedTrainer {
   LedgerView<float> recv_f32_[2];              // reduce-scattered slices
   LedgerView<bf16> recv_bf16_[2];
   bool reduce_in_place_ = false;               // one rank: the buffers above are their own receive buffers
-  // The embedding's own (lookup) gradient exchanged as rows (reduce_lookup_rows), where
-  // lookup_gradient_as_rows: every rank's distinct tokens and their summed rows, (ranks, tokens).
+  // The embedding's lookup exchanged as rows where lookup_as_rows (fsdp/lookup_rows.hpp): its
+  // forward (forward_lookup_rows: every rank's tokens and the parts of their rows in each slice),
+  // and its own gradient (reduce_lookup_rows: every rank's distinct tokens and their summed rows)
+  // where it has one. Both use the same buffers: (ranks, tokens) ids, and (ranks, tokens, d_model)
+  // rows, fp32 or, in forward, the compute type.
+  bool lookup_forward_ = false;
   bool lookup_rows_ = false;
   LedgerView<std::int32_t> lookup_ids_;
-  LedgerView<float> lookup_row_sums_;          // (ranks, tokens, d_model)
+  LedgerView<float> lookup_row_sums_;
   int pending_[2] = {-1, -1};                  // unit whose reduce-scatter is in flight per buffer
   int next_buffer_ = 0;
   // Per unit: its gradient slice holds nothing accumulated since the last optimizer step, so
@@ -215,7 +224,7 @@ class ShardedTrainer {
 
   SideStream comm_stream_;
   std::vector<DeviceEvent> gathered_;          // per slot: its all-gather finished
-  DeviceEvent compute_point_, grad_ready_[2], reduced_[2], rows_gathered_;
+  DeviceEvent compute_point_, grad_ready_[2], reduced_[2], rows_gathered_, looked_up_;
 
   StepProfile profile_;
 };

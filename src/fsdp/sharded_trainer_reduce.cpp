@@ -1,12 +1,11 @@
 // The gradients' way from backward to the slices: the two full-unit buffers backward writes
 // into, their reduce-scatters on the communication stream (or, at one rank, the buffers read in
-// place), the embedding's own gradient as rows, and the reduced slices added into the persistent
-// gradients. The schedule that calls them is in sharded_trainer.cpp.
+// place), and the reduced slices added into the persistent gradients. The schedule that calls
+// them is in sharded_trainer.cpp; the embedding's own gradient as rows in sharded_trainer_lookup.cpp.
 #include "fsdp/sharded_trainer.hpp"
 
 #include "core/trace.hpp"
 #include "kernels/elementwise.hpp"
-#include "kernels/embedding.hpp"
 
 namespace shardrl {
 
@@ -68,52 +67,6 @@ void ShardedTrainer::reduce(int unit, int b) {
   }
   if (options_.profile) {
     comm_.synchronize(comm);
-    profile_.reduce_s += now() - t;
-  }
-}
-
-// The embedding's own gradient is its lookup's: nonzero only in the rows of the batch's tokens.
-// Rather than zero, fill and reduce-scatter a vocabulary-sized buffer at the end of backward,
-// where no compute is left to hide it (qwen3-0.6b: 622 MB in fp32), and gather the embedding's
-// weights for it, which it does not read, each rank sums its distinct tokens' rows
-// (kernels::embedding_backward_rows), the ranks all-gather those rows, and each adds the ones
-// in its slice in rank order (kernels::embedding_rows_add) into buffer 0's receive slice, which
-// finish_reduce then takes as a reduce-scatter's. The sums are a reduce-scatter's: per rank in
-// position order, then over ranks (at two ranks the same bits).
-void ShardedTrainer::reduce_lookup_rows() {
-  const TraceSpan span("lookup rows", 0);
-  const double t = now();
-  const int b = 0;   // buffer 0's receive slice holds the largest unit's
-  const UnitShard& s = layout_.unit(0);
-  const int ranks = layout_.world_size(), rank = layout_.rank();
-  const int N = model_.lookup_rows_capacity(), D = model_.options().shape.d_model;
-  const long row_floats = static_cast<long>(N) * D;
-  std::int32_t* ids = lookup_ids_.data();
-  float* rows = lookup_row_sums_.data();
-  model_.embedding_backward_rows(ids + long(rank) * N, rows + rank * row_floats);
-  const StreamRef comm{comm_stream_.get()};
-  grad_ready_[b].record(compute_stream());
-  grad_ready_[b].wait(comm_stream_.get());
-  comm_.all_gather(ids + long(rank) * N, ids, static_cast<std::size_t>(N), comm);
-  comm_.all_gather(rows + rank * row_floats, rows, static_cast<std::size_t>(row_floats), comm);
-  // The receive slice is taken only now: the rows above did not wait for its reduce-scatter.
-  if (pending_[b] >= 0) finish_reduce(b);
-  rows_gathered_.record(comm_stream_.get());
-  rows_gathered_.wait(compute_stream());
-  // This rank's slice is [rank x shard, (rank + 1) x shard) of the unit, whose table starts at 0.
-  const bool bf16_reduce = options_.reduce_dtype == GradDtype::bf16;
-  float* slice = bf16_reduce ? grad_full_[b].data() : recv_f32_[b].data();
-  const long lo = long(rank) * s.shard;
-  kernels::fill(space_, slice, 0.0f, s.shard);
-  for (int r = 0; r < ranks; ++r)
-    kernels::embedding_rows_add(space_, ids + long(r) * N, rows + r * row_floats, N, D, lo, lo + s.shard, slice);
-  if (bf16_reduce) kernels::cast(space_, slice, recv_bf16_[b].data(), s.shard);
-  reduced_[b].record(compute_stream());
-  pending_[b] = 0;
-  profile_.all_gathers += 2;
-  profile_.all_gather_bytes += static_cast<std::int64_t>(ranks) * N * (D + 1) * 4;
-  if (options_.profile) {
-    space_.fence();
     profile_.reduce_s += now() - t;
   }
 }

@@ -178,8 +178,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double reduce_staging =
       (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
-  // The embedding's own gradient as rows (fsdp/lookup_rows.hpp): every rank's ids and rows.
-  const bool as_rows = !m.shape.lora.on() && lookup_gradient_as_rows(world_size, std::int64_t(T), std::int64_t(d.V));
+  // The embedding's lookup as rows (fsdp/lookup_rows.hpp), its forward's and (unless frozen,
+  // with LoRA) its gradient's, in one pair of buffers: every rank's ids and fp32 rows.
+  const bool as_rows = lookup_as_rows(world_size, std::int64_t(T), std::int64_t(d.V));
   const double lookup_rows = as_rows ? N * T * (d.D + 1) * 4 : 0.0;
   const double stored = config.train.activation_recompute ? 1 : d.L;
   const double logit_tokens =
@@ -220,8 +221,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                          double(config.train.seq_len) * double(config.train.seq_len)),
        attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len), es, true)}};
   if (lookup_rows > 0)
-    train.push_back({fmt::format("the embedding's gradient as rows: {:.4g} ranks' {:.4g} tokens' ids and rows (fewer "
-                                 "than model.vocab_size's)",
+    train.push_back({fmt::format("the embedding's lookup and gradient as rows: {:.4g} ranks' {:.4g} tokens' ids and "
+                                 "rows (fewer than model.vocab_size's)",
                                  N, T),
                      lookup_rows});
   if (d.moe_layers > 0) {

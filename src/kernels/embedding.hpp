@@ -27,6 +27,28 @@ void embedding_forward(const ExecSpace& space,
       });
 }
 
+// out(n, :) = the part of W(tokens(n), :) in a rank's slice of the table: the elements of (V, D),
+// flat, in [lo, hi) (a slice may cut rows) from slice[e - lo], zeros elsewhere and for ids outside
+// [0, V). The ranks' slices tile the table, so the sum of every rank's out (a reduce-scatter) is
+// the lookup itself, exactly: each element has one nonzero term. Lets ranks embed their tokens
+// without gathering the table (fsdp/sharded_trainer_lookup.cpp).
+template <class T>
+void embedding_forward_owned(const ExecSpace& space,
+                             const std::int32_t* tokens,   // (N)
+                             const T* slice,               // W's flat elements [lo, hi)
+                             long lo, long hi, int V,
+                             T* out,   // (N, D)
+                             int N, int D) {
+  const long count = static_cast<long>(N) * D;
+  Kokkos::parallel_for(
+      "embedding_forward_owned", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
+        const long n = i / D;
+        const long id = tokens[n];
+        const long e = id * D + (i - n * D);
+        out[i] = (id >= 0 && id < V && e >= lo && e < hi) ? slice[e - lo] : T(0.0f);
+      });
+}
+
 // The batch's tokens grouped by id, for embedding_backward; built on the host when the batch is
 // set. order: the N positions sorted by (token id, position). starts[k] .. starts[k+1]: group k's
 // range in `order` (starts has room for N + 1 entries, of which groups + 1 are used). Returns

@@ -36,9 +36,14 @@ void Transformer::embed_forward(const T* w) {
   const ModelShape& s = options_.shape;
   const int N = B_ * S_, D = s.d_model;
   kernels::embedding_forward(space_, act_->tokens.data(), w, residual<T>(0), N, D);
-  // Every forward starts here (training, prefill, decode, and inside a captured graph), so the
-  // batch's rotations are formed once for all layers, forward and backward.
-  kernels::rope_table(space_, act_->positions.data(), N, s.head_dim, rope_frequencies(s), act_->rope.as<float>());
+  form_rotations();
+}
+
+void Transformer::form_rotations() {
+  // Every forward starts at the embedding (training, prefill, decode, and inside a captured
+  // graph), so the batch's rotations are formed once for all layers, forward and backward.
+  const ModelShape& s = options_.shape;
+  kernels::rope_table(space_, act_->positions.data(), B_ * S_, s.head_dim, rope_frequencies(s), act_->rope.as<float>());
 }
 
 template <class T>

@@ -449,6 +449,14 @@ void Transformer::forward_unit(int u, const void* weights, const void* tied_embe
   }
 }
 
+const std::int32_t* Transformer::batch_tokens() const { return act_->tokens.data(); }
+
+void* Transformer::embedded() {
+  return options_.precision == Precision::bf16 ? static_cast<void*>(residual<bf16>(0)) : residual<float>(0);
+}
+
+void Transformer::forward_embedded() { form_rotations(); }
+
 void Transformer::embedding_backward_rows(std::int32_t* ids, float* rows) {
   SHARDRL_CHECK(!options_.inference_only, "backward on a model built for generation only");
   options_.precision == Precision::bf16 ? embed_backward_rows<bf16>(ids, rows) : embed_backward_rows<float>(ids, rows);

@@ -126,6 +126,13 @@ class Transformer {
   // Forward of unit u with its weights (flat, compute type). The head also needs the
   // embedding unit's weights when embeddings are tied (pass them as `tied_embedding`).
   void forward_unit(int u, const void* weights, const void* tied_embedding = nullptr);
+  // The embedding's forward (unit 0's) from rows looked up elsewhere (ShardedTrainer, from the
+  // ranks' slices of the table, fsdp/sharded_trainer_lookup.cpp): the caller writes the batch's
+  // embedded tokens into embedded() (compute type, tokens_per_forward() rows of d_model, the
+  // first tokens_in_batch() used), then forward_embedded() does the rest of unit 0's forward.
+  const std::int32_t* batch_tokens() const;   // device, tokens_per_forward() ids, as set_batch set them
+  void* embedded();
+  void forward_embedded();
   // The distribution the head's next forward and backward score targets under: logits / T,
   // and whether each token's entropy is computed (and its gradient taken). Whoever runs a
   // forward with target log-probabilities sets it first (ShardedTrainer: from the objective).
@@ -207,6 +214,7 @@ class Transformer {
  private:
   struct Activations;
   template <class T> void embed_forward(const T* w);
+  void form_rotations();   // the rest of unit 0's forward: the batch's RoPE table
   template <class T> void layer_forward(int layer, const T* w, bool recompute, KvCache* cache = nullptr,
                                         bool prefill = false);
   // The residual stream entering layer i (i = n_layers: entering the head).
