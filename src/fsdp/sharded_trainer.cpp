@@ -74,6 +74,13 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   // bf16 copy) is its own receive buffer, and no collective runs.
   reduce_in_place_ = layout_.world_size() == 1;
   for (int u = 0; u < units; ++u) reduce_in_place_ = reduce_in_place_ && !layout_.unit(u).expert_parallel();
+  // Then, with fp32 gradients reduced in fp32 and no adapters, a unit's gradient is its slice's,
+  // neither exchanged nor rounded, and each slice is laid out as its unit (as for the views
+  // above): backward accumulates straight into the persistent slices (gradient_in_place), with
+  // no full-unit buffers (qwen3-0.6b: 0.64 GB) and no copy of each gradient into its slice.
+  grads_in_place_ = reduce_in_place_ && options_.reduce_dtype == GradDtype::fp32 &&
+                    options_.main_grad_dtype == GradDtype::fp32 && !lora();
+  for (int u = 0; u < units; ++u) grads_in_place_ = grads_in_place_ && layout_.unit(u).shard == layout_.unit(u).gathered;
   const ModelShape& shape = model_.options().shape;
   const int tokens = model_.lookup_rows_capacity();
   const UnitShard& embedding = layout_.unit(0);   // the table alone, from its slices' offset 0
@@ -86,7 +93,7 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
     lookup_row_sums_ = LedgerView<float>(at, MemoryCategory::workspace, "lookup_row_sums", rows * shape.d_model);
   }
   for (int b = 0; b < 2; ++b) {
-    const auto padded = static_cast<std::size_t>(capacity_[b]);
+    const auto padded = static_cast<std::size_t>(grads_in_place_ ? 0 : capacity_[b]);
     const auto shard = static_cast<std::size_t>(reduce_in_place_ ? 0 : slice[b]);
     grad_full_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_full", padded);
     if (options_.reduce_dtype == GradDtype::bf16) {
@@ -230,8 +237,8 @@ void ShardedTrainer::compute_forward(const GatheredUnit& w, const GatheredUnit& 
   }
 }
 
-void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, int grad_buffer,
-                                      int embed_buffer) {
+void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, float* grads,
+                                      float* embedding_grads) {
   slots_->verify(w, "backward");
   gathered_[w.slot].wait(compute_stream());
   if (embedding.unit >= 0) {
@@ -240,8 +247,7 @@ void ShardedTrainer::compute_backward(const GatheredUnit& w, const GatheredUnit&
   }
   const TraceSpan span("backward unit", w.unit);
   const double t = now();
-  model_.backward_unit(w.unit, w.weights, grad_full_[grad_buffer].data(), embedding.weights,
-                       embed_buffer >= 0 ? grad_full_[embed_buffer].data() : nullptr);
+  model_.backward_unit(w.unit, w.weights, grads, embedding.weights, embedding_grads);
   if (options_.profile) {
     space_.fence();
     profile_.compute_s += now() - t;
@@ -324,15 +330,19 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
     const bool tied_head = u == head && tied();
     GatheredUnit embedding = tied_head ? gather(0) : GatheredUnit{};
     if (u > 1 || !lookup_rows_) prefetch(u - 1);
-    // A tied head: the embedding's gradient takes its buffer first (buffer 0 where only that one
-    // holds it), the head's the other (buffer 1 holds the head), and the next layer the head's,
-    // so that the embedding's reduce-scatter overlaps that layer's backward.
-    const int eb = tied_head ? take_grad_buffer(0) : -1;
-    const int b = take_grad_buffer(u);
-    if (tied_head) next_buffer_ = b;
-    compute_backward(w, embedding, b, eb);
-    reduce(u, b);
-    if (tied_head) reduce(0, eb);
+    if (grads_in_place_) {
+      compute_backward(w, embedding, gradient_in_place(u), tied_head ? gradient_in_place(0) : nullptr);
+    } else {
+      // A tied head: the embedding's gradient takes its buffer first (buffer 0 where only that
+      // one holds it), the head's the other (buffer 1 holds the head), and the next layer the
+      // head's, so that the embedding's reduce-scatter overlaps that layer's backward.
+      const int eb = tied_head ? take_grad_buffer(0) : -1;
+      const int b = take_grad_buffer(u);
+      if (tied_head) next_buffer_ = b;
+      compute_backward(w, embedding, grad_full_[b].data(), tied_head ? grad_full_[eb].data() : nullptr);
+      reduce(u, b);
+      if (tied_head) reduce(0, eb);
+    }
     if (reshard) {
       release(u);
       if (tied_head) release(0);

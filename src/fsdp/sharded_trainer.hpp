@@ -163,8 +163,9 @@ class ShardedTrainer {
   void release(int u);
   StreamHandle compute_stream() const;
   void compute_forward(const GatheredUnit& w, const GatheredUnit& embedding);
-  void compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, int grad_buffer, int embed_buffer);
+  void compute_backward(const GatheredUnit& w, const GatheredUnit& embedding, float* grads, float* embedding_grads);
   int take_grad_buffer(int unit);   // zeroed for `unit`
+  float* gradient_in_place(int unit);   // grads_in_place_: the unit's persistent fp32 slice
   void reduce(int unit, int buffer);
   void reduce_lookup_rows();   // the embedding's own gradient, as rows (lookup_rows_)
   // The embedding's forward from the slices, as rows (lookup_forward_), with unit 1's gather
@@ -206,6 +207,7 @@ class ShardedTrainer {
   LedgerView<float> recv_f32_[2];              // reduce-scattered slices
   LedgerView<bf16> recv_bf16_[2];
   bool reduce_in_place_ = false;               // one rank: the buffers above are their own receive buffers
+  bool grads_in_place_ = false;                // and none at all: backward writes the slices (constructor)
   // The embedding's lookup exchanged as rows where lookup_as_rows (fsdp/lookup_rows.hpp): its
   // forward (forward_lookup_rows: every rank's tokens and the parts of their rows in each slice),
   // and its own gradient (reduce_lookup_rows: every rank's distinct tokens and their summed rows)

@@ -1,6 +1,6 @@
 // The gradients' way from backward to the slices: the two full-unit buffers backward writes
 // into, their reduce-scatters on the communication stream (or, at one rank, the buffers read in
-// place), and the reduced slices added into the persistent gradients. The schedule that calls
+// place, or no buffers at all), and the reduced slices added into the persistent gradients. The schedule that calls
 // them is in sharded_trainer.cpp; the embedding's own gradient as rows in sharded_trainer_lookup.cpp.
 #include "fsdp/sharded_trainer.hpp"
 
@@ -21,6 +21,18 @@ int ShardedTrainer::take_grad_buffer(int unit) {
   const std::int64_t from = s.gradient_from();
   if (s.trainable > 0) kernels::fill(space_, grad_full_[b].data() + from, 0.0f, s.gathered - from);
   return b;
+}
+
+// Where no gradient is exchanged or rounded (grads_in_place_, see the constructor) backward
+// accumulates into the unit's persistent slice, zeroed first if it holds nothing since the
+// optimizer step: the bits the buffers' route gives a micro-batch (zeros plus each term, then
+// copied), and a later micro-batch's terms are added onto the slice one by one rather than
+// summed apart first.
+float* ShardedTrainer::gradient_in_place(int unit) {
+  float* g = grad_.as<float>(unit);
+  if (grad_empty_[unit]) kernels::fill(space_, g, 0.0f, layout_.unit(unit).trainable);
+  grad_empty_[unit] = 0;
+  return g;
 }
 
 void ShardedTrainer::reduce(int unit, int b) {

@@ -189,16 +189,25 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   // unless debug.check_released poisons released ones or expert-parallel units gather a part.
   const bool slot_views =
       world_size == 1 && !config.debug.check_released && !(config.fsdp.expert_parallel && d.moe_layers > 0);
+  // And with fp32 gradients reduced in fp32 and no adapters, backward writes the persistent
+  // gradient slices themselves: no full-unit gradient buffers.
+  const bool grads_in_place = world_size == 1 && !(config.fsdp.expert_parallel && d.moe_layers > 0) &&
+                              config.fsdp.reduce_dtype == GradDtype::fp32 &&
+                              config.fsdp.main_grad_dtype == GradDtype::fp32 && !m.shape.lora.on();
+  const double grad_buffer = grads_in_place ? 0.0 : 4.0;
   std::vector<MemoryTerm> train{
-      {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): {}"
-                   "its fp32 gradient",
-                   largest_unit, slot_views ? "" : "two slots and "),
-       largest_unit * ((slot_views ? 0 : 2 * es) + 4)},
+      {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): {}",
+                   largest_unit,
+                   !slot_views && !grads_in_place ? "two slots and its fp32 gradient"
+                   : !slot_views                  ? "two slots (its gradient is written into the slices)"
+                   : !grads_in_place              ? "its fp32 gradient (one rank: no slots)"
+                                                  : "nothing (one rank: no slots, its gradient written into the slices)"),
+       largest_unit * ((slot_views ? 0 : 2 * es) + grad_buffer)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
                    "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
-                   "(fsdp.reduce_dtype)",
-                   second_unit),
-       second_unit * 4 + reduce_staging},
+                   "(fsdp.reduce_dtype){}",
+                   second_unit, grads_in_place ? ": none at one rank with fp32 gradients" : ""),
+       second_unit * grad_buffer + reduce_staging},
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},
