@@ -37,8 +37,11 @@ struct Shape {
 // 43 columns are 8 * 5 + 3 (no packs for either type), 12 whole float packs but no bf16 ones.
 // The last two give the weight gradient several rows per chunk, and empty trailing chunks
 // (kernels::rmsnorm_dw_chunks: 256 chunks of 4 rows for 1000 x 1024, 64 of 6 for 333 x 4096).
+// Rows of up to 32 groups go several to a GPU team (kernels::detail::short_rows): 515 x 128 is
+// a head norm's shape, its rows not a whole number of teams; 256 columns are 32 bf16 packs.
 const Shape kShapes[] = {{1, 1, 1.0},     {3, 7, 1.0},    {37, 64, 1.0},     {5, 129, 1.0},    {4, 43, 1.0},
-                         {6, 12, 1.0},    {3, 64, 1e-3},  {2, 2048, 1.0},    {1000, 1024, 1.0}, {333, 4096, 1.0}};
+                         {6, 12, 1.0},    {3, 64, 1e-3},  {2, 2048, 1.0},    {1000, 1024, 1.0}, {333, 4096, 1.0},
+                         {515, 128, 1.0}, {70, 256, 1.0}};
 constexpr float kEps = 1e-6f;
 
 // The kernels as they were before packing: one column per thread of a team, and per thread of
