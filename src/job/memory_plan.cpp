@@ -58,11 +58,11 @@ Dims dims_of(const ModelShape& s) {
 // layer's q/k/v, attention output, xmid, the MLP's gate and up, and the shared norm outputs and
 // MLP product.
 double activation_bytes(const Dims& d, double tokens, double residuals, double stored, double es) {
-  // Kept per layer: q, k, v (and with q/k norms their raw projections), the attention's output,
-  // xmid, gate and up; one layer's worth of the norms' outputs and the MLP's activation, shared
-  // (model/activations.hpp).
-  const double per_layer = d.Hq + 2 * d.Hkv + d.Hq + d.D + 2 * d.F + d.qk_norm * (d.Hq + d.Hkv);
-  const double shared = 2 * d.D + d.F;
+  // Kept per layer: q, k, v (with q/k norms their raw projections instead of q and k), the
+  // attention's output, xmid, gate and up; one layer's worth of the norms' outputs and the MLP's
+  // activation, and with q/k norms of q and k, shared (model/activations.hpp).
+  const double per_layer = d.Hq + 2 * d.Hkv + d.Hq + d.D + 2 * d.F;
+  const double shared = 2 * d.D + d.F + d.qk_norm * (d.Hq + d.Hkv);
   return tokens * (residuals * d.D + stored * per_layer + shared) * es;
 }
 

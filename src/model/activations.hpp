@@ -67,9 +67,12 @@ struct LayerOffsets {
 // What one decoder layer keeps from forward for backward. Its norms' outputs and its MLP's
 // activation are not among them (Activations::h1, h2, mlp_a): backward recomputes them from the
 // layer's input, xmid and the saved rstd, gate and up, which costs a pass over each and saves
-// (2 d_model + d_ff) values per token per layer. An MoE layer keeps `a` (its shared expert's).
+// (2 d_model + d_ff) values per token per layer. Nor, with q/k norms, are the normed and rotated
+// q and k (Activations::q_shared, k_shared): backward forms them again from q_raw and k_raw,
+// saving (Hq + Hkv) values per token per layer (qwen3-0.6b at 4 096 tokens: 0.7 GB). An MoE
+// layer keeps `a` (its shared expert's).
 struct LayerActivations {
-  DeviceBytes q_raw, k_raw, q, k, v, attn, xmid, g, u, a;   // compute type
+  DeviceBytes q_raw, k_raw, q, k, v, attn, xmid, g, u, a;   // compute type; q, k: see above
   DeviceBytes rstd1, rstd_q, rstd_k, lse, rstd2;             // fp32
   DeviceBytes lora;   // LoRA: (kLoraTargets, N, rank) of scale x A^T, compute type (only with LoRA)
 };
@@ -82,6 +85,9 @@ struct Transformer::Activations {
   // One layer's worth, shared by the layers (see LayerActivations): the input norm's and the
   // post-attention norm's outputs (N, D) and a dense MLP's silu(gate) * up (N, F).
   DeviceBytes h1, h2, mlp_a;
+  // A training model with q/k norms and a set of activations per layer: one layer's normed and
+  // rotated q (N, Hq) and k (N, Hkv), which its LayerActivations then lack (Transformer::rotated).
+  DeviceBytes q_shared, k_shared;
   // inference_only: (max_batch, max(Hq + 2 Hkv, 2 F)), compute type: a decode step's rows of one
   // product for q, k and v, then of one for gate and up (forward.cpp, past the matrix-vector
   // kernels' rows). Models built for training decode through the separate products.

@@ -106,8 +106,12 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   lora_backward_input(layer, LoraTarget::o, w, g, dres, D, b.dattn.as<T>(), Hq);
   lora_backward_weight(layer, LoraTarget::o, g, a.attn.as<T>(), Hq);
   if (!base_frozen()) weight_grad(dres, a.attn.as<T>(), g + o.o, D, Hq);
+  // Shared q and k hold what forward formed last: this layer's come back from q_raw and k_raw,
+  // bit for bit (the same kernels on the same values; the rstd are rewritten with their bits).
+  const Rotated<T> rot = rotated<T>(a);
+  if (b.q_shared.bytes() > 0) norm_and_rotate_qk(a, w, o);
   kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-  attention_backward(options_.attention, space_, mm, shape, b.positions.data(), a.q.as<T>(), a.k.as<T>(),
+  attention_backward(options_.attention, space_, mm, shape, b.positions.data(), rot.q, rot.k,
                      a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), b.dattn.as<T>(), b.dq.as<T>(), b.dk.as<T>(),
                      b.dv.as<T>(), b.attention_scratch());
   kernels::rope_backward(space_, b.dq.as<T>(), b.rope.as<float>(), N, s.n_heads, hd);

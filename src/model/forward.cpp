@@ -47,6 +47,21 @@ void Transformer::form_rotations() {
 }
 
 template <class T>
+void Transformer::norm_and_rotate_qk(LayerActivations& a, const T* w, const LayerOffsets& o) {
+  const ModelShape& s = options_.shape;
+  const int N = B_ * S_, hd = s.head_dim;
+  const Rotated<T> rot = rotated<T>(a);
+  if (s.qk_norm) {
+    kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, rot.q, a.rstd_q.as<float>(), N * s.n_heads, hd,
+                             s.norm_eps);
+    kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, rot.k, a.rstd_k.as<float>(), N * s.n_kv_heads, hd,
+                             s.norm_eps);
+  }
+  kernels::rope_forward(space_, rot.q, act_->rope.as<float>(), N, s.n_heads, hd);
+  kernels::rope_forward(space_, rot.k, act_->rope.as<float>(), N, s.n_kv_heads, hd);
+}
+
+template <class T>
 void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* cache, bool prefill) {
   const ModelShape& s = options_.shape;
   const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
@@ -61,8 +76,9 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
 
   T* h1 = act_->h1.as<T>();
   T* h2 = act_->h2.as<T>();
-  T* q = s.qk_norm ? a.q_raw.as<T>() : a.q.as<T>();
-  T* k = s.qk_norm ? a.k_raw.as<T>() : a.k.as<T>();
+  const Rotated<T> rot = rotated<T>(a);   // what attention reads
+  T* q = s.qk_norm ? a.q_raw.as<T>() : rot.q;
+  T* k = s.qk_norm ? a.k_raw.as<T>() : rot.k;
   // A decode step's few rows go through the matrix-vector kernels where the build has them
   // (kernels/decode_gemv.hpp: each weight read once, q, k and v in one launch, the layer's norms
   // folded into the products that read them); the norms and GEMMs otherwise. `decode_gemv`
@@ -105,26 +121,17 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   lora_forward(layer, LoraTarget::q, w, h1, D, q, Hq);
   lora_forward(layer, LoraTarget::k, w, h1, D, k, Hkv);
   lora_forward(layer, LoraTarget::v, w, h1, D, a.v.as<T>(), Hkv);
-  if (!decode) {
-    if (s.qk_norm) {
-      kernels::rmsnorm_forward(space_, a.q_raw.as<T>(), w + o.q_norm, a.q.as<T>(), a.rstd_q.as<float>(),
-                               N * s.n_heads, hd, s.norm_eps);
-      kernels::rmsnorm_forward(space_, a.k_raw.as<T>(), w + o.k_norm, a.k.as<T>(), a.rstd_k.as<float>(),
-                               N * s.n_kv_heads, hd, s.norm_eps);
-    }
-    kernels::rope_forward(space_, a.q.as<T>(), act_->rope.as<float>(), N, s.n_heads, hd);
-    kernels::rope_forward(space_, a.k.as<T>(), act_->rope.as<float>(), N, s.n_kv_heads, hd);
-  }
+  if (!decode) norm_and_rotate_qk(a, w, o);
   if (cache && prefill) {
     // Prefill: every token's key and value go to the cache (slot = its row); the attention is
     // the ordinary causal one within the batch.
     const kernels::CacheShape cs = cache->step_shape(N);
-    kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), a.k.as<T>(), a.v.as<T>(),
+    kernels::kv_cache_write(space_, cs, act_->slots.data(), act_->positions.data(), rot.k, a.v.as<T>(),
                             static_cast<T*>(cache->keys(layer)), static_cast<T*>(cache->values(layer)));
     // cuDNN builds a plan per shape, and prefill's shapes change with every call: the flash kernels.
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
     const AttentionImpl impl = options_.attention == AttentionImpl::cudnn ? AttentionImpl::flash : options_.attention;
-    attention_forward(impl, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(), a.v.as<T>(),
+    attention_forward(impl, space_, mm, shape, act_->positions.data(), rot.q, rot.k, a.v.as<T>(),
                       a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   } else if (cache) {
     // Generation: one token per row; its key and value join the row's cache, which it attends.
@@ -136,13 +143,13 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), qkv_rows ? rows : q,
                                  qkv_rows ? rows + Hq : k, qkv_rows ? rows + Hq + Hkv : a.v.as<T>(),
                                  s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps,
-                                 act_->rope.as<float>(), a.q.as<T>(), kc, vc, qkv_rows ? Hq + 2 * Hkv : 0);
-    kernels::attention_decode(space_, cs, slots, act_->positions.data(), a.q.as<T>(), kc, vc, a.attn.as<T>(),
+                                 act_->rope.as<float>(), rot.q, kc, vc, qkv_rows ? Hq + 2 * Hkv : 0);
+    kernels::attention_decode(space_, cs, slots, act_->positions.data(), rot.q, kc, vc, a.attn.as<T>(),
                               options_.decode_attention_split ? cache->decode_split()
                                                               : kernels::DecodeSplitWorkspace{});
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
-    attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), a.q.as<T>(), a.k.as<T>(),
+    attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), rot.q, rot.k,
                       a.v.as<T>(), a.attn.as<T>(), a.lse.as<float>(), act_->attention_scratch());
   }
   // xmid = x + attn Wo^T: the residual enters as C with beta = 1. Tensor-parallel, each rank's
@@ -260,6 +267,8 @@ void Transformer::head_logits(const T* lm, int first, int n) {
   a.logits_count = n;
 }
 
+template void Transformer::norm_and_rotate_qk<float>(LayerActivations&, const float*, const LayerOffsets&);
+template void Transformer::norm_and_rotate_qk<bf16>(LayerActivations&, const bf16*, const LayerOffsets&);
 template void Transformer::embed_forward<float>(const float*);
 template void Transformer::embed_forward<bf16>(const bf16*);
 template void Transformer::layer_forward<float>(int, const float*, bool, KvCache*, bool);

@@ -104,6 +104,12 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   SHARDRL_CHECK(!(inference && options_.activation_recompute), "inference_only models keep no activations to recompute");
   for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.push_back(make("residual", N * D * es));
   const int stored = (options_.activation_recompute || inference) ? 1 : s.n_layers;
+  // With q/k norms backward forms a layer's normed and rotated q and k again (activations.hpp).
+  const bool share_qk = s.qk_norm && stored > 1;
+  if (share_qk) {
+    a.q_shared = make("q_shared", N * Hq * es);
+    a.k_shared = make("k_shared", N * Hkv * es);
+  }
   for (int l = 0; l < stored; ++l) {
     LayerActivations la;
     if (s.qk_norm) {
@@ -112,8 +118,10 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
       la.rstd_q = make("rstd_q", N * s.n_heads * f4);
       la.rstd_k = make("rstd_k", N * s.n_kv_heads * f4);
     }
-    la.q = make("q", N * Hq * es);
-    la.k = make("k", N * Hkv * es);
+    if (!share_qk) {
+      la.q = make("q", N * Hq * es);
+      la.k = make("k", N * Hkv * es);
+    }
     la.v = make("v", N * Hkv * es);
     la.attn = make("attn", N * Hq * es);
     la.lse = make("lse", N * s.n_heads * f4);
@@ -416,6 +424,14 @@ T* Transformer::residual(int i) const {
 }
 template float* Transformer::residual<float>(int) const;
 template bf16* Transformer::residual<bf16>(int) const;
+
+template <class T>
+Transformer::Rotated<T> Transformer::rotated(const LayerActivations& a) const {
+  const bool shared = act_->q_shared.bytes() > 0;
+  return {(shared ? act_->q_shared : a.q).as<T>(), (shared ? act_->k_shared : a.k).as<T>()};
+}
+template Transformer::Rotated<float> Transformer::rotated<float>(const LayerActivations&) const;
+template Transformer::Rotated<bf16> Transformer::rotated<bf16>(const LayerActivations&) const;
 
 void Transformer::set_token_distribution(const TokenDistribution& d) {
   SHARDRL_CHECK(d.temperature > 0.0f && std::isfinite(d.temperature),

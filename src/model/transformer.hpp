@@ -219,6 +219,14 @@ class Transformer {
                                         bool prefill = false);
   // The residual stream entering layer i (i = n_layers: entering the head).
   template <class T> T* residual(int i) const;
+  // The q and k a layer's attention reads (normed and rotated): its own, or one layer's worth
+  // shared by all where backward forms them again (Activations::q_shared).
+  template <class T> struct Rotated { T* q; T* k; };
+  template <class T> Rotated<T> rotated(const LayerActivations& a) const;
+  // A layer's projected q and k into rotated(a): with q/k norms q_raw and k_raw normed (their
+  // rstd kept) then rotated, else rotated in place. In forward, and again in backward where
+  // they are shared.
+  template <class T> void norm_and_rotate_qk(LayerActivations& a, const T* w, const LayerOffsets& o);
   // The final norm and the logits; with `target_logprobs`, each token's log-probability of its
   // target too (decoding draws from the logits and needs none).
   template <class T> void head_forward(const T* w, const T* tied, bool target_logprobs = true);
