@@ -47,6 +47,22 @@ inline ShortRows short_rows(int groups) {
   return {lanes, 256 / lanes};
 }
 
+// row_fn(team, row) for each row in [0, R), laid out as ShortRows says: rows_per_team rows a
+// team, a row to a thread; row_fn spreads the row's groups over ThreadVectorRange.
+template <class RowFn>
+void for_short_rows(const ExecSpace& space, const char* name, int R, const ShortRows& layout, const RowFn& row_fn) {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int rows = layout.rows_per_team;
+  Kokkos::parallel_for(
+      name, Kokkos::TeamPolicy<ExecSpace>(space, (R + rows - 1) / rows, rows, layout.lanes),
+      KOKKOS_LAMBDA(const Member& team) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int t) {
+          const long row = static_cast<long>(team.league_rank()) * rows + t;
+          if (row < R) row_fn(team, row);
+        });
+      });
+}
+
 }  // namespace detail
 
 template <class T>
@@ -91,23 +107,15 @@ void rmsnorm_forward(const ExecSpace& space,
   };
   const detail::ShortRows short_rows = detail::short_rows(groups);
   if (short_rows.lanes > 0) {
-    const int rows = short_rows.rows_per_team;
-    Kokkos::parallel_for(
-        "rmsnorm_forward_short_rows",
-        Kokkos::TeamPolicy<ExecSpace>(space, (R + rows - 1) / rows, rows, short_rows.lanes),
-        KOKKOS_LAMBDA(const Member& team) {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int t) {
-            const long row = static_cast<long>(team.league_rank()) * rows + t;
-            if (row >= R) return;
-            const long base = row * C;
-            float sum_sq = 0.0f;
-            Kokkos::parallel_reduce(
-                Kokkos::ThreadVectorRange(team, groups), [&](const int k, float& acc) { group_sq(base, k, acc); },
-                sum_sq);
-            const float r = detail::rmsnorm_scale(sum_sq, C, eps);
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, groups), [&](const int k) { group_y(base, k, r); });
-            Kokkos::single(Kokkos::PerThread(team), [&]() { rstd[row] = r; });
-          });
+    detail::for_short_rows(
+        space, "rmsnorm_forward_short_rows", R, short_rows, KOKKOS_LAMBDA(const Member& team, const long row) {
+          const long base = row * C;
+          float sum_sq = 0.0f;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, groups), [&](const int k, float& acc) { group_sq(base, k, acc); }, sum_sq);
+          const float r = detail::rmsnorm_scale(sum_sq, C, eps);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, groups), [&](const int k) { group_y(base, k, r); });
+          Kokkos::single(Kokkos::PerThread(team), [&]() { rstd[row] = r; });
         });
     return;
   }
@@ -190,24 +198,16 @@ void rmsnorm_backward(const ExecSpace& space,
   };
   const detail::ShortRows short_rows = detail::short_rows(groups);
   if (short_rows.lanes > 0) {
-    const int rows = short_rows.rows_per_team;
-    Kokkos::parallel_for(
-        "rmsnorm_backward_dx_short_rows",
-        Kokkos::TeamPolicy<ExecSpace>(space, (R + rows - 1) / rows, rows, short_rows.lanes),
-        KOKKOS_LAMBDA(const Member& team) {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int t) {
-            const long row = static_cast<long>(team.league_rank()) * rows + t;
-            if (row >= R) return;
-            const long base = row * C;
-            const float r = rstd[row];
-            float sum_gx = 0.0f;
-            Kokkos::parallel_reduce(
-                Kokkos::ThreadVectorRange(team, groups), [&](const int k, float& acc) { group_gx(base, k, acc); },
-                sum_gx);
-            const float mean_gx = sum_gx * r / static_cast<float>(C);
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, groups),
-                                 [&](const int k) { group_dx(base, k, r, mean_gx); });
-          });
+    detail::for_short_rows(
+        space, "rmsnorm_backward_dx_short_rows", R, short_rows, KOKKOS_LAMBDA(const Member& team, const long row) {
+          const long base = row * C;
+          const float r = rstd[row];
+          float sum_gx = 0.0f;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, groups), [&](const int k, float& acc) { group_gx(base, k, acc); }, sum_gx);
+          const float mean_gx = sum_gx * r / static_cast<float>(C);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, groups),
+                               [&](const int k) { group_dx(base, k, r, mean_gx); });
         });
   } else {   // a team per row
     Kokkos::parallel_for(
