@@ -224,7 +224,8 @@ TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
       const bool rows = lookup_as_rows(ranks, (kGlobalSequences / ranks + 1) * kS, vocab);
       EXPECT_EQ(rows, ranks > 1 && vocab == 259) << what;
       if (ranks > 1) {
-        EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0) - (rows ? 1 : 0) + (rows ? 1 : 0))) << what;
+        // With rows the forward's reduce-scatter takes the place of the embedding's own.
+        EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0))) << what;
         const ShardLayout layout(model_units(s), ranks, comm().rank());
         std::int64_t step_bytes = 0;   // fp32 everywhere
         for (int u = 0; u < units; ++u) step_bytes += 4 * layout.unit(u).shard * ranks;
@@ -235,6 +236,71 @@ TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
         EXPECT_EQ(profile.reduce_scatter_bytes, 3 * step_bytes) << what;
       }
     }
+}
+
+// The embedding looked up from the slices has the gather's bits: two bf16 models that differ
+// only in their room for tokens, one with all ranks' room under the vocabulary (rows) and one
+// over it (the table gathered), give the same log-probabilities, bit for bit, of the initial
+// policy and, after a step, of the reference (each element of the rows' sum has one nonzero
+// term). The reference after the step is the initial policy, and differs from the new one.
+TEST(Fsdp, EmbeddingLookedUpFromSlicesHasTheGathersBits) {
+  const int ranks = comm().size(), rows = kGlobalSequences / ranks;
+  if (ranks == 1) GTEST_SKIP() << "one rank: nothing to exchange";
+  auto host = [](const float* d, int n) {
+    std::vector<float> h(n);
+    Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(h.data(), n),
+                      Kokkos::View<const float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(d, n));
+    return h;
+  };
+  for (bool tied : {false, true}) {
+    ModelShape s = shape(tied);
+    s.vocab_size = 259;
+    const GlobalBatch b(s.vocab_size, 14);
+    // Room for this rank's rows (all ranks': 216 tokens), and for enough that all ranks' reach 259.
+    const int table_rows = (s.vocab_size + ranks * kS - 1) / (ranks * kS);
+    ASSERT_TRUE(lookup_as_rows(ranks, std::int64_t(rows) * kS, s.vocab_size));
+    ASSERT_FALSE(lookup_as_rows(ranks, std::int64_t(table_rows) * kS, s.vocab_size));
+    std::vector<float> policy[2], reference[2], stepped[2];
+    std::int64_t forward_reduce_bytes[2] = {0, 0}, forward_gather_bytes[2] = {0, 0};
+    for (int form = 0; form < 2; ++form) {   // 0: rows, 1: the table
+      Transformer model(model_opts(s, form == 0 ? rows : table_rows, Precision::bf16), ExecSpace());
+      FsdpOptions fo = checked();
+      fo.keep_reference = true;
+      ShardedTrainer trainer(model, comm(), fo, adamw());
+      trainer.initialize(42, 0.02f);
+      trainer.snapshot_reference();
+      DeviceView<float> out("logp", rows * kS), loss("loss", 1);
+      load(model, b, comm().rank() * rows, rows);
+      const StepProfile before = trainer.profile();
+      trainer.forward_logp(out.data(), WeightSource::policy);
+      forward_reduce_bytes[form] = trainer.profile().reduce_scatter_bytes - before.reduce_scatter_bytes;
+      forward_gather_bytes[form] = trainer.profile().all_gather_bytes - before.all_gather_bytes;
+      policy[form] = host(out.data(), rows * kS);
+      auto mask = load(model, b, comm().rank() * rows, rows);
+      trainer.forward_backward(mask.data(), b.scale(), loss.data());
+      trainer.optimizer_step();
+      load(model, b, comm().rank() * rows, rows);
+      trainer.forward_logp(out.data(), WeightSource::reference);
+      reference[form] = host(out.data(), rows * kS);
+      trainer.forward_logp(out.data(), WeightSource::policy);
+      stepped[form] = host(out.data(), rows * kS);
+    }
+    const char* what = tied ? "tied" : "untied";
+    EXPECT_EQ(forward_reduce_bytes[0], std::int64_t(2) * ranks * rows * kS * s.d_model) << what << ": the rows, in bf16";
+    EXPECT_EQ(forward_reduce_bytes[1], 0) << what << ": the table gathered, nothing reduced in forward";
+    // Every unit gathered once in bf16, the table only for a tied head, or also at the start,
+    // where the rows take its place with every rank's token ids.
+    const ShardLayout layout(model_units(s), ranks, comm().rank());
+    std::int64_t layers_and_head = 0;
+    for (int u = 1; u < layout.unit_count(); ++u) layers_and_head += 2 * layout.unit(u).shard * ranks;
+    const std::int64_t table = 2 * layout.unit(0).shard * ranks, head_table = tied ? table : 0;
+    EXPECT_EQ(forward_gather_bytes[0], layers_and_head + head_table + std::int64_t(4) * ranks * rows * kS) << what;
+    EXPECT_EQ(forward_gather_bytes[1], layers_and_head + head_table + table) << what;
+    EXPECT_EQ(policy[0], policy[1]) << what << ": the initial policy";
+    EXPECT_EQ(reference[0], reference[1]) << what << ": the reference after a step";
+    EXPECT_EQ(reference[0], policy[0]) << what << ": the reference is the initial policy";
+    EXPECT_NE(stepped[0], policy[0]) << what << ": the step moved the policy";
+  }
 }
 
 // Reduced in bf16, the embedding's rows are summed in fp32 and rounded once: its gradient slice

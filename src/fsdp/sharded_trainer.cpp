@@ -320,16 +320,18 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
 
   // Backward in reverse: gather u (prefetched), start gathering u-1, compute into a full-unit
   // gradient buffer, reduce-scatter it on the communication stream, release u. The embedding's
-  // own gradient may go as rows instead (reduce_lookup_rows), which needs no gather.
+  // own gradient may go as rows instead (reduce_lookup_rows), which needs no gather, and a
+  // frozen embedding (LoRA) has none: its backward, which would only gather it, is skipped.
+  const bool embedding_backward = layout_.unit(0).trainable > 0 && !lookup_rows_;
   for (int u = head; u >= 0; --u) {
-    if (u == 0 && lookup_rows_) {   // rows, from no weights
-      reduce_lookup_rows();
+    if (u == 0 && !embedding_backward) {
+      if (lookup_rows_) reduce_lookup_rows();   // rows, from no weights
       break;
     }
     GatheredUnit w = gather(u);
     const bool tied_head = u == head && tied();
     GatheredUnit embedding = tied_head ? gather(0) : GatheredUnit{};
-    if (u > 1 || !lookup_rows_) prefetch(u - 1);
+    if (u > 1 || embedding_backward) prefetch(u - 1);
     if (grads_in_place_) {
       compute_backward(w, embedding, gradient_in_place(u), tied_head ? gradient_in_place(0) : nullptr);
     } else {

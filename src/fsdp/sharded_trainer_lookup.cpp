@@ -17,7 +17,8 @@ namespace shardrl {
 // part of every rank's rows that lies in its slice, zeros elsewhere
 // (kernels::embedding_forward_owned), and a reduce-scatter in the compute type leaves each rank
 // its own tokens' rows (ranks x tokens x d_model: llama-1b at 2 x 4096 tokens, 34 MB). Each
-// element of the sum has one nonzero term, so the rows are the lookup's bits.
+// element of the sum has one nonzero term, so the rows are the lookup's bits (but for a weight
+// of -0, which comes back +0).
 void ShardedTrainer::forward_lookup_rows() {
   const TraceSpan span("lookup forward", 0);
   const double t = now();
@@ -48,16 +49,16 @@ void ShardedTrainer::forward_lookup_rows() {
   if (compute_data_type() == DataType::bf16) look_up(static_cast<bf16*>(rows));
   else look_up(static_cast<float*>(rows));
   looked_up_.record(comm_stream_.get());
-  prefetch(1);   // behind the exchange on the communication stream: the rows are needed first
   profile_.all_gathers += 1;
   profile_.all_gather_bytes += static_cast<std::int64_t>(ranks) * N * 4;
   profile_.reduce_scatters += 1;
   profile_.reduce_scatter_bytes +=
       static_cast<std::int64_t>(ranks) * N * shape.d_model * static_cast<std::int64_t>(model_.compute_type_size());
-  if (options_.profile) {
+  if (options_.profile) {   // before unit 1's gather, which counts its own time
     comm_.synchronize(comm);
     profile_.gather_s += now() - t;
   }
+  prefetch(1);   // behind the exchange on the communication stream: the rows are needed first
   looked_up_.wait(compute_stream());
   const TraceSpan forward_span("forward unit", 0);
   const double t_forward = now();

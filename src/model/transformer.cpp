@@ -471,7 +471,10 @@ void* Transformer::embedded() {
   return options_.precision == Precision::bf16 ? static_cast<void*>(residual<bf16>(0)) : residual<float>(0);
 }
 
-void Transformer::forward_embedded() { form_rotations(); }
+void Transformer::forward_embedded() {
+  SHARDRL_CHECK(B_ > 0, "forward before set_batch");
+  form_rotations();
+}
 
 void Transformer::embedding_backward_rows(std::int32_t* ids, float* rows) {
   SHARDRL_CHECK(!options_.inference_only, "backward on a model built for generation only");
