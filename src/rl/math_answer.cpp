@@ -1,6 +1,6 @@
 // Final-answer extraction and normalisation (the rules are listed in math_answer.hpp). Every pass
 // over the text is linear, so a degenerate completion (100 KB of `\boxed{\boxed{...`) costs
-// little; numbers are exact: 128-bit integers with overflow checks, or exact decimal digits.
+// little; numbers are exact (rl/exact_number.cpp).
 #include "rl/math_answer.hpp"
 
 #include <algorithm>
@@ -8,91 +8,20 @@
 #include <iterator>
 #include <vector>
 
+#include "rl/exact_number.hpp"
+#include "rl/math_text.hpp"
+
 namespace shardrl {
+
+using namespace math_text;
+
 namespace {
-
-using Int = __int128;
-using UInt = unsigned __int128;
-
-constexpr std::size_t npos = std::string_view::npos;
 
 // A final answer is short: longer ones are compared as trimmed text, which bounds the cost of
 // normalising whatever a degenerate completion put in a box.
 constexpr std::size_t kMaxAnswerBytes = 4096;
 // Tuples inside tuples are normalised element-wise this deep, then compared as text.
 constexpr int kMaxNestingDepth = 8;
-// |exponent| of a number in scientific notation; beyond it the text is not a number.
-constexpr long kMaxExponent = 10000;
-
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool is_alnum(char c) { return is_digit(c) || is_letter(c); }
-char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(s.size());
-  std::size_t at = 0;
-  for (std::size_t hit = s.find(from); hit != npos; hit = s.find(from, at)) {
-    out.append(s.substr(at, hit - at));
-    out.append(to);
-    at = hit + from.size();
-  }
-  out.append(s.substr(at));
-  return out;
-}
-
-// For every `{` in `s`, the index of its matching `}` (npos when unclosed). A backslash escapes
-// the next character, so `\{` and `\}` are literal braces, not grouping.
-std::vector<std::size_t> match_braces(std::string_view s) {
-  std::vector<std::size_t> close(s.size(), npos);
-  std::vector<std::size_t> open;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      ++i;
-    } else if (s[i] == '{') {
-      open.push_back(i);
-    } else if (s[i] == '}' && !open.empty()) {
-      close[open.back()] = i;
-      open.pop_back();
-    }
-  }
-  return close;
-}
-
-// The `}` matching the `{` at `open`, or npos.
-std::size_t closing_brace(std::string_view s, std::size_t open) {
-  int depth = 0;
-  for (std::size_t i = open; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      ++i;
-    } else if (s[i] == '{') {
-      ++depth;
-    } else if (s[i] == '}' && --depth == 0) {
-      return i;
-    }
-  }
-  return npos;
-}
-
-// The letters of a LaTeX command name starting at `begin` (just after the backslash).
-std::string_view command_name(std::string_view s, std::size_t begin) {
-  std::size_t end = begin;
-  while (end < s.size() && is_letter(s[end])) ++end;
-  return s.substr(begin, end - begin);
-}
 
 // ---- extraction -------------------------------------------------------------------------------
 
@@ -255,220 +184,6 @@ std::optional<std::string> last_number(std::string_view text) {
     found = std::move(number);
   }
   return found;
-}
-
-// ---- exact numbers ----------------------------------------------------------------------------
-
-// ±digits × 10^exponent, digits without leading or trailing zeros (empty for zero): one
-// representation per value, of any size.
-struct Decimal {
-  bool negative = false;
-  std::string digits;
-  long exponent = 0;
-};
-
-// p/q, q > 0, reduced.
-struct Rational {
-  Int num = 0;
-  Int den = 1;
-};
-
-bool checked_mul(Int a, Int b, Int& out) { return !__builtin_mul_overflow(a, b, &out); }
-bool checked_add(Int a, Int b, Int& out) { return !__builtin_add_overflow(a, b, &out); }
-
-Int gcd(Int a, Int b) {   // of non-negative values
-  while (b != 0) {
-    const Int r = a % b;
-    a = b;
-    b = r;
-  }
-  return a;
-}
-
-std::optional<Rational> make_rational(Int num, Int den) {
-  if (den == 0) return std::nullopt;
-  const Int kMin = static_cast<Int>(static_cast<UInt>(1) << 127);
-  if (num == kMin || den == kMin) return std::nullopt;   // cannot be negated
-  if (den < 0) {
-    num = -num;
-    den = -den;
-  }
-  const Int g = gcd(num < 0 ? -num : num, den);
-  return Rational{num / g, den / g};
-}
-
-std::string int_to_string(Int v) {
-  UInt u = v < 0 ? static_cast<UInt>(0) - static_cast<UInt>(v) : static_cast<UInt>(v);
-  std::string out;
-  do {
-    out.push_back(static_cast<char>('0' + static_cast<int>(u % 10)));
-    u /= 10;
-  } while (u != 0);
-  if (v < 0) out.push_back('-');
-  std::reverse(out.begin(), out.end());
-  return out;
-}
-
-std::string rational_to_string(const Rational& r) {
-  return r.den == 1 ? int_to_string(r.num) : int_to_string(r.num) + "/" + int_to_string(r.den);
-}
-
-std::string decimal_to_string(const Decimal& d) {
-  if (d.digits.empty()) return "0";
-  std::string out = d.negative ? "-" : "";
-  const long length = static_cast<long>(d.digits.size());
-  if (d.exponent >= 0) {
-    out += d.digits;
-    out.append(static_cast<std::size_t>(d.exponent), '0');
-  } else if (-d.exponent < length) {
-    out += d.digits.substr(0, static_cast<std::size_t>(length + d.exponent));
-    out += '.';
-    out += d.digits.substr(static_cast<std::size_t>(length + d.exponent));
-  } else {
-    out += "0.";
-    out.append(static_cast<std::size_t>(-d.exponent - length), '0');
-    out += d.digits;
-  }
-  return out;
-}
-
-// Unsigned digits at `i` (advanced past them) into `value`; false when none or beyond kMaxExponent.
-bool parse_exponent_digits(std::string_view s, std::size_t& i, long& value) {
-  const std::size_t begin = i;
-  value = 0;
-  while (i < s.size() && is_digit(s[i])) {
-    value = value * 10 + (s[i] - '0');
-    if (value > kMaxExponent) return false;
-    ++i;
-  }
-  return i > begin;
-}
-
-// A signed exponent at `i`: `e-3`, `E+3`, `\times10^{3}`, `\times10^3`, `\cdot10^{-3}`. Leaves
-// `i` unchanged and returns 0 when there is none; nullopt when one is there but out of range.
-std::optional<long> parse_exponent(std::string_view s, std::size_t& i) {
-  std::size_t j = i;
-  bool braced = false;
-  if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
-    ++j;
-  } else if (starts_with(s.substr(j), "\\times10^") || starts_with(s.substr(j), "\\cdot10^")) {
-    j += s[j + 1] == 't' ? 9 : 8;
-    if (j < s.size() && s[j] == '{') {
-      braced = true;
-      ++j;
-    }
-  } else {
-    return 0;
-  }
-  bool negative = false;
-  if (j < s.size() && (s[j] == '+' || s[j] == '-')) negative = s[j++] == '-';
-  long value = 0;
-  if (!parse_exponent_digits(s, j, value)) {
-    return j < s.size() && is_digit(s[j]) ? std::nullopt : std::optional<long>(0);   // `2e` is no exponent
-  }
-  if (braced) {
-    if (j >= s.size() || s[j] != '}') return 0;
-    ++j;
-  }
-  i = j;
-  return negative ? -value : value;
-}
-
-// A decimal number at `i`: [+-] digits [. digits] [exponent] (or .digits); `i` advances past it.
-std::optional<Decimal> parse_decimal(std::string_view s, std::size_t& i) {
-  std::size_t j = i;
-  Decimal d;
-  if (j < s.size() && (s[j] == '+' || s[j] == '-')) d.negative = s[j++] == '-';
-  const std::size_t int_begin = j;
-  while (j < s.size() && is_digit(s[j])) ++j;
-  std::string_view int_part = s.substr(int_begin, j - int_begin);
-  std::string_view frac_part;
-  if (j < s.size() && s[j] == '.') {
-    const std::size_t frac_begin = j + 1;
-    std::size_t k = frac_begin;
-    while (k < s.size() && is_digit(s[k])) ++k;
-    frac_part = s.substr(frac_begin, k - frac_begin);
-    if (!int_part.empty() || !frac_part.empty()) j = k;
-  }
-  if (int_part.empty() && frac_part.empty()) return std::nullopt;
-  const std::optional<long> exponent = parse_exponent(s, j);
-  if (!exponent) return std::nullopt;
-  d.digits = std::string(int_part) + std::string(frac_part);
-  d.exponent = *exponent - static_cast<long>(frac_part.size());
-  const std::size_t first = d.digits.find_first_not_of('0');
-  if (first == npos) {
-    d = Decimal{};
-  } else {
-    d.digits.erase(0, first);
-    const std::size_t last = d.digits.find_last_not_of('0');
-    d.exponent += static_cast<long>(d.digits.size() - 1 - last);
-    d.digits.erase(last + 1);
-  }
-  i = j;
-  return d;
-}
-
-std::optional<Rational> to_rational(const Decimal& d) {
-  Int value = 0;
-  for (const char c : d.digits) {
-    if (!checked_mul(value, 10, value) || !checked_add(value, c - '0', value)) return std::nullopt;
-  }
-  Int den = 1;
-  Int& scaled = d.exponent < 0 ? den : value;   // 10^|exponent| multiplies one side
-  const long shifts = d.exponent < 0 ? -d.exponent : d.exponent;
-  for (long k = 0; k < shifts; ++k) {
-    if (!checked_mul(scaled, 10, scaled)) return std::nullopt;
-  }
-  return make_rational(d.negative ? -value : value, den);
-}
-
-std::optional<Rational> divide(const Rational& a, const Rational& b) {
-  Int num = 0;
-  Int den = 0;
-  if (!checked_mul(a.num, b.den, num) || !checked_mul(a.den, b.num, den)) return std::nullopt;
-  return make_rational(num, den);
-}
-
-// The whole of `s` as one decimal number that fits a Rational.
-std::optional<Rational> parse_whole_rational(std::string_view s) {
-  std::size_t i = 0;
-  const std::optional<Decimal> d = parse_decimal(s, i);
-  if (!d || i != s.size()) return std::nullopt;
-  return to_rational(*d);
-}
-
-// The canonical text of `s` when it is one number (see math_answer.hpp), else nullopt.
-std::optional<std::string> canonical_number(std::string_view s) {
-  std::size_t i = 0;
-  bool negative = false;
-  if (i < s.size() && (s[i] == '-' || s[i] == '+')) negative = s[i++] == '-';
-  if (starts_with(s.substr(i), "\\frac{")) {
-    const std::size_t open1 = i + 5;
-    const std::size_t close1 = closing_brace(s, open1);
-    if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return std::nullopt;
-    const std::size_t close2 = closing_brace(s, close1 + 1);
-    if (close2 + 1 != s.size()) return std::nullopt;
-    const auto num = parse_whole_rational(s.substr(open1 + 1, close1 - open1 - 1));
-    const auto den = parse_whole_rational(s.substr(close1 + 2, close2 - close1 - 2));
-    if (!num || !den) return std::nullopt;
-    auto value = divide(*num, *den);
-    if (!value) return std::nullopt;
-    if (negative) value->num = -value->num;
-    return rational_to_string(*value);
-  }
-  i = 0;
-  const std::optional<Decimal> d = parse_decimal(s, i);
-  if (!d) return std::nullopt;
-  if (i == s.size()) {
-    const std::optional<Rational> value = to_rational(*d);
-    return value ? rational_to_string(*value) : decimal_to_string(*d);
-  }
-  if (s[i] != '/') return std::nullopt;
-  const std::optional<Rational> num = to_rational(*d);
-  const std::optional<Rational> den = parse_whole_rational(s.substr(i + 1));
-  if (!num || !den) return std::nullopt;
-  const std::optional<Rational> value = divide(*num, *den);
-  return value ? std::optional<std::string>(rational_to_string(*value)) : std::nullopt;
 }
 
 // ---- normalisation passes ---------------------------------------------------------------------
