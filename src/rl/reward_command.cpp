@@ -28,6 +28,7 @@
 
 #include "core/error.hpp"
 #include "io/json_parse_message.hpp"
+#include "rl/owned_fd.hpp"
 
 extern char** environ;
 
@@ -69,63 +70,6 @@ std::string quote_command_line(const std::vector<std::string>& argv) {
     out += '\'';
   }
   return out;
-}
-
-// One owner per file descriptor.
-class OwnedFd {
- public:
-  OwnedFd() = default;
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  OwnedFd(OwnedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  OwnedFd& operator=(OwnedFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  ~OwnedFd() { reset(); }
-
-  int get() const { return fd_; }
-  bool is_open() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Pipe {
-  OwnedFd read_end, write_end;
-};
-
-// dup2 onto 0, 1 or 2 keeps FD_CLOEXEC when the source already is that number (a parent started
-// with closed stdio), which would close the child's stdio at exec: keep pipe ends above 2.
-OwnedFd above_stdio(OwnedFd fd) {
-  if (fd.get() > 2) return fd;
-  const int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3);
-  if (moved < 0) throw InputError("reward command: fcntl(F_DUPFD_CLOEXEC): " + errno_message(errno));
-  return OwnedFd(moved);
-}
-
-// Both ends close on exec: the child gets only the ends dup2'ed onto its stdio.
-Pipe make_pipe() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw InputError("reward command: pipe2: " + errno_message(errno));
-  Pipe pipe{OwnedFd(fds[0]), OwnedFd(fds[1])};
-  pipe.read_end = above_stdio(std::move(pipe.read_end));
-  pipe.write_end = above_stdio(std::move(pipe.write_end));
-  return pipe;
-}
-
-void set_nonblocking(int fd) {
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    throw InputError("reward command: fcntl(O_NONBLOCK): " + errno_message(errno));
 }
 
 // One owner per child pid. The child leads a process group of its own so that signals also
