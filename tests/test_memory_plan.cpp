@@ -168,26 +168,34 @@ TEST(MemoryPlan, ForAGpuBuildPlansItsOwnWorkspaceAndAttention) {
   EXPECT_LT(gpu.device_bytes(), 0.5 * cpu.device_bytes());
   // The fused kernels' row sums and cuDNN's backward workspace: 16 rows of 512 positions,
   // 16 heads x 512 x (2 x 512 + 4 x 128) bytes a row, all 16 within model.cudnn_workspace_mib.
+  // They share the logits' buffer with a layer's backward scratch (q, k, v, their raw
+  // projections, the attention's output, the MLP's three: 8192 tokens x 18432 bf16), the larger
+  // side counted: the logits' 4096 tokens x 151936 bf16 here, and with the logits of one token
+  // at a time, the scratch. The GEMM workspace (32 MiB) beside them.
   const double row_sums = 16.0 * 512 * 16 * 4, cudnn = 16 * 16.0 * 512 * (2 * 512 + 4 * 128);
-  bool fused = false;
-  for (const MemoryTerm& t : gpu.train)
-    if (t.what.find("(fused kernels)") != std::string::npos) {
-      fused = true;
-      EXPECT_NE(t.what.find("cuDNN's backward workspace"), std::string::npos) << t.what;
-      EXPECT_DOUBLE_EQ(t.bytes, row_sums + cudnn);
-    }
-  EXPECT_TRUE(fused);
+  const double layer_scratch = 8192.0 * 18432 * 2, gemm_workspace = 32.0 * (1 << 20);
+  const auto shared_term = [](const MemoryPlan& p) {
+    double bytes = -1;
+    for (const MemoryTerm& t : p.train)
+      if (t.what.find("attention scratch (fused kernels:") != std::string::npos) {
+        EXPECT_NE(t.what.find("cuDNN's backward workspace"), std::string::npos) << t.what;
+        EXPECT_EQ(bytes, -1) << "one shared term";
+        bytes = t.bytes;
+      }
+    return bytes;
+  };
+  EXPECT_DOUBLE_EQ(shared_term(gpu), 4096.0 * 151936 * 2 + gemm_workspace);
+  c.train.logits_chunk_tokens = 1;
+  EXPECT_DOUBLE_EQ(shared_term(plan_memory(c, 2, true, true)), layer_scratch + row_sums + cudnn + gemm_workspace);
   // A budget of 5 rows' workspace runs the backward in calls of 5 rows; under one row (12 MiB),
   // in calls of one row and the most of its 8 kv heads that fit (10 MiB: 4 of them, half a row's
   // workspace); under one kv head's (1.5 MiB), cuDNN leaves the shape to the flash kernels and
   // plans nothing for it.
   for (const auto& [mib, rows] : {std::pair{5 * 12.0, 5.0}, std::pair{10.0, 0.5}, std::pair{1.0, 0.0}}) {
     c.model.cudnn_workspace_mib = static_cast<std::int64_t>(mib);
-    for (const MemoryTerm& t : plan_memory(c, 2, true, true).train) {
-      if (t.what.find("(fused kernels)") != std::string::npos) {
-        EXPECT_DOUBLE_EQ(t.bytes, row_sums + rows * cudnn / 16) << mib << " MiB";
-      }
-    }
+    EXPECT_DOUBLE_EQ(shared_term(plan_memory(c, 2, true, true)),
+                     layer_scratch + row_sums + rows * cudnn / 16 + gemm_workspace)
+        << mib << " MiB";
   }
 }
 

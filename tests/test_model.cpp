@@ -633,6 +633,10 @@ TEST(Model, ChunkedHeadEqualsWholeBatchHead) {
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     SCOPED_TRACE(p == Precision::fp32 ? "fp32" : "bf16");
     ModelShape s = tiny_shape();
+    // A vocabulary whose logits, even 5 tokens' of them, outweigh the layer scratch that shares
+    // their memory (Activations::shared), in whole 256-byte blocks: the memory saved is then the
+    // logits' alone.
+    s.vocab_size = 4096;
     Batch b(2, 9, s.vocab_size, 31);
     ModelOptions whole_options = options(s, p, 2, 9), chunked_options = whole_options;
     chunked_options.logits_chunk_tokens = 5;
@@ -677,6 +681,25 @@ TEST(ModelDeathTest, LogitsOfAChunkedForwardAreRefused) {
         rig.model.logits();
       },
       "computed in chunks");
+}
+
+// A layer's forward writes scratch that shares the logits' memory (Activations::shared): the
+// logits of the forward before it are gone, and asking for them is refused.
+TEST(ModelDeathTest, LogitsAreGoneOnceALayerRunsAgain) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ModelShape s = tiny_shape();
+  ModelOptions o = options(s, Precision::fp32, 2, 9);
+  Rig rig(o, 17);
+  Batch b(2, 9, s.vocab_size, 31);
+  rig.set(b);
+  rig.nll_sum(b);
+  EXPECT_NE(rig.model.logits(), nullptr);   // held: the whole batch's, no layer since
+  EXPECT_DEATH(
+      {
+        rig.model.forward_unit(1, rig.params.compute_weights(1));
+        rig.model.logits();
+      },
+      "a layer's scratch");
 }
 
 // Sequences packed into one row compute exactly what they compute alone: attention and RoPE

@@ -211,24 +211,28 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
        activation_bytes(d, T, d.L + 1, stored, es)},
-      // Backward's scratch, one layer's worth: the gradients of the residual, the norms' outputs,
-      // q, k, v (and their raw projections), the attention's output and the MLP's three.
-      {fmt::format("backward scratch: one layer's activation gradients for {:.4g} tokens", T),
-       T * (2 * d.D + 2 * d.Hq + 2 * d.Hkv + 3 * d.F + d.qk_norm * (d.Hq + d.Hkv)) * es},
-      {fmt::format("training logits (their gradient in place) and GEMM workspace: {:.4g} tokens "
-                   "(train.logits_chunk_tokens, at most the micro-batch's) x model.vocab_size {:.4g}",
-                   logit_tokens, d.V),
-       logit_tokens * d.V * es + (gpu_build ? gemm_workspace_bytes(d, T, es, gpu_build) : 0)},
-      {fused_attention(m.attention)
-           ? fmt::format("training attention scratch (fused kernels): {:.4g} tokens x model.n_heads {} row sums{}", T,
-                         m.shape.n_heads,
-                         m.attention == AttentionImpl::cudnn
-                             ? ", and cuDNN's backward workspace (at most model.cudnn_workspace_mib)"
-                             : "")
-           : fmt::format("training attention scratch (batched GEMMs): one (row, kv head) block of train.seq_len^2 = "
-                         "{:.4g} scores",
-                         double(config.train.seq_len) * double(config.train.seq_len)),
-       attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len), es, true)}};
+      // Backward's gradients of the residual and of the head's input, which the head's backward
+      // writes: one layer's worth for the micro-batch.
+      {fmt::format("backward scratch: the residual's gradients for {:.4g} tokens", T), T * 2 * d.D * es},
+      // The logits and the scratch only a layer's forward or backward uses share one buffer
+      // (model/activations.hpp, Activations::shared): the larger of the two.
+      {fmt::format("training logits (their gradient in place), {:.4g} tokens (train.logits_chunk_tokens, at most "
+                   "the micro-batch's) x model.vocab_size {:.4g}, sharing their memory with a layer's backward "
+                   "scratch (the gradients of q, k, v, their raw projections, the attention's output and the "
+                   "MLP's three) and the attention scratch ({}), whichever is larger; and the GEMM workspace",
+                   logit_tokens, d.V,
+                   fused_attention(m.attention)
+                       ? fmt::format("fused kernels: {:.4g} tokens x model.n_heads {} row sums{}", T, m.shape.n_heads,
+                                     m.attention == AttentionImpl::cudnn
+                                         ? ", and cuDNN's backward workspace (at most model.cudnn_workspace_mib)"
+                                         : "")
+                       : fmt::format("batched GEMMs: one (row, kv head) block of train.seq_len^2 = {:.4g} scores",
+                                     double(config.train.seq_len) * double(config.train.seq_len))),
+       std::max(logit_tokens * d.V * es,
+                T * (2 * d.Hq + 2 * d.Hkv + 3 * d.F + d.qk_norm * (d.Hq + d.Hkv)) * es +
+                    attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len),
+                                            es, true)) +
+           (gpu_build ? gemm_workspace_bytes(d, T, es, gpu_build) : 0)}};
   if (lookup_rows > 0)
     train.push_back({fmt::format("the embedding's lookup and gradient as rows: {:.4g} ranks' {:.4g} tokens' ids and "
                                  "rows (fewer than model.vocab_size's)",

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "core/ledger_view.hpp"
 #include "kernels/cudnn_attention.hpp"
@@ -17,14 +18,27 @@ namespace shardrl {
 
 // Untyped device bytes, counted in the memory ledger, in the model's arena placement if it has
 // one; the element type (bf16 or fp32) is the model's compute type.
+// Or a part of another's allocation (Activations::shared), which then counts it.
 struct DeviceBytes {
   LedgerView<char> buffer;
+  const DeviceBytes* within = nullptr;   // a part: the whole, its offset and its size in it
+  std::size_t offset = 0, part_bytes = 0;
   DeviceBytes() = default;
   DeviceBytes(ArenaPlacement at, const char* label, std::size_t bytes,
               MemoryCategory category = MemoryCategory::activations)
       : buffer(at, category, label, bytes) {}
-  template <class T> T* as() const { return reinterpret_cast<T*>(buffer.data()); }
-  std::size_t bytes() const { return buffer.size(); }
+  static DeviceBytes part_of(const DeviceBytes& whole, std::size_t offset, std::size_t bytes) {
+    SHARDRL_CHECK(offset + bytes <= whole.bytes(), "a shared buffer's part beyond its end");
+    DeviceBytes part;
+    part.within = &whole;
+    part.offset = offset;
+    part.part_bytes = bytes;
+    return part;
+  }
+  template <class T> T* as() const {
+    return reinterpret_cast<T*>(within ? within->as<char>() + offset : buffer.data());
+  }
+  std::size_t bytes() const { return within ? part_bytes : buffer.size(); }
 };
 
 // Allocates a model's buffers in its placement and keeps their total, so each buffer's size is
@@ -97,6 +111,14 @@ struct Transformer::Activations {
   // The logits of up to logits_tokens tokens, (logits_tokens, V): in training one chunk of the
   // batch at a time, and backward overwrites them with their gradient.
   DeviceBytes logits;
+  // A training model's logits and the scratch that only a layer's forward or backward uses (the
+  // attention's, and backward's but dres and dh, which the head's backward writes) in one
+  // allocation, the larger of the two sides: the logits live from the head's forward to its
+  // backward, after every layer's forward and before every layer's backward, so the two never
+  // meet. A layer's forward (or a prefill) therefore drops the logits held (logits_count = 0);
+  // the head's backward has already turned them into gradients before a layer's backward runs.
+  // Empty for inference_only models, whose buffers are their own.
+  DeviceBytes shared;
   DeviceBytes rstd_f, lse_tok, logp, dlogp, entropy, dentropy;   // fp32 (head_tokens)
   std::size_t head_tokens = 0;                // tokens the head buffers hold
   std::size_t logits_tokens = 0;              // tokens `logits` holds

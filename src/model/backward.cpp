@@ -60,6 +60,7 @@ void Transformer::layer_backward(int layer, const T* w, float* g) {
   const int N = B_ * S_, D = s.d_model, F = s.d_ff, hd = s.head_dim;
   const int Hq = s.n_heads * hd, Hkv = s.n_kv_heads * hd;
   const LayerOffsets& o = act_->offsets[layer];
+  act_->logits_count = 0;   // the scratch below shares the logits' memory (Activations::shared)
   if (options_.activation_recompute) layer_forward(layer, w, /*recompute=*/true);
   const int set = act_->layers.size() == 1 ? 0 : layer;   // one shared set: recompute, inference
   LayerActivations& a = act_->layers[set];

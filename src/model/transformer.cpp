@@ -102,6 +102,19 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
 
   const bool inference = options_.inference_only;
   SHARDRL_CHECK(!(inference && options_.activation_recompute), "inference_only models keep no activations to recompute");
+  // Training: the buffers placed in Activations::shared (see there), allocated below once all
+  // are sized; an inference_only model allocates each on its own.
+  struct SharedPart {
+    DeviceBytes* buffer;
+    std::size_t bytes;
+  };
+  std::vector<SharedPart> parts;
+  const auto share = [&](DeviceBytes& buffer, const char* label, std::size_t bytes, MemoryCategory category) {
+    if (inference)
+      buffer = make(label, bytes, category);
+    else
+      parts.push_back({&buffer, bytes});
+  };
   for (int l = 0; l <= (inference ? 1 : s.n_layers); ++l) a.residual.push_back(make("residual", N * D * es));
   const int stored = (options_.activation_recompute || inference) ? 1 : s.n_layers;
   // With q/k norms backward forms a layer's normed and rotated q and k again (activations.hpp).
@@ -150,7 +163,7 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
                                 ? H
                                 : std::min<std::size_t>(H, std::size_t(options_.logits_chunk_tokens));
   a.hf = make("hf", H * D * es);
-  a.logits = make("logits", chunk * V * es);
+  if (inference) a.logits = make("logits", chunk * V * es);
   a.logits_tokens = chunk;
   a.rstd_f = make("rstd_f", H * f4);
   a.lse_tok = make("lse_tok", H * f4);
@@ -162,17 +175,18 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   if (!inference) {   // backward scratch
     a.dres = make("dres", N * D * es);
     a.dh = make("dh", N * D * es);
-    a.dq = make("dq", N * Hq * es);
-    a.dk = make("dk", N * Hkv * es);
-    a.dv = make("dv", N * Hkv * es);
+    const auto act = MemoryCategory::activations;
+    share(a.dq, "dq", N * Hq * es, act);
+    share(a.dk, "dk", N * Hkv * es, act);
+    share(a.dv, "dv", N * Hkv * es, act);
     if (s.qk_norm) {
-      a.dq_raw = make("dq_raw", N * Hq * es);
-      a.dk_raw = make("dk_raw", N * Hkv * es);
+      share(a.dq_raw, "dq_raw", N * Hq * es, act);
+      share(a.dk_raw, "dk_raw", N * Hkv * es, act);
     }
-    a.dattn = make("dattn", N * Hq * es);
-    a.da = make("da", N * F * es);
-    a.dg = make("dg", N * F * es);
-    a.du = make("du", N * F * es);
+    share(a.dattn, "dattn", N * Hq * es, act);
+    share(a.da, "da", N * F * es, act);
+    share(a.dg, "dg", N * F * es, act);
+    share(a.du, "du", N * F * es, act);
     if (s.lora.on()) a.lora_dt = make("lora_dt", N * s.lora.rank * es);
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
@@ -188,15 +202,15 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     if (fused_attention(options_.attention)) {
       // The flash kernels keep the scores in registers: nothing of S x S, only backward's row sums.
       if (!inference)
-        a.attn_delta = make("attn_delta", kernels::flash_attention_backward_workspace_bytes(largest),
-                            MemoryCategory::workspace);
+        share(a.attn_delta, "attn_delta", kernels::flash_attention_backward_workspace_bytes(largest),
+              MemoryCategory::workspace);
       // cuDNN serves the batches set without positions (not prefill, so not inference-only
       // models); its workspace is sized for the largest batch, where smaller ones fit.
       if (options_.attention == AttentionImpl::cudnn && !inference) {
         a.cudnn = std::make_unique<kernels::CudnnAttention>();
         if (a.cudnn->prepare(largest, true, options_.cudnn_workspace_bytes)) {
           const std::size_t workspace = a.cudnn->workspace_bytes(largest);
-          if (workspace > 0) a.cudnn_workspace = make("cudnn_workspace", workspace, MemoryCategory::workspace);
+          if (workspace > 0) share(a.cudnn_workspace, "cudnn_workspace", workspace, MemoryCategory::workspace);
         } else {
           spdlog::warn(fmt::format("model.attention = \"cudnn\": {}; training attention takes the flash kernels",
                                    a.cudnn->why()));
@@ -207,15 +221,28 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     } else {
       // One (row, kv head) block of scores at a time.
       const AttentionWorkspaceSizes w = attention_workspace_bytes(largest, es, !inference);
-      a.attn_scores = make("attn_scores", w.scores, MemoryCategory::workspace);
-      a.attn_probs = make("attn_probs", w.probs, MemoryCategory::workspace);
+      share(a.attn_scores, "attn_scores", w.scores, MemoryCategory::workspace);
+      share(a.attn_probs, "attn_probs", w.probs, MemoryCategory::workspace);
       if (!inference) {
-        a.attn_dk = make("attn_dk", w.dkv, MemoryCategory::workspace);
-        a.attn_dv = make("attn_dv", w.dkv, MemoryCategory::workspace);
+        share(a.attn_dk, "attn_dk", w.dkv, MemoryCategory::workspace);
+        share(a.attn_dv, "attn_dv", w.dkv, MemoryCategory::workspace);
       }
       if (options_.precision == Precision::bf16) reserve_attention_gemms(*gemm_, largest);
     }
     if (!inference) a.norm_scratch = make("norm_scratch", kernels::kRmsnormDwScratch * f4, MemoryCategory::workspace);
+  }
+  if (!inference) {
+    // The logits at the start, the scratch one part after another, each 256-byte aligned.
+    const auto aligned = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+    std::size_t scratch = 0;
+    for (const SharedPart& p : parts) scratch += aligned(p.bytes);
+    a.shared = make("logits_and_layer_scratch", std::max(aligned(chunk * V * es), scratch));
+    a.logits = DeviceBytes::part_of(a.shared, 0, chunk * V * es);
+    std::size_t at = 0;
+    for (const SharedPart& p : parts) {
+      *p.buffer = DeviceBytes::part_of(a.shared, at, p.bytes);
+      at += aligned(p.bytes);
+    }
   }
   a.tokens = make.ids("tokens", N);
   a.targets = make.ids("targets", N);
@@ -445,9 +472,9 @@ float* Transformer::dlogp() { return act_->dlogp.as<float>(); }
 float* Transformer::dentropy() { return act_->dentropy.as<float>(); }
 const void* Transformer::logits() const {
   SHARDRL_CHECK(act_->logits_first == 0 && act_->logits_count == B_ * S_,
-                "the logits of the last forward were computed in chunks (train.logits_chunk_tokens) or "
-                "turned into gradients by backward");
-  return act_->logits.buffer.data();
+                "the logits of the last forward were computed in chunks (train.logits_chunk_tokens), "
+                "turned into gradients by backward, or overwritten by a layer's scratch since");
+  return act_->logits.as<void>();
 }
 
 void Transformer::forward_unit(int u, const void* weights, const void* tied_embedding) {
