@@ -218,6 +218,7 @@ class ShardedTrainer {
   LedgerView<std::int32_t> lookup_ids_;
   LedgerView<float> lookup_row_sums_;
   int pending_[2] = {-1, -1};                  // unit whose reduce-scatter is in flight per buffer
+  bool received_in_slice_[2] = {false, false}; // and it writes the unit's gradient slice itself (reduce)
   int next_buffer_ = 0;
   // Per unit: its gradient slice holds nothing accumulated since the last optimizer step, so
   // the next reduced slice is copied in rather than added, and the step need not zero it

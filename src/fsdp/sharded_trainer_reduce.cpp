@@ -1,6 +1,7 @@
 // The gradients' way from backward to the slices: the two full-unit buffers backward writes
 // into, their reduce-scatters on the communication stream (or, at one rank, the buffers read in
-// place, or no buffers at all), and the reduced slices added into the persistent gradients. The schedule that calls
+// place, or no buffers at all), and the reduced slices added into the persistent gradients (or,
+// for a unit's first fp32 gradient of a step, reduce-scattered into them). The schedule that calls
 // them is in sharded_trainer.cpp; the embedding's own gradient as rows in sharded_trainer_lookup.cpp.
 #include "fsdp/sharded_trainer.hpp"
 
@@ -65,10 +66,18 @@ void ShardedTrainer::reduce(int unit, int b) {
       comm_.reduce_scatter(send_bf16_[b].data(), recv_bf16_[b].data(), static_cast<std::size_t>(reduced),
                            ReduceOp::sum, comm);
     } else {
+      // The unit's first gradient since the optimizer step, reduced in fp32 for fp32 main
+      // gradients: the collective writes the persistent slice itself, where finish_reduce would
+      // only copy the receive buffer (a pass over every gradient slice per step, 2 x 2.5 GB for
+      // llama-1b at 2 ranks). Later ones (micro-batches, a tied embedding's second share) are
+      // received and added; the communication stream runs them after this one.
+      received_in_slice_[b] = mine == 0 && grad_empty_[unit] && grad_.type() == GradDtype::fp32;
+      float* out = received_in_slice_[b] ? grad_.as<float>(unit) : recv_f32_[b].data();
+      if (received_in_slice_[b]) grad_empty_[unit] = 0;
       if (mine > 0) kernels::cast(space_, grad + own_experts, recv_f32_[b].data() + reduced, mine);
       grad_ready_[b].record(compute_stream());
       grad_ready_[b].wait(comm_stream_.get());
-      comm_.reduce_scatter(grad, recv_f32_[b].data(), static_cast<std::size_t>(reduced), ReduceOp::sum, comm);
+      comm_.reduce_scatter(grad, out, static_cast<std::size_t>(reduced), ReduceOp::sum, comm);
     }
     reduced_[b].record(comm_stream_.get());
   }
@@ -88,6 +97,11 @@ void ShardedTrainer::finish_reduce(int b) {
   const int u = pending_[b];
   const long n = static_cast<long>(layout_.unit(u).trainable);
   reduced_[b].wait(compute_stream());
+  if (received_in_slice_[b]) {   // the collective wrote the slice (reduce)
+    received_in_slice_[b] = false;
+    pending_[b] = -1;
+    return;
+  }
   // The first gradient since the optimizer step is copied, later ones (micro-batches, the tied
   // embedding's second share) are added.
   auto take = [&](const auto* reduced) {
