@@ -221,7 +221,8 @@ class ShardedTrainer {
   bool received_in_slice_[2] = {false, false}; // and it writes the unit's gradient slice itself (reduce)
   int next_buffer_ = 0;
   // Per unit: its gradient slice holds nothing accumulated since the last optimizer step, so
-  // the next reduced slice is copied in rather than added, and the step need not zero it
+  // the next reduced slice is copied in (or reduce-scattered into it: reduce) rather than added,
+  // and the step need not zero it
   // (saving two passes over every gradient per step). Read before use, it is zeroed first.
   std::vector<char> grad_empty_;
 

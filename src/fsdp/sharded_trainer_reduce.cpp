@@ -92,7 +92,8 @@ void ShardedTrainer::reduce(int unit, int b) {
   }
 }
 
-// The reduced slice of `b` is added into its unit's persistent gradient, on the compute stream.
+// The reduced slice of `b` is added into its unit's persistent gradient, on the compute stream;
+// where reduce() had the collective write that gradient itself, only waited for.
 void ShardedTrainer::finish_reduce(int b) {
   const int u = pending_[b];
   const long n = static_cast<long>(layout_.unit(u).trainable);

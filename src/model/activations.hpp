@@ -123,7 +123,8 @@ struct Transformer::Activations {
   std::size_t head_tokens = 0;                // tokens the head buffers hold
   std::size_t logits_tokens = 0;              // tokens `logits` holds
   // Which tokens' logits `logits` holds now: [logits_first, logits_first + logits_count), or
-  // none (logits_count = 0) once backward has turned them into gradients.
+  // none (logits_count = 0) once backward has turned them into gradients or a layer has run
+  // (Activations::shared).
   int logits_first = 0, logits_count = 0;
   // Backward scratch, shared by all layers.
   DeviceBytes dres, dh, dq, dk, dv, dq_raw, dk_raw, dattn, da, dg, du;

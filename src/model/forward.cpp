@@ -73,7 +73,8 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
   // In backward's recompute only the internals matter: the output goes to scratch.
   T* out = recompute ? act_->recompute_out.as<T>() : residual<T>(layer + 1);
   Gemm& mm = *gemm_;
-  // A layer's scratch shares the logits' memory (Activations::shared): the logits held are gone.
+  // In training a layer's scratch shares the logits' memory (Activations::shared): the logits
+  // held are gone (an inference model's, its own buffer, are consumed before a layer runs).
   act_->logits_count = 0;
 
   T* h1 = act_->h1.as<T>();

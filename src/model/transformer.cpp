@@ -103,7 +103,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   const bool inference = options_.inference_only;
   SHARDRL_CHECK(!(inference && options_.activation_recompute), "inference_only models keep no activations to recompute");
   // Training: the buffers placed in Activations::shared (see there), allocated below once all
-  // are sized; an inference_only model allocates each on its own.
+  // are sized, counted with it as activations (their category stands for inference_only
+  // models, which allocate each on its own).
   struct SharedPart {
     DeviceBytes* buffer;
     std::size_t bytes;

@@ -175,8 +175,9 @@ class Transformer {
   void prefill_unit(int u, const void* weights, KvCache& cache);
 
   // Logits of the last head forward, (B*S, vocab) in the compute type: only when the batch's
-  // logits fit one chunk (ModelOptions::logits_chunk_tokens) and no backward has run since
-  // (it overwrites them with their gradient); checked.
+  // logits fit one chunk (ModelOptions::logits_chunk_tokens) and no layer's forward or backward
+  // has run since (backward overwrites them with their gradient; in training a layer's scratch
+  // shares their memory, Activations::shared); checked.
   const void* logits() const;
 
   const WgradCounters& wgrad_counters() const;
