@@ -110,7 +110,8 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     std::size_t bytes;
   };
   std::vector<SharedPart> parts;
-  const auto share = [&](DeviceBytes& buffer, const char* label, std::size_t bytes, MemoryCategory category) {
+  const auto share = [&](DeviceBytes& buffer, const char* label, std::size_t bytes,
+                         MemoryCategory category = MemoryCategory::activations) {
     if (inference)
       buffer = make(label, bytes, category);
     else
@@ -176,18 +177,17 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   if (!inference) {   // backward scratch
     a.dres = make("dres", N * D * es);
     a.dh = make("dh", N * D * es);
-    const auto act = MemoryCategory::activations;
-    share(a.dq, "dq", N * Hq * es, act);
-    share(a.dk, "dk", N * Hkv * es, act);
-    share(a.dv, "dv", N * Hkv * es, act);
+    share(a.dq, "dq", N * Hq * es);
+    share(a.dk, "dk", N * Hkv * es);
+    share(a.dv, "dv", N * Hkv * es);
     if (s.qk_norm) {
-      share(a.dq_raw, "dq_raw", N * Hq * es, act);
-      share(a.dk_raw, "dk_raw", N * Hkv * es, act);
+      share(a.dq_raw, "dq_raw", N * Hq * es);
+      share(a.dk_raw, "dk_raw", N * Hkv * es);
     }
-    share(a.dattn, "dattn", N * Hq * es, act);
-    share(a.da, "da", N * F * es, act);
-    share(a.dg, "dg", N * F * es, act);
-    share(a.du, "du", N * F * es, act);
+    share(a.dattn, "dattn", N * Hq * es);
+    share(a.da, "da", N * F * es);
+    share(a.dg, "dg", N * F * es);
+    share(a.du, "du", N * F * es);
     if (s.lora.on()) a.lora_dt = make("lora_dt", N * s.lora.rank * es);
     if (!options_.gradient_accumulation_fusion) {
       std::size_t largest = 0;
