@@ -1,5 +1,5 @@
-// The paged engine (rollout.engine = "paged"): the block pool, KV cache block copies, and the
-// paged engine's and chunked prefill's completions against the static engine's.
+// The paged engine (rollout.engine = "paged"): the block pool, KV cache block copies, its
+// completions against the static engine's, prefill in calls against one call, decode graphs.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 // gradient, at and around zero, far out and at infinite log-ratios, in the kernel and on the host.
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <string>
 #include <utility>
 

@@ -9,12 +9,11 @@
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
 #include "fsdp/sharded_trainer.hpp"
-#include "grpo_loop_test_support.hpp"
+#include "rl/grpo_loop.hpp"
+#include "rl_test_job.hpp"
 
 namespace shardrl {
 namespace {
-
-using namespace grpo_loop_test;
 
 // A parallel rollout against the plain one: the same rows and tokens, log-probabilities within
 // 2e-5 (fp32: sums or GEMMs over other splits round differently), the same rewards and totals.

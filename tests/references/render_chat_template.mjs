@@ -1,4 +1,4 @@
-// The reference side of tests/test_chat_template.cpp: renders chat templates with Hugging Face's
+// The reference side of tests/test_chat_template_parity.cpp: renders chat templates with Hugging Face's
 // @huggingface/jinja (from build/test-references, see scripts/install_test_references.sh).
 //   node tests/references/render_chat_template.mjs CASES.json
 // CASES.json: [{"template", "messages", "add_generation_prompt", "variables"}, ...]. Prints a JSON
