@@ -35,6 +35,16 @@ inline ModelShape shape(bool tied = false) {
   return s;
 }
 
+// The same with every layer a mixture of `experts` experts (top 2, 24 wide) and a shared expert.
+inline ModelShape moe_shape(int experts) {
+  ModelShape s = shape();
+  s.n_experts = experts;
+  s.top_k = 2;
+  s.d_ff_expert = 24;
+  s.shared_expert = true;
+  return s;
+}
+
 inline ModelOptions model_opts(const ModelShape& s, int rows, Precision p = Precision::fp32,
                                MoeImpl impl = MoeImpl::grouped) {
   ModelOptions o;

@@ -17,11 +17,7 @@ using namespace fsdp_test;
 // path. (No load-balancing loss: it is
 // not a sum over tokens, so splitting the batch changes it; the model test checks its gradient.)
 TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
-  ModelShape s = shape();
-  s.n_experts = 4;
-  s.top_k = 2;
-  s.d_ff_expert = 24;
-  s.shared_expert = true;
+  ModelShape s = moe_shape(4);
   std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 5), GlobalBatch(s.vocab_size, 6)};
   const int per_rank = kGlobalSequences / comm().size();
   const int micro = per_rank % 2 == 0 ? 2 : per_rank;
@@ -37,11 +33,7 @@ TEST(Fsdp, MixtureOfExpertsEqualsTheUnshardedReference) {
 // (the other ranks' experts are never gathered), micro-batches, resharding on and off, both GEMM
 // paths, activation recompute; and the slices hold exactly this rank's experts.
 TEST(Fsdp, ExpertParallelEqualsTheUnshardedReference) {
-  ModelShape s = shape();
-  s.n_experts = 8;
-  s.top_k = 2;
-  s.d_ff_expert = 24;
-  s.shared_expert = true;
+  ModelShape s = moe_shape(8);
   if (s.n_experts % comm().size() != 0) GTEST_SKIP() << "8 experts do not divide among " << comm().size() << " ranks";
   std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 7), GlobalBatch(s.vocab_size, 8)};
   const int per_rank = kGlobalSequences / comm().size();

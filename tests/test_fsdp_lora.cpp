@@ -74,11 +74,7 @@ TEST(Fsdp, LoraEqualsTheUnshardedReference) {
 // adapters and trains its own experts'): equal to the unsharded reference, the base unchanged to
 // the bit, the adapters trained.
 TEST(Fsdp, LoraOnMixtureOfExpertsEqualsTheUnshardedReference) {
-  ModelShape s = shape();
-  s.n_experts = 4;
-  s.top_k = 2;
-  s.d_ff_expert = 24;
-  s.shared_expert = true;
+  ModelShape s = moe_shape(4);
   s.lora = LoraShape{4, 8.0f, 0xf, false, /*experts=*/true};
   std::vector<GlobalBatch> batches = {GlobalBatch(s.vocab_size, 5), GlobalBatch(s.vocab_size, 6)};
   const int per_rank = kGlobalSequences / comm().size();
