@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/ledger_view.hpp"
@@ -31,7 +33,7 @@ TEST(PhaseArena, PhasesOverlapInOneAllocationOfTheLargerSize) {
   // Train: 4000 + 3000 * 4 bytes... rounded to 256-byte boundaries per buffer.
   EXPECT_EQ(arena.phase_bytes(Phase::train), 4096 + 12032);
   EXPECT_EQ(arena.phase_bytes(Phase::rollout), 10240 + 256);
-  EXPECT_EQ(arena.bytes(), 4096 + 12032);
+  EXPECT_EQ(arena.bytes(), 4096 + 12032 + 256) << "the larger phase, and room to align the start";
   // The ledger holds the larger phase's categories; padding counts as workspace.
   EXPECT_EQ(MemoryLedger::instance().total() - before, arena.bytes());
   EXPECT_EQ(arena.phase_bytes(Phase::train, MemoryCategory::activations), 12000);
@@ -39,6 +41,8 @@ TEST(PhaseArena, PhasesOverlapInOneAllocationOfTheLargerSize) {
   // Both phases start at the arena's beginning: the rollout weights reuse training's memory.
   arena.enter(Phase::train);
   const char* slots_at = reinterpret_cast<const char*>(slots.data());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(slots_at) % 256, 0u) << "buffers start on 256-byte boundaries";
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(acts.data()) % 256, 0u);
   arena.enter(Phase::rollout);
   EXPECT_EQ(reinterpret_cast<const char*>(weights.data()), slots_at);
   EXPECT_EQ(reinterpret_cast<const char*>(cache.data()), slots_at + 10240);
@@ -78,6 +82,55 @@ TEST(PhaseArena, BufferOfTheOtherPhaseStopsTheJob) {
   EXPECT_DEATH((void)slots.data(), "buffer 'gather_slot' of the train phase used during the rollout phase");
   EXPECT_DEATH(LedgerView<float>({&arena, Phase::train}, MemoryCategory::gather, "late", 4),
                "reserved in the phase arena after it was allocated");
+}
+
+// Storage another layer allocated (the communicator's symmetric memory): the buffers are placed
+// in it, the ledger counts it as it counts an own allocation, and it is freed with the arena.
+class TrackedStorage final : public DeviceAllocation {
+ public:
+  TrackedStorage(std::size_t bytes, bool& alive) : view_("given", bytes + 256), bytes_(bytes), alive_(alive) {
+    alive_ = true;
+  }
+  ~TrackedStorage() override { alive_ = false; }
+  char* data() const override {   // on a 256-byte boundary, as ncclMemAlloc's memory is
+    const auto at = reinterpret_cast<std::uintptr_t>(view_.data());
+    return view_.data() + (256 - at % 256) % 256;
+  }
+  std::size_t bytes() const override { return bytes_; }
+
+ private:
+  DeviceView<char> view_;
+  std::size_t bytes_;
+  bool& alive_;
+};
+
+TEST(PhaseArena, GivenStorageHoldsTheBuffers) {
+  const std::int64_t before = MemoryLedger::instance().total();
+  bool alive = false;
+  {
+    PhaseArena arena(ExecSpace{});
+    LedgerView<float> slots({&arena, Phase::train}, MemoryCategory::gather, "slots", 1000);
+    LedgerView<float> cache({&arena, Phase::rollout}, MemoryCategory::kv_cache, "cache", 10);
+    EXPECT_EQ(arena.required_bytes(), 4096u);
+    auto given = std::make_unique<TrackedStorage>(8192, alive);   // larger, as when ranks' sizes are agreed
+    const char* base = given->data();
+    arena.commit(std::move(given));
+    EXPECT_TRUE(arena.external());
+    EXPECT_EQ(arena.bytes(), 8192);
+    EXPECT_EQ(MemoryLedger::instance().total() - before, 8192) << "the padding past the buffers is workspace";
+    arena.enter(Phase::train);
+    EXPECT_EQ(reinterpret_cast<const char*>(slots.data()), base);
+    arena.enter(Phase::rollout);
+    EXPECT_EQ(reinterpret_cast<const char*>(cache.data()), base);
+    EXPECT_TRUE(alive);
+  }
+  EXPECT_FALSE(alive) << "the arena frees what it was given";
+  EXPECT_EQ(MemoryLedger::instance().total(), before);
+
+  PhaseArena small(ExecSpace{});
+  LedgerView<float> big({&small, Phase::train}, MemoryCategory::gather, "big", 4096);
+  EXPECT_DEATH(small.commit(std::make_unique<TrackedStorage>(1024, alive)),
+               "the phase arena needs 16384 bytes, but was given 1024");
 }
 
 TEST(PhaseArena, OwnAllocationsAreCountedAsBefore) {

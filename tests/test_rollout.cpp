@@ -166,7 +166,9 @@ TEST(Rollout, PhasesShareOneArenaAndGiveTheSameResults) {
   }
   AlternatingJob job(*comm, true);
   const PhaseArena& arena = *job.arena;
-  EXPECT_EQ(arena.bytes(), std::max(arena.phase_bytes(Phase::train), arena.phase_bytes(Phase::rollout)));
+  EXPECT_EQ(arena.required_bytes(),
+            static_cast<std::size_t>(std::max(arena.phase_bytes(Phase::train), arena.phase_bytes(Phase::rollout))));
+  EXPECT_EQ(arena.bytes(), static_cast<std::int64_t>(arena.required_bytes()) + 256) << "and room to align its start";
   // Outside the arena, the same in both jobs: the batch's ids, the draw buffers, the optimizer's
   // scalars (a few KiB).
   const std::int64_t outside = job.ledger_delta - job.persistent_delta - arena.bytes();

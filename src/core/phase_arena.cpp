@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "core/error.hpp"
@@ -35,10 +36,26 @@ std::int64_t PhaseArena::phase_bytes(Phase p, MemoryCategory c) const {
   return by_category_[static_cast<int>(p)][static_cast<int>(c)];
 }
 
-void PhaseArena::commit() {
+std::size_t PhaseArena::required_bytes() const { return std::max<std::size_t>(std::max(used_[0], used_[1]), 1); }
+
+void PhaseArena::commit(std::unique_ptr<DeviceAllocation> storage) {
   SHARDRL_CHECK(!committed_, "the phase arena is allocated twice");
   const int larger = used_[0] >= used_[1] ? 0 : 1;
-  storage_ = DeviceView<char>("phase_arena", std::max<std::size_t>(used_[larger], 1));
+  if (storage) {
+    SHARDRL_CHECK(storage->bytes() >= required_bytes(),
+                  fmt::format("the phase arena needs {} bytes, but was given {}", required_bytes(), storage->bytes()));
+    SHARDRL_CHECK(reinterpret_cast<std::uintptr_t>(storage->data()) % kAlign == 0,
+                  fmt::format("the phase arena's storage does not start on a {}-byte boundary", kAlign));
+    external_ = std::move(storage);
+    base_ = external_->data();
+  } else {
+    // A Kokkos allocation starts past its header, on a 128-byte boundary only: the base is
+    // rounded up, so that every buffer starts where the offsets say, whoever allocated the arena
+    // (cuBLAS picks its kernels by the operands' alignment, so results depend on it).
+    storage_ = DeviceView<char>("phase_arena", required_bytes() + kAlign);
+    const auto at = reinterpret_cast<std::uintptr_t>(storage_.data());
+    base_ = storage_.data() + (kAlign - at % kAlign) % kAlign;
+  }
   // The ledger sees the arena as the larger phase's buffers plus alignment padding (workspace).
   std::int64_t named = 0;
   for (int c = 0; c < kMemoryCategories; ++c) {
@@ -59,7 +76,7 @@ void PhaseArena::enter(Phase p) {
   if (poison_) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     auto words = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-        reinterpret_cast<float*>(storage_.data()), storage_.extent(0) / sizeof(float));
+        reinterpret_cast<float*>(base_), required_bytes() / sizeof(float));
     Kokkos::deep_copy(space_, words, nan);
     space_.fence();
   }
@@ -73,7 +90,7 @@ char* PhaseArena::address(Phase p, std::size_t offset, const char* label) const 
     SHARDRL_FATAL(fmt::format("buffer '{}' of the {} phase used during the {} phase: its memory belongs to the "
                               "other phase now",
                               label, phase_name(p), current_ < 0 ? "no" : phase_name(static_cast<Phase>(current_))));
-  return storage_.data() + offset;
+  return base_ + offset;
 }
 
 }  // namespace shardrl

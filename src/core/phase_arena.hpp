@@ -12,8 +12,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "core/device_allocation.hpp"
 #include "core/kokkos.hpp"
 #include "core/memory_ledger.hpp"
 
@@ -34,9 +36,12 @@ class PhaseArena {
 
   // Before commit(): room for `bytes` in phase p's region; returns its offset.
   std::size_t reserve(Phase p, MemoryCategory c, std::size_t bytes);
-  // Allocates max over phases, once; counted in the ledger under the categories of the larger
-  // phase. Nothing may be reserved afterwards.
-  void commit();
+  // What commit() needs: the larger phase's bytes.
+  std::size_t required_bytes() const;
+  // Allocates max over phases (and 256 bytes to align its start), once, or takes `storage` (at
+  // least required_bytes(), aligned) when given; counted in the ledger under the categories of the
+  // larger phase. Nothing may be reserved afterwards.
+  void commit(std::unique_ptr<DeviceAllocation> storage = nullptr);
   // Waits for all device work of the previous phase, then gives the arena to p.
   void enter(Phase p);
 
@@ -48,7 +53,10 @@ class PhaseArena {
 
   std::int64_t phase_bytes(Phase p) const { return static_cast<std::int64_t>(used_[static_cast<int>(p)]); }
   std::int64_t phase_bytes(Phase p, MemoryCategory c) const;
-  std::int64_t bytes() const { return static_cast<std::int64_t>(storage_.extent(0)); }
+  std::int64_t bytes() const {   // the allocation
+    return static_cast<std::int64_t>(external_ ? external_->bytes() : storage_.extent(0));
+  }
+  bool external() const { return external_ != nullptr; }   // storage given to commit()
 
  private:
   ExecSpace space_;
@@ -59,6 +67,8 @@ class PhaseArena {
   std::array<std::array<std::int64_t, kMemoryCategories>, kPhases> by_category_{};
   std::array<std::int64_t, kMemoryCategories> counted_{};   // what commit() added to the ledger
   DeviceView<char> storage_;
+  std::unique_ptr<DeviceAllocation> external_;
+  char* base_ = nullptr;   // where offset 0 is: the allocation's first 256-byte boundary
 };
 
 // Where a LedgerView lives: its own allocation (no arena) or a phase's region of an arena.
