@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "core/bf16.hpp"
+#include "core/device_allocation.hpp"
 #include "core/device_stream.hpp"
 #include "core/kokkos.hpp"
 
@@ -61,7 +62,8 @@ class Communicator {
   virtual MPI_Comm host_comm() const = 0;
 
   // recv holds size()*count elements; rank r's `count` elements land at recv + r*count.
-  // In place when send == recv + rank()*count.
+  // In place when send == recv + rank()*count. Into symmetric memory (below) the GPUs' copy
+  // engines move the data, and no SM runs a communication kernel beside the compute.
   virtual void all_gather(const void* send, void* recv, std::size_t count, DataType type,
                           StreamRef stream) = 0;
   // send holds size()*count elements; rank r receives the reduction of block r.
@@ -81,6 +83,11 @@ class Communicator {
                             void* recv, const std::size_t* recv_counts, const std::size_t* recv_offsets,
                             DataType type, StreamRef stream) = 0;
   virtual void barrier() = 0;
+  // Collective: device memory of max over ranks of `bytes` on every rank, which all_gather fills
+  // with copy engines when its receive buffer lies inside it, at the same offset on every rank
+  // (the caller's guarantee: lay buffers out alike on all ranks). Null where the backend has no
+  // such collectives (MPI; NCCL before 2.28).
+  virtual std::unique_ptr<DeviceAllocation> allocate_symmetric(std::size_t /*bytes*/) { return nullptr; }
   // Device bytes this communicator holds outside Kokkos' allocations (counted in the memory
   // ledger all the same): what an allocation hook on Kokkos does not see.
   virtual std::int64_t device_bytes_outside_kokkos() const { return 0; }

@@ -57,30 +57,104 @@ NcclComm& NcclComm::operator=(NcclComm&& other) noexcept {
   return *this;
 }
 
+// Collective over host_comm: a communicator of its ranks with `cta_policy` (-1: NCCL's default).
+// The main one is non-blocking: no NCCL call may block the host unboundedly (the first
+// collective connects lazily and would otherwise wait forever for a peer that never comes). The
+// copy-engine one blocks: on a non-blocking communicator NCCL 2.28's window registration returns
+// ncclSuccess while it still runs, and the next call fails ("Attempt to use communicator before
+// the previous operation returned ncclSuccess"). Its peers are the main one's, already connected,
+// and the job's watchdog bounds any wait.
+NcclComm NcclCommunicator::make_comm(int cta_policy, bool blocking) {
+  ncclUniqueId id;
+  if (rank_ == 0) SHARDRL_CHECK_NCCL(ncclGetUniqueId(&id));
+  SHARDRL_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, host_comm_.get()));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = blocking ? 1 : 0;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  if (cta_policy >= 0) config.CTAPolicy = cta_policy;
+#endif
+  ncclComm_t raw = nullptr;
+  ncclResult_t init = ncclCommInitRankConfig(&raw, size_, id, rank_, &config);
+  NcclComm made(raw);
+  settle(init, "ncclCommInitRankConfig", raw);
+  return made;
+}
+
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
   SHARDRL_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size_));
   MPI_Comm dup = MPI_COMM_NULL;
   SHARDRL_CHECK_MPI(MPI_Comm_dup(comm, &dup));
   host_comm_ = MpiComm(dup);
-  ncclUniqueId id;
-  if (rank_ == 0) SHARDRL_CHECK_NCCL(ncclGetUniqueId(&id));
-  SHARDRL_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
-  // Non-blocking: no NCCL call may block the host unboundedly (the first collective connects
-  // lazily and would otherwise wait forever for a peer that never comes).
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t raw = nullptr;
-  ncclResult_t init = ncclCommInitRankConfig(&raw, size_, id, rank_, &config);
-  comm_ = NcclComm(raw);
-  settle(init, "ncclCommInitRankConfig");
+  comm_ = make_comm(-1, false);
   barrier_word_ = CudaBuffer(MemoryCategory::workspace, sizeof(float));
 }
 
-NcclCommunicator::~NcclCommunicator() = default;
+NcclCommunicator::~NcclCommunicator() {
+  SHARDRL_CHECK(windows_.empty(), "a communicator destroyed before the symmetric memory it registered");
+}
 
 std::int64_t NcclCommunicator::device_bytes_outside_kokkos() const {
-  return static_cast<std::int64_t>(barrier_word_.bytes());
+  std::int64_t bytes = static_cast<std::int64_t>(barrier_word_.bytes());
+  for (const Window& w : windows_) bytes += static_cast<std::int64_t>(w.bytes);
+  return bytes;
+}
+
+// The window's owner: frees it through its communicator, which must outlive it.
+class SymmetricMemory final : public DeviceAllocation {
+ public:
+  SymmetricMemory(NcclCommunicator& owner, char* base, std::size_t bytes) : owner_(owner), base_(base), bytes_(bytes) {}
+  ~SymmetricMemory() override { owner_.release_symmetric(base_); }
+  char* data() const override { return base_; }
+  std::size_t bytes() const override { return bytes_; }
+
+ private:
+  NcclCommunicator& owner_;
+  char* base_;
+  std::size_t bytes_;
+};
+
+std::unique_ptr<DeviceAllocation> NcclCommunicator::allocate_symmetric(std::size_t bytes) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  // A window has the same size on every rank.
+  unsigned long long agreed = bytes;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, host_comm_.get()));
+  if (!copy_comm_.get()) copy_comm_ = make_comm(NCCL_CTA_POLICY_ZERO, true);
+  void* base = nullptr;
+  SHARDRL_CHECK_NCCL(ncclMemAlloc(&base, agreed));
+  ncclWindow_t window = nullptr;
+  settle(ncclCommWindowRegister(copy_comm_.get(), base, agreed, &window, NCCL_WIN_COLL_SYMMETRIC),
+         "ncclCommWindowRegister", copy_comm_.get());
+  windows_.push_back(Window{static_cast<char*>(base), static_cast<std::size_t>(agreed), window});
+  return std::make_unique<SymmetricMemory>(*this, static_cast<char*>(base), static_cast<std::size_t>(agreed));
+#else
+  (void)bytes;
+  return nullptr;
+#endif
+}
+
+void NcclCommunicator::release_symmetric(char* base) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  for (auto w = windows_.begin(); w != windows_.end(); ++w) {
+    if (w->base != base) continue;
+    // Nothing may still read or fill it: the streams that used it are drained first.
+    SHARDRL_CHECK_CUDA(cudaDeviceSynchronize());
+    settle(ncclCommWindowDeregister(copy_comm_.get(), static_cast<ncclWindow_t>(w->handle)),
+           "ncclCommWindowDeregister", copy_comm_.get());
+    SHARDRL_CHECK_NCCL(ncclMemFree(base));
+    windows_.erase(w);
+    return;
+  }
+#endif
+  (void)base;
+  SHARDRL_FATAL("release of symmetric memory this communicator did not allocate");
+}
+
+bool NcclCommunicator::in_window(const void* p, std::size_t bytes) const {
+  const char* c = static_cast<const char*>(p);
+  for (const Window& w : windows_)
+    if (c >= w.base && c + bytes <= w.base + w.bytes) return true;
+  return false;
 }
 
 cudaStream_t NcclCommunicator::stream(StreamRef s) const {
@@ -94,7 +168,8 @@ void NcclCommunicator::fail_and_abort(const std::string& what, const char* file,
   fatal(what, file, line);
 }
 
-void NcclCommunicator::settle(ncclResult_t result, const char* call) {
+void NcclCommunicator::settle(ncclResult_t result, const char* call, ncclComm_t comm) {
+  if (!comm) comm = comm_.get();
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   for (long polls = 0; result == ncclInProgress; ++polls) {
@@ -105,16 +180,27 @@ void NcclCommunicator::settle(ncclResult_t result, const char* call) {
                                  "or is not taking part",
                                  call, timeout_s_),
                      __FILE__, __LINE__);
-    SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(comm_.get(), &result));
+    SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(comm, &result));
   }
   if (result != ncclSuccess)
-    fail_and_abort(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(result), ncclGetLastError(comm_.get())),
+    fail_and_abort(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(result), ncclGetLastError(comm)),
                    __FILE__, __LINE__);
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, DataType type,
                                   StreamRef s) {
-  settle(ncclAllGather(send, recv, count, nccl_type(type), comm_.get(), stream(s)), "ncclAllGather");
+  const std::size_t bytes = count * size_of(type);
+  if (!in_window(recv, bytes * static_cast<std::size_t>(size_))) {
+    settle(ncclAllGather(send, recv, count, nccl_type(type), comm_.get(), stream(s)), "ncclAllGather");
+    return;
+  }
+  // In place, so that both ends of every copy lie in the window: this rank's part is copied into
+  // its place first (by a copy engine too), in stream order after whatever wrote `send`.
+  char* own = static_cast<char*>(recv) + static_cast<std::size_t>(rank_) * bytes;
+  if (send != own && bytes > 0)
+    SHARDRL_CHECK_CUDA(cudaMemcpyAsync(own, send, bytes, cudaMemcpyDeviceToDevice, stream(s)));
+  settle(ncclAllGather(own, recv, count, nccl_type(type), copy_comm_.get(), stream(s)),
+         "ncclAllGather (copy engines)", copy_comm_.get());
 }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -174,18 +260,25 @@ void NcclCommunicator::synchronize(StreamRef s) {
     cudaError_t q = cudaStreamQuery(st);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) SHARDRL_CHECK_CUDA(q);
-    ncclResult_t async = ncclSuccess;
-    SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(comm_.get(), &async));
-    if (async != ncclSuccess && async != ncclInProgress)
-      fail_and_abort(fmt::format("NCCL reported an asynchronous error: {} (a peer rank failed or the "
-                                 "network broke)", ncclGetErrorString(async)),
-                     __FILE__, __LINE__);
+    check_async_errors();
     if (polls > 1000) sched_yield();
     if ((polls & 1023) == 0 &&
         std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
       fail_and_abort(fmt::format("NCCL collectives did not complete within comm.timeout_s = {} s: a "
                                  "peer rank failed or is not taking part",
                                  timeout_s_),
+                     __FILE__, __LINE__);
+  }
+}
+
+void NcclCommunicator::check_async_errors() {
+  for (ncclComm_t c : {comm_.get(), copy_comm_.get()}) {
+    if (!c) continue;
+    ncclResult_t async = ncclSuccess;
+    SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(c, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      fail_and_abort(fmt::format("NCCL reported an asynchronous error: {} (a peer rank failed or the "
+                                 "network broke)", ncclGetErrorString(async)),
                      __FILE__, __LINE__);
   }
 }

@@ -3,11 +3,19 @@
 // is non-blocking: a call that returns ncclInProgress (connection set-up) is polled to
 // completion against the timeout, and synchronize() polls the stream and NCCL's asynchronous
 // error state, so a dead peer or a hung collective aborts the job instead of hanging it.
+//
+// Symmetric memory (NCCL >= 2.28): allocate_symmetric() takes ncclMemAlloc memory and registers
+// it as a symmetric window of a second communicator over the same ranks, made with the zero-CTA
+// policy. An all-gather whose receive buffer lies in a window goes to that communicator, which
+// moves the data with the copy engines: no communication kernel holds SMs or memory bandwidth
+// beside the compute it overlaps. (On 2 x H200 a bf16 GEMM ran at 72% of its speed beside SM
+// all-gathers, at 90% beside copy-engine ones, which also moved 1.46x the bytes per second.)
 #pragma once
 
 #include <nccl.h>
 
 #include <string>
+#include <vector>
 
 #include "core/cuda_buffer.hpp"
 #include "core/cuda_stream.hpp"
@@ -53,13 +61,26 @@ class NcclCommunicator final : public Communicator {
                     const std::size_t* recv_counts, const std::size_t* recv_offsets, DataType type,
                     StreamRef s) override;
   void barrier() override;
+  std::unique_ptr<DeviceAllocation> allocate_symmetric(std::size_t bytes) override;
   std::int64_t device_bytes_outside_kokkos() const override;
   void synchronize(StreamRef s) override;
 
  private:
+  friend class SymmetricMemory;
+  struct Window {
+    char* base = nullptr;
+    std::size_t bytes = 0;
+    void* handle = nullptr;   // the ncclWindow_t
+  };
+
+  NcclComm make_comm(int cta_policy, bool blocking);
   cudaStream_t stream(StreamRef s) const;
-  // Waits (bounded by the timeout) until a non-blocking NCCL call has finished enqueueing.
-  void settle(ncclResult_t result, const char* call);
+  // Waits (bounded by the timeout) until a non-blocking NCCL call on `comm` (default: the main
+  // communicator) has finished enqueueing.
+  void settle(ncclResult_t result, const char* call, ncclComm_t comm = nullptr);
+  void check_async_errors();   // of both communicators
+  bool in_window(const void* p, std::size_t bytes) const;
+  void release_symmetric(char* base);
   [[noreturn]] void fail_and_abort(const std::string& what, const char* file, int line);   // job-wide
 
   int rank_ = 0;
@@ -68,6 +89,8 @@ class NcclCommunicator final : public Communicator {
   MpiComm host_comm_;   // a duplicate of the communicator NCCL was bootstrapped over
   CudaStream own_stream_;
   NcclComm comm_;
+  NcclComm copy_comm_;          // zero-CTA policy, made by the first allocate_symmetric()
+  std::vector<Window> windows_;   // registered with copy_comm_
   CudaBuffer barrier_word_;   // one float on the device, all-reduced by barrier()
 };
 

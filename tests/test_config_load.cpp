@@ -90,6 +90,20 @@ TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {
   EXPECT_FALSE(load_config("[train]\ncuda_graph = \"partial\"\n", "f", {}, kGpu).ok());
 }
 
+// Copy-engine all-gathers are a GPU build's; "auto" and "sm" load on every build.
+TEST(ConfigLoad, CopyEngineGathersNeedACudaBuild) {
+  for (const char* engine : {"auto", "sm", "copy"})
+    EXPECT_TRUE(load_config(std::string("[comm]\ngather_engine = \"") + engine + "\"\n", "f", {}, kGpu).ok()) << engine;
+  EXPECT_TRUE(load_config("[comm]\ngather_engine = \"sm\"\n", "f", {}, kCpu).ok());
+  EXPECT_TRUE(load_config("", "f", {}, kCpu).ok());
+  LoadedConfig l = load_config("", "f", {"comm.gather_engine=copy"}, kCpu);
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0],
+            "--set comm.gather_engine=copy: comm.gather_engine = \"copy\" runs the all-gathers on the GPUs' copy "
+            "engines, but this shardrl was built for CPU (use \"auto\" or \"sm\")");
+  EXPECT_FALSE(load_config("[comm]\ngather_engine = \"dma\"\n", "f", {}, kGpu).ok());
+}
+
 // "flash" insists on the tensor-core kernels: refused, naming the key and every unmet
 // requirement, where they cannot run; "auto" and "gemm" load on every build.
 TEST(ConfigLoad, FlashAttentionNeedsCudaBf16AndItsHeadDims) {

@@ -174,9 +174,14 @@ struct CheckpointConfig {
   bool async = false;            // periodic saves written by a background thread
 };
 
+// What moves the training's all-gathers of weights: NCCL's kernels on SMs, or the GPUs' copy
+// engines (NCCL >= 2.28, the phase arena in symmetric memory); "auto": copy engines on GPU builds.
+enum class GatherEngine { automatic, kernels, copy };
+
 struct CommConfig {
   CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;   // a collective unfinished after this long aborts the job
+  GatherEngine gather_engine = GatherEngine::automatic;
 };
 
 enum class FailMode { error, hang };

@@ -458,6 +458,11 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "
         "(use \"auto\" or \"mpi\")",
         where("comm.backend")));
+  if (c.comm.gather_engine == GatherEngine::copy && !build.has_cuda)
+    out.errors.push_back(fmt::format(
+        "{}: comm.gather_engine = \"copy\" runs the all-gathers on the GPUs' copy engines, but this shardrl "
+        "was built for CPU (use \"auto\" or \"sm\")",
+        where("comm.gather_engine")));
   if (shape.n_experts > 0 && c.train.cuda_graph == TrainGraph::full)
     out.errors.push_back(fmt::format("{}: train.cuda_graph = \"full\" cannot capture mixture-of-experts layers (their "
                                      "routing goes to the host to size the experts' GEMMs; use \"none\")",

@@ -7,6 +7,7 @@
 #include "job/peft_adapter.hpp"
 #include "job/memory_plan.hpp"
 #include "job/options.hpp"
+#include "mpi/host_exchange.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
@@ -61,7 +62,7 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
   if (use.rl_loop)
     loop_ = std::make_unique<GrpoLoop>(grpo_loop_options(config_), model_, trainer_, comm_, arena_,
                                        tensor_parallel_group());
-  arena_.commit();
+  arena_.commit(arena_storage());
   arena_.enter(Phase::train);
   trainer_.initialize(static_cast<std::uint64_t>(config_.run.seed), static_cast<float>(config_.model.init_std));
   lora_base_.description = fmt::format("random initialisation: model.preset = {}, run.seed = {}, model.init_std = {}",
@@ -69,6 +70,33 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
 }
 
 Policy::~Policy() = default;
+
+// With copy-engine gathers the arena is the communicator's symmetric memory. Its all-gathers
+// then need each buffer at the same offset on every rank, which holds when every rank reserves
+// the same buffers: the phases' sizes are compared first, and a difference keeps the gathers on
+// SM kernels ("auto") or stops the job ("copy").
+std::unique_ptr<DeviceAllocation> Policy::arena_storage() {
+  const GatherEngine engine = config_.comm.gather_engine;
+  if (engine == GatherEngine::kernels || comm_.size() == 1) return nullptr;
+  std::vector<double> sizes;
+  for (Phase p : {Phase::train, Phase::rollout}) {
+    sizes.push_back(static_cast<double>(arena_.phase_bytes(p)));
+    sizes.push_back(-static_cast<double>(arena_.phase_bytes(p)));
+  }
+  max_on_host(comm_.host_comm(), sizes);
+  const bool alike = sizes[0] == -sizes[1] && sizes[2] == -sizes[3];
+  if (!alike && engine == GatherEngine::copy)
+    SHARDRL_FATAL(fmt::format("comm.gather_engine = \"copy\": the ranks' phase arenas differ (train {} to {} bytes, "
+                              "rollout {} to {}), so their buffers' offsets would not match (use \"auto\" or \"sm\")",
+                              -sizes[1], sizes[0], -sizes[3], sizes[2]));
+  if (!alike) return nullptr;
+  std::unique_ptr<DeviceAllocation> storage = comm_.allocate_symmetric(arena_.required_bytes());
+  if (!storage && engine == GatherEngine::copy)
+    SHARDRL_FATAL(fmt::format("comm.gather_engine = \"copy\" needs copy-engine collectives, which the {} backend "
+                              "of this build lacks (NCCL 2.28 or later has them; use \"auto\" or \"sm\")",
+                              comm_.backend_name()));
+  return storage;
+}
 
 GrpoLoop& Policy::loop() {
   SHARDRL_CHECK(loop_ != nullptr, "the policy was built without its RL loop (PolicyUse::rl_loop)");
@@ -102,6 +130,7 @@ std::string Policy::build_report() const {
     line("expert parallelism", m.expert_exchange ? fmt::format("on ({} ranks)", m.expert_exchange->ranks()) : "off");
   }
   line("reshard after forward", f.reshard_after_forward ? "on" : "off");
+  line("weight all-gathers", arena_.external() ? "copy engines (the phase arena in symmetric memory)" : "SM kernels");
   line("reduce-scatter dtype", name_of(f.reduce_dtype));
   line("main gradient dtype", name_of(f.main_grad_dtype));
   line("Adam moment dtype", name_of(f.state_dtype));

@@ -73,6 +73,7 @@ class Policy {
  private:
   ModelOptions placed_model_options();
   Communicator* tensor_parallel_group();
+  std::unique_ptr<DeviceAllocation> arena_storage();   // null: the arena allocates its own
 
   const Config config_;
   Communicator& comm_;
