@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/ledger_view.hpp"
@@ -114,12 +115,15 @@ TEST(PhaseArena, GivenStorageHoldsTheBuffers) {
     EXPECT_EQ(arena.required_bytes(), 4096u);
     auto given = std::make_unique<TrackedStorage>(8192, alive);   // larger, as when ranks' sizes are agreed
     const char* base = given->data();
+    Kokkos::deep_copy(Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(given->data(), 8192),
+                      char(1));
     arena.commit(std::move(given));
     EXPECT_TRUE(arena.external());
     EXPECT_EQ(arena.bytes(), 8192);
     EXPECT_EQ(MemoryLedger::instance().total() - before, 8192) << "the padding past the buffers is workspace";
     arena.enter(Phase::train);
     EXPECT_EQ(reinterpret_cast<const char*>(slots.data()), base);
+    for (float x : to_host(slots.data(), 1000)) ASSERT_EQ(x, 0.0f) << "given storage is zeroed, as an own allocation is";
     arena.enter(Phase::rollout);
     EXPECT_EQ(reinterpret_cast<const char*>(cache.data()), base);
     EXPECT_TRUE(alive);
@@ -131,6 +135,26 @@ TEST(PhaseArena, GivenStorageHoldsTheBuffers) {
   LedgerView<float> big({&small, Phase::train}, MemoryCategory::gather, "big", 4096);
   EXPECT_DEATH(small.commit(std::make_unique<TrackedStorage>(1024, alive)),
                "the phase arena needs 16384 bytes, but was given 1024");
+}
+
+// Ranks compare fingerprints before their arenas become symmetric memory: equal reservations
+// give equal fingerprints; another size, order or phase does not.
+TEST(PhaseArena, LayoutFingerprintFollowsEveryReservation) {
+  auto fingerprint = [](const std::vector<std::pair<Phase, std::size_t>>& reservations) {
+    PhaseArena arena(ExecSpace{});
+    for (const auto& [phase, bytes] : reservations) arena.reserve(phase, MemoryCategory::gather, bytes);
+    return arena.layout_fingerprint();
+  };
+  const auto base = fingerprint({{Phase::train, 1000}, {Phase::train, 300}, {Phase::rollout, 64}});
+  EXPECT_EQ(fingerprint({{Phase::train, 1000}, {Phase::train, 300}, {Phase::rollout, 64}}), base);
+  EXPECT_NE(fingerprint({{Phase::train, 300}, {Phase::train, 1000}, {Phase::rollout, 64}}), base) << "order";
+  EXPECT_NE(fingerprint({{Phase::train, 1000}, {Phase::train, 301}, {Phase::rollout, 64}}), base) << "a size";
+  EXPECT_NE(fingerprint({{Phase::train, 1000}, {Phase::rollout, 300}, {Phase::rollout, 64}}), base) << "a phase";
+  PhaseArena other(ExecSpace{});
+  other.reserve(Phase::train, MemoryCategory::activations, 1000);
+  other.reserve(Phase::train, MemoryCategory::gather, 300);
+  other.reserve(Phase::rollout, MemoryCategory::gather, 64);
+  EXPECT_NE(other.layout_fingerprint(), base) << "a category";
 }
 
 TEST(PhaseArena, OwnAllocationsAreCountedAsBefore) {

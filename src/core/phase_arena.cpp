@@ -29,6 +29,8 @@ std::size_t PhaseArena::reserve(Phase p, MemoryCategory c, std::size_t bytes) {
   const std::size_t offset = used_[i];
   used_[i] += (bytes + kAlign - 1) / kAlign * kAlign;
   by_category_[i][static_cast<int>(c)] += static_cast<std::int64_t>(bytes);
+  for (std::uint64_t v : {std::uint64_t(i), std::uint64_t(c), std::uint64_t(bytes), std::uint64_t(offset)})
+    fingerprint_ = (fingerprint_ ^ v) * 1099511628211ull;   // FNV-1a's prime
   return offset;
 }
 
@@ -48,6 +50,11 @@ void PhaseArena::commit(std::unique_ptr<DeviceAllocation> storage) {
                   fmt::format("the phase arena's storage does not start on a {}-byte boundary", kAlign));
     external_ = std::move(storage);
     base_ = external_->data();
+    // Zeroed as a Kokkos allocation is, so that results never depend on who allocated.
+    Kokkos::deep_copy(space_, Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                  base_, external_->bytes()),
+                      char(0));
+    space_.fence();
   } else {
     // A Kokkos allocation starts past its header, on a 128-byte boundary only: the base is
     // rounded up, so that every buffer starts where the offsets say, whoever allocated the arena

@@ -39,8 +39,8 @@ class PhaseArena {
   // What commit() needs: the larger phase's bytes.
   std::size_t required_bytes() const;
   // Allocates max over phases (and 256 bytes to align its start), once, or takes `storage` (at
-  // least required_bytes(), aligned) when given; counted in the ledger under the categories of the
-  // larger phase. Nothing may be reserved afterwards.
+  // least required_bytes(), aligned; zeroed here, as an own allocation is) when given; counted in
+  // the ledger under the categories of the larger phase. Nothing may be reserved afterwards.
   void commit(std::unique_ptr<DeviceAllocation> storage = nullptr);
   // Waits for all device work of the previous phase, then gives the arena to p.
   void enter(Phase p);
@@ -52,6 +52,9 @@ class PhaseArena {
   char* address(Phase p, std::size_t offset, const char* label) const;
 
   std::int64_t phase_bytes(Phase p) const { return static_cast<std::int64_t>(used_[static_cast<int>(p)]); }
+  // A digest of every reservation (phase, category, size, offset) in order: equal on two ranks
+  // when their buffers lie at the same offsets (what collectives on symmetric memory need).
+  std::uint64_t layout_fingerprint() const { return fingerprint_; }
   std::int64_t phase_bytes(Phase p, MemoryCategory c) const;
   std::int64_t bytes() const {   // the allocation
     return static_cast<std::int64_t>(external_ ? external_->bytes() : storage_.extent(0));
@@ -64,6 +67,7 @@ class PhaseArena {
   bool committed_ = false;
   int current_ = -1;   // no phase yet
   std::array<std::size_t, kPhases> used_{};
+  std::uint64_t fingerprint_ = 14695981039346656037ull;   // FNV-1a's offset basis
   std::array<std::array<std::int64_t, kMemoryCategories>, kPhases> by_category_{};
   std::array<std::int64_t, kMemoryCategories> counted_{};   // what commit() added to the ledger
   DeviceView<char> storage_;
