@@ -33,6 +33,7 @@
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_profiler_api.h>
+#include <cuda_runtime_api.h>
 #endif
 
 using namespace shardrl;
@@ -132,6 +133,14 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
   const double tokens_per_gpu = double(B) * S / step_s;
   double peak_bytes = static_cast<double>(MemoryLedger::instance().peak());
   MPI_Allreduce(MPI_IN_PLACE, &peak_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  // The device's own count after the steps: the ledger's buffers and what it does not hold (the
+  // CUDA context, NCCL's communicators, cuBLAS's and cuDNN's workspaces).
+  double device_used = 0;
+#if defined(KOKKOS_ENABLE_CUDA)
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) device_used = double(total_bytes - free_bytes);
+#endif
+  MPI_Allreduce(MPI_IN_PLACE, &device_used, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0)
     std::cout << fmt::format(
         "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}{}\n"
@@ -140,6 +149,9 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
         execution_space_name(), graphs ? " | CUDA graph" : "", step_s * 1e3, tokens_per_gpu,
         100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
         peak_tflops, peak_bytes / double(1ull << 30));
+  if (rank == 0 && device_used > 0)
+    std::cout << fmt::format("  device memory in use after the steps (cudaMemGetInfo): {:.2f} GiB per rank\n",
+                             device_used / double(1ull << 30));
   if (collectives) {
     // Rank 0's view; the collectives are the same on every rank.
     const StepProfile p = trainer.profile();

@@ -86,7 +86,9 @@ class Communicator {
   // Collective: device memory of max over ranks of `bytes` on every rank, which all_gather fills
   // with copy engines when its receive buffer lies inside it, at the same offset on every rank
   // (the caller's guarantee: lay buffers out alike on all ranks). Null where the backend has no
-  // such collectives (MPI; NCCL before 2.28).
+  // such collectives (MPI; NCCL before 2.28; GPUs that cannot map each other's memory). Its
+  // bytes() are what it holds, reported by device_bytes_outside_kokkos(); the caller counts them
+  // in the memory ledger (the phase arena does).
   virtual std::unique_ptr<DeviceAllocation> allocate_symmetric(std::size_t /*bytes*/) { return nullptr; }
   // Device bytes this communicator holds outside Kokkos' allocations (counted in the memory
   // ledger all the same): what an allocation hook on Kokkos does not see.

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <cuda.h>   // cuMemGetAddressRange: what ncclMemAlloc holds
+
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "mpi/mpi_check.hpp"
@@ -61,10 +63,15 @@ NcclComm& NcclComm::operator=(NcclComm&& other) noexcept {
 // The main one is non-blocking: no NCCL call may block the host unboundedly (the first
 // collective connects lazily and would otherwise wait forever for a peer that never comes). The
 // copy-engine one blocks: on a non-blocking communicator NCCL 2.28's window registration returns
-// ncclSuccess while it still runs, and the next call fails ("Attempt to use communicator before
-// the previous operation returned ncclSuccess"). Its peers are the main one's, already connected,
-// and the job's watchdog bounds any wait.
+// ncclSuccess while it still runs (its group job sets the communicator's state to in progress
+// afterwards), and the next call failed with "Attempt to use communicator before the previous
+// operation returned ncclSuccess" (2 x H200, 2026-11-27). Its blocking set-up calls start only
+// once every rank is there (meet), so a rank that never comes stops the job, not hangs it.
 NcclComm NcclCommunicator::make_comm(int cta_policy, bool blocking) {
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 28, 0)
+  (void)cta_policy;
+#endif
+  if (blocking) meet("ncclCommInitRankConfig (copy engines)");
   ncclUniqueId id;
   if (rank_ == 0) SHARDRL_CHECK_NCCL(ncclGetUniqueId(&id));
   SHARDRL_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, host_comm_.get()));
@@ -75,9 +82,31 @@ NcclComm NcclCommunicator::make_comm(int cta_policy, bool blocking) {
 #endif
   ncclComm_t raw = nullptr;
   ncclResult_t init = ncclCommInitRankConfig(&raw, size_, id, rank_, &config);
+  if (init != ncclSuccess && init != ncclInProgress)   // no communicator to ask for its error
+    fail_and_abort(fmt::format("ncclCommInitRankConfig failed: {} ({})", ncclGetErrorString(init),
+                               ncclGetLastError(raw)),
+                   __FILE__, __LINE__);
   NcclComm made(raw);
   settle(init, "ncclCommInitRankConfig", raw);
   return made;
+}
+
+void NcclCommunicator::meet(const char* before) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  MPI_Request request = MPI_REQUEST_NULL;
+  SHARDRL_CHECK_MPI(MPI_Ibarrier(host_comm_.get(), &request));
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    SHARDRL_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (polls > 1000) sched_yield();
+    if ((polls & 1023) == 0 && std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
+      fail_and_abort(fmt::format("not every rank reached {} within comm.timeout_s = {} s: a peer rank failed "
+                                 "or is not taking part",
+                                 before, timeout_s_),
+                     __FILE__, __LINE__);
+  }
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
@@ -96,7 +125,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 std::int64_t NcclCommunicator::device_bytes_outside_kokkos() const {
   std::int64_t bytes = static_cast<std::int64_t>(barrier_word_.bytes());
-  for (const Window& w : windows_) bytes += static_cast<std::int64_t>(w.bytes);
+  for (const Window& w : windows_) bytes += static_cast<std::int64_t>(w.held);
   return bytes;
 }
 
@@ -122,11 +151,30 @@ std::unique_ptr<DeviceAllocation> NcclCommunicator::allocate_symmetric(std::size
   if (!copy_comm_.get()) copy_comm_ = make_comm(NCCL_CTA_POLICY_ZERO, true);
   void* base = nullptr;
   SHARDRL_CHECK_NCCL(ncclMemAlloc(&base, agreed));
+  // ncclMemAlloc rounds the size up to its allocation granularity (the multicast one where the
+  // GPUs have it, up to hundreds of MiB): what it holds is its address range, counted whole.
+  std::size_t held = agreed;
+  CUdeviceptr range_base = 0;
+  std::size_t range_bytes = 0;
+  if (cuMemGetAddressRange(&range_base, &range_bytes, reinterpret_cast<CUdeviceptr>(base)) == CUDA_SUCCESS &&
+      range_bytes >= agreed)
+    held = range_bytes;
+  meet("ncclCommWindowRegister");
   ncclWindow_t window = nullptr;
   settle(ncclCommWindowRegister(copy_comm_.get(), base, agreed, &window, NCCL_WIN_COLL_SYMMETRIC),
          "ncclCommWindowRegister", copy_comm_.get());
-  windows_.push_back(Window{static_cast<char*>(base), static_cast<std::size_t>(agreed), window});
-  return std::make_unique<SymmetricMemory>(*this, static_cast<char*>(base), static_cast<std::size_t>(agreed));
+  // NCCL registers no window where its ranks cannot map each other's memory (no peer access,
+  // NCCL_WIN_ENABLE=0, several nodes without its network support): the caller allocates as
+  // before, and its all-gathers stay on the kernels. The ranks agree, so that all route alike.
+  int registered = window != nullptr ? 1 : 0;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &registered, 1, MPI_INT, MPI_MIN, host_comm_.get()));
+  if (!registered) {
+    if (window) SHARDRL_CHECK_NCCL(ncclCommWindowDeregister(copy_comm_.get(), window));
+    SHARDRL_CHECK_NCCL(ncclMemFree(base));
+    return nullptr;
+  }
+  windows_.push_back(Window{static_cast<char*>(base), static_cast<std::size_t>(agreed), held, window});
+  return std::make_unique<SymmetricMemory>(*this, static_cast<char*>(base), held);
 #else
   (void)bytes;
   return nullptr;
@@ -197,6 +245,10 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t coun
   // In place, so that both ends of every copy lie in the window: this rank's part is copied into
   // its place first (by a copy engine too), in stream order after whatever wrote `send`.
   char* own = static_cast<char*>(recv) + static_cast<std::size_t>(rank_) * bytes;
+  const char* from = static_cast<const char*>(send);
+  SHARDRL_CHECK(send == own || from + bytes <= static_cast<const char*>(recv) ||
+                    from >= static_cast<const char*>(recv) + bytes * static_cast<std::size_t>(size_),
+                "an all-gather's send buffer overlaps its receive buffer elsewhere than at its own part");
   if (send != own && bytes > 0)
     SHARDRL_CHECK_CUDA(cudaMemcpyAsync(own, send, bytes, cudaMemcpyDeviceToDevice, stream(s)));
   settle(ncclAllGather(own, recv, count, nccl_type(type), copy_comm_.get(), stream(s)),
@@ -277,8 +329,9 @@ void NcclCommunicator::check_async_errors() {
     ncclResult_t async = ncclSuccess;
     SHARDRL_CHECK_NCCL(ncclCommGetAsyncError(c, &async));
     if (async != ncclSuccess && async != ncclInProgress)
-      fail_and_abort(fmt::format("NCCL reported an asynchronous error: {} (a peer rank failed or the "
-                                 "network broke)", ncclGetErrorString(async)),
+      fail_and_abort(fmt::format("NCCL reported an asynchronous error on its {} communicator: {} (a peer rank "
+                                 "failed or the network broke)",
+                                 c == comm_.get() ? "main" : "copy-engine", ncclGetErrorString(async)),
                      __FILE__, __LINE__);
   }
 }

@@ -10,6 +10,8 @@
 // moves the data with the copy engines: no communication kernel holds SMs or memory bandwidth
 // beside the compute it overlaps. (On 2 x H200 a bf16 GEMM ran at 72% of its speed beside SM
 // all-gathers, at 90% beside copy-engine ones, which also moved 1.46x the bytes per second.)
+// That communicator blocks (see make_comm); its set-up calls are entered only after every rank
+// has arrived, in an MPI barrier polled against the timeout.
 #pragma once
 
 #include <nccl.h>
@@ -69,7 +71,8 @@ class NcclCommunicator final : public Communicator {
   friend class SymmetricMemory;
   struct Window {
     char* base = nullptr;
-    std::size_t bytes = 0;
+    std::size_t bytes = 0;    // registered, and what all-gathers may address
+    std::size_t held = 0;     // allocated: bytes rounded up to ncclMemAlloc's granularity
     void* handle = nullptr;   // the ncclWindow_t
   };
 
@@ -79,6 +82,8 @@ class NcclCommunicator final : public Communicator {
   // communicator) has finished enqueueing.
   void settle(ncclResult_t result, const char* call, ncclComm_t comm = nullptr);
   void check_async_errors();   // of both communicators
+  // Returns once every rank has called it; stops the job if one has not within the timeout.
+  void meet(const char* before);
   bool in_window(const void* p, std::size_t bytes) const;
   void release_symmetric(char* base);
   [[noreturn]] void fail_and_abort(const std::string& what, const char* file, int line);   // job-wide

@@ -313,8 +313,9 @@ TEST(JobBuild, PersistentMemoryAfterThreeIterationsIsTheShardedState) {
 }
 
 // Every device allocation of a job goes through the memory ledger: over start-up, the warm-up and
-// three RL iterations the device bytes alive (seen by Kokkos' allocation hooks, plus the
-// communicator's few bytes outside Kokkos) equal the ledger's total, and nothing is allocated
+// three RL iterations the device bytes alive (seen by Kokkos' allocation hooks, plus what the
+// communicator holds outside Kokkos: a few bytes, and at more than one GPU the arena's symmetric
+// memory) equal the ledger's total, and nothing is allocated
 // after the first iteration.
 TEST(JobBuild, EveryDeviceAllocationIsInTheLedger) {
   for (bool graphs : {false, true}) {

@@ -13,8 +13,20 @@
 #include "core/captured_graph.hpp"
 #include "rl_test_job.hpp"
 
+#if defined(SHARDRL_ENABLE_CUDA)
+#include <nccl.h>
+#endif
+
 namespace shardrl {
 namespace {
+
+// Copy-engine collectives on symmetric memory: NCCL 2.28 or later (and GPUs that map each other's
+// memory, as the GPU machines' do).
+#if defined(SHARDRL_ENABLE_CUDA)
+constexpr bool kCopyEngineGathers = NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0);
+#else
+constexpr bool kCopyEngineGathers = false;
+#endif
 
 int world_size() {
   int ranks = 1;
@@ -23,8 +35,7 @@ int world_size() {
 }
 
 TEST(JobGatherEngine, BuildReportNamesTheEngineBuilt) {
-  // NCCL 2.28 or later on GPU builds (the GPU machines' NCCL): copy engines wherever ranks gather.
-  const bool copy_possible = kDeviceIsGpu && world_size() > 1;
+  const bool copy_possible = kCopyEngineGathers && world_size() > 1;
   for (GatherEngine engine : {GatherEngine::automatic, GatherEngine::kernels}) {
     Config c = small_config();
     c.comm.gather_engine = engine;
@@ -39,8 +50,8 @@ TEST(JobGatherEngine, BuildReportNamesTheEngineBuilt) {
 }
 
 TEST(JobGatherEngine, CopyEnginesGatherWhatKernelsGather) {
-  if (!kDeviceIsGpu || world_size() == 1)
-    GTEST_SKIP() << "copy-engine all-gathers need a GPU build and more than one rank";
+  if (!kCopyEngineGathers || world_size() == 1)
+    GTEST_SKIP() << "copy-engine all-gathers need a GPU build with NCCL 2.28 or later, and more than one rank";
   for (bool graphs : {false, true}) {
     if (graphs && !CapturedGraph::native()) continue;
     std::vector<double> seen[2];

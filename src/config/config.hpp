@@ -174,8 +174,9 @@ struct CheckpointConfig {
   bool async = false;            // periodic saves written by a background thread
 };
 
-// What moves the training's all-gathers of weights: NCCL's kernels on SMs, or the GPUs' copy
-// engines (NCCL >= 2.28, the phase arena in symmetric memory); "auto": copy engines on GPU builds.
+// What moves the all-gathers into the phase arena (the weights' gathers): NCCL's kernels on SMs,
+// or the GPUs' copy engines (NCCL >= 2.28, the arena in symmetric memory); "auto": copy engines
+// where they can run (job/policy.cpp), else kernels.
 enum class GatherEngine { automatic, kernels, copy };
 
 struct CommConfig {

@@ -409,9 +409,10 @@ std::vector<KeyDef> build_schema() {
                              &Config::comm, &CommConfig::timeout_s),
                        0.0, /*exclusive=*/true));
   s.push_back(choice("comm", "gather_engine",
-                     "What moves the weights' all-gathers of training: `copy` (the GPUs' copy engines, "
-                     "so that no communication kernel takes SMs or memory bandwidth from the compute it "
-                     "overlaps; NCCL 2.28 or later), `sm` (NCCL's kernels) or `auto` (`copy` on GPU builds).",
+                     "What moves the all-gathers into the phase arena (the weights' gathers): `copy` (the "
+                     "GPUs' copy engines, so that no communication kernel takes SMs or memory bandwidth from "
+                     "the compute it overlaps; a GPU build with NCCL 2.28 or later), `sm` (NCCL's kernels) "
+                     "or `auto` (`copy` where it can run, else `sm`).",
                      &Config::comm, &CommConfig::gather_engine, std::vector<std::string>{"auto", "sm", "copy"}));
 
   s.push_back(with_min(field("debug", "fail_rank", VK::integer,

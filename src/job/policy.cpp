@@ -7,7 +7,6 @@
 #include "job/peft_adapter.hpp"
 #include "job/memory_plan.hpp"
 #include "job/options.hpp"
-#include "mpi/host_exchange.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
@@ -72,28 +71,26 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
 Policy::~Policy() = default;
 
 // With copy-engine gathers the arena is the communicator's symmetric memory. Its all-gathers
-// then need each buffer at the same offset on every rank, which holds when every rank reserves
-// the same buffers: the phases' sizes are compared first, and a difference keeps the gathers on
-// SM kernels ("auto") or stops the job ("copy").
+// then need each buffer at the same offset on every rank, which holds when every rank reserved
+// the same buffers in the same order: the arenas' layout fingerprints are compared first, and a
+// difference keeps the gathers on SM kernels ("auto") or stops the job ("copy").
 std::unique_ptr<DeviceAllocation> Policy::arena_storage() {
   const GatherEngine engine = config_.comm.gather_engine;
   if (engine == GatherEngine::kernels || comm_.size() == 1) return nullptr;
-  std::vector<double> sizes;
-  for (Phase p : {Phase::train, Phase::rollout}) {
-    sizes.push_back(static_cast<double>(arena_.phase_bytes(p)));
-    sizes.push_back(-static_cast<double>(arena_.phase_bytes(p)));
+  unsigned long long lowest = arena_.layout_fingerprint(), highest = lowest;
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm_.host_comm()));
+  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &highest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm_.host_comm()));
+  if (lowest != highest) {
+    if (engine == GatherEngine::copy)
+      SHARDRL_FATAL("comm.gather_engine = \"copy\": the ranks placed their phase arenas' buffers differently, so "
+                    "the buffers' offsets would not match across ranks (use \"auto\" or \"sm\")");
+    return nullptr;
   }
-  max_on_host(comm_.host_comm(), sizes);
-  const bool alike = sizes[0] == -sizes[1] && sizes[2] == -sizes[3];
-  if (!alike && engine == GatherEngine::copy)
-    SHARDRL_FATAL(fmt::format("comm.gather_engine = \"copy\": the ranks' phase arenas differ (train {} to {} bytes, "
-                              "rollout {} to {}), so their buffers' offsets would not match (use \"auto\" or \"sm\")",
-                              -sizes[1], sizes[0], -sizes[3], sizes[2]));
-  if (!alike) return nullptr;
   std::unique_ptr<DeviceAllocation> storage = comm_.allocate_symmetric(arena_.required_bytes());
   if (!storage && engine == GatherEngine::copy)
-    SHARDRL_FATAL(fmt::format("comm.gather_engine = \"copy\" needs copy-engine collectives, which the {} backend "
-                              "of this build lacks (NCCL 2.28 or later has them; use \"auto\" or \"sm\")",
+    SHARDRL_FATAL(fmt::format("comm.gather_engine = \"copy\" needs copy-engine collectives on symmetric memory, "
+                              "which the {} backend here lacks (NCCL 2.28 or later, with the GPUs able to map "
+                              "each other's memory; use \"auto\" or \"sm\")",
                               comm_.backend_name()));
   return storage;
 }
