@@ -1,8 +1,5 @@
 #include "mpi/mpi_communicator.hpp"
 
-#include <sched.h>
-
-#include <chrono>
 #include <climits>
 #include <cstring>
 #include <vector>
@@ -11,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "mpi/mpi_check.hpp"
+#include "mpi/polled_wait.hpp"
 
 namespace shardrl {
 namespace {
@@ -66,24 +64,7 @@ MpiCommunicator::~MpiCommunicator() {
   if (bf16_max_ != MPI_OP_NULL) MPI_Op_free(&bf16_max_);
 }
 
-void MpiCommunicator::wait(MPI_Request& request, const char* what) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  for (long polls = 0;; ++polls) {
-    int done = 0;
-    SHARDRL_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    // Yield after a short spin: ranks may share cores (oversubscribed CPU runs).
-    if (polls > 1000) sched_yield();
-    if ((polls & 1023) == 0) {
-      double waited = std::chrono::duration<double>(clock::now() - start).count();
-      if (waited > timeout_s_)
-        SHARDRL_FATAL(fmt::format("{} did not complete within comm.timeout_s = {} s: a peer rank "
-                                  "failed or is not taking part in this collective",
-                                  what, timeout_s_));
-    }
-  }
-}
+void MpiCommunicator::wait(MPI_Request& request, const char* what) { wait_polled(request, timeout_s_, what); }
 
 void MpiCommunicator::divide_by_size(void* data, std::size_t count, DataType type) const {
   switch (type) {

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "mpi/mpi_check.hpp"
 #include "mpi/nccl_check.hpp"
+#include "mpi/polled_wait.hpp"
 
 namespace shardrl {
 namespace {
@@ -92,21 +93,9 @@ NcclComm NcclCommunicator::make_comm(int cta_policy, bool blocking) {
 }
 
 void NcclCommunicator::meet(const char* before) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
   MPI_Request request = MPI_REQUEST_NULL;
   SHARDRL_CHECK_MPI(MPI_Ibarrier(host_comm_.get(), &request));
-  for (long polls = 0;; ++polls) {
-    int done = 0;
-    SHARDRL_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    if (polls > 1000) sched_yield();
-    if ((polls & 1023) == 0 && std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
-      fail_and_abort(fmt::format("not every rank reached {} within comm.timeout_s = {} s: a peer rank failed "
-                                 "or is not taking part",
-                                 before, timeout_s_),
-                     __FILE__, __LINE__);
-  }
+  wait_polled(request, timeout_s_, fmt::format("the barrier before {}", before).c_str());
 }
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {

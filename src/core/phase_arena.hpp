@@ -52,10 +52,10 @@ class PhaseArena {
   char* address(Phase p, std::size_t offset, const char* label) const;
 
   std::int64_t phase_bytes(Phase p) const { return static_cast<std::int64_t>(used_[static_cast<int>(p)]); }
+  std::int64_t phase_bytes(Phase p, MemoryCategory c) const;
   // A digest of every reservation (phase, category, size, offset) in order: equal on two ranks
   // when their buffers lie at the same offsets (what collectives on symmetric memory need).
   std::uint64_t layout_fingerprint() const { return fingerprint_; }
-  std::int64_t phase_bytes(Phase p, MemoryCategory c) const;
   std::int64_t bytes() const {   // the allocation
     return static_cast<std::int64_t>(external_ ? external_->bytes() : storage_.extent(0));
   }

@@ -1,0 +1,12 @@
+// Waiting for a nonblocking MPI operation without hanging: the request is polled (a short spin,
+// then yielding, since ranks may share cores) and the job stops with `what` named when it has not
+// completed within `timeout_s` (comm.timeout_s): a peer rank failed or is not taking part.
+#pragma once
+
+#include <mpi.h>
+
+namespace shardrl {
+
+void wait_polled(MPI_Request& request, double timeout_s, const char* what);
+
+}  // namespace shardrl
