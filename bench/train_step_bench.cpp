@@ -5,8 +5,9 @@
 // --collectives: the step runs with its phases fenced (FsdpOptions::profile, so slower), which
 // times each all-gather and reduce-scatter alone; then plain collectives of the same sizes (every
 // unit's, once per timed step, fenced alike) run in the same process: bus bandwidth of both; and
-// the fenced phases per step (units' compute, optimizer, gathers, reduce-scatters), whose sum
-// against the unfenced step says how much of the collectives the overlap hides.
+// the fenced phases per step (units' compute, optimizer, gathers, reduce-scatters, and of those the
+// embedding's exchanges as rows), whose sum against the unfenced step says how much of the
+// collectives the overlap hides.
 // MFU counts 6 x parameters x tokens plus causal attention (6 x layers x heads x hd x S per
 // token), against --peak-tflops (H100/H200 dense bf16: 989).
 // On GPU builds the timed steps run between cudaProfilerStart and cudaProfilerStop, so
@@ -167,11 +168,12 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
           "  plain {} collectives, same sizes: all-gather bus {:.1f} GB/s ({:.0f}% achieved in the step) | "
           "reduce-scatter bus {:.1f} GB/s ({:.0f}%)\n"
           "  fenced phases per step: units' compute {:.1f} ms | optimizer {:.1f} ms | all-gathers {:.1f} ms | "
-          "reduce-scatters {:.1f} ms\n",
+          "reduce-scatters {:.1f} ms | of the collectives, the embedding's rows {:.1f} ms\n",
           p.all_gathers, p.all_gather_bytes / 1e9, p.gather_s * 1e3, step_ag, p.reduce_scatters,
           p.reduce_scatter_bytes / 1e9, p.reduce_s * 1e3, step_rs, comm->backend_name(), plain_ag,
           plain_ag > 0 ? 100.0 * step_ag / plain_ag : 0.0, plain_rs, plain_rs > 0 ? 100.0 * step_rs / plain_rs : 0.0,
-          p.compute_s * 1e3 / steps, p.optimizer_s * 1e3 / steps, p.gather_s * 1e3 / steps, p.reduce_s * 1e3 / steps);
+          p.compute_s * 1e3 / steps, p.optimizer_s * 1e3 / steps, p.gather_s * 1e3 / steps, p.reduce_s * 1e3 / steps,
+          p.lookup_s * 1e3 / steps);
     }
   }
   return 0;

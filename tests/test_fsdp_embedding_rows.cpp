@@ -20,7 +20,7 @@ using namespace fsdp_test;
 // equals the unsharded reference's, tied head or not (with released weights poisoned, so a read
 // of an embedding never gathered would show); the profile says which ran: a micro-batch
 // reduce-scatters each unit (and a tied head's share of the embedding), or with rows the
-// forward's rows in place of the embedding's own gradient.
+// forward's rows in place of the embedding's own gradient, and times the rows' exchanges apart.
 TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
   for (int vocab : {259, 200})
     for (bool tied : {false, true}) {
@@ -29,13 +29,18 @@ TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
       const std::vector<GlobalBatch> batches = {GlobalBatch(vocab, 11), GlobalBatch(vocab, 12)};
       const auto want = reference_weights(s, adamw(), 3, batches);
       StepProfile profile;
-      const auto got =
-          sharded_weights(s, checked(), adamw(), 3, batches, 1, nullptr, MoeImpl::grouped, false, &profile, 1);
+      FsdpOptions timed = checked();
+      timed.profile = true;   // phases fenced and timed: the same arithmetic
+      const auto got = sharded_weights(s, timed, adamw(), 3, batches, 1, nullptr, MoeImpl::grouped, false, &profile, 1);
       const std::string what = std::to_string(vocab) + (tied ? " tied" : " untied");
       expect_close(got, want, 1e-5, what.c_str());
       const int ranks = comm().size(), units = static_cast<int>(model_units(s).size());
       const bool rows = lookup_as_rows(ranks, (kGlobalSequences / ranks + 1) * kS, vocab);
       EXPECT_EQ(rows, ranks > 1 && vocab == 259) << what;
+      // The rows' exchanges are timed apart, as part of the collectives' time.
+      if (rows) EXPECT_GT(profile.lookup_s, 0.0) << what;
+      else EXPECT_EQ(profile.lookup_s, 0.0) << what;
+      EXPECT_LE(profile.lookup_s, profile.gather_s + profile.reduce_s) << what;
       if (ranks > 1) {
         // With rows the forward's reduce-scatter takes the place of the embedding's own.
         EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0))) << what;

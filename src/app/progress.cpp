@@ -83,9 +83,10 @@ std::string profile_line(const StepProfile& p) {
   if (p.gather_s + p.compute_s + p.reduce_s + p.optimizer_s <= 0) return "";
   return fmt::format(
       "  profile: all-gather {:.1f} ms ({} x, {:.2f} MiB)  compute {:.1f} ms  reduce-scatter {:.1f} ms "
-      "({} x, {:.2f} MiB)  optimizer {:.1f} ms (all-reduce {} B)",
+      "({} x, {:.2f} MiB)  of them the embedding's rows {:.1f} ms  optimizer {:.1f} ms (all-reduce {} B)",
       p.gather_s * 1e3, p.all_gathers, p.all_gather_bytes / double(1 << 20), p.compute_s * 1e3, p.reduce_s * 1e3,
-      p.reduce_scatters, p.reduce_scatter_bytes / double(1 << 20), p.optimizer_s * 1e3, p.all_reduce_bytes);
+      p.reduce_scatters, p.reduce_scatter_bytes / double(1 << 20), p.lookup_s * 1e3, p.optimizer_s * 1e3,
+      p.all_reduce_bytes);
 }
 
 }  // namespace shardrl

@@ -56,7 +56,9 @@ void ShardedTrainer::forward_lookup_rows() {
       static_cast<std::int64_t>(ranks) * N * shape.d_model * static_cast<std::int64_t>(model_.compute_type_size());
   if (options_.profile) {   // before unit 1's gather, which counts its own time
     comm_.synchronize(comm);
-    profile_.gather_s += now() - t;
+    const double spent = now() - t;
+    profile_.gather_s += spent;
+    profile_.lookup_s += spent;
   }
   prefetch(1);   // behind the exchange on the communication stream: the rows are needed first
   looked_up_.wait(compute_stream());
@@ -111,7 +113,9 @@ void ShardedTrainer::reduce_lookup_rows() {
   profile_.all_gather_bytes += static_cast<std::int64_t>(ranks) * N * (D + 1) * 4;
   if (options_.profile) {
     space_.fence();
-    profile_.reduce_s += now() - t;
+    const double spent = now() - t;
+    profile_.reduce_s += spent;
+    profile_.lookup_s += spent;
   }
 }
 
