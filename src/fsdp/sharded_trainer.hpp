@@ -52,9 +52,9 @@ enum class SliceState { main, exp_avg, exp_avg_sq, reference };
 // Per-step breakdown (seconds only with FsdpOptions::profile) and bytes moved per collective.
 struct StepProfile {
   double gather_s = 0, compute_s = 0, reduce_s = 0, optimizer_s = 0;
-  // Of gather_s and reduce_s, the embedding's exchanges as rows (fsdp/lookup_rows.hpp): at the
-  // step's start and at the end of backward, where nothing overlaps them, and growing with the
-  // tokens rather than the weights.
+  // Of gather_s and reduce_s, the embedding's exchanges as rows (fsdp/lookup_rows.hpp), with the
+  // kernels that make and add the rows: at the step's start and at the end of backward, where
+  // nothing overlaps them, and growing with the tokens rather than the weights.
   double lookup_s = 0;
   std::int64_t all_gathers = 0, all_gather_bytes = 0;
   std::int64_t reduce_scatters = 0, reduce_scatter_bytes = 0;
