@@ -8,6 +8,7 @@
 #include "job/memory_plan.hpp"
 #include "job/options.hpp"
 #include "mpi/mpi_check.hpp"
+#include "mpi/polled_wait.hpp"
 
 namespace shardrl {
 namespace {
@@ -77,10 +78,16 @@ Policy::~Policy() = default;
 std::unique_ptr<DeviceAllocation> Policy::arena_storage() {
   const GatherEngine engine = config_.comm.gather_engine;
   if (engine == GatherEngine::kernels || comm_.size() == 1) return nullptr;
-  unsigned long long lowest = arena_.layout_fingerprint(), highest = lowest;
-  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm_.host_comm()));
-  SHARDRL_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &highest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm_.host_comm()));
-  if (lowest != highest) {
+  // Equal on every rank when the lowest fingerprint and the lowest complement agree (the latter
+  // is the highest's complement): one reduction, polled against comm.timeout_s, so that a rank
+  // that never comes stops the job before the communicator's blocking set-up.
+  const unsigned long long fingerprint = arena_.layout_fingerprint();
+  unsigned long long lowest[2] = {fingerprint, ~fingerprint};
+  MPI_Request request;
+  SHARDRL_CHECK_MPI(
+      MPI_Iallreduce(MPI_IN_PLACE, lowest, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm_.host_comm(), &request));
+  wait_polled(request, config_.comm.timeout_s, "the agreement on the phase arenas' layout");
+  if (lowest[0] != ~lowest[1]) {
     if (engine == GatherEngine::copy)
       SHARDRL_FATAL("comm.gather_engine = \"copy\": the ranks placed their phase arenas' buffers differently, so "
                     "the buffers' offsets would not match across ranks (use \"auto\" or \"sm\")");
