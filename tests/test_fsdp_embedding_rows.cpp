@@ -40,7 +40,6 @@ TEST(Fsdp, EmbeddingGradientAsRowsOrReduceScatterEqualsTheReference) {
       // The rows' exchanges are timed apart, as part of the collectives' time.
       if (rows) EXPECT_GT(profile.lookup_s, 0.0) << what;
       else EXPECT_EQ(profile.lookup_s, 0.0) << what;
-      EXPECT_LE(profile.lookup_s, profile.gather_s + profile.reduce_s) << what;
       if (ranks > 1) {
         // With rows the forward's reduce-scatter takes the place of the embedding's own.
         EXPECT_EQ(profile.reduce_scatters, 3 * (units + (tied ? 1 : 0))) << what;

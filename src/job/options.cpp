@@ -8,27 +8,28 @@
 #include "rl/tokenizer.hpp"
 
 namespace shardrl {
-namespace {
+AttentionKernels AttentionKernels::of_this_build() {
+  return {kernels::flash_attention_available(), kernels::cudnn_attention_available()};
+}
 
 // "auto" takes the fused kernels wherever they run, so the same config trains on tensor cores
 // on a GPU build and through the reference GEMMs on a CPU build: cuDNN's where the build has
 // it (2-3x the flash kernels' speed, measured: docs/performance.md), with the flash kernels for
 // what cuDNN does not take. "flash" and "cudnn" have been checked against the same rules when
 // the config was loaded (config/load.cpp).
-AttentionImpl attention_impl(AttentionChoice choice, Precision precision, int head_dim) {
+AttentionImpl resolve_attention(AttentionChoice choice, Precision precision, int head_dim,
+                                const AttentionKernels& built) {
   switch (choice) {
     case AttentionChoice::flash: return AttentionImpl::flash;
     case AttentionChoice::gemm: return AttentionImpl::gemm;
     case AttentionChoice::cudnn: return AttentionImpl::cudnn;
     case AttentionChoice::automatic: break;
   }
-  const bool flash_runs = kernels::flash_attention_available() && precision == Precision::bf16 &&
-                          kernels::flash_attention_supports_head_dim(head_dim);
+  const bool flash_runs =
+      built.flash && precision == Precision::bf16 && kernels::flash_attention_supports_head_dim(head_dim);
   if (!flash_runs) return AttentionImpl::gemm;
-  return kernels::cudnn_attention_available() ? AttentionImpl::cudnn : AttentionImpl::flash;
+  return built.cudnn ? AttentionImpl::cudnn : AttentionImpl::flash;
 }
-
-}  // namespace
 
 ModelOptions model_options(const Config& config) {
   ModelOptions o;
@@ -41,7 +42,8 @@ ModelOptions model_options(const Config& config) {
   o.max_seq_len = static_cast<int>(config.train.seq_len);
   o.aux_loss_coef = static_cast<float>(config.model.aux_loss_coef);
   o.moe_impl = config.model.moe_impl;
-  o.attention = attention_impl(config.model.attention, o.precision, o.shape.head_dim);
+  o.attention =
+      resolve_attention(config.model.attention, o.precision, o.shape.head_dim, AttentionKernels::of_this_build());
   o.cudnn_workspace_bytes = static_cast<std::size_t>(config.model.cudnn_workspace_mib) << 20;
   return o;
 }

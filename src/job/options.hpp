@@ -17,6 +17,18 @@ namespace shardrl {
 // choices (model.attention resolved for this build). Placement in an arena and the expert
 // exchange are the policy's to set.
 ModelOptions model_options(const Config& config);
+
+// Which fused attention kernels a build has (a parameter, so that the rule below is tested on
+// every build, not only where the kernels run).
+struct AttentionKernels {
+  bool flash = false;
+  bool cudnn = false;
+  static AttentionKernels of_this_build();
+};
+// model.attention as the model runs it: "auto" is cuDNN where built, else the flash kernels, for
+// bf16 and the flash kernels' head dims; the batched GEMMs otherwise.
+AttentionImpl resolve_attention(AttentionChoice choice, Precision precision, int head_dim,
+                                const AttentionKernels& built);
 FsdpOptions fsdp_options(const Config& config);
 OptimizerOptions optimizer_options(const Config& config);
 SamplingOptions sampling_options(const Config& config);
