@@ -394,6 +394,31 @@ TEST(Cli, MalformedDatasetNamesFileAndLine) {
   EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: field \"prompt\" must be a string, got number\n", 0), 0u) << r.err;
 }
 
+// A dataset only some ranks can read (a relative or node-local path, the ranks in different
+// directories): every rank stops within seconds with the failing rank's cause, exit 2. Before,
+// the failing rank returned silently and the others waited in the set-up's collectives until
+// comm.timeout_s (with comm.gather_engine = "sm": for ever, before the watchdog is armed).
+TEST(Cli, ADatasetOneRankCannotReadStopsEveryRankWithItsCause) {
+  fs::path dir = test_dir();
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  write(dir / "a" / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"data.jsonl\"\n[comm]\ntimeout_s = 20\n");
+  write(dir / "a" / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n");
+  const std::string launcher = "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) +
+                               " --oversubscribe --allow-run-as-root --mca btl self,vader"
+                               " --mca btl_vader_single_copy_mechanism none";
+  for (const char* engine : {"auto", "sm"}) {
+    const std::string job = " train --config " + (dir / "a" / "job.toml").string() + " --set run.dir=" +
+                            (dir / "runs").string() + " --set comm.gather_engine=" + engine;
+    // Rank 0 runs in a/, which holds the dataset; rank 1 in b/, which does not.
+    RunResult r = run_in(dir, launcher + " -np 1 -wdir " + (dir / "a").string() + " " + shardrl_binary() + job +
+                                  " : -np 1 -wdir " + (dir / "b").string() + " " + shardrl_binary() + job);
+    EXPECT_EQ(r.exit_code, 2) << engine << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("cannot read dataset 'data.jsonl'"), std::string::npos) << engine << "\n" << r.err;
+    EXPECT_LT(r.seconds, 60.0) << engine;
+  }
+}
+
 // A pre-tokenized dataset: a line of the other kind is refused with its file and line, an id
 // beyond model.vocab_size stops every rank at the first rollout with the line, and rl.eos_id is
 // required; each exits 2.
@@ -470,7 +495,7 @@ TEST(Cli, StartUpReportShowsThePathsTheBuildTook) {
 TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 5\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
-                          "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 120\n");
+                          "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 20\n");
   RunResult metrics = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=m --set debug.fail_io='\"metrics\"'"
                                               " --set debug.fail_io_iteration=3");
   EXPECT_EQ(metrics.exit_code, 2) << metrics.out << metrics.err;
@@ -501,7 +526,7 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
 TEST(Cli, TensorWriteFailureStopsEveryRankAtOnce) {
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 4\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
-                          "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 120\n");
+                          "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 20\n");
   RunResult failed = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=w --set debug.fail_io='\"write\"'"
                                              " --set debug.fail_io_iteration=2");
   EXPECT_EQ(failed.exit_code, 1) << failed.out << failed.err;

@@ -59,10 +59,31 @@ struct GrpoLoop::Staging {
   static constexpr MemoryCategory kCategory = MemoryCategory::workspace;
 };
 
+namespace {
+
+// The task reads its files (dataset, tokenizer, chat template) on every rank. A rank that cannot
+// (a node-local path missing on another node, a file it may not read) must not leave the others
+// in the set-up's collectives until comm.timeout_s with the cause unprinted: every rank stops
+// here with the message of the lowest failing rank.
+std::unique_ptr<Task> make_task_on_every_rank(const TaskOptions& options, Communicator& comm) {
+  std::unique_ptr<Task> task;
+  std::string problem;
+  try {
+    task = make_task(options);
+  } catch (const std::exception& e) {
+    problem = e.what();
+    if (problem.empty()) problem = "the task could not be set up (an error without a message)";
+  }
+  agree_on_error(comm.host_comm(), problem);
+  return task;
+}
+
+}  // namespace
+
 GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTrainer& trainer, Communicator& comm,
                    PhaseArena& arena, Communicator* tensor_parallel)
     : options_(options), model_(model), trainer_(trainer), comm_(comm), arena_(arena),
-      task_(make_task(options.task)), prompts_per_minibatch_(options.prompts_per_iteration / options.minibatches),
+      task_(make_task_on_every_rank(options.task, comm)), prompts_per_minibatch_(options.prompts_per_iteration / options.minibatches),
       group_(options.samples_per_prompt), minibatches_(options.minibatches),
       micro_rows_(model.options().max_batch), seq_len_(model.options().max_seq_len),
       gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
