@@ -163,6 +163,32 @@ std::vector<std::filesystem::path> committed_checkpoints(const std::filesystem::
   return out;
 }
 
+std::vector<std::filesystem::path> committed_checkpoints_after(const std::filesystem::path& dir,
+                                                               std::int64_t iteration) {
+  std::vector<std::filesystem::path> later;
+  for (std::filesystem::path& p : committed_checkpoints(dir))
+    if (*parse_name(p.filename().string(), "") > iteration) later.push_back(std::move(p));
+  return later;
+}
+
+std::size_t delete_checkpoints_after(const std::filesystem::path& dir, std::int64_t iteration) {
+  const std::vector<std::filesystem::path> later = committed_checkpoints_after(dir, iteration);
+  std::string latest_name;
+  try {
+    latest_name = read_latest_name(dir).value_or("");
+  } catch (const InputError&) {   // a malformed `latest` names none of them
+  }
+  for (const std::filesystem::path& p : later) {
+    if (p.filename().string() == latest_name) {
+      const std::filesystem::path latest = dir / kLatest;
+      if (::unlink(latest.c_str()) != 0 && errno != ENOENT) fail("delete", latest, errno);
+    }
+    if (::unlink(p.c_str()) != 0 && errno != ENOENT) fail("delete", p, errno);
+  }
+  if (!later.empty()) fsync_path(dir, true);
+  return later.size();
+}
+
 void apply_retention(const std::filesystem::path& dir, std::int64_t keep_last, std::int64_t keep_every) {
   SHARDRL_CHECK(keep_last >= 0 && keep_every >= 0,
                 fmt::format("retention counts are >= 0, got keep_last {} keep_every {}", keep_last, keep_every));

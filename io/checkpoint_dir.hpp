@@ -32,6 +32,14 @@ std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
 // these without `latest` naming it.
 std::vector<std::filesystem::path> committed_checkpoints(const std::filesystem::path& dir);
 
+// The committed checkpoints in `dir` whose iteration is past `iteration`, oldest first.
+std::vector<std::filesystem::path> committed_checkpoints_after(const std::filesystem::path& dir,
+                                                               std::int64_t iteration);
+
+// Deletes the committed checkpoints past `iteration`, and `latest` where it names one of them
+// (a missing `latest` then falls back to the newest committed file). Returns how many it deleted.
+std::size_t delete_checkpoints_after(const std::filesystem::path& dir, std::int64_t iteration);
+
 // Deletes the committed checkpoints other than the newest `keep_last` and those whose iteration
 // is a multiple of `keep_every` (0: none kept for that reason), and any stale iter_*.h5.partial
 // or latest.tmp left by a crash. Never deletes the one `latest` names. Other files are left alone.

@@ -12,6 +12,7 @@
 #include "checkpoint_tensors.hpp"
 #include "cli_harness.hpp"
 #include "core/bf16.hpp"
+#include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
 
 namespace {
@@ -169,7 +170,36 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u);
   fs::remove(checkpoints / "iter_00000009.h5");
 
+  // --resume-from an earlier checkpoint of the run: the job would write its iter_00000003.h5 over
+  // the committed one and drop that iteration's metrics. Refused, leaving everything as it was;
+  // with --overwrite the later checkpoints are deleted first, by name.
+  const fs::path third = checkpoints / "iter_00000003.h5";
+  const std::string third_bytes = slurp(third), metrics_before = slurp(dir / "runs" / "ck" / "metrics.jsonl");
   const std::string config_before = slurp(dir / "runs" / "ck" / "config.toml");
+  const std::string branch = " train --config job.toml --set run.iterations=3 --resume-from " + second.string();
+  RunResult refused_branch = run_in(dir, mpirun(2) + branch);
+  EXPECT_EQ(refused_branch.exit_code, 2) << refused_branch.out;
+  EXPECT_NE(refused_branch.err.find("(iteration 2): the run directory runs/ck already holds 1 later checkpoint(s), "
+                                    "the newest iter_00000003.h5"),
+            std::string::npos)
+      << refused_branch.err;
+  EXPECT_EQ(slurp(third), third_bytes) << "a refused branch rewrote the later checkpoint";
+  EXPECT_EQ(slurp(dir / "runs" / "ck" / "metrics.jsonl"), metrics_before) << "a refused branch touched the metrics";
+  EXPECT_EQ(slurp(dir / "runs" / "ck" / "config.toml"), config_before) << "a refused branch rewrote config.toml";
+  RunResult no_flag = run_in(dir, mpirun(2) + " train --config job.toml --overwrite");
+  EXPECT_EQ(no_flag.exit_code, 2);
+  EXPECT_NE(no_flag.err.find("--overwrite requires --no-resume or --resume-from"), std::string::npos) << no_flag.err;
+  RunResult branched = run_in(dir, mpirun(2) + branch + " --overwrite");
+  ASSERT_EQ(branched.exit_code, 0) << branched.out << branched.err;
+  EXPECT_NE(branched.out.find("--overwrite: deleted 1 later checkpoint(s) of runs/ck (the newest iter_00000003.h5)"),
+            std::string::npos)
+      << branched.out;
+  EXPECT_TRUE(fs::exists(third)) << "the branch's own third iteration";
+  EXPECT_EQ(shardrl::latest_checkpoint(checkpoints).filename(), third.filename());
+  EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u);
+
+  const std::string config_now = slurp(dir / "runs" / "ck" / "config.toml");
+
   RunResult refused = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1 --no-resume");
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_NE(refused.err.find("--no-resume: the run directory runs/ck already holds"), std::string::npos)
@@ -177,7 +207,7 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_NE(refused.err.find("--overwrite"), std::string::npos) << refused.err;
   EXPECT_TRUE(fs::exists(checkpoints / "iter_00000003.h5"));
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u) << "the metrics were touched";
-  EXPECT_EQ(slurp(dir / "runs" / "ck" / "config.toml"), config_before) << "a refused start rewrote config.toml";
+  EXPECT_EQ(slurp(dir / "runs" / "ck" / "config.toml"), config_now) << "a refused start rewrote config.toml";
 
   fs::copy_file(second, checkpoints / "iter_00000004.h5.partial");
   RunResult partial = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=5 --resume-from " +

@@ -57,8 +57,8 @@ int run_cli(int argc, char** argv) {
       "--no-resume", train_args.no_resume,
       "Start fresh; refused where the run directory has checkpoints (another run.name, or --overwrite)");
   train->add_flag("--overwrite", train_args.overwrite,
-                  "With --no-resume: delete the run's checkpoints and metrics, then start fresh")
-      ->needs(no_resume);
+                  "With --no-resume: delete the run's checkpoints and metrics, then start fresh; with "
+                  "--resume-from: delete the run's checkpoints past the one resumed from");
   train->add_flag("--allow-config-change", train_args.allow_config_change,
                   "Resume although keys that shape the run (seed, task, batch, model, optimizer...) differ from "
                   "the checkpoint's");
@@ -173,6 +173,11 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (is_first_launched_rank())
       std::cerr << "shardrl: " << e.what() << "\nRun 'shardrl --help' for usage.\n";
+    return kExitUsage;
+  }
+  if (train->parsed() && train_args.overwrite && !train_args.no_resume && train_args.resume_from.empty()) {
+    if (is_first_launched_rank())
+      std::cerr << "shardrl: --overwrite requires --no-resume or --resume-from\nRun 'shardrl --help' for usage.\n";
     return kExitUsage;
   }
   // Every command runs with MPI alive around it, so that an exception it lets through (out of

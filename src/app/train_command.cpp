@@ -82,6 +82,24 @@ void inject_failure(const DebugConfig& debug, std::int64_t iteration) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// --resume-from a checkpoint earlier than the run's newest: the job would write its own iter_N
+// files over the committed ones of the course it leaves, and drop their metrics. Refused unless
+// --overwrite, which deletes those checkpoints first. Rank 0 only (run_on_root).
+void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
+                                std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
+  const std::vector<std::filesystem::path> later = committed_checkpoints_after(checkpoints, resumed_at);
+  if (later.empty()) return;
+  if (!overwrite)
+    throw InputError(fmt::format(
+        "--resume-from {} (iteration {}): the run directory {} already holds {} later checkpoint(s), the newest "
+        "{}, which the resumed run would replace (and drop their metrics); choose another run.name to branch from "
+        "it, or add --overwrite to delete them",
+        from.string(), resumed_at, run_dir.string(), later.size(), later.back().filename().string()));
+  const std::size_t deleted = delete_checkpoints_after(checkpoints, resumed_at);
+  spdlog::warn("--overwrite: deleted {} later checkpoint(s) of {} (the newest {}) and their metrics",
+               deleted, run_dir.string(), later.back().filename().string());
+}
+
 // The checkpoint to resume from: --resume-from, else the run's latest, else (a crash between a
 // commit and `latest`) its newest committed checkpoint, else none. Rank 0 looks and tells every
 // rank, problems included. --no-resume on a run that has checkpoints is refused unless
@@ -305,6 +323,10 @@ int run_train(const TrainArgs& args) {
       position = load_job_checkpoint(from, *policy, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
+      if (!args.resume_from.empty())
+        run_on_root(mpi.world(), 0, [&] {
+          leave_no_later_checkpoints(checkpoints, from, position.iterations_done, args.overwrite, derived.run_dir);
+        });
     }
     // The job has started cleanly: only now is the run's config.toml (re)written, so a start that
     // fails (a bad checkpoint, a busy run) leaves the run's files as they were.
