@@ -408,7 +408,8 @@ TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {
   ASSERT_EQ(l.errors.size(), 1u);
   EXPECT_EQ(l.errors[0], "f:2:10: rl.eos_id: must be >= -1, got -2");
 
-  const std::string custom = "[model]\npreset = \"custom\"\nvocab_size = 64\n";
+  // (A pre-tokenized dataset: the generated tasks' byte tokenizer needs 259 ids.)
+  const std::string custom = "[model]\npreset = \"custom\"\nvocab_size = 64\n[rl]\ntask = \"jsonl\"\ndataset = \"d.jsonl\"\n";
   l = load_config(custom, "f", {"rl.eos_id=63"}, kCpu);
   ASSERT_TRUE(l.ok()) << l.errors.front();
   EXPECT_EQ(l.config.rl.eos_id, 63);

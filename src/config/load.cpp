@@ -16,6 +16,7 @@
 #include "config/schema.hpp"
 #include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
+#include "rl/tokenizer.hpp"
 
 namespace shardrl {
 namespace {
@@ -445,6 +446,13 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
       out.errors.push_back(fmt::format("{}: rl.reward_command is read only by rl.reward = \"command\"",
                                        where("rl.reward_command")));
   }
+  // The generated tasks speak the byte tokenizer (rl/tokenizer.hpp): ids 0-255, BOS, EOS and PAD.
+  if ((c.rl.task == "sort" || c.rl.task == "add" || c.rl.task == "reverse") &&
+      shape.vocab_size < tokenizer::kVocabSize)
+    out.errors.push_back(fmt::format("{}: model.vocab_size = {} is too small for rl.task = \"{}\", whose byte "
+                                     "tokenizer uses ids up to {} (model.vocab_size >= {})",
+                                     where("model.vocab_size"), shape.vocab_size, c.rl.task,
+                                     tokenizer::kVocabSize - 1, tokenizer::kVocabSize));
   // Only the range is known here: whether a dataset needs rl.eos_id shows when the jsonl task reads it.
   if (c.rl.eos_id >= shape.vocab_size)
     out.errors.push_back(fmt::format("{}: rl.eos_id = {} is outside the model's vocabulary (model.vocab_size = {})",
