@@ -179,6 +179,35 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   EXPECT_EQ(all_dropped.exit_code, 2);
   EXPECT_NE(all_dropped.err.find("has no usable example (1 dropped as longer than 48 tokens)"), std::string::npos)
       << all_dropped.err;
+
+  // An eval prompt whose ids the model's vocabulary lacks is named by its file and line, exit 2,
+  // like a training prompt (it was an internal check on the rank that held it, exit 1).
+  write(dir / "e.jsonl", "{\"prompt\": \"3+3?\", \"answer\": 6}\n");
+  write(dir / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": 2}\n");
+  RunResult eval_ids = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set "
+                                               "model.vocab_size=1000 --set rl.eval_dataset=e.jsonl --set "
+                                               "rl.eval_interval=1 --set rl.sft_steps=0");
+  EXPECT_EQ(eval_ids.exit_code, 2) << eval_ids.out << eval_ids.err;
+  EXPECT_NE(eval_ids.err.find("e.jsonl:1: field \"prompt_ids\" element 0 is id"), std::string::npos) << eval_ids.err;
+  EXPECT_NE(eval_ids.err.find("(model.vocab_size = 1000; eval prompt 0)"), std::string::npos) << eval_ids.err;
+
+  // A chat template's own refusal (raise_exception, here Llama 2's rule that roles alternate) is
+  // named with the dataset line it refused, not only the template's position.
+  const fs::path strict = dir / "strict_tokenizer";
+  fs::create_directories(strict);
+  fs::copy_file(qwen3_dir() / "tokenizer.json", strict / "tokenizer.json", fs::copy_options::overwrite_existing);
+  write(strict / "tokenizer_config.json",
+        "{\"eos_token\": \"<|im_end|>\", \"chat_template\": \"{%- for m in messages %}{%- if (m['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate') }}{%- endif %}"
+        "{{ m['content'] }}{%- endfor %}\"}");
+  write(dir / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": 2}\n"
+                         "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", "
+                         "\"content\": \"b\"}], \"answer\": 1}\n");
+  RunResult refused = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set model.tokenizer=" +
+                                      strict.string());
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("d.jsonl:2: "), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("raise_exception: Conversation roles must alternate"), std::string::npos) << refused.err;
 }
 
 }  // namespace

@@ -204,6 +204,31 @@ TEST(HfTokenizer, SpecialTokensFromTheMapAndTheGenerationConfig) {
   fs::remove_all(dir);
 }
 
+// A side file with a value of the wrong type is that file's input error, named with its path (it
+// was an unexpected nlohmann type_error, exit 1).
+TEST(HfTokenizer, MalformedSideFilesAreNamedInputErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"generation_config.json", R"({"eos_token_id": [2, null]})"},
+      {"generation_config.json", "[1, 2]"},
+      {"tokenizer_config.json", R"({"chat_template": [null]})"},
+      {"tokenizer_config.json", "3"},
+      {"special_tokens_map.json", "[]"},
+  };
+  for (const auto& [file, text] : cases) {
+    const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array());
+    std::ofstream(dir / file) << text;
+    try {
+      HfTokenizer t(dir);
+      ADD_FAILURE() << file << " " << text << ": no error";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find((dir / file).string()), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << file << " " << text << ": not an input error: " << e.what();
+    }
+    fs::remove_all(dir);
+  }
+}
+
 // The small hand-made tokenizer: merges apply by rank, unknown bytes have no id and are named.
 TEST(HfTokenizer, MergesByRank) {
   const fs::path dir = tokenizer_with("normalizer", nullptr);

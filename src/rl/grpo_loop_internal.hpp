@@ -36,10 +36,9 @@ inline std::vector<std::int32_t> prompt_ids(const TaskExample& ex) {
 
 // Every id of a pre-tokenized example must index the model's embedding and head (a text
 // example's ids are the byte tokenizer's). Called for every example of a batch on every rank,
-// so a bad line stops all ranks alike. `what`/`index` and `of`/`step` name the example in the
-// message, e.g. "prompt 3 of iteration 7".
-inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_size, const char* what, std::int64_t index,
-                             const char* of, std::int64_t step) {
+// so a bad line stops all ranks alike. `which` names the example in the message, e.g. "eval
+// prompt 3"; the overload below builds it as "prompt 3 of iteration 7".
+inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_size, const std::string& which) {
   if (!ex.pre_tokenized()) return;
   const std::pair<const char*, const std::vector<std::int32_t>*> fields[] = {{"prompt_ids", &ex.prompt_ids},
                                                                             {"answer_ids", &ex.answer_ids}};
@@ -47,9 +46,13 @@ inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_si
     for (std::size_t k = 0; k < ids->size(); ++k)
       if ((*ids)[k] >= vocab_size)
         throw InputError(fmt::format("{}: field \"{}\" element {} is id {}, outside the model's vocabulary "
-                                     "(model.vocab_size = {}; {} {} of {} {})",
-                                     ex.source.empty() ? "dataset" : ex.source, field, k, (*ids)[k], vocab_size, what,
-                                     index, of, step));
+                                     "(model.vocab_size = {}; {})",
+                                     ex.source.empty() ? "dataset" : ex.source, field, k, (*ids)[k], vocab_size, which));
+}
+
+inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_size, const char* what, std::int64_t index,
+                                    const char* of, std::int64_t step) {
+  if (ex.pre_tokenized()) check_ids_in_vocabulary(ex, vocab_size, fmt::format("{} {} of {} {}", what, index, of, step));
 }
 
 // The completion's text as the task scores it: the bytes before the first EOS.

@@ -249,10 +249,11 @@ EvalStats GrpoLoop::evaluate() {
   const bool counts = comm_.rank() % T == 0;
   const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size() / T, comm_.rank() / T);
   const int max_new = options_.max_new_tokens;
-  // Every rank checks every eval prompt's length first, so a prompt too long for the buffers
+  // Every rank checks every eval prompt's ids and length first, so a prompt the model cannot take
   // stops all ranks alike, not only the one that holds it while the others wait in a collective.
   for (std::int64_t i = 0; i < e.prompts; ++i) {
     const TaskExample ex = task_->eval_example(i);
+    check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, fmt::format("eval prompt {}", i));
     const std::size_t n = prompt_ids(ex).size();
     if (static_cast<std::int64_t>(n) + max_new > gen_len_)
       throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} it needs "

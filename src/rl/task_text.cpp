@@ -187,7 +187,11 @@ class TextTask final : public Task {
       row.answer = answer_text(*a, where, t.answer_key);
       row.source = where;
       if (chat_) {
-        row.prompt = chat_->render(messages);
+        try {
+          row.prompt = chat_->render(messages);
+        } catch (const InputError& e) {   // the template's own refusal (raise_exception) of this line
+          throw InputError(fmt::format("{}: {}", where, e.what()));
+        }
       } else {
         for (const json& m : messages) row.prompt += m["content"].is_string() ? m["content"].get<std::string>() : "";
       }

@@ -115,9 +115,21 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
     throw InputError(fmt::format("{}: {}", origin, e.what()));
   }
 
-  const fs::path config_file = dir / "tokenizer_config.json";
-  if (fs::exists(config_file)) {
-    const json config = read_json(config_file, "tokenizer config");
+  // The side files are read in their own try: a value of the wrong type (a null eos id, a
+  // non-object file) is the file's error, named with it, not an unexpected one.
+  const auto read_side_file = [](const fs::path& file, const char* what, auto&& use) {
+    if (!fs::exists(file)) return;
+    const json j = read_json(file, what);
+    try {
+      if (!j.is_object()) throw InputError(fmt::format("expected a JSON object, got {}", j.type_name()));
+      use(j);
+    } catch (const json::exception& e) {
+      throw InputError(fmt::format("{}: {}", file.string(), e.what()));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", file.string(), e.what()));
+    }
+  };
+  read_side_file(dir / "tokenizer_config.json", "tokenizer config", [&](const json& config) {
     bos_token_ = token_text(config.value("bos_token", json()));
     eos_token_ = token_text(config.value("eos_token", json()));
     const json tmpl = config.value("chat_template", json());
@@ -127,22 +139,20 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
       for (const json& t : tmpl)
         if (t.value("name", "") == "default") chat_template_ = t.value("template", "");
     }
-  }
+  });
   // Older directories name the special tokens in special_tokens_map.json only.
-  const fs::path map_file = dir / "special_tokens_map.json";
-  if ((bos_token_.empty() || eos_token_.empty()) && fs::exists(map_file)) {
-    const json map = read_json(map_file, "special tokens map");
-    if (bos_token_.empty()) bos_token_ = token_text(map.value("bos_token", json()));
-    if (eos_token_.empty()) eos_token_ = token_text(map.value("eos_token", json()));
-  }
+  if (bos_token_.empty() || eos_token_.empty())
+    read_side_file(dir / "special_tokens_map.json", "special tokens map", [&](const json& map) {
+      if (bos_token_.empty()) bos_token_ = token_text(map.value("bos_token", json()));
+      if (eos_token_.empty()) eos_token_ = token_text(map.value("eos_token", json()));
+    });
   const fs::path generation_file = dir / "generation_config.json";
-  if (fs::exists(generation_file)) {
-    const json generation = read_json(generation_file, "generation config");
+  read_side_file(generation_file, "generation config", [&](const json& generation) {
     const json eos = generation.value("eos_token_id", json());
     if (eos.is_number_integer()) eos_ids_.push_back(eos.get<std::int32_t>());
     else if (eos.is_array())
       for (const json& id : eos) eos_ids_.push_back(id.get<std::int32_t>());
-  }
+  });
   if (eos_ids_.empty() && !eos_token_.empty()) {
     const std::int32_t id = token_id(eos_token_);
     if (id >= 0) eos_ids_.push_back(id);
