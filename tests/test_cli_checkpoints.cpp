@@ -209,6 +209,19 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 3u) << "the metrics were touched";
   EXPECT_EQ(slurp(dir / "runs" / "ck" / "config.toml"), config_now) << "a refused start rewrote config.toml";
 
+  // A metrics log that does not parse stops the start before anything is trained or rewritten
+  // (it was found only after the warm-up, with config.toml already rewritten).
+  const fs::path metrics_file = dir / "runs" / "ck" / "metrics.jsonl";
+  const std::string metrics_text = slurp(metrics_file);
+  write(metrics_file, "not json\n" + metrics_text);
+  RunResult bad_metrics = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=4 "
+                                                  "--set checkpoint.keep_last=3");
+  EXPECT_EQ(bad_metrics.exit_code, 2) << bad_metrics.out;
+  EXPECT_NE(bad_metrics.err.find("metrics.jsonl:1"), std::string::npos) << bad_metrics.err;
+  EXPECT_EQ(slurp(dir / "runs" / "ck" / "config.toml"), config_now) << "a refused start rewrote config.toml";
+  EXPECT_FALSE(fs::exists(checkpoints / "iter_00000004.h5"));
+  write(metrics_file, metrics_text);
+
   fs::copy_file(second, checkpoints / "iter_00000004.h5.partial");
   RunResult partial = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=5 --resume-from " +
                                       (checkpoints / "iter_00000004.h5.partial").string());

@@ -328,8 +328,21 @@ int run_train(const TrainArgs& args) {
           leave_no_later_checkpoints(checkpoints, from, position.iterations_done, args.overwrite, derived.run_dir);
         });
     }
+    // The metrics log is opened (and a resumed run's checked) before anything is written or
+    // trained: a log that does not parse stops the start with the run's files as they were.
+    std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
+    std::unique_ptr<TensorBoardLog> tensorboard;   // the same records, for TensorBoard; rank 0
+    watch("opening the metrics log");   // its agreement must not wait unwatched
+    run_on_root(mpi.world(), 0, [&] {
+      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
+      // A resumed run's event file starts again from metrics.jsonl (now without the iterations
+      // this job redoes), so no step appears twice.
+      tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml,
+                                                     read_metrics(metrics->path()));
+    });
+    watchdog.disarm();
     // The job has started cleanly: only now is the run's config.toml (re)written, so a start that
-    // fails (a bad checkpoint, a busy run) leaves the run's files as they were.
+    // fails (a bad checkpoint, a busy run, a bad metrics log) leaves the run's files as they were.
     if (std::string problem = write_run_files(mpi.world(), rank, cfg, derived); !problem.empty())
       throw InputError("run directory: " + problem);
     // checkpoint.async: the periodic saves are written by a background thread (the final one and
@@ -399,16 +412,6 @@ int run_train(const TrainArgs& args) {
     }
     trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
 
-    std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
-    std::unique_ptr<TensorBoardLog> tensorboard;   // the same records, for TensorBoard; rank 0
-    watch("opening the metrics log");   // its agreement must not wait unwatched
-    run_on_root(mpi.world(), 0, [&] {
-      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
-      // A resumed run's event file starts again from metrics.jsonl (now without the iterations
-      // this job redoes), so no step appears twice.
-      tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml,
-                                                     read_metrics(metrics->path()));
-    });
     const auto record_metrics = [&](const MetricsRecord& record) {
       metrics->write(record);
       tensorboard->write(record);
