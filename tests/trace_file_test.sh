@@ -41,4 +41,18 @@ print(f"trace_file_test: {len(spans)} spans on 2 ranks checked")
 PY
 out=$(python3 "$src/scripts/plot_trace.py" "$tmp/trace.json" --out "$tmp/trace.png")
 [[ $(head -c 8 "$out" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || { echo "no PNG from plot_trace.py"; exit 1; }
+# A path that cannot take the trace stops the job at its start, every rank with exit 2, naming it,
+# before anything is trained or saved (it was found at the job's end, and a signal's stop then
+# exited 2 on rank 0 and 3 on the others).
+mkdir -p "$tmp/ro" && touch "$tmp/ro/file"
+start=$SECONDS
+set +e
+mpirun -np 2 --oversubscribe "$shardrl" train --config "$src/configs/quickstart.toml" --set run.name=bad \
+  --set run.iterations=2 --trace "$tmp/ro/file/trace.json" > bad.log 2>&1
+status=$?
+set -e
+[[ $status == 2 ]] || { echo "a bad --trace path exited $status, not 2"; tail -5 bad.log; exit 1; }
+grep -q -- "--trace $tmp/ro/file/trace.json: cannot create directory" bad.log || { echo "no message naming the path"; tail -5 bad.log; exit 1; }
+[[ ! -e runs/bad/checkpoints ]] || { echo "the bad --trace job saved a checkpoint"; exit 1; }
+(( SECONDS - start < 60 )) || { echo "the bad --trace job took $((SECONDS - start)) s"; exit 1; }
 echo "trace_file_test: passed"

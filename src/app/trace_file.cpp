@@ -1,8 +1,10 @@
 #include "app/trace_file.hpp"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/error.hpp"
 #include "core/trace.hpp"
 #include "io/text_file.hpp"
 #include "mpi/host_exchange.hpp"
@@ -24,12 +26,25 @@ void write_trace_file(MPI_Comm comm, const std::string& host, const std::filesys
                       {"dur", e.duration_us}, {"args", {{"depth", e.depth}}}});
   if (dropped > 0) spdlog::warn("trace: {} spans past the recorder's capacity were left out on rank {}", dropped, rank);
   const std::vector<std::string> parts = gather_strings(comm, events.dump(), 0);
-  if (rank != 0) return;
-  nlohmann::json all = nlohmann::json::array();
-  for (const auto& part : parts)
-    for (auto& e : nlohmann::json::parse(part)) all.push_back(std::move(e));
-  write_text_atomically(path, nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump());
-  spdlog::info("trace of {} ranks in {} (open it in https://ui.perfetto.dev)", parts.size(), path.string());
+  run_on_root(comm, 0, [&] {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& part : parts)
+      for (auto& e : nlohmann::json::parse(part)) all.push_back(std::move(e));
+    write_text_atomically(path, nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump());
+    spdlog::info("trace of {} ranks in {} (open it in https://ui.perfetto.dev)", parts.size(), path.string());
+  });
+}
+
+std::string trace_path_problem(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return fmt::format("--trace {}: a directory, not a file", path.string());
+  try {
+    write_text_atomically(path.string() + ".partial", "");   // the directory, and a file in it
+  } catch (const InputError& e) {
+    return fmt::format("--trace {}: {}", path.string(), e.what());
+  }
+  std::filesystem::remove(path.string() + ".partial", ec);
+  return "";
 }
 
 }  // namespace shardrl

@@ -254,6 +254,14 @@ int run_train(const TrainArgs& args) {
     }
     if (run_lock && !run_lock->warning().empty()) spdlog::warn("{}", run_lock->warning());
   }
+  if (!args.trace.empty()) {   // written at the end: a path that cannot take it stops the job now
+    std::string problem = rank == 0 ? trace_path_problem(args.trace) : std::string();
+    broadcast_string(mpi.world(), problem, 0);
+    if (!problem.empty()) {
+      if (rank == 0) std::cerr << "shardrl: " << problem << "\n";
+      return kExitUsage;
+    }
+  }
   spdlog::info("run directory: {}", derived.run_dir.string());
   log_lines("devices:\n" + device_report(layout, device));
 
