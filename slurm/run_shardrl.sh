@@ -87,7 +87,26 @@ case ${SHARDRL_LAUNCHER:-srun} in
 esac
 
 restarts=${SLURM_RESTART_COUNT:-0}
-log "run $((restarts + 1)) of the job on $nodes node(s), $ntasks task(s): ${launcher[*]} $bin train --config $config $*"
+# A requeued run continues the run from its latest checkpoint. The first run's start options would
+# send it back to where the first run began (--resume-from), or delete what it saved since
+# (--no-resume --overwrite), on every requeue: they are dropped.
+args=()
+dropped=()
+skip_value=0
+for a in "$@"; do
+  if ((skip_value)); then
+    dropped+=("$a")
+    skip_value=0
+    continue
+  fi
+  case $a in
+    --resume-from) ((restarts > 0)) && { dropped+=("$a"); skip_value=1; continue; } ;;
+    --resume-from=* | --no-resume | --overwrite) ((restarts > 0)) && { dropped+=("$a"); continue; } ;;
+  esac
+  args+=("$a")
+done
+((${#dropped[@]} > 0)) && log "requeued run: dropping ${dropped[*]} (it continues from the run's latest checkpoint)"
+log "run $((restarts + 1)) of the job on $nodes node(s), $ntasks task(s): ${launcher[*]} $bin train --config $config ${args[*]}"
 
 # The warning (USR1) means: save and come back; Slurm sends it to this shell only (B:), so it is
 # forwarded to the step (srun and Open MPI's mpirun both pass SIGUSR1 on to every rank). TERM
@@ -103,7 +122,7 @@ on_usr1() {
 trap on_usr1 USR1
 trap 'log "got SIGTERM: the ranks got it too; waiting for them to save and stop"' TERM
 
-"${launcher[@]}" "$bin" train --config "$config" "$@" &
+"${launcher[@]}" "$bin" train --config "$config" ${args[@]+"${args[@]}"} &
 step=$!
 [[ $warned -eq 1 ]] && kill -s USR1 "$step" 2>/dev/null   # a warning that came before $! was known
 # `wait` returns early (status > 128) when a trapped signal arrives; keep waiting for the step.
