@@ -14,6 +14,16 @@ namespace {
 [[noreturn]] void fail(const std::string& what, const std::filesystem::path& path) {
   throw InputError("cannot " + what + " '" + path.string() + "': " + std::strerror(errno));
 }
+
+// The same, once the temporary exists: it is removed (errno kept), so a failed write leaves
+// nothing beside the file.
+[[noreturn]] void fail_removing(const std::string& what, const std::filesystem::path& path,
+                                const std::filesystem::path& partial) {
+  const int err = errno;
+  ::unlink(partial.c_str());
+  errno = err;
+  fail(what, path);
+}
 }  // namespace
 
 void write_text_atomically(const std::filesystem::path& path, std::string_view text) {
@@ -31,16 +41,16 @@ void write_text_atomically(const std::filesystem::path& path, std::string_view t
     if (n < 0) {
       if (errno == EINTR) continue;
       ::close(fd);
-      fail("write", partial);
+      fail_removing("write", partial, partial);
     }
     done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0) {
     ::close(fd);
-    fail("flush", partial);
+    fail_removing("flush", partial, partial);
   }
-  if (::close(fd) != 0) fail("close", partial);
-  if (::rename(partial.c_str(), path.c_str()) != 0) fail("rename into", path);
+  if (::close(fd) != 0) fail_removing("close", partial, partial);
+  if (::rename(partial.c_str(), path.c_str()) != 0) fail_removing("rename into", path, partial);
 }
 
 }  // namespace shardrl

@@ -55,4 +55,13 @@ set -e
 grep -q -- "--trace $tmp/ro/file/trace.json: cannot create directory" bad.log || { echo "no message naming the path"; tail -5 bad.log; exit 1; }
 [[ ! -e runs/bad/checkpoints ]] || { echo "the bad --trace job saved a checkpoint"; exit 1; }
 (( SECONDS - start < 60 )) || { echo "the bad --trace job took $((SECONDS - start)) s"; exit 1; }
+# A path naming a directory (a trailing slash) is refused at the start too, and leaves nothing.
+set +e
+mpirun -np 2 --oversubscribe "$shardrl" train --config "$src/configs/quickstart.toml" --set run.name=slash \
+  --set run.iterations=1 --trace "$tmp/traces/" > slash.log 2>&1
+status=$?
+set -e
+[[ $status == 2 ]] || { echo "--trace DIR/ exited $status, not 2"; tail -5 slash.log; exit 1; }
+grep -q -- "--trace $tmp/traces/: names a directory, not a file" slash.log || { echo "no message"; tail -5 slash.log; exit 1; }
+[[ -z $(ls -A "$tmp/traces" 2>/dev/null) ]] || { echo "files left in traces/: $(ls -A "$tmp/traces")"; exit 1; }
 echo "trace_file_test: passed"
