@@ -108,6 +108,12 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   EXPECT_EQ(with_eval, 3u) << metrics;
   EXPECT_NE(metrics.find("\"eval/pass@2\":"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("{\"iteration\":3,\"eval/reward_mean\":"), std::string::npos) << metrics;
+  // The same command again finds the run finished: it adds nothing and drops nothing, the final
+  // evaluation's record included (it dropped that record, which lies at the iteration count).
+  RunResult again = run_in(dir, mpirun(2) + " train --config text.toml");
+  ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+  EXPECT_NE(again.out.find("nothing to do"), std::string::npos) << again.out;
+  EXPECT_EQ(slurp(dir / "runs" / "text" / "metrics.jsonl"), metrics);
 
   // rollout.tensor_parallel = 2 (both ranks decode one model, each half of every layer) rolls out
   // and evaluates what a rank per model does: the same eval lines (every eval prompt once, counted

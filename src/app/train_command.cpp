@@ -341,8 +341,13 @@ int run_train(const TrainArgs& args) {
     std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
     std::unique_ptr<TensorBoardLog> tensorboard;   // the same records, for TensorBoard; rank 0
     watch("opening the metrics log");   // its agreement must not wait unwatched
+    // A resumed run drops the records from its resume point on, which it writes again; one with
+    // nothing to do (below) writes none, and keeps them all, its final evaluation's included.
+    const bool nothing_to_do = resumed && position.iterations_done >= cfg.run.iterations &&
+                               position.warmup_steps_done >= cfg.rl.sft_steps;
     run_on_root(mpi.world(), 0, [&] {
-      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done);
+      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl",
+                                             position.iterations_done + (nothing_to_do ? 1 : 0));
       // A resumed run's event file starts again from metrics.jsonl (now without the iterations
       // this job redoes), so no step appears twice.
       tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml,
@@ -397,7 +402,11 @@ int run_train(const TrainArgs& args) {
     };
     auto stop_after_save = [&] {
       save("stop requested by a signal");
-      write_trace();
+      try {   // the checkpoint is committed: a trace that fails must not keep Slurm from requeueing
+        write_trace();
+      } catch (const InputError& e) {
+        spdlog::warn("the trace was not written: {}", e.what());
+      }
       spdlog::warn("stopped by a signal after a checkpoint: run the same command again to continue");
       return kExitStoppedBySignal;
     };
