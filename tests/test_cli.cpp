@@ -396,6 +396,16 @@ TEST(Cli, MalformedDatasetNamesFileAndLine) {
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: field \"prompt\" must be a string, got number\n", 0), 0u) << r.err;
+  // Text lines are encoded by the byte tokenizer: a vocabulary without its ids is named (it was
+  // an internal check at the first rollout, exit 1).
+  write(dir / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n");
+  RunResult small = run_in(dir, mpirun(2) + " train --config job.toml --set model.preset=\"custom\" "
+                                            "--set model.vocab_size=128");
+  EXPECT_EQ(small.exit_code, 2) << small.out << small.err;
+  EXPECT_NE(small.err.find("model.vocab_size = 128 is too small for the dataset 'data.jsonl': its text is encoded "
+                           "by the byte tokenizer, whose ids go up to 258"),
+            std::string::npos)
+      << small.err;
 }
 
 // A dataset only some ranks can read (a relative or node-local path, the ranks in different

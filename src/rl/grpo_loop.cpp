@@ -65,16 +65,29 @@ namespace {
 // (a node-local path missing on another node, a file it may not read) must not leave the others
 // in the set-up's collectives until comm.timeout_s with the cause unprinted: every rank stops
 // here with the message of the lowest failing rank.
+// An error that is not the input's (out of memory, a bug) stays a fatal error on every rank.
 std::unique_ptr<Task> make_task_on_every_rank(const TaskOptions& options, Communicator& comm) {
   std::unique_ptr<Task> task;
   std::string problem;
+  bool unexpected = false;
   try {
     task = make_task(options);
-  } catch (const std::exception& e) {
+  } catch (const InputError& e) {
     problem = e.what();
-    if (problem.empty()) problem = "the task could not be set up (an error without a message)";
+  } catch (const std::bad_alloc&) {
+    problem = "out of host memory reading the task's files (std::bad_alloc)";
+    unexpected = true;
+  } catch (const std::exception& e) {
+    problem = fmt::format("unexpected error setting up the task: {}", e.what());
+    unexpected = true;
   }
-  agree_on_error(comm.host_comm(), problem);
+  unexpected = any_rank(comm.host_comm(), unexpected);
+  try {
+    agree_on_error(comm.host_comm(), problem);
+  } catch (const InputError& e) {
+    if (unexpected) SHARDRL_FATAL(e.what());
+    throw;
+  }
   return task;
 }
 
@@ -89,6 +102,15 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
       gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
       eos_id_(options.eos_id >= 0 ? options.eos_id : task_->eos_id()),
       pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
+  // The same on every rank. (A generated task is refused earlier, by the config's checks.)
+  if (!task_->pre_tokenized() && model.options().shape.vocab_size < tokenizer::kVocabSize)
+    throw InputError(fmt::format(
+        "model.vocab_size = {} is too small for {}: its text is encoded by the byte tokenizer, whose ids go up to "
+        "{} (model.vocab_size >= {}, or a pre-tokenized dataset)",
+        model.options().shape.vocab_size,
+        options.task.dataset_path.empty() ? fmt::format("rl.task = \"{}\"", options.task.name)
+                                          : fmt::format("the dataset '{}'", options.task.dataset_path),
+        tokenizer::kVocabSize - 1, tokenizer::kVocabSize));
   const ArenaPlacement rollout{&arena, Phase::rollout};
   if (tensor_parallel != nullptr && tensor_parallel->size() > 1) {
     // The group's ranks generate the prompts of all of them, each computing its part of every
