@@ -9,10 +9,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -78,6 +81,16 @@ std::string input_error_of(Run run) {
 
 // The process has been reaped: not even a zombie is left under its pid.
 bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// The process has ended: gone, or a zombie waiting for a parent that does not reap (an orphan in
+// a container whose first process reaps nobody).
+bool process_ended(pid_t pid) {
+  if (process_gone(pid)) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::size_t after_name = text.rfind(')');
+  return after_name != std::string::npos && after_name + 2 < text.size() && text[after_name + 2] == 'Z';
+}
 
 TEST(RewardCommand, ScoresABatchInOrder) {
   REQUIRE_PYTHON3();
@@ -295,6 +308,42 @@ TEST(RewardCommand, DestructionKillsACommandIgnoringEofAndSigterm) {
   EXPECT_GE(elapsed, 2.5);   // stdin EOF and SIGTERM were both given their grace
   EXPECT_LT(elapsed, 5.0);
   EXPECT_TRUE(process_gone(pid));
+}
+
+// Slurm's warning (SIGUSR1) and SIGTERM reach every process of a job step; the job finishes its
+// iteration, scoring included, then saves. The command must survive them.
+TEST(RewardCommand, TheJobsStopSignalsDoNotEndTheCommand) {
+  RewardCommand command({"/bin/sh", script("polite.sh")}, 30);
+  const pid_t pid = static_cast<pid_t>(command.score(requests(1)).at(0));
+  for (int signal : {SIGUSR1, SIGTERM, SIGINT, SIGHUP, SIGUSR2}) ASSERT_EQ(::kill(pid, signal), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(command.score(requests(2)), (std::vector<double>{double(pid), double(pid)}));
+}
+
+// A stray line that comes after a batch's replies would be taken as the next batch's first reply:
+// the next batch fails instead, naming it.
+TEST(RewardCommand, ALateExtraLineIsAnErrorNotTheNextReply) {
+  RewardCommand command({"/bin/sh", script("late_extra_line.sh")}, 30);
+  EXPECT_EQ(command.score(requests(1)), std::vector<double>{1});
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const std::string message = input_error_of([&] { command.score(requests(1)); });
+  EXPECT_NE(message.find("more output than requests: after the previous batch's last reply: \"{\"reward\": 2}"),
+            std::string::npos)
+      << message;
+}
+
+// What the command started and left running ends with it (its process group).
+TEST(RewardCommand, DestructionEndsWhatTheCommandStarted) {
+  pid_t child = 0;
+  {
+    RewardCommand command({"/bin/sh", script("leaves_a_child.sh")}, 30);
+    child = static_cast<pid_t>(command.score(requests(1)).at(0));
+    ASSERT_GT(child, 0);
+    EXPECT_FALSE(process_gone(child));
+  }
+  const auto start = Clock::now();
+  while (!process_ended(child) && seconds_since(start) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(process_ended(child)) << "the command's `sleep` outlived it";
 }
 
 TEST(RewardCommand, InheritsNoDescriptorOfTheJobButStdio) {

@@ -73,7 +73,10 @@ std::string quote_command_line(const std::vector<std::string>& argv) {
 }
 
 // One owner per child pid. The child leads a process group of its own so that signals also
-// reach what it started (a `sh -c` wrapper, a worker pool). Destruction never leaves a zombie.
+// reach what it started (a `sh -c` wrapper, a worker pool). Its exit is observed without reaping
+// it (waitid with WNOWAIT): until it is reaped its pid, the group's id, cannot be reused, so the
+// group can still be signalled after the leader ended, and what the command started and left
+// behind is ended with it. Destruction never leaves a zombie.
 class ChildProcess {
  public:
   ChildProcess() = default;
@@ -82,59 +85,76 @@ class ChildProcess {
   ~ChildProcess() {
     if (pid_ > 0 && !reaped_) {
       signal_group(SIGKILL);
-      wait_exit_blocking();
+      reap();
     }
   }
 
   void adopt(pid_t pid) { pid_ = pid; }
-  bool reaped() const { return reaped_; }
+  bool exited() const { return exited_; }
 
-  // Signals only while the leader is unreaped: until then its pid (the group id) cannot be reused.
   void signal_group(int signal) {
     if (pid_ > 0 && !reaped_) ::kill(-pid_, signal);
   }
 
-  // Reaps the child if it has exited within `limit`; true once reaped.
+  // Whether the leader has exited within `limit` (it stays unreaped).
   bool wait_exit(Clock::duration limit) {
     const auto deadline = Clock::now() + limit;
     for (;;) {
-      if (try_reap(WNOHANG)) return true;
+      if (poll_exit()) return true;
       if (Clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  void wait_exit_blocking() { try_reap(0); }
+  // Ends whatever of the group is left and reaps the leader (waiting for it if it has not exited).
+  void end_group_and_reap() {
+    signal_group(SIGKILL);
+    reap();
+  }
 
   // "exited with status 3", "was killed by signal 9 (Killed)", "is still running".
   std::string exit_description() const {
-    if (!reaped_) return "is still running";
+    if (!exited_) return "is still running";
     if (!status_known_) return "exited (status unknown: reaped elsewhere)";
-    if (WIFEXITED(status_)) return fmt::format("exited with status {}", WEXITSTATUS(status_));
-    if (WIFSIGNALED(status_))
-      return fmt::format("was killed by signal {} ({})", WTERMSIG(status_), ::strsignal(WTERMSIG(status_)));
+    if (code_ == CLD_EXITED) return fmt::format("exited with status {}", status_);
+    if (code_ == CLD_KILLED || code_ == CLD_DUMPED)
+      return fmt::format("was killed by signal {} ({})", status_, ::strsignal(status_));
     return "ended";
   }
 
  private:
-  bool try_reap(int options) {
-    if (reaped_) return true;
+  bool poll_exit() {
+    if (exited_) return true;
     for (;;) {
-      const pid_t got = ::waitpid(pid_, &status_, options);
-      if (got == pid_) {
-        reaped_ = status_known_ = true;
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+        if (info.si_pid != pid_) return false;   // still running
+        exited_ = status_known_ = true;
+        code_ = info.si_code;
+        status_ = info.si_status;
         return true;
       }
-      if (got == 0) return false;
       if (errno == EINTR) continue;
       // ECHILD: the job ignores SIGCHLD (children reap themselves) or someone else waited.
-      reaped_ = true;
+      exited_ = reaped_ = true;
       return true;
+    }
+  }
+  void reap() {
+    while (!reaped_) {
+      int status = 0;
+      const pid_t got = ::waitpid(pid_, &status, 0);
+      if (got == pid_ || (got < 0 && errno != EINTR)) reaped_ = true;
+      if (got == pid_ && !status_known_) {
+        exited_ = status_known_ = true;
+        code_ = WIFEXITED(status) ? CLD_EXITED : CLD_KILLED;
+        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
+      }
     }
   }
 
   pid_t pid_ = -1;
-  bool reaped_ = false, status_known_ = false;
-  int status_ = 0;
+  bool exited_ = false, reaped_ = false, status_known_ = false;
+  int code_ = 0, status_ = 0;
 };
 
 // Blocks signals in this thread for a scope.
@@ -182,9 +202,12 @@ class SigpipeGuard {
   bool was_pending_ = false, raised_ = false;
 };
 
-// posix_spawnp (vfork-like: safe in a multithreaded MPI process where fork is not). The child
-// starts with no signal blocked and SIGTERM and SIGPIPE at their defaults whatever this thread
-// or the job has set, in a new process group.
+// posix_spawnp (vfork-like: safe in a multithreaded MPI process where fork is not), in a new
+// process group. The job's stop signals are the job's: Slurm's warning (SIGUSR1) and SIGTERM
+// reach every process of a job step, and a reward command that died of them would fail the
+// iteration the job must finish and save. So the child starts with SIGUSR1, SIGUSR2, SIGTERM,
+// SIGINT and SIGHUP blocked (the mask survives exec) and every other signal unblocked, SIGTERM
+// and SIGPIPE at their defaults; it ends at stdin EOF, or by SIGKILL after a grace period.
 pid_t spawn_child(const std::vector<std::string>& argv, const std::string& command_line, int stdin_fd,
                   int stdout_fd, int stderr_fd) {
   struct FileActions {
@@ -207,15 +230,16 @@ pid_t spawn_child(const std::vector<std::string>& argv, const std::string& comma
   posix_spawn_file_actions_addclosefrom_np(&files.actions, 3);
 #endif
 
-  sigset_t no_signals, defaults;
-  sigemptyset(&no_signals);
+  sigset_t the_jobs, defaults;
+  sigemptyset(&the_jobs);
+  for (int signal : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP}) sigaddset(&the_jobs, signal);
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGTERM);
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setflags(&attributes.attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attributes.attr, 0);
-  posix_spawnattr_setsigmask(&attributes.attr, &no_signals);
+  posix_spawnattr_setsigmask(&attributes.attr, &the_jobs);
   posix_spawnattr_setsigdefault(&attributes.attr, &defaults);
 
   std::vector<char*> args;
@@ -356,12 +380,10 @@ class RewardCommand::Process {
     stdin_.reset();
     stdout_.reset();
     if (!child_.wait_exit(kStdinGrace)) {
-      child_.signal_group(SIGTERM);
-      if (!child_.wait_exit(kTermGrace)) {
-        child_.signal_group(SIGKILL);
-        child_.wait_exit_blocking();
-      }
+      child_.signal_group(SIGTERM);   // blocked unless the command unblocked it (spawn_child)
+      child_.wait_exit(kTermGrace);
     }
+    child_.end_group_and_reap();   // the leader, and what it started and left running
     stderr_.reset();
   }
 
@@ -419,6 +441,16 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
                                      std::chrono::duration<double>(bounded_timeout_s));
   bool stdin_closed_by_child = false;
   SigpipeGuard sigpipe_guard;
+  // Output that came after the previous batch's last reply (a late extra line) would be taken as
+  // this batch's first reply: it is an error, found before anything is written.
+  {
+    char stray[512];
+    ssize_t got;
+    while ((got = ::read(stdout_.get(), stray, sizeof(stray))) < 0 && errno == EINTR) {}
+    if (got > 0)
+      fail(fmt::format("more output than requests: after the previous batch's last reply: \"{}\"",
+                       excerpt(std::string(stray, static_cast<std::size_t>(got)))));
+  }
 
   std::vector<double> rewards;
   rewards.reserve(count);
@@ -533,7 +565,7 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
       child_.wait_exit(kCrashReportWait);
       stderr_->wait_closed(kCrashReportWait);   // its traceback reaches the log first
       fail(fmt::format("{} before replying to {}{}",
-                       child_.reaped() ? child_.exit_description() : std::string("closed its stdout"),
+                       child_.exited() ? child_.exit_description() : std::string("closed its stdout"),
                        request_name(rewards.size(), count), unterminated_output()));
     }
   }
