@@ -162,9 +162,15 @@ std::vector<std::vector<std::pair<std::string, double>>> read_metrics(
     const std::string at = where(path, line.number);
     Json obj;
     if (!parse_object(line, at, obj)) return;   // a record still being written
+    // Every record has its iteration, first: readers take it from the front.
+    const auto iteration = obj.find("iteration");
+    if (iteration == obj.end() || !iteration->is_number())
+      throw InputError(fmt::format("{}: expected a numeric \"iteration\" field", at));
     std::vector<std::pair<std::string, double>> record;
     record.reserve(obj.size());
+    record.emplace_back("iteration", iteration->get<double>());
     for (const auto& [key, value] : obj.items()) {
+      if (key == "iteration") continue;
       if (value.is_null()) {
         record.emplace_back(key, std::numeric_limits<double>::quiet_NaN());
       } else if (value.is_number()) {

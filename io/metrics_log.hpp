@@ -42,8 +42,9 @@ class MetricsLog {
 };
 
 // Reads a metrics file back (for tests and tools): one vector of (key, value) per non-blank line,
-// keys in file order, null read as NaN. A missing file, or a line that is not a JSON object of
-// numbers and nulls, is an InputError naming the file (and "file:line").
+// "iteration" first, then the other keys in file order, null read as NaN. A missing file, or a
+// line that is not a JSON object of numbers and nulls with a numeric "iteration", is an
+// InputError naming the file (and "file:line").
 std::vector<std::vector<std::pair<std::string, double>>> read_metrics(
     const std::filesystem::path& path);
 

@@ -478,6 +478,23 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   EXPECT_EQ(over_hf.exit_code, 2) << over_hf.out;
   EXPECT_NE(over_hf.err.find("model.safetensors' exists; pass --force to replace it"), std::string::npos)
       << over_hf.err;
+  // A sharded model in the directory (index and shards, which importers read first) is refused
+  // too, and --force removes it, so the new model.safetensors is what an import reads.
+  const fs::path sharded = dir / "hf_sharded";
+  fs::create_directories(sharded);
+  fs::copy_file(dir / "hf_fp32" / "model.safetensors", sharded / "model-00001-of-00001.safetensors");
+  write(sharded / "model.safetensors.index.json", "{\"weight_map\": {}}");
+  RunResult over_index = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " +
+                                         sharded.string());
+  EXPECT_EQ(over_index.exit_code, 2) << over_index.out;
+  EXPECT_NE(over_index.err.find("model.safetensors.index.json' exists; pass --force"), std::string::npos)
+      << over_index.err;
+  RunResult over_index_forced = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() +
+                                                " --to-safetensors " + sharded.string() + " --force");
+  EXPECT_EQ(over_index_forced.exit_code, 0) << over_index_forced.err;
+  EXPECT_FALSE(fs::exists(sharded / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(sharded / "model-00001-of-00001.safetensors"));
+  EXPECT_TRUE(fs::exists(sharded / "model.safetensors"));
   RunResult neither = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to x.h5");
   EXPECT_EQ(neither.exit_code, 2);
   EXPECT_NE(neither.err.find("convert takes --from CKPT.h5 --to-safetensors DIR"), std::string::npos) << neither.err;
@@ -491,6 +508,15 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
     for (const shardrl::StTensor& t : first.header().tensors)
       EXPECT_EQ(second.read_bytes(t.name), first.read_bytes(t.name)) << t.name;
   }
+  // A directory whose name TOML would read as an escape (`\u0031` is "1") is imported from
+  // itself: the job's config quotes it (it read from `hf1`, or failed to).
+  const fs::path escaped = dir / "hf\\u0031";
+  fs::create_directories(escaped);
+  for (const char* file : {"model.safetensors", "config.json"})
+    fs::copy_file(dir / "hf_fp32" / file, escaped / file);
+  RunResult from_escaped = run_in(dir, shardrl_binary() + " convert --from-safetensors '" + escaped.string() +
+                                           "' --to " + (dir / "escaped.h5").string());
+  EXPECT_EQ(from_escaped.exit_code, 0) << from_escaped.err;
   // A directory of another shape is refused, naming the difference.
   RunResult other = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set model.preset=custom "
                                             "--set model.d_ff=96 --set model.init_from=" + (dir / "hf_fp32").string());

@@ -62,6 +62,9 @@ TEST(Cli, PlanReadsMemorySizes) {
   EXPECT_EQ(shardrl::parse_memory_size("24", "--host-memory"), 24.0 * (1ull << 30));
   EXPECT_THROW(shardrl::parse_memory_size("-1GiB", "--gpu-memory"), shardrl::InputError);
   EXPECT_THROW(shardrl::parse_memory_size("GiB", "--gpu-memory"), shardrl::InputError);
+  // Beyond a double (it was an uncaught out_of_range: "unexpected error: stod", exit 1).
+  EXPECT_THROW(shardrl::parse_memory_size(std::string(400, '9') + "GiB", "--gpu-memory"), shardrl::InputError);
+  EXPECT_THROW(shardrl::parse_memory_size("1e9TiB", "--gpu-memory"), shardrl::InputError);
 }
 
 // Every shipped config states the hardware it is meant for as a `# plan:` line of `shardrl plan`

@@ -56,6 +56,28 @@ TEST(Cli, ReportSummarisesARun) {
   RunResult missing = run_in(dir, shardrl_binary() + " report nowhere");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_EQ(missing.err, "shardrl: 'nowhere' is not a run directory\n");
+
+  // The report replaces an earlier report (above, twice), never another file: --out naming the
+  // run's metrics is refused with the file untouched (it was replaced by the report).
+  const std::string metrics = slurp(dir / "runs/r/metrics.jsonl");
+  RunResult over_metrics = run_in(dir, shardrl_binary() + " report runs/r --out runs/r/metrics.jsonl");
+  EXPECT_EQ(over_metrics.exit_code, 2);
+  EXPECT_NE(over_metrics.err.find("'runs/r/metrics.jsonl' exists and is not an earlier report"), std::string::npos)
+      << over_metrics.err;
+  EXPECT_EQ(slurp(dir / "runs/r/metrics.jsonl"), metrics);
+  // On several ranks every rank would write the same files: refused (it failed renaming them).
+  RunResult two = run_in(dir, mpirun(2) + " report runs/r");
+  EXPECT_EQ(two.exit_code, 2);
+  EXPECT_NE(two.err.find("report runs as one process (started with 2)"), std::string::npos) << two.err;
+  // A record without its iteration is named by file and line (`{}` crashed the report).
+  fs::create_directories(dir / "runs/e");
+  for (const std::string& line : {std::string("{}"), std::string("{\"reward_mean\": 1}")}) {
+    write(dir / "runs/e/metrics.jsonl", "{\"iteration\": 0, \"reward_mean\": 0.5}\n" + line + "\n");
+    RunResult bad = run_in(dir, shardrl_binary() + " report runs/e");
+    EXPECT_EQ(bad.exit_code, 2) << line;
+    EXPECT_NE(bad.err.find("runs/e/metrics.jsonl:2: expected a numeric \"iteration\" field"), std::string::npos)
+        << bad.err;
+  }
 }
 
 }  // namespace

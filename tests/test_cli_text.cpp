@@ -72,6 +72,40 @@ TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {
   EXPECT_NE(bad.err.find("does not compile"), std::string::npos) << bad.err;
 }
 
+// generate and convert --from-safetensors read their files on every rank: a rank that cannot (a
+// node-local path, the ranks in different directories) stops them all with its cause, exit 2
+// (before, it returned silently and rank 0 waited in a collective for ever).
+TEST(Cli, GenerateAndConvertStopEveryRankWhenOneCannotReadItsFiles) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  fs::path dir = test_dir();
+  fs::create_directories(dir / "a" / "tok");
+  fs::create_directories(dir / "a" / "hf");
+  fs::create_directories(dir / "b");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(qwen3_dir() / file, dir / "a" / "tok" / file, fs::copy_options::overwrite_existing);
+  fs::copy_file(fs::path(SHARDRL_SOURCE_DIR) / "tests" / "data" / "Qwen3-30B-A3B" / "config.json",
+                dir / "a" / "hf" / "config.json", fs::copy_options::overwrite_existing);
+  write(dir / "gen.toml", "[model]\npreset = \"custom\"\ntokenizer = \"tok\"\nvocab_size = 151936\nd_model = 32\n"
+                          "n_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\ntie_embeddings = true\n"
+                          "max_seq_len = 160\n[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\n");
+  const std::string launcher = "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) +
+                               " --oversubscribe --allow-run-as-root --mca btl self,vader"
+                               " --mca btl_vader_single_copy_mechanism none";
+  // Rank 0 runs in a/, which holds the files; rank 1 in b/, which does not.
+  const auto in_two_dirs = [&](const std::string& args) {
+    return launcher + " -np 1 -wdir " + (dir / "a").string() + " " + shardrl_binary() + args + " : -np 1 -wdir " +
+           (dir / "b").string() + " " + shardrl_binary() + args;
+  };
+  RunResult gen = run_in(dir, in_two_dirs(" generate --config " + (dir / "gen.toml").string() + " --prompt hi"));
+  EXPECT_EQ(gen.exit_code, 2) << gen.out << gen.err;
+  EXPECT_NE(gen.err.find("tok/tokenizer.json"), std::string::npos) << gen.err;
+  EXPECT_LT(gen.seconds, 60.0);
+  RunResult conv = run_in(dir, in_two_dirs(" convert --from-safetensors hf --to " + (dir / "out.h5").string()));
+  EXPECT_EQ(conv.exit_code, 2) << conv.out << conv.err;
+  EXPECT_NE(conv.err.find("hf/config.json"), std::string::npos) << conv.err;
+  EXPECT_LT(conv.seconds, 60.0);
+}
+
 // The whole text path on 2 ranks with a tiny Qwen3-shaped model (the real 151,936-id vocabulary).
 TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;

@@ -166,17 +166,17 @@ TEST_F(MetricsLogTest, CreatesAMissingFileButNotItsDirectory) {
 
 TEST_F(MetricsLogTest, MalformedLineIsAnInputErrorNamingFileAndLine) {
   const std::string good = "{\"iteration\":0,\"loss\":1}\n";
+  // read_metrics refuses them alike: its readers take a record's iteration from its front.
   const struct {
     std::string bad_line;
     std::string expect;
-    bool bad_for_read_metrics;   // read_metrics needs no "iteration", only numbers and nulls
   } cases[] = {
-      {"not json", "not valid JSON", true},
-      {"{\"iteration\":1,", "not valid JSON", true},
-      {"[1,2]", "expected a JSON object, got array", true},
-      {"{\"loss\":1}", "expected a numeric \"iteration\" field", false},
-      {"{\"iteration\":\"1\"}", "expected a numeric \"iteration\" field", true},
-      {"{\"iteration\":null}", "expected a numeric \"iteration\" field", false},
+      {"not json", "not valid JSON"},
+      {"{\"iteration\":1,", "not valid JSON"},
+      {"[1,2]", "expected a JSON object, got array"},
+      {"{\"loss\":1}", "expected a numeric \"iteration\" field"},
+      {"{\"iteration\":\"1\"}", "expected a numeric \"iteration\" field"},
+      {"{\"iteration\":null}", "expected a numeric \"iteration\" field"},
   };
   for (const auto& c : cases) {
     // The bad line is line 3 (after a blank line 2, which counts), and is followed by a good one.
@@ -191,9 +191,9 @@ TEST_F(MetricsLogTest, MalformedLineIsAnInputErrorNamingFileAndLine) {
       read_metrics(file_);
     } catch (const InputError& e) {
       threw = true;
-      EXPECT_NE(std::string(e.what()).find(file_.string() + ":3: "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(file_.string() + ":3: " + c.expect), std::string::npos) << e.what();
     }
-    EXPECT_EQ(threw, c.bad_for_read_metrics) << c.bad_line;
+    EXPECT_TRUE(threw) << c.bad_line;
   }
 }
 

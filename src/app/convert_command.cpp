@@ -63,10 +63,22 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
     for (const ParamSpec& p : unit.params)
       tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
   const std::filesystem::path dir(args.to_safetensors);
-  for (const char* name : {"model.safetensors", "config.json"})
+  for (const char* name : {"model.safetensors", "config.json", "model.safetensors.index.json"})
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
+  // A sharded model left there (its index and shards) would be what importers read, shardrl's
+  // included, instead of the new model.safetensors: --force removes it.
+  if (std::filesystem::exists(dir / "model.safetensors.index.json")) {
+    std::filesystem::remove(dir / "model.safetensors.index.json");
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      const std::string head = "model-", tail = ".safetensors";
+      if (name.size() > head.size() + tail.size() && name.compare(0, head.size(), head) == 0 &&
+          name.compare(name.size() - tail.size(), tail.size(), tail) == 0 && name.find("-of-") != std::string::npos)
+        std::filesystem::remove(entry.path());
+    }
+  }
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
   write_text_atomically(dir / "config.json", hf_config_json(shape, bf16 ? "bfloat16" : "float32"));
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
@@ -209,8 +221,16 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
 int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const std::filesystem::path dir(args.from_safetensors), to(args.to);
-  const LoadedConfig loaded = parse_job_config(hf_job_config_toml(dir), (dir / "config.json").string() + " (as a job)",
-                                               {}, layout.world_size);
+  // Every rank reads config.json: one that cannot (a node-local path) stops them all here.
+  std::string toml, problem;
+  try {
+    toml = hf_job_config_toml(dir);
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  agree_on_error(mpi.world(), problem);
+  const LoadedConfig loaded = parse_job_config(toml, (dir / "config.json").string() + " (as a job)", {},
+                                               layout.world_size);
   if (!loaded.ok()) {
     report_config_errors(loaded, layout.world_rank);
     return kExitUsage;

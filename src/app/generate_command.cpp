@@ -24,6 +24,7 @@
 #include "job/policy.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
+#include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
 #include "rl/task_prompt.hpp"
@@ -129,6 +130,9 @@ int run_generate(const GenerateArgs& args) {
   std::vector<std::int32_t> prompt;
   std::unique_ptr<HfTokenizer> model_tokenizer;   // the model's own, when the job has one
   std::int32_t eos = eos_id(cfg);
+  // Every rank reads the tokenizer itself: a rank that cannot (a node-local path) must stop the
+  // others, which would otherwise wait for it in the first collective.
+  std::string problem;
   try {
     if (const std::string dir = tokenizer_dir(cfg); !dir.empty()) {
       model_tokenizer = std::make_unique<HfTokenizer>(dir);
@@ -137,30 +141,25 @@ int run_generate(const GenerateArgs& args) {
     if (args.chat && !model_tokenizer)
       throw InputError("--chat renders the prompt with the model's chat template: the job needs its tokenizer "
                        "(model.tokenizer, or model.init_from with tokenizer.json)");
-  } catch (const InputError& e) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
-    return kExitUsage;
-  }
-  if (by_ids) {
-    try {
+    if (by_ids) {
       prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
-    } catch (const InputError& e) {
-      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
-      return kExitUsage;
-    }
-  } else if (model_tokenizer) {
-    try {
+    } else if (model_tokenizer) {
       const std::string text = args.chat ? ChatPrompt(*model_tokenizer).render(
                                                nlohmann::json::array({{{"role", "user"}, {"content", prompt_text}}}))
                                          : prompt_text;
       prompt = model_tokenizer->encode(text);
-    } catch (const InputError& e) {
-      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
-      return kExitUsage;
+    } else {
+      prompt.push_back(tokenizer::kBos);
+      for (std::int32_t t : tokenizer::encode(prompt_text)) prompt.push_back(t);
     }
-  } else {
-    prompt.push_back(tokenizer::kBos);
-    for (std::int32_t t : tokenizer::encode(prompt_text)) prompt.push_back(t);
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  try {
+    agree_on_error(mpi.world(), problem);
+  } catch (const InputError& e) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
   }
   const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
   const int max_seq_len = resolve_model_shape(cfg.model).max_seq_len;
@@ -178,7 +177,14 @@ int run_generate(const GenerateArgs& args) {
   auto comm = make_communicator(
       derived.comm_backend == CommBackend::nccl ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
       cfg.comm.timeout_s);
-  Policy policy(cfg, *comm);
+  std::unique_ptr<Policy> built;
+  try {
+    built = std::make_unique<Policy>(cfg, *comm);   // the memory plan's refusal is every rank's
+  } catch (const InputError& e) {
+    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  Policy& policy = *built;
   try {
     // A LoRA checkpoint's base is model.init_from's, loaded first.
     if (!cfg.model.init_from.empty() && (args.checkpoint.empty() || policy.base_from_init_from()))

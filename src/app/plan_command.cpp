@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <regex>
 
@@ -31,10 +32,13 @@ double parse_memory_size(const std::string& text, const std::string& flag) {
   std::smatch m;
   if (!std::regex_match(text, m, size))
     throw InputError(fmt::format("{} {}: a size such as 80GiB, 141GB or 512MiB", flag, text));
-  const double value = std::stod(m[1].str());
+  // strtod, not stod: a number too large for a double is refused by name, not an out_of_range.
+  const double value = std::strtod(m[1].str().c_str(), nullptr);
   const std::string unit = m[3].matched ? m[3].str() : "GiB";
   const double scale = unit == "TiB" ? std::pow(2.0, 40) : unit == "GiB" ? std::pow(2.0, 30)
                        : unit == "MiB" ? std::pow(2.0, 20) : unit == "TB" ? 1e12 : unit == "GB" ? 1e9 : 1e6;
+  if (!std::isfinite(value * scale) || value * scale > 1e18)
+    throw InputError(fmt::format("{} {}: a size such as 80GiB, 141GB or 512MiB (at most an exabyte)", flag, text));
   return value * scale;
 }
 

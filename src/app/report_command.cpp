@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "app/job_config.hpp"
@@ -138,9 +139,29 @@ std::pair<std::string, std::string> draw_curves(const fs::path& run) {
 
 int run_report(const ReportArgs& args) {
   MpiSession mpi(nullptr, nullptr);
+  int size = 1;
+  MPI_Comm_size(mpi.world(), &size);
+  if (size != 1) {   // every rank would write the same files
+    int rank = 0;
+    MPI_Comm_rank(mpi.world(), &rank);
+    if (rank == 0) std::cerr << "shardrl: report runs as one process (started with " << size << ")\n";
+    return kExitUsage;
+  }
   try {
     const fs::path run(args.run_dir);
     if (!fs::is_directory(run)) throw InputError(fmt::format("'{}' is not a run directory", args.run_dir));
+    // The report replaces an earlier report only: --out naming any other file (the run's
+    // metrics.jsonl, its config.toml) is refused before anything is read.
+    const fs::path out = args.out.empty() ? run / "report.md" : fs::path(args.out);
+    if (fs::exists(out)) {
+      std::ifstream existing(out);
+      std::string first;
+      std::getline(existing, first);
+      if (fs::is_directory(out) || first.rfind("# Run report: ", 0) != 0)
+        throw InputError(fmt::format("--out: '{}' exists and is not an earlier report; remove it or write the "
+                                     "report elsewhere",
+                                     out.string()));
+    }
     std::vector<Record> records;
     if (fs::exists(run / "metrics.jsonl")) records = read_metrics(run / "metrics.jsonl");
     std::string md = fmt::format("# Run report: `{}`\n\nWritten by `shardrl report` ({}).\n\n", run.string(), kVersion);
@@ -150,7 +171,6 @@ int run_report(const ReportArgs& args) {
     md += "## Curves\n\n" + (png.empty() ? "Not drawn: " + why + ".\n\n" : fmt::format("![reward, loss and throughput]({})\n\n", png));
     md += throughput_section(records);
     md += checkpoints_section(run, mpi.world());
-    const fs::path out = args.out.empty() ? run / "report.md" : fs::path(args.out);
     write_text_atomically(out, md);
     std::cout << out.string() << "\n";
   } catch (const InputError& e) {

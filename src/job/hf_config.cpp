@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "config/schema.hpp"
 #include "core/input_file.hpp"
 #include "io/json_parse_message.hpp"
 
@@ -183,7 +184,8 @@ std::string hf_job_config_toml(const std::filesystem::path& dir) {
   // A conversion trains nothing: small buffers, as long as the default completion (rollout.max_new_tokens
   // = 64), which `generate` from the converted checkpoint draws.
   const int seq_len = std::min(64, s.max_seq_len);
-  t += fmt::format("init_from = \"{}\"\n[train]\nseq_len = {}\n", dir.string(), seq_len);
+  // The directory as a TOML string, quoted and escaped (a name may hold `"`, `\` or `\u0031`).
+  t += fmt::format("init_from = {}\n[train]\nseq_len = {}\n", to_toml_literal(ConfigValue(dir.string())), seq_len);
   if (seq_len < 64) t += fmt::format("[rollout]\nmax_new_tokens = {}\n", seq_len);
   return t;
 }
