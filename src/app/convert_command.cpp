@@ -67,8 +67,10 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
+  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
+  write_text_atomically(dir / "config.json", hf_config_json(shape, bf16 ? "bfloat16" : "float32"));
   // A sharded model left there (its index and shards) would be what importers read, shardrl's
-  // included, instead of the new model.safetensors: --force removes it.
+  // included, instead of the new model.safetensors: --force removes it, once the new one is written.
   if (std::filesystem::exists(dir / "model.safetensors.index.json")) {
     std::filesystem::remove(dir / "model.safetensors.index.json");
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -79,8 +81,6 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
         std::filesystem::remove(entry.path());
     }
   }
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-  write_text_atomically(dir / "config.json", hf_config_json(shape, bf16 ? "bfloat16" : "float32"));
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
 }

@@ -203,11 +203,12 @@ class SigpipeGuard {
 };
 
 // posix_spawnp (vfork-like: safe in a multithreaded MPI process where fork is not), in a new
-// process group. The job's stop signals are the job's: Slurm's warning (SIGUSR1) and SIGTERM
-// reach every process of a job step, and a reward command that died of them would fail the
-// iteration the job must finish and save. So the child starts with SIGUSR1, SIGUSR2, SIGTERM,
-// SIGINT and SIGHUP blocked (the mask survives exec) and every other signal unblocked, SIGTERM
-// and SIGPIPE at their defaults; it ends at stdin EOF, or by SIGKILL after a grace period.
+// process group. Slurm's time-limit warning (SIGUSR1) reaches every process of a job step, and a
+// reward command that died of it would fail the iteration the job must finish and save: the
+// child starts with SIGUSR1 and SIGUSR2 blocked (the mask survives exec, and so reaches what it
+// starts: nothing ends a process with those). The terminating signals stay as a process has them
+// (SIGTERM and SIGPIPE at their defaults, the rest unblocked), so that a reward that runs code can
+// still stop it with `timeout` or Popen.terminate().
 pid_t spawn_child(const std::vector<std::string>& argv, const std::string& command_line, int stdin_fd,
                   int stdout_fd, int stderr_fd) {
   struct FileActions {
@@ -232,7 +233,8 @@ pid_t spawn_child(const std::vector<std::string>& argv, const std::string& comma
 
   sigset_t the_jobs, defaults;
   sigemptyset(&the_jobs);
-  for (int signal : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP}) sigaddset(&the_jobs, signal);
+  sigaddset(&the_jobs, SIGUSR1);
+  sigaddset(&the_jobs, SIGUSR2);
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGTERM);
   sigaddset(&defaults, SIGPIPE);
@@ -380,7 +382,7 @@ class RewardCommand::Process {
     stdin_.reset();
     stdout_.reset();
     if (!child_.wait_exit(kStdinGrace)) {
-      child_.signal_group(SIGTERM);   // blocked unless the command unblocked it (spawn_child)
+      child_.signal_group(SIGTERM);
       child_.wait_exit(kTermGrace);
     }
     child_.end_group_and_reap();   // the leader, and what it started and left running
@@ -488,9 +490,11 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
 
     const auto now = Clock::now();
     if (now >= deadline) {
-      if (stdin_closed_by_child)
+      if (stdin_closed_by_child) {
+        child_.wait_exit(Clock::duration::zero());   // whether it has exited by now, for the message
         fail(fmt::format("stopped reading its stdin and {}, with no reply to {}{}", child_.exit_description(),
                          request_name(rewards.size(), count), unterminated_output()));
+      }
       fail(fmt::format("no reply to {} within the timeout of {:g} s (each reply must end with a "
                        "newline and be flushed){}",
                        request_name(rewards.size(), count), timeout_s, unterminated_output()));

@@ -31,9 +31,8 @@ class RewardCommand {
   // the time allowed for one whole batch. InputError if argv is empty, the timeout is not
   // positive, or the command cannot be started (not found, not executable).
   RewardCommand(std::vector<std::string> argv, double timeout_s);
-  // Ends the process: closes its stdin, waits a grace period, then SIGTERM (which the command
-  // starts with blocked, with the job's other stop signals), then SIGKILL to its process group,
-  // which also ends what it started and left running; reaps it. Never throws.
+  // Ends the process: closes its stdin, waits a grace period, then SIGTERM, then SIGKILL to its
+  // process group, which also ends what it started and left running; reaps it. Never throws.
   ~RewardCommand();
   RewardCommand(RewardCommand&&) noexcept;
   RewardCommand& operator=(RewardCommand&&) noexcept;
