@@ -39,6 +39,20 @@ bool any_rank(MPI_Comm comm, bool flag);
 // stops them all with its cause. Collective.
 void agree_on_error(MPI_Comm comm, const std::string& error);
 
+// A section every rank runs on its own (reading its files, scoring its rows), ended by an
+// agreement: an InputError on any rank becomes the same InputError, with the lowest such rank's
+// message, on every rank. Collective.
+template <class Section>
+void run_on_every_rank(MPI_Comm comm, Section&& section) {
+  std::string problem;
+  try {
+    section();
+  } catch (const InputError& e) {
+    problem = e.what();
+  }
+  agree_on_error(comm, problem);
+}
+
 // A section only `root` runs (directory creation, a commit, `latest`, retention, the metrics
 // log, run files), ended by an agreement: an exception there (InputError, a filesystem_error,
 // any std::exception) becomes an InputError with root's message on every rank, so no rank goes

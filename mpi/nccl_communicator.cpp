@@ -137,10 +137,8 @@ std::unique_ptr<DeviceAllocation> NcclCommunicator::allocate_symmetric(std::size
   // A window has the same size on every rank. Polled, as every wait before the blocking set-up:
   // a rank that never comes stops the job.
   unsigned long long agreed = bytes;
-  MPI_Request request;
-  SHARDRL_CHECK_MPI(
-      MPI_Iallreduce(MPI_IN_PLACE, &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, host_comm_.get(), &request));
-  wait_polled(request, timeout_s_, "the agreement on the symmetric memory's size");
+  all_reduce_polled(host_comm_.get(), &agreed, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, timeout_s_,
+                    "the agreement on the symmetric memory's size");
   if (!copy_comm_.get()) copy_comm_ = make_comm(NCCL_CTA_POLICY_ZERO, true);
   void* base = nullptr;
   SHARDRL_CHECK_NCCL(ncclMemAlloc(&base, agreed));

@@ -26,4 +26,11 @@ void wait_polled(MPI_Request& request, double timeout_s, const char* what) {
   }
 }
 
+void all_reduce_polled(MPI_Comm comm, void* values, int count, MPI_Datatype type, MPI_Op op, double timeout_s,
+                       const char* what) {
+  MPI_Request request;
+  SHARDRL_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, values, count, type, op, comm, &request));
+  wait_polled(request, timeout_s, what);
+}
+
 }  // namespace shardrl

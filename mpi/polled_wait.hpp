@@ -9,4 +9,8 @@ namespace shardrl {
 
 void wait_polled(MPI_Request& request, double timeout_s, const char* what);
 
+// MPI_Allreduce in place, waited for as above: an agreement a rank that never arrives cannot hang.
+void all_reduce_polled(MPI_Comm comm, void* values, int count, MPI_Datatype type, MPI_Op op, double timeout_s,
+                       const char* what);
+
 }  // namespace shardrl

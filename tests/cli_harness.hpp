@@ -79,13 +79,24 @@ inline RunResult run_in(const fs::path& dir, const std::string& args) {
 }
 
 inline std::string shardrl_binary() { return SHARDRL_BINARY; }
-// As CI runs it: as root, on a small machine, over shared memory.
-inline std::string mpirun(int np) {
-  return "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) + " -np " + std::to_string(np) +
-         " --oversubscribe --allow-run-as-root --mca btl self,vader"
-         " --mca btl_vader_single_copy_mechanism none " + shardrl_binary();
+// The launcher as CI runs it: as root, on a small machine, over shared memory.
+inline std::string launcher() {
+  return "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) +
+         " --oversubscribe --allow-run-as-root --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
+}
+inline std::string mpirun(int np) { return launcher() + " -np " + std::to_string(np) + " " + shardrl_binary(); }
+// `shardrl ARGS` on two ranks started in different working directories, rank 0 in `first` and
+// rank 1 in `second`: a relative path that one rank can read and the other cannot.
+inline std::string mpirun_in_two_dirs(const fs::path& first, const fs::path& second, const std::string& args) {
+  return launcher() + " -np 1 -wdir " + first.string() + " " + shardrl_binary() + args + " : -np 1 -wdir " +
+         second.string() + " " + shardrl_binary() + args;
 }
 
 inline void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+// A small RL job that checkpoints: 2 ranks, the tiny model, 4 prompts x 4 samples.
+inline const char* const kCheckpointJob =
+    "[run]\nname = \"ck\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n"
+    "[rl]\nprompts_per_iteration = 4\nsamples_per_prompt = 4\nsft_steps = 2\nkl_coef = 0.1\n";
 
 }  // namespace cli_test

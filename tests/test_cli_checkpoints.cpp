@@ -1,6 +1,6 @@
 // End-to-end checkpoint tests of the shardrl executable: a signal saves and the same command
-// continues; a corrupt checkpoint is named and refused; `convert` and `init_from` round-trip a
-// Hugging Face directory; a job killed while saving always resumes.
+// continues; a corrupt checkpoint is named and refused; a run is never overwritten; a job killed
+// while saving always resumes. (`convert` and `init_from`: test_cli_convert.cpp.)
 #include <hdf5.h>
 
 #include <csignal>
@@ -9,22 +9,14 @@
 #include <cstdio>
 #include <random>
 
-#include "checkpoint_tensors.hpp"
 #include "cli_harness.hpp"
-#include "core/bf16.hpp"
 #include "io/checkpoint_dir.hpp"
-#include "io/safetensors.hpp"
 
 namespace {
 
 using namespace cli_test;
 
 // ---- Checkpoints, seen from the command line --------------------------------------------------
-
-// A small RL job that checkpoints: 2 ranks, the tiny model, 4 prompts x 4 samples.
-const char* kCheckpointJob =
-    "[run]\nname = \"ck\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n"
-    "[rl]\nprompts_per_iteration = 4\nsamples_per_prompt = 4\nsft_steps = 2\nkl_coef = 0.1\n";
 
 std::vector<std::int64_t> metric_iterations(const fs::path& file) {
   std::vector<std::int64_t> its;
@@ -409,127 +401,6 @@ TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
   EXPECT_EQ(intact.exit_code, 0) << intact.err;
 }
 
-// `convert` both ways and `model.init_from`: every /model tensor of a checkpoint under its Hugging Face name,
-// bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
-// a missing checkpoint is refused.
-TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
-  fs::path dir = test_dir();
-  write(dir / "job.toml", kCheckpointJob);
-  RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
-  ASSERT_EQ(train.exit_code, 0) << train.err;
-  const fs::path ckpt = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
-  for (const char* dtype : {"fp32", "bf16"}) {
-    const fs::path out = dir / (std::string("hf_") + dtype);
-    RunResult conv = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " + out.string() +
-                                     " --dtype " + dtype);
-    ASSERT_EQ(conv.exit_code, 0) << conv.err;
-    const std::string config = slurp(out / "config.json");
-    EXPECT_NE(config.find("\"model_type\": \"qwen3\""), std::string::npos) << config;
-    EXPECT_NE(config.find("\"rms_norm_eps\": 1e-06"), std::string::npos) << config;
-    EXPECT_EQ(expect_tensors_are_the_checkpoints(out / "model.safetensors", ckpt, dtype), 25)
-        << "every parameter of the tiny model";
-  }
-  // The fp32 export imported into a fresh job of no iterations (model.init_from, 2 ranks, each
-  // reading its slices) is the checkpoint's /model again, bit for bit.
-  RunResult import = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=imported --set run.iterations=0 "
-                                             "--set rl.sft_steps=0 --set model.init_from=" + (dir / "hf_fp32").string());
-  ASSERT_EQ(import.exit_code, 0) << import.err;
-  const fs::path again = dir / "runs" / "imported" / "checkpoints" / "iter_00000000.h5";
-  ASSERT_TRUE(fs::exists(again)) << import.out;
-  // And through `convert --from-safetensors --to` (2 ranks, a checkpoint at iteration 0).
-  const fs::path converted = dir / "converted.h5";
-  RunResult back = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
-                                   converted.string());
-  ASSERT_EQ(back.exit_code, 0) << back.err;
-  EXPECT_FALSE(fs::exists(converted.string() + ".convert.d"));
-  for (const fs::path& copy : {again, converted}) {
-    hid_t a = H5Fopen(ckpt.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), b = H5Fopen(copy.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    ASSERT_GE(b, 0) << copy;
-    shardrl::SafetensorsFile st(dir / "hf_fp32" / "model.safetensors");
-    for (const shardrl::StTensor& t : st.header().tensors) {
-      std::vector<float> x(static_cast<std::size_t>(t.numel())), y(x.size());
-      for (auto [f, v] : {std::pair{a, &x}, std::pair{b, &y}}) {
-        hid_t d = H5Dopen2(f, ("/model/" + t.name).c_str(), H5P_DEFAULT);
-        ASSERT_GE(d, 0) << t.name;
-        ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v->data()), 0);
-        H5Dclose(d);
-      }
-      EXPECT_EQ(x, y) << copy << ": " << t.name;
-    }
-    H5Fclose(a);
-    H5Fclose(b);
-  }
-  // Existing outputs are never replaced without --force; a directory as --to is named.
-  const std::string converted_bytes = slurp(converted);
-  RunResult again_to = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
-                                       converted.string());
-  EXPECT_EQ(again_to.exit_code, 2) << again_to.out;
-  EXPECT_NE(again_to.err.find("converted.h5' exists; pass --force to replace it"), std::string::npos) << again_to.err;
-  EXPECT_EQ(slurp(converted), converted_bytes);
-  RunResult forced = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
-                                     converted.string() + " --force");
-  EXPECT_EQ(forced.exit_code, 0) << forced.err;
-  RunResult to_dir = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
-                                     (dir / "hf_fp32").string());
-  EXPECT_EQ(to_dir.exit_code, 2) << to_dir.out;
-  EXPECT_NE(to_dir.err.find("is a directory; name the checkpoint file to write"), std::string::npos) << to_dir.err;
-  RunResult over_hf = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " +
-                                      (dir / "hf_fp32").string());
-  EXPECT_EQ(over_hf.exit_code, 2) << over_hf.out;
-  EXPECT_NE(over_hf.err.find("model.safetensors' exists; pass --force to replace it"), std::string::npos)
-      << over_hf.err;
-  // A sharded model in the directory (index and shards, which importers read first) is refused
-  // too, and --force removes it, so the new model.safetensors is what an import reads.
-  const fs::path sharded = dir / "hf_sharded";
-  fs::create_directories(sharded);
-  fs::copy_file(dir / "hf_fp32" / "model.safetensors", sharded / "model-00001-of-00001.safetensors");
-  write(sharded / "model.safetensors.index.json", "{\"weight_map\": {}}");
-  RunResult over_index = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " +
-                                         sharded.string());
-  EXPECT_EQ(over_index.exit_code, 2) << over_index.out;
-  EXPECT_NE(over_index.err.find("model.safetensors.index.json' exists; pass --force"), std::string::npos)
-      << over_index.err;
-  RunResult over_index_forced = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() +
-                                                " --to-safetensors " + sharded.string() + " --force");
-  EXPECT_EQ(over_index_forced.exit_code, 0) << over_index_forced.err;
-  EXPECT_FALSE(fs::exists(sharded / "model.safetensors.index.json"));
-  EXPECT_FALSE(fs::exists(sharded / "model-00001-of-00001.safetensors"));
-  EXPECT_TRUE(fs::exists(sharded / "model.safetensors"));
-  RunResult neither = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to x.h5");
-  EXPECT_EQ(neither.exit_code, 2);
-  EXPECT_NE(neither.err.find("convert takes --from CKPT.h5 --to-safetensors DIR"), std::string::npos) << neither.err;
-  // And exported again: safetensors -> shardrl -> safetensors gives the same tensor bytes.
-  RunResult reexport = run_in(dir, shardrl_binary() + " convert --from " + again.string() + " --to-safetensors " +
-                                       (dir / "hf_again").string() + " --dtype fp32");
-  ASSERT_EQ(reexport.exit_code, 0) << reexport.err;
-  {
-    shardrl::SafetensorsFile first(dir / "hf_fp32" / "model.safetensors"), second(dir / "hf_again" / "model.safetensors");
-    ASSERT_EQ(first.header().tensors.size(), second.header().tensors.size());
-    for (const shardrl::StTensor& t : first.header().tensors)
-      EXPECT_EQ(second.read_bytes(t.name), first.read_bytes(t.name)) << t.name;
-  }
-  // A directory whose name TOML would read as an escape (`\u0031` is "1") is imported from
-  // itself: the job's config quotes it (it read from `hf1`, or failed to).
-  const fs::path escaped = dir / "hf\\u0031";
-  fs::create_directories(escaped);
-  for (const char* file : {"model.safetensors", "config.json"})
-    fs::copy_file(dir / "hf_fp32" / file, escaped / file);
-  RunResult from_escaped = run_in(dir, shardrl_binary() + " convert --from-safetensors '" + escaped.string() +
-                                           "' --to " + (dir / "escaped.h5").string());
-  EXPECT_EQ(from_escaped.exit_code, 0) << from_escaped.err;
-  // A directory of another shape is refused, naming the difference.
-  RunResult other = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set model.preset=custom "
-                                            "--set model.d_ff=96 --set model.init_from=" + (dir / "hf_fp32").string());
-  EXPECT_EQ(other.exit_code, 2);
-  EXPECT_NE(other.err.find("config.json: describes another model than the job's: d_ff (intermediate_size) is 128 "
-                           "there and 96 in the job's [model]"),
-            std::string::npos)
-      << other.err;
-  RunResult missing = run_in(dir, shardrl_binary() + " convert --from nothing.h5 --to-safetensors x");
-  EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_NE(missing.err.find("nothing.h5"), std::string::npos) << missing.err;
-}
-
 // SIGKILL at seeded random moments while the job saves (a pause between tensors makes saving
 // most of the run): every time, each committed checkpoint verifies and the next start resumes
 // from a complete one. `name`: the config's (pkill must not match the jobs of tests running
@@ -623,46 +494,6 @@ TEST(Cli, SignalWaitsForTheBackgroundSaveThenSaves) {
     EXPECT_EQ(verify.exit_code, 0) << verify.err;
   }
   EXPECT_GE(files, 2) << "a background save and the signal's";
-}
-
-// model.init_from with preset = "custom" and no shape keys: the shape is the directory's
-// config.json's (here a 1-layer, 32-wide model, not the keys' defaults), written into the job's
-// resolved config; the weights are the directory's. A directory without config.json is named.
-TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
-  fs::path dir = test_dir();
-  write(dir / "a.toml",
-        "[run]\nname = \"a\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
-        "[model]\npreset = \"custom\"\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\n"
-        "d_ff = 48\n");
-  RunResult a = run_in(dir, mpirun(1) + " train --config a.toml");
-  ASSERT_EQ(a.exit_code, 0) << a.err;
-  RunResult conv = run_in(dir, shardrl_binary() + " convert --from runs/a/checkpoints/iter_00000000.h5 --to-safetensors hf "
-                                                  "--dtype fp32");
-  ASSERT_EQ(conv.exit_code, 0) << conv.err;
-  write(dir / "b.toml", "[run]\nname = \"b\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
-                        "[model]\npreset = \"custom\"\ninit_from = \"hf\"\n");
-  RunResult b = run_in(dir, mpirun(2) + " train --config b.toml");
-  ASSERT_EQ(b.exit_code, 0) << b.err;
-  const std::string resolved = slurp(dir / "runs" / "b" / "config.toml");
-  EXPECT_NE(resolved.find("d_model = 32"), std::string::npos) << resolved;
-  EXPECT_NE(resolved.find("n_layers = 1"), std::string::npos) << resolved;
-  EXPECT_NE(b.out.find("hf/config.json"), std::string::npos) << "the shape keys' origin in the config table: " << b.out;
-  // The imported job's weights are the exported ones: exported again, the same bytes.
-  RunResult again = run_in(dir, shardrl_binary() + " convert --from runs/b/checkpoints/iter_00000000.h5 "
-                                                   "--to-safetensors hf_again --dtype fp32");
-  ASSERT_EQ(again.exit_code, 0) << again.err;
-  shardrl::SafetensorsFile first(dir / "hf" / "model.safetensors"), second(dir / "hf_again" / "model.safetensors");
-  ASSERT_EQ(first.header().tensors.size(), second.header().tensors.size());
-  for (const shardrl::StTensor& t : first.header().tensors)
-    EXPECT_EQ(first.read_f32(t.name), second.read_f32(t.name)) << t.name;
-
-  write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n");
-  RunResult c = run_in(dir, mpirun(2) + " train --config c.toml");
-  EXPECT_EQ(c.exit_code, 2);
-  EXPECT_NE(c.err.find("c.toml:3:13: model.init_from = \"missing\" with preset = \"custom\" and no shape keys takes "
-                       "the shape from 'missing/config.json', which cannot be read"),
-            std::string::npos)
-      << c.err;
 }
 
 }  // namespace

@@ -71,10 +71,10 @@ TEST(Cli, ReportSummarisesARun) {
   EXPECT_NE(two.err.find("report runs as one process (started with 2)"), std::string::npos) << two.err;
   // A record without its iteration is named by file and line (`{}` crashed the report).
   fs::create_directories(dir / "runs/e");
-  for (const std::string& line : {std::string("{}"), std::string("{\"reward_mean\": 1}")}) {
-    write(dir / "runs/e/metrics.jsonl", "{\"iteration\": 0, \"reward_mean\": 0.5}\n" + line + "\n");
+  for (const std::string& record : {std::string("{}"), std::string("{\"reward_mean\": 1}")}) {
+    write(dir / "runs/e/metrics.jsonl", "{\"iteration\": 0, \"reward_mean\": 0.5}\n" + record + "\n");
     RunResult bad = run_in(dir, shardrl_binary() + " report runs/e");
-    EXPECT_EQ(bad.exit_code, 2) << line;
+    EXPECT_EQ(bad.exit_code, 2) << record;
     EXPECT_NE(bad.err.find("runs/e/metrics.jsonl:2: expected a numeric \"iteration\" field"), std::string::npos)
         << bad.err;
   }

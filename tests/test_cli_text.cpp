@@ -88,14 +88,8 @@ TEST(Cli, GenerateAndConvertStopEveryRankWhenOneCannotReadItsFiles) {
   write(dir / "gen.toml", "[model]\npreset = \"custom\"\ntokenizer = \"tok\"\nvocab_size = 151936\nd_model = 32\n"
                           "n_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\ntie_embeddings = true\n"
                           "max_seq_len = 160\n[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\n");
-  const std::string launcher = "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) +
-                               " --oversubscribe --allow-run-as-root --mca btl self,vader"
-                               " --mca btl_vader_single_copy_mechanism none";
   // Rank 0 runs in a/, which holds the files; rank 1 in b/, which does not.
-  const auto in_two_dirs = [&](const std::string& args) {
-    return launcher + " -np 1 -wdir " + (dir / "a").string() + " " + shardrl_binary() + args + " : -np 1 -wdir " +
-           (dir / "b").string() + " " + shardrl_binary() + args;
-  };
+  const auto in_two_dirs = [&](const std::string& args) { return mpirun_in_two_dirs(dir / "a", dir / "b", args); };
   RunResult gen = run_in(dir, in_two_dirs(" generate --config " + (dir / "gen.toml").string() + " --prompt hi"));
   EXPECT_EQ(gen.exit_code, 2) << gen.out << gen.err;
   EXPECT_NE(gen.err.find("tok/tokenizer.json"), std::string::npos) << gen.err;

@@ -44,24 +44,21 @@ out=$(python3 "$src/scripts/plot_trace.py" "$tmp/trace.json" --out "$tmp/trace.p
 # A path that cannot take the trace stops the job at its start, every rank with exit 2, naming it,
 # before anything is trained or saved (it was found at the job's end, and a signal's stop then
 # exited 2 on rank 0 and 3 on the others).
+refused() {   # refused NAME TRACE_PATH MESSAGE
+  local start=$SECONDS status
+  set +e
+  mpirun -np 2 --oversubscribe "$shardrl" train --config "$src/configs/quickstart.toml" --set run.name="$1" \
+    --set run.iterations=2 --trace "$2" > "$1.log" 2>&1
+  status=$?
+  set -e
+  [[ $status == 2 ]] || { echo "--trace $2 exited $status, not 2"; tail -5 "$1.log"; exit 1; }
+  grep -q -- "--trace $2: $3" "$1.log" || { echo "no message naming $2"; tail -5 "$1.log"; exit 1; }
+  [[ ! -e runs/$1/checkpoints ]] || { echo "the job with --trace $2 saved a checkpoint"; exit 1; }
+  (( SECONDS - start < 60 )) || { echo "the job with --trace $2 took $((SECONDS - start)) s"; exit 1; }
+}
 mkdir -p "$tmp/ro" && touch "$tmp/ro/file"
-start=$SECONDS
-set +e
-mpirun -np 2 --oversubscribe "$shardrl" train --config "$src/configs/quickstart.toml" --set run.name=bad \
-  --set run.iterations=2 --trace "$tmp/ro/file/trace.json" > bad.log 2>&1
-status=$?
-set -e
-[[ $status == 2 ]] || { echo "a bad --trace path exited $status, not 2"; tail -5 bad.log; exit 1; }
-grep -q -- "--trace $tmp/ro/file/trace.json: cannot create directory" bad.log || { echo "no message naming the path"; tail -5 bad.log; exit 1; }
-[[ ! -e runs/bad/checkpoints ]] || { echo "the bad --trace job saved a checkpoint"; exit 1; }
-(( SECONDS - start < 60 )) || { echo "the bad --trace job took $((SECONDS - start)) s"; exit 1; }
-# A path naming a directory (a trailing slash) is refused at the start too, and leaves nothing.
-set +e
-mpirun -np 2 --oversubscribe "$shardrl" train --config "$src/configs/quickstart.toml" --set run.name=slash \
-  --set run.iterations=1 --trace "$tmp/traces/" > slash.log 2>&1
-status=$?
-set -e
-[[ $status == 2 ]] || { echo "--trace DIR/ exited $status, not 2"; tail -5 slash.log; exit 1; }
-grep -q -- "--trace $tmp/traces/: names a directory, not a file" slash.log || { echo "no message"; tail -5 slash.log; exit 1; }
+refused bad "$tmp/ro/file/trace.json" "cannot create directory"
+# A path naming a directory (a trailing slash) is refused too, and leaves nothing there.
+refused slash "$tmp/traces/" "names a directory, not a file"
 [[ -z $(ls -A "$tmp/traces" 2>/dev/null) ]] || { echo "files left in traces/: $(ls -A "$tmp/traces")"; exit 1; }
 echo "trace_file_test: passed"

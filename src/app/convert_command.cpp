@@ -222,13 +222,8 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const std::filesystem::path dir(args.from_safetensors), to(args.to);
   // Every rank reads config.json: one that cannot (a node-local path) stops them all here.
-  std::string toml, problem;
-  try {
-    toml = hf_job_config_toml(dir);
-  } catch (const InputError& e) {
-    problem = e.what();
-  }
-  agree_on_error(mpi.world(), problem);
+  std::string toml;
+  run_on_every_rank(mpi.world(), [&] { toml = hf_job_config_toml(dir); });
   const LoadedConfig loaded = parse_job_config(toml, (dir / "config.json").string() + " (as a job)", {},
                                                layout.world_size);
   if (!loaded.ok()) {

@@ -132,31 +132,27 @@ int run_generate(const GenerateArgs& args) {
   std::int32_t eos = eos_id(cfg);
   // Every rank reads the tokenizer itself: a rank that cannot (a node-local path) must stop the
   // others, which would otherwise wait for it in the first collective.
-  std::string problem;
   try {
-    if (const std::string dir = tokenizer_dir(cfg); !dir.empty()) {
-      model_tokenizer = std::make_unique<HfTokenizer>(dir);
-      if (cfg.rl.eos_id < 0) eos = model_tokenizer->end_of_completion_id();
-    }
-    if (args.chat && !model_tokenizer)
-      throw InputError("--chat renders the prompt with the model's chat template: the job needs its tokenizer "
-                       "(model.tokenizer, or model.init_from with tokenizer.json)");
-    if (by_ids) {
-      prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
-    } else if (model_tokenizer) {
-      const std::string text = args.chat ? ChatPrompt(*model_tokenizer).render(
-                                               nlohmann::json::array({{{"role", "user"}, {"content", prompt_text}}}))
-                                         : prompt_text;
-      prompt = model_tokenizer->encode(text);
-    } else {
-      prompt.push_back(tokenizer::kBos);
-      for (std::int32_t t : tokenizer::encode(prompt_text)) prompt.push_back(t);
-    }
-  } catch (const InputError& e) {
-    problem = e.what();
-  }
-  try {
-    agree_on_error(mpi.world(), problem);
+    run_on_every_rank(mpi.world(), [&] {
+      if (const std::string dir = tokenizer_dir(cfg); !dir.empty()) {
+        model_tokenizer = std::make_unique<HfTokenizer>(dir);
+        if (cfg.rl.eos_id < 0) eos = model_tokenizer->end_of_completion_id();
+      }
+      if (args.chat && !model_tokenizer)
+        throw InputError("--chat renders the prompt with the model's chat template: the job needs its tokenizer "
+                         "(model.tokenizer, or model.init_from with tokenizer.json)");
+      if (by_ids) {
+        prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
+      } else if (model_tokenizer) {
+        const std::string text = args.chat ? ChatPrompt(*model_tokenizer).render(
+                                                 nlohmann::json::array({{{"role", "user"}, {"content", prompt_text}}}))
+                                           : prompt_text;
+        prompt = model_tokenizer->encode(text);
+      } else {
+        prompt.push_back(tokenizer::kBos);
+        for (std::int32_t t : tokenizer::encode(prompt_text)) prompt.push_back(t);
+      }
+    });
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;

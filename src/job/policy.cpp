@@ -83,10 +83,8 @@ std::unique_ptr<DeviceAllocation> Policy::arena_storage() {
   // that never comes stops the job before the communicator's blocking set-up.
   const unsigned long long fingerprint = arena_.layout_fingerprint();
   unsigned long long lowest[2] = {fingerprint, ~fingerprint};
-  MPI_Request request;
-  SHARDRL_CHECK_MPI(
-      MPI_Iallreduce(MPI_IN_PLACE, lowest, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm_.host_comm(), &request));
-  wait_polled(request, config_.comm.timeout_s, "the agreement on the phase arenas' layout");
+  all_reduce_polled(comm_.host_comm(), lowest, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, config_.comm.timeout_s,
+                    "the agreement on the phase arenas' layout");
   if (lowest[0] != ~lowest[1]) {
     if (engine == GatherEngine::copy)
       SHARDRL_FATAL("comm.gather_engine = \"copy\": the ranks placed their phase arenas' buffers differently, so "

@@ -221,13 +221,8 @@ std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, co
 std::vector<double> GrpoLoop::agreed_score(const std::vector<TaskExample>& examples,
                                            const std::vector<Completion>& out) const {
   std::vector<double> rewards;
-  std::string problem;
-  try {
-    rewards = score(examples, out);
-  } catch (const InputError& e) {   // this rank's reward process or data
-    problem = e.what();
-  }
-  agree_on_error(comm_.host_comm(), problem);
+  // This rank's reward process or data.
+  run_on_every_rank(comm_.host_comm(), [&] { rewards = score(examples, out); });
   return rewards;
 }
 

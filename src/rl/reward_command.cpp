@@ -28,6 +28,7 @@
 
 #include "core/error.hpp"
 #include "io/json_parse_message.hpp"
+#include "rl/child_process.hpp"
 #include "rl/owned_fd.hpp"
 
 extern char** environ;
@@ -71,91 +72,6 @@ std::string quote_command_line(const std::vector<std::string>& argv) {
   }
   return out;
 }
-
-// One owner per child pid. The child leads a process group of its own so that signals also
-// reach what it started (a `sh -c` wrapper, a worker pool). Its exit is observed without reaping
-// it (waitid with WNOWAIT): until it is reaped its pid, the group's id, cannot be reused, so the
-// group can still be signalled after the leader ended, and what the command started and left
-// behind is ended with it. Destruction never leaves a zombie.
-class ChildProcess {
- public:
-  ChildProcess() = default;
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-  ~ChildProcess() {
-    if (pid_ > 0 && !reaped_) {
-      signal_group(SIGKILL);
-      reap();
-    }
-  }
-
-  void adopt(pid_t pid) { pid_ = pid; }
-  bool exited() const { return exited_; }
-
-  void signal_group(int signal) {
-    if (pid_ > 0 && !reaped_) ::kill(-pid_, signal);
-  }
-
-  // Whether the leader has exited within `limit` (it stays unreaped).
-  bool wait_exit(Clock::duration limit) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      if (poll_exit()) return true;
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-  // Ends whatever of the group is left and reaps the leader (waiting for it if it has not exited).
-  void end_group_and_reap() {
-    signal_group(SIGKILL);
-    reap();
-  }
-
-  // "exited with status 3", "was killed by signal 9 (Killed)", "is still running".
-  std::string exit_description() const {
-    if (!exited_) return "is still running";
-    if (!status_known_) return "exited (status unknown: reaped elsewhere)";
-    if (code_ == CLD_EXITED) return fmt::format("exited with status {}", status_);
-    if (code_ == CLD_KILLED || code_ == CLD_DUMPED)
-      return fmt::format("was killed by signal {} ({})", status_, ::strsignal(status_));
-    return "ended";
-  }
-
- private:
-  bool poll_exit() {
-    if (exited_) return true;
-    for (;;) {
-      siginfo_t info{};
-      if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
-        if (info.si_pid != pid_) return false;   // still running
-        exited_ = status_known_ = true;
-        code_ = info.si_code;
-        status_ = info.si_status;
-        return true;
-      }
-      if (errno == EINTR) continue;
-      // ECHILD: the job ignores SIGCHLD (children reap themselves) or someone else waited.
-      exited_ = reaped_ = true;
-      return true;
-    }
-  }
-  void reap() {
-    while (!reaped_) {
-      int status = 0;
-      const pid_t got = ::waitpid(pid_, &status, 0);
-      if (got == pid_ || (got < 0 && errno != EINTR)) reaped_ = true;
-      if (got == pid_ && !status_known_) {
-        exited_ = status_known_ = true;
-        code_ = WIFEXITED(status) ? CLD_EXITED : CLD_KILLED;
-        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
-      }
-    }
-  }
-
-  pid_t pid_ = -1;
-  bool exited_ = false, reaped_ = false, status_known_ = false;
-  int code_ = 0, status_ = 0;
-};
 
 // Blocks signals in this thread for a scope.
 class ScopedSignalBlock {
