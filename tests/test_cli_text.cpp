@@ -177,6 +177,56 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
       << no_tokenizer.err;
 }
 
+// scancel or a preemption signals every process of the job step, so the reward command ends
+// with the ranks' stop request and the rollout's scoring fails. Nothing the job keeps has
+// changed in that iteration: it saves the state it began the iteration with and exits 3 (before,
+// it failed with the command's error and lost what it had done since its last checkpoint); the
+// same command continues and ends on an uninterrupted job's bits.
+TEST(Cli, AStopThatEndsTheRewardCommandMidRolloutSavesAndTheJobContinues) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  if (std::system("h5diff --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "h5diff (hdf5-tools) is not installed";
+  fs::path dir = test_dir();
+  RunResult data = run_in(dir, "python3 " + std::string(SHARDRL_SOURCE_DIR) +
+                                   "/scripts/make_math_dataset.py --out data --train 64 --eval 2 --steps 1");
+  ASSERT_EQ(data.exit_code, 0) << data.err;
+  write(dir / "job.toml",
+        "[run]\nname = \"a\"\niterations = 4\n"
+        "[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() + "\"\nprecision = \"fp32\"\n"
+        "vocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\n"
+        "tie_embeddings = true\nmax_seq_len = 160\n"
+        "[train]\nmicro_batch_size = 4\nseq_len = 128\n[rollout]\nmax_new_tokens = 16\n[checkpoint]\ninterval = 0\n"
+        "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\nreward = \"command\"\n"
+        "reward_command = [\"python3\", \"" + std::string(SHARDRL_SOURCE_DIR) + "/tests/reward_commands/stops_the_job.py\"]\n"
+        "template_variables = '{\"enable_thinking\": false}'\nprompts_per_iteration = 4\nsamples_per_prompt = 2\n"
+        "sft_steps = 0\nkl_coef = 0.01\n");
+  // Each rank scores 2 prompts x 2 samples an iteration: its 9th request is iteration 3's first.
+  write(dir / "stop.flag", "9\n");
+  RunResult stopped = run_in(dir, mpirun(2) + " train --config job.toml");
+  ASSERT_EQ(stopped.exit_code, 3) << stopped.out << stopped.err;
+  EXPECT_LT(stopped.seconds, 60.0);
+  EXPECT_NE(stopped.out.find("checkpoint runs/a/checkpoints/iter_00000002.h5 (stop requested by a signal)"),
+            std::string::npos)
+      << stopped.out;
+  EXPECT_NE(stopped.out.find("was killed by signal 15"), std::string::npos) << stopped.out;
+  const std::string latest = slurp(dir / "runs" / "a" / "checkpoints" / "latest");
+  EXPECT_EQ(latest, "iter_00000002.h5\n");
+  const std::string metrics = slurp(dir / "runs" / "a" / "metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 2) << "iterations 1 and 2 only:\n" << metrics;
+
+  fs::remove(dir / "stop.flag");
+  RunResult more = run_in(dir, mpirun(2) + " train --config job.toml");
+  ASSERT_EQ(more.exit_code, 0) << more.out << more.err;
+  EXPECT_NE(more.out.find("resumed from runs/a/checkpoints/iter_00000002.h5"), std::string::npos) << more.out;
+  RunResult whole = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=b");
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  for (const char* group : {"/model", "/optim", "/reference"}) {
+    RunResult diff = run_in(dir, std::string("h5diff -r runs/a/checkpoints/iter_00000004.h5 "
+                                             "runs/b/checkpoints/iter_00000004.h5 ") + group + " " + group);
+    EXPECT_EQ(diff.exit_code, 0) << group << " differs from the uninterrupted job's:\n" << diff.out.substr(0, 2000);
+  }
+}
+
 // Bad text data is named by file, line and field, on every rank, before anything runs; prompts
 // too long for the sequence are dropped and counted.
 TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {

@@ -49,6 +49,8 @@ namespace shardrl {
 namespace {
 
 constexpr std::size_t kSmokeElementsPerRank = std::size_t(1) << 20;
+// How long a rank that saw its reward command end waits for its own stop signal (below).
+constexpr std::chrono::milliseconds kStopSignalGrace{1000};
 
 // Before any work: one round of collectives whose results every rank checks.
 void check_collectives(Communicator& comm, Precision precision) {
@@ -444,17 +446,36 @@ int run_train(const TrainArgs& args) {
       spdlog::info("{}", eval_line(e));
       return e;
     };
+    // A stop for the whole job (scancel, preemption: Slurm signals every process of the step)
+    // also ends a reward command, and the iteration's scoring then fails on every rank. Nothing
+    // the job keeps has changed yet in this iteration (its draws are functions of the seed and
+    // the iteration), so where a stop was asked for, the job saves the state it began the
+    // iteration with and exits 3 instead of failing. The rank's own signal may land a moment after
+    // its command's end was seen: it is given kStopSignalGrace to arrive.
+    const auto stop_instead_of = [&](const InputError& e) {
+      const auto until = std::chrono::steady_clock::now() + kStopSignalGrace;
+      while (!stop_requested() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const bool stop = any_rank(mpi.world(), stop_requested());
+      if (stop) spdlog::warn("the iteration stopped with a stop requested by a signal: {}", e.what());
+      return stop;
+    };
     RolloutBatch last;
     for (std::int64_t it = first; it < cfg.run.iterations; ++it) {
       if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
       const TraceSpan span("iteration", it);
       IterationReport r;
-      if (cfg.rl.eval_interval > 0 && it % cfg.rl.eval_interval == 0) r.eval = evaluate(it);
-      watch(fmt::format("iteration {}", it + 1));
-      trainer.reset_profile();
-      r.iteration = it;
-      r.total = cfg.run.iterations;
-      r.rollout = rl->rollout(it);
+      try {
+        if (cfg.rl.eval_interval > 0 && it % cfg.rl.eval_interval == 0) r.eval = evaluate(it);
+        watch(fmt::format("iteration {}", it + 1));
+        trainer.reset_profile();
+        r.iteration = it;
+        r.total = cfg.run.iterations;
+        r.rollout = rl->rollout(it);
+      } catch (const InputError& e) {
+        if (stop_instead_of(e)) return stop_after_save();
+        throw;
+      }
       r.train = rl->train(r.rollout);
       position.iterations_done = it + 1;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -487,8 +508,15 @@ int run_train(const TrainArgs& args) {
     }
     if (cfg.rl.eval_interval > 0 && first < cfg.run.iterations) {
       // The final evaluation, a record of its own at the iteration count (a later resume that
-      // goes on drops it with every record from there).
-      const EvalStats e = evaluate(cfg.run.iterations);
+      // goes on drops it with every record from there). Stopped by a signal, the job saves its
+      // trained state without it.
+      EvalStats e;
+      try {
+        e = evaluate(cfg.run.iterations);
+      } catch (const InputError& error) {
+        if (stop_instead_of(error)) return stop_after_save();
+        throw;
+      }
       std::vector<std::pair<std::string, double>> record{{"iteration", static_cast<double>(cfg.run.iterations)}};
       for (auto& f : eval_fields(e)) record.push_back(std::move(f));
       run_on_root(mpi.world(), 0, [&] { record_metrics(record); });
