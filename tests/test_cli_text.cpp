@@ -177,12 +177,13 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
       << no_tokenizer.err;
 }
 
-// scancel or a preemption signals every process of the job step, so the reward command ends
-// with the ranks' stop request and the rollout's scoring fails. Nothing the job keeps has
-// changed in that iteration: it saves the state it began the iteration with and exits 3 (before,
-// it failed with the command's error and lost what it had done since its last checkpoint); the
-// same command continues and ends on an uninterrupted job's bits.
-TEST(Cli, AStopThatEndsTheRewardCommandMidRolloutSavesAndTheJobContinues) {
+// scancel or a preemption sends SIGTERM to every process of the job step. Until the train phase
+// nothing the job keeps has changed in an iteration, so a stop there saves the state the
+// iteration began with and exits 3; the same command continues and ends on an uninterrupted job's
+// bits. Two ways in: the reward command ends with the ranks and the scoring fails (before, the
+// job failed with the command's error and lost what it had done since its last checkpoint); and
+// the rank's own SIGTERM gives up the generation in progress.
+TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   if (std::system("h5diff --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "h5diff (hdf5-tools) is not installed";
@@ -218,13 +219,38 @@ TEST(Cli, AStopThatEndsTheRewardCommandMidRolloutSavesAndTheJobContinues) {
   RunResult more = run_in(dir, mpirun(2) + " train --config job.toml");
   ASSERT_EQ(more.exit_code, 0) << more.out << more.err;
   EXPECT_NE(more.out.find("resumed from runs/a/checkpoints/iter_00000002.h5"), std::string::npos) << more.out;
+
+  // SIGTERM leaves Slurm's KillWait (often 30 s), less than a rollout may take: it gives up the
+  // rollout or evaluation in progress. Here the rank's signal lands while it scores the greedy
+  // half of the evaluation before iteration 3 (its 12th request: 3 for each evaluation's greedy
+  // and sampled halves, 4 for each iteration), and the command lives on: the sampled half's
+  // generation is given up, and the job saves the state the iteration began with.
+  write(dir / "stop.flag", "12 parent\n");
+  const std::string with_eval = " --set run.name=c --set rl.eval_dataset=data/eval.jsonl --set rl.eval_interval=2 "
+                                "--set rl.eval_samples=2";
+  RunResult given_up = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
+  ASSERT_EQ(given_up.exit_code, 3) << given_up.out << given_up.err;
+  EXPECT_NE(given_up.out.find("evaluation given up: a stop was requested that leaves no time to finish it"),
+            std::string::npos)
+      << given_up.out;
+  EXPECT_NE(given_up.out.find("checkpoint runs/c/checkpoints/iter_00000002.h5 (stop requested by a signal)"),
+            std::string::npos)
+      << given_up.out;
+  fs::remove(dir / "stop.flag");
+  RunResult on = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
+  ASSERT_EQ(on.exit_code, 0) << on.out << on.err;
+  EXPECT_NE(on.out.find("resumed from runs/c/checkpoints/iter_00000002.h5"), std::string::npos) << on.out;
+
+  // The evaluations change nothing: both runs end on the uninterrupted job's bits.
   RunResult whole = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=b");
   ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
-  for (const char* group : {"/model", "/optim", "/reference"}) {
-    RunResult diff = run_in(dir, std::string("h5diff -r runs/a/checkpoints/iter_00000004.h5 "
-                                             "runs/b/checkpoints/iter_00000004.h5 ") + group + " " + group);
-    EXPECT_EQ(diff.exit_code, 0) << group << " differs from the uninterrupted job's:\n" << diff.out.substr(0, 2000);
-  }
+  for (const char* run : {"a", "c"})
+    for (const char* group : {"/model", "/optim", "/reference"}) {
+      RunResult diff = run_in(dir, std::string("h5diff -r runs/") + run + "/checkpoints/iter_00000004.h5 "
+                                   "runs/b/checkpoints/iter_00000004.h5 " + group + " " + group);
+      EXPECT_EQ(diff.exit_code, 0) << "run " << run << ": " << group << " differs from the uninterrupted job's:\n"
+                                   << diff.out.substr(0, 2000);
+    }
 }
 
 // Bad text data is named by file, line and field, on every rank, before anything runs; prompts

@@ -5,7 +5,8 @@
 // - the sampler's log-probabilities give the trajectory of recomputed ones;
 // - rollout and train re-entered 200 times, in varying order, hold the same memory and open
 //   handles from the second iteration on (the fourth upstream failure);
-// - the KL to a frozen reference is exactly 0 before the first update and grows after it.
+// - the KL to a frozen reference is exactly 0 before the first update and grows after it;
+// - a rollout given up for a stop changes nothing: the iteration run again is the uninterrupted one.
 // Parallel rollout, mixture-of-experts policies and pre-tokenized datasets: test_grpo_loop_*.cpp.
 #include <gtest/gtest.h>
 
@@ -68,6 +69,53 @@ TEST(GrpoLoop, SameTrajectoryAsOneRank) {
   }
   EXPECT_TRUE(learned_something) << "every advantage was zero: the comparison proves little";
   EXPECT_LT(warm_one.back(), warm_one.front());
+}
+
+// A stop that leaves no time for the rollout (the job's abandon check: SIGTERM) gives it up on
+// every rank, cut short inside the decode steps of the rank that asked, and changes nothing: the
+// iteration run again afterwards draws, scores and trains what an uninterrupted job does, bit for
+// bit. The check holds on rank 0 only (its signal came first): the other ranks give up too, at
+// the agreement after the generate call. Both engines.
+TEST(GrpoLoop, AnAbandonedRolloutLeavesTheStateAsItWas) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Config c = small_config();
+  c.rl.sft_steps = 5;
+  constexpr int kIterations = 3;
+  for (const RolloutEngine engine : {RolloutEngine::static_batch, RolloutEngine::paged}) {
+    c.rollout.engine = engine;
+    const char* what = engine == RolloutEngine::paged ? "paged engine" : "static engine";
+    std::vector<Record> want, got;
+    {
+      Job job(c, MPI_COMM_WORLD);
+      job.warm_up();
+      want = trajectory(job, kIterations);
+    }
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    for (int it = 0; it < kIterations; ++it) {
+      if (it == 1) {
+        int asked = 0;
+        job.loop.abandon_rollouts_when([&] { return rank == 0 && ++asked > 1; });
+        EXPECT_THROW(job.loop.rollout(it), RolloutAbandoned) << what;
+        // Asked before decode steps 1 and 2 (which it cut), then at the agreement.
+        if (rank == 0) {
+          EXPECT_EQ(asked, 3) << what;
+        }
+        job.loop.abandon_rollouts_when({});
+      }
+      RolloutBatch b = job.loop.rollout(it);
+      TrainStats t = job.loop.train(b);
+      got.push_back({b.reward_mean, b.reward_std, t.loss, t.kl, t.grad_norm, t.clip_frac, b.entropy, t.aux_loss});
+    }
+    for (int it = 0; it < kIterations; ++it) {
+      EXPECT_EQ(got[it].reward, want[it].reward) << what << ", iteration " << it;
+      EXPECT_EQ(got[it].loss, want[it].loss) << what << ", iteration " << it;
+      EXPECT_EQ(got[it].grad_norm, want[it].grad_norm) << what << ", iteration " << it;
+      EXPECT_EQ(got[it].kl, want[it].kl) << what << ", iteration " << it;
+      EXPECT_EQ(got[it].entropy, want[it].entropy) << what << ", iteration " << it;
+    }
+  }
 }
 
 // train.cuda_graph = "full" in the RL job: the warm-up and the GRPO steps, each captured once and

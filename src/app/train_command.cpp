@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -446,12 +447,16 @@ int run_train(const TrainArgs& args) {
       spdlog::info("{}", eval_line(e));
       return e;
     };
-    // A stop for the whole job (scancel, preemption: Slurm signals every process of the step)
-    // also ends a reward command, and the iteration's scoring then fails on every rank. Nothing
-    // the job keeps has changed yet in this iteration (its draws are functions of the seed and
-    // the iteration), so where a stop was asked for, the job saves the state it began the
-    // iteration with and exits 3 instead of failing. The rank's own signal may land a moment after
-    // its command's end was seen: it is given kStopSignalGrace to arrive.
+    // Until an iteration's train phase, nothing the job keeps has changed in it (its draws are
+    // functions of the seed and the iteration): a stop there can save the state the iteration
+    // began with. SIGTERM (scancel, preemption, the hard time limit) leaves Slurm's KillWait,
+    // often 30 s, before SIGKILL, less than a rollout may take, so it gives up the rollout or
+    // evaluation in progress; SIGUSR1's warning comes early enough to finish the iteration.
+    rl->abandon_rollouts_when([] { return stop_signal() == SIGTERM; });
+    // The same stop also ends a reward command (Slurm signals every process of the step), and
+    // the scoring then fails on every rank: where a stop was asked for, the job saves and exits 3
+    // instead of failing. The rank's own signal may land a moment after its command's end was
+    // seen: it is given kStopSignalGrace to arrive.
     const auto stop_instead_of = [&](const InputError& e) {
       const auto until = std::chrono::steady_clock::now() + kStopSignalGrace;
       while (!stop_requested() && std::chrono::steady_clock::now() < until)
@@ -472,6 +477,9 @@ int run_train(const TrainArgs& args) {
         r.iteration = it;
         r.total = cfg.run.iterations;
         r.rollout = rl->rollout(it);
+      } catch (const RolloutAbandoned& e) {
+        spdlog::warn("{}: the iteration starts again when the job continues", e.what());
+        return stop_after_save();
       } catch (const InputError& e) {
         if (stop_instead_of(e)) return stop_after_save();
         throw;
@@ -513,6 +521,9 @@ int run_train(const TrainArgs& args) {
       EvalStats e;
       try {
         e = evaluate(cfg.run.iterations);
+      } catch (const RolloutAbandoned& abandoned) {
+        spdlog::warn("{}: the trained state is saved without the final evaluation", abandoned.what());
+        return stop_after_save();
       } catch (const InputError& error) {
         if (stop_instead_of(error)) return stop_after_save();
         throw;

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "core/phase_arena.hpp"
@@ -102,6 +104,13 @@ struct GrpoLoopOptions {
   int eval_samples = 4;                       // rl.eval_samples: k of pass@k
 };
 
+// A rollout or evaluation given up on every rank because the abandon check asked for it
+// (GrpoLoop::abandon_rollouts_when): nothing of the iteration has been kept, so the job's state
+// is the one it began the iteration with.
+struct RolloutAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class GrpoLoop {
  public:
   // Builds the generator and the weight set in the arena's rollout region: call before commit().
@@ -125,6 +134,12 @@ class GrpoLoop {
   // Generates on the task's whole eval split (split across the ranks): one greedy completion and
   // rl.eval_samples sampled ones per prompt. Collective. A task without an eval split: prompts = 0.
   EvalStats evaluate();
+  // A check, the same on every rank (a stop that leaves no time to finish the iteration), that
+  // gives up a rollout or evaluation: the generator cuts its decode steps short when it says so
+  // (not under rollout.tensor_parallel, whose ranks run each other's steps), and after each
+  // generate call the ranks agree on it; then rollout() and evaluate() throw RolloutAbandoned on
+  // every rank. The train phase is never given up (its optimizer steps change the state).
+  void abandon_rollouts_when(std::function<bool()> check);
 
   const GrpoLoopOptions& options() const { return options_; }
   // Whether decode steps replay captured graphs (rollout.cuda_graph = "decode").
@@ -149,6 +164,9 @@ class GrpoLoop {
   // minibatch, generated and scored. Adds reward, reward^2, passes, entropy and tokens of every
   // completion into sums[0..5).
   std::vector<SampledGroup> draw_round(std::int64_t iteration, int round, std::vector<double>& sums);
+  // After a generate call, on every rank: throws RolloutAbandoned if the abandon check holds on
+  // any rank. Collective where there is a check.
+  void leave_if_abandoned(const char* what) const;
   // Moves the chosen groups (draw-order indices, in batch order) to the ranks that train them:
   // batch slot q belongs to minibatch q / (P/K) and to the rank holding position q % (P/K) of it.
   // Returns this rank's groups in slot order. Collective.
@@ -173,6 +191,7 @@ class GrpoLoop {
   std::unique_ptr<TensorParallelGroup> tensor_parallel_;   // rollout.tensor_parallel > 1
   std::unique_ptr<WeightSet> weights_;
   std::unique_ptr<Generator> generator_;
+  std::function<bool()> abandon_;   // abandon_rollouts_when
   std::unique_ptr<Staging> staging_;
   std::unique_ptr<TrainStepGraphs> step_graphs_;   // train.cuda_graph = "full"
 };

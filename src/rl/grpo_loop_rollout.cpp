@@ -69,6 +69,7 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
     for (std::size_t r = 0; r < drawn.size(); ++r)
       if (own[r]) out.push_back(std::move(drawn[r]));
   }
+  leave_if_abandoned("rollout");
   const std::vector<double> scores = agreed_score(examples, out);
   for (std::size_t r = 0; r < out.size(); ++r) {
     SampledGroup& group = groups[r / static_cast<std::size_t>(group_)];
@@ -218,6 +219,16 @@ std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, co
   return rewards;
 }
 
+void GrpoLoop::abandon_rollouts_when(std::function<bool()> check) {
+  abandon_ = std::move(check);
+  if (!tensor_parallel_) generator_->abandon_when(abandon_);
+}
+
+void GrpoLoop::leave_if_abandoned(const char* what) const {
+  if (abandon_ && any_rank(comm_.host_comm(), abandon_()))
+    throw RolloutAbandoned(fmt::format("{} given up: a stop was requested that leaves no time to finish it", what));
+}
+
 std::vector<double> GrpoLoop::agreed_score(const std::vector<TaskExample>& examples,
                                            const std::vector<Completion>& out) const {
   std::vector<double> rewards;
@@ -286,6 +297,7 @@ EvalStats GrpoLoop::evaluate() {
           rows.empty() && !options_.engine.expert_parallel
               ? std::vector<Completion>{}
               : generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration, eos_id_);
+      leave_if_abandoned("evaluation");
       const std::vector<double> rewards = agreed_score(examples, out);
       for (std::size_t p = 0; p < rows.size(); p += static_cast<std::size_t>(per_prompt)) {
         bool any = false;

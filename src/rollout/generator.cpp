@@ -98,6 +98,13 @@ void Generator::agree(std::int32_t* values, int n) {
   if (lockstep()) model_.options().expert_exchange->agree_max(values, n);
 }
 
+bool Generator::take_step(bool has_rows) {
+  std::int32_t values[2] = {has_rows ? 1 : 0, abandon_ && abandon_() ? 1 : 0};
+  agree(values, 2);
+  if (values[1] != 0) stats_.abandoned = true;
+  return values[0] != 0 && values[1] == 0;
+}
+
 void Generator::prefill(const std::vector<const void*>& weights, const std::vector<std::vector<std::int32_t>>& texts,
                         const std::vector<const std::vector<int>*>* blocks, int spare) {
   const int n = static_cast<int>(texts.size()), c = prefill_rows_;
@@ -271,10 +278,7 @@ std::vector<Completion> Generator::generate_static(const std::vector<const void*
   for (int r = 0; r < R; ++r) active[r] = r;
   std::vector<std::int32_t> next(R);
   for (int r = 0; r < R; ++r) next[r] = rows[r].prompt.back();
-  while (true) {
-    std::int32_t more = active.empty() ? 0 : 1;
-    agree(&more);
-    if (more == 0) break;
+  while (take_step(!active.empty())) {
     std::vector<std::int32_t> input, position, slot;
     std::vector<std::uint64_t> key;
     for (int r : active) {

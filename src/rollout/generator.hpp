@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,7 @@ struct GenerationStats {
   std::size_t kv_bytes = 0;            // the KV cache allocated (keys and values, every layer)
   std::size_t kv_peak_bytes = 0;       // of it, the most in use at once (static: all of it)
   double prefill_s = 0, decode_s = 0;  // wall time in prefill (fenced) and in the decode steps
+  bool abandoned = false;              // cut short by the abandon check: its completions are partial
 };
 
 class Generator {
@@ -80,6 +82,12 @@ class Generator {
   // bucket's first step runs eagerly, its second is captured, later ones replay. On CPU builds
   // only with host_replay_for_tests (see core/captured_graph.hpp).
   void use_decode_graphs(bool host_replay_for_tests = false);
+  // A check, asked before every decode step, that cuts a generate() short when it says so (a
+  // stop that leaves no time to finish the rollout): the call returns its rows' partial
+  // completions with last_stats().abandoned set, for the caller to drop. In lockstep the ranks
+  // agree on it with their other step values; a generator whose peers run their own steps
+  // otherwise (tensor-parallel rollout) must not be given one. Empty: never.
+  void abandon_when(std::function<bool()> check) { abandon_ = std::move(check); }
   int decode_graph_captures() const;
   bool decode_graphs() const { return graphs_on_; }
 
@@ -113,6 +121,9 @@ class Generator {
   // their largest over the ranks, which settles each round's calls. Otherwise a no-op.
   bool lockstep() const;
   void agree(std::int32_t* values, int n = 1);
+  // Before a decode step: whether to take it, given whether this rank has rows to step. False
+  // when no rank has (lockstep) or the abandon check cuts the call short (stats_.abandoned).
+  bool take_step(bool has_rows);
 
   static constexpr int kScratchBlock = 0;   // paged: what unused table entries point at
 
@@ -122,6 +133,7 @@ class Generator {
   int max_rows_, max_len_;
   int prefill_rows_;   // rows per prefill call (EngineOptions::prefill_tokens)
   GenerationStats stats_;
+  std::function<bool()> abandon_;
   LedgerView<std::uint64_t> keys_;   // (rows): each row's draw key of the step
   LedgerView<std::int32_t> drawn_;   // (rows): the token drawn
   LedgerView<float> drawn_logp_;     // (rows): its log-probability

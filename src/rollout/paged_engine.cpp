@@ -120,9 +120,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
     }
     SHARDRL_CHECK(!running.empty() || waiting.empty(),
                   "the paged KV cache cannot hold one sequence (the generator sizes it to)");
-    std::int32_t more = running.empty() ? 0 : 1;
-    agree(&more);
-    if (more == 0) break;
+    if (!take_step(!running.empty())) break;
 
     // Prefill what was admitted: each group's prompt once, each row prefilled alone with its
     // prompt and what it generated before it was preempted (all but the last token, which
