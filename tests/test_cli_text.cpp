@@ -182,7 +182,8 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
 // iteration began with and exits 3; the same command continues and ends on an uninterrupted job's
 // bits. Two ways in: the reward command ends with the ranks and the scoring fails (before, the
 // job failed with the command's error and lost what it had done since its last checkpoint); and
-// the rank's own SIGTERM gives up the generation in progress.
+// the rank's own SIGTERM gives up the generation in progress, an evaluation's included (in the
+// final one, the trained state is saved, and the next job runs that evaluation alone).
 TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
@@ -236,10 +237,27 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   EXPECT_NE(given_up.out.find("checkpoint runs/c/checkpoints/iter_00000002.h5 (stop requested by a signal)"),
             std::string::npos)
       << given_up.out;
-  fs::remove(dir / "stop.flag");
+  // Continued, it is stopped the same way in the final evaluation (again its 12th request): the
+  // trained state is saved without it, and the next job runs that evaluation alone.
   RunResult on = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
-  ASSERT_EQ(on.exit_code, 0) << on.out << on.err;
+  ASSERT_EQ(on.exit_code, 3) << on.out << on.err;
   EXPECT_NE(on.out.find("resumed from runs/c/checkpoints/iter_00000002.h5"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("the trained state is saved without the final evaluation"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("checkpoint runs/c/checkpoints/iter_00000004.h5 (stop requested by a signal)"),
+            std::string::npos)
+      << on.out;
+  fs::remove(dir / "stop.flag");
+  RunResult last = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
+  ASSERT_EQ(last.exit_code, 0) << last.out << last.err;
+  EXPECT_NE(last.out.find("the final evaluation, given up by a stop before, is written"), std::string::npos)
+      << last.out;
+  const std::string c_metrics = slurp(dir / "runs" / "c" / "metrics.jsonl");
+  EXPECT_EQ(std::count(c_metrics.begin(), c_metrics.end(), '\n'), 5) << c_metrics;
+  EXPECT_NE(c_metrics.find("{\"iteration\":4,\"eval/reward_mean\":"), std::string::npos) << c_metrics;
+  RunResult done = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
+  ASSERT_EQ(done.exit_code, 0) << done.out << done.err;
+  EXPECT_NE(done.out.find("nothing to do"), std::string::npos) << done.out;
+  EXPECT_EQ(slurp(dir / "runs" / "c" / "metrics.jsonl"), c_metrics);
 
   // The evaluations change nothing: both runs end on the uninterrupted job's bits.
   RunResult whole = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=b");

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -344,18 +345,26 @@ int run_train(const TrainArgs& args) {
     std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it
     std::unique_ptr<TensorBoardLog> tensorboard;   // the same records, for TensorBoard; rank 0
     watch("opening the metrics log");   // its agreement must not wait unwatched
-    // A resumed run drops the records from its resume point on, which it writes again; one with
-    // nothing to do (below) writes none, and keeps them all, its final evaluation's included.
-    const bool nothing_to_do = resumed && position.iterations_done >= cfg.run.iterations &&
-                               position.warmup_steps_done >= cfg.rl.sft_steps;
+    // A resumed run drops the records from its resume point on, which it writes again; one that
+    // has finished (below) writes none, and keeps them all, its final evaluation's included.
+    const bool finished = resumed && position.iterations_done >= cfg.run.iterations &&
+                          position.warmup_steps_done >= cfg.rl.sft_steps;
+    // A finished run whose final evaluation a stop gave up (its record at the iteration count is
+    // missing) runs that evaluation alone.
+    bool final_eval_due = false;
     run_on_root(mpi.world(), 0, [&] {
       metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl",
-                                             position.iterations_done + (nothing_to_do ? 1 : 0));
+                                             position.iterations_done + (finished ? 1 : 0));
+      const auto records = read_metrics(metrics->path());
+      final_eval_due = finished && cfg.rl.eval_interval > 0 && position.iterations_done == cfg.run.iterations &&
+                       std::none_of(records.begin(), records.end(), [&](const auto& record) {
+                         return record.front().second == static_cast<double>(cfg.run.iterations);
+                       });
       // A resumed run's event file starts again from metrics.jsonl (now without the iterations
       // this job redoes), so no step appears twice.
-      tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml,
-                                                     read_metrics(metrics->path()));
+      tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml, records);
     });
+    final_eval_due = any_rank(mpi.world(), final_eval_due);   // rank 0's answer, to every rank
     watchdog.disarm();
     // The job has started cleanly: only now is the run's config.toml (re)written, so a start that
     // fails (a bad checkpoint, a busy run, a bad metrics log) leaves the run's files as they were.
@@ -507,14 +516,14 @@ int run_train(const TrainArgs& args) {
     }
     // A finished run resumed has nothing to add; a fresh job of no iterations saves its initial
     // weights (the way to turn model.init_from's directory into a checkpoint).
-    if (first >= cfg.run.iterations && !warmed_up && resumed) {
+    if (first >= cfg.run.iterations && !warmed_up && resumed && !final_eval_due) {
       spdlog::info("nothing to do: the run has finished its {} iterations (raise run.iterations to continue, or "
                    "start afresh with --no-resume --overwrite)",
                    cfg.run.iterations);
       write_trace();
       return kExitOk;
     }
-    if (cfg.rl.eval_interval > 0 && first < cfg.run.iterations) {
+    if (cfg.rl.eval_interval > 0 && (first < cfg.run.iterations || final_eval_due)) {
       // The final evaluation, a record of its own at the iteration count (a later resume that
       // goes on drops it with every record from there). Stopped by a signal, the job saves its
       // trained state without it.
@@ -532,6 +541,13 @@ int run_train(const TrainArgs& args) {
       for (auto& f : eval_fields(e)) record.push_back(std::move(f));
       run_on_root(mpi.world(), 0, [&] { record_metrics(record); });
       watchdog.disarm();
+    }
+    if (final_eval_due) {   // the checkpoint it resumed from holds the final state
+      spdlog::info("the final evaluation, given up by a stop before, is written: the run has finished its {} "
+                   "iterations",
+                   cfg.run.iterations);
+      write_trace();
+      return kExitOk;
     }
     save("end of the job");
     write_trace();
