@@ -237,8 +237,17 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   EXPECT_NE(given_up.out.find("checkpoint runs/c/checkpoints/iter_00000002.h5 (stop requested by a signal)"),
             std::string::npos)
       << given_up.out;
+  // Stopped again at once, in the same evaluation (the continued job's first request): its
+  // checkpoint already holds that state, so nothing is written within the signal's grace.
+  write(dir / "stop.flag", "1 parent\n");
+  RunResult again = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
+  ASSERT_EQ(again.exit_code, 3) << again.out << again.err;
+  EXPECT_NE(again.out.find("checkpoint runs/c/checkpoints/iter_00000002.h5 already holds this state"),
+            std::string::npos)
+      << again.out;
   // Continued, it is stopped the same way in the final evaluation (again its 12th request): the
   // trained state is saved without it, and the next job runs that evaluation alone.
+  write(dir / "stop.flag", "12 parent\n");
   RunResult on = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
   ASSERT_EQ(on.exit_code, 3) << on.out << on.err;
   EXPECT_NE(on.out.find("resumed from runs/c/checkpoints/iter_00000002.h5"), std::string::npos) << on.out;

@@ -11,7 +11,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "app/collective_smoke.hpp"
 #include "app/job_config.hpp"
@@ -378,6 +380,11 @@ int run_train(const TrainArgs& args) {
         spdlog::info("checkpoint {} (interval) written in the background in {:.2f}s",
                      checkpoint_path(checkpoints, done->iteration).string(), done->seconds);
     };
+    // The position the run's newest checkpoint holds (the one resumed from, or the last save this
+    // job began): a stop there has nothing new to save, and Slurm's KillWait no time to spare.
+    const auto at = [&] { return std::pair{position.iterations_done, position.warmup_steps_done}; };
+    std::optional<std::pair<std::int64_t, std::int64_t>> saved_at;
+    if (resumed) saved_at = at();
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
@@ -387,6 +394,7 @@ int run_train(const TrainArgs& args) {
       }
       watch("checkpoint save");
       save_job_checkpoint(checkpoints, position, *policy, config_toml, mpi.world());
+      saved_at = at();
       watchdog.disarm();
       spdlog::info("checkpoint {} ({}) in {:.2f}s", checkpoint_path(checkpoints, position.iterations_done).string(),
                    why, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -400,6 +408,7 @@ int run_train(const TrainArgs& args) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       watch("checkpoint save");   // the copy to the host
       const double copied = background->start(checkpoints, position, config_toml);
+      saved_at = at();
       watchdog.disarm();
       spdlog::info("checkpoint {} (interval) being written in the background; training paused {:.2f}s ({:.2f}s "
                    "waiting for the previous save)",
@@ -413,7 +422,17 @@ int run_train(const TrainArgs& args) {
       return stop;
     };
     auto stop_after_save = [&] {
-      save("stop requested by a signal");
+      if (saved_at == at()) {
+        if (background) {   // that checkpoint may still be being written
+          watch("waiting for the background checkpoint save");
+          report_background(background->wait());
+          watchdog.disarm();
+        }
+        spdlog::info("checkpoint {} already holds this state (stop requested by a signal)",
+                     checkpoint_path(checkpoints, position.iterations_done).string());
+      } else {
+        save("stop requested by a signal");
+      }
       try {   // the checkpoint is committed: a trace that fails must not keep Slurm from requeueing
         write_trace();
       } catch (const InputError& e) {
@@ -462,15 +481,17 @@ int run_train(const TrainArgs& args) {
     // often 30 s, before SIGKILL, less than a rollout may take, so it gives up the rollout or
     // evaluation in progress; SIGUSR1's warning comes early enough to finish the iteration.
     rl->abandon_rollouts_when([] { return stop_signal() == SIGTERM; });
-    // The same stop also ends a reward command (Slurm signals every process of the step), and
-    // the scoring then fails on every rank: where a stop was asked for, the job saves and exits 3
-    // instead of failing. The rank's own signal may land a moment after its command's end was
-    // seen: it is given kStopSignalGrace to arrive.
+    // The same SIGTERM also ends a reward command (Slurm signals every process of the step), and
+    // the scoring then fails on every rank: where one came, the job saves and exits 3 instead of
+    // failing. The rank's own signal may land a moment after its command's end was seen: it is
+    // given kStopSignalGrace to arrive. (SIGUSR1 never ends the command, which blocks it: an
+    // error under a SIGUSR1 warning is the command's own, and stays an error.)
     const auto stop_instead_of = [&](const InputError& e) {
+      const auto terminated = [] { return stop_signal() == SIGTERM; };
       const auto until = std::chrono::steady_clock::now() + kStopSignalGrace;
-      while (!stop_requested() && std::chrono::steady_clock::now() < until)
+      while (!terminated() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      const bool stop = any_rank(mpi.world(), stop_requested());
+      const bool stop = any_rank(mpi.world(), terminated());
       if (stop) spdlog::warn("the iteration stopped with a stop requested by a signal: {}", e.what());
       return stop;
     };

@@ -5,7 +5,11 @@
 namespace shardrl {
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int signal) { g_signal = signal; }
+// SIGTERM, once it came, stays the answer: a SIGUSR1 after it (Slurm's warning forwarded late)
+// must not turn a stop that leaves no time back into one that finishes the iteration.
+extern "C" void on_stop_signal(int signal) {
+  if (g_signal != SIGTERM) g_signal = signal;
+}
 }  // namespace
 
 void install_stop_handlers() {

@@ -1,13 +1,16 @@
 // A request to stop the job cleanly: SIGUSR1 (Slurm's --signal warning before the time limit)
-// or SIGTERM (scancel, preemption). The handler only sets a flag; the job checks it between
-// iterations, agrees across ranks, saves a checkpoint and exits with kExitStoppedBySignal.
+// or SIGTERM (scancel, preemption, the hard time limit). The handler only sets a flag. The job
+// checks it between steps and iterations, agrees across ranks, saves a checkpoint and exits with
+// kExitStoppedBySignal; SIGTERM, which leaves only Slurm's KillWait, also gives up a rollout or
+// evaluation in progress (app/train_command.cpp).
 #pragma once
 
 namespace shardrl {
 
 void install_stop_handlers();
 bool stop_requested();
-// For tests: the number of the signal that asked to stop, or 0.
+// The signal that asked to stop, or 0: SIGTERM once it has come (a later SIGUSR1 does not replace
+// it), else the latest.
 int stop_signal();
 
 }  // namespace shardrl

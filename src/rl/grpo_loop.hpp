@@ -164,9 +164,10 @@ class GrpoLoop {
   // minibatch, generated and scored. Adds reward, reward^2, passes, entropy and tokens of every
   // completion into sums[0..5).
   std::vector<SampledGroup> draw_round(std::int64_t iteration, int round, std::vector<double>& sums);
-  // After a generate call, on every rank: throws RolloutAbandoned if the abandon check holds on
-  // any rank. Collective where there is a check.
-  void leave_if_abandoned(const char* what) const;
+  // After a generate call, on every rank: throws RolloutAbandoned if on any rank the call was
+  // cut short (`cut_short`: this rank's) or the abandon check holds. Collective where there is a
+  // check.
+  void leave_if_abandoned(bool cut_short, const char* what) const;
   // Moves the chosen groups (draw-order indices, in batch order) to the ranks that train them:
   // batch slot q belongs to minibatch q / (P/K) and to the rank holding position q % (P/K) of it.
   // Returns this rank's groups in slot order. Collective.

@@ -62,14 +62,16 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
     }
   }
   std::vector<Completion> out;
+  bool cut_short = false;
   // Expert-parallel decoding runs on every rank, with rows or not (rollout/generator.hpp).
   if (!rows.empty() || options_.engine.expert_parallel) {
     std::vector<Completion> drawn =
         generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
+    cut_short = generator_->last_stats().abandoned;
     for (std::size_t r = 0; r < drawn.size(); ++r)
       if (own[r]) out.push_back(std::move(drawn[r]));
   }
-  leave_if_abandoned("rollout");
+  leave_if_abandoned(cut_short, "rollout");
   const std::vector<double> scores = agreed_score(examples, out);
   for (std::size_t r = 0; r < out.size(); ++r) {
     SampledGroup& group = groups[r / static_cast<std::size_t>(group_)];
@@ -224,8 +226,8 @@ void GrpoLoop::abandon_rollouts_when(std::function<bool()> check) {
   if (!tensor_parallel_) generator_->abandon_when(abandon_);
 }
 
-void GrpoLoop::leave_if_abandoned(const char* what) const {
-  if (abandon_ && any_rank(comm_.host_comm(), abandon_()))
+void GrpoLoop::leave_if_abandoned(bool cut_short, const char* what) const {
+  if (abandon_ && any_rank(comm_.host_comm(), cut_short || abandon_()))
     throw RolloutAbandoned(fmt::format("{} given up: a stop was requested that leaves no time to finish it", what));
 }
 
@@ -293,11 +295,12 @@ EvalStats GrpoLoop::evaluate() {
           examples.push_back(ex);
         }
       }
+      const bool generates = !rows.empty() || options_.engine.expert_parallel;
       const std::vector<Completion> out =
-          rows.empty() && !options_.engine.expert_parallel
-              ? std::vector<Completion>{}
-              : generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration, eos_id_);
-      leave_if_abandoned("evaluation");
+          generates ? generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration,
+                                           eos_id_)
+                    : std::vector<Completion>{};
+      leave_if_abandoned(generates && generator_->last_stats().abandoned, "evaluation");
       const std::vector<double> rewards = agreed_score(examples, out);
       for (std::size_t p = 0; p < rows.size(); p += static_cast<std::size_t>(per_prompt)) {
         bool any = false;
