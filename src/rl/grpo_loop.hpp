@@ -25,6 +25,7 @@
 #include "rl/sampled_group.hpp"
 #include "rl/sequence.hpp"
 #include "rl/task.hpp"
+#include "rollout/comm_tensor_parallel.hpp"
 #include "rollout/generator.hpp"
 #include "rollout/sampling.hpp"
 #include "rollout/weight_set.hpp"
@@ -136,14 +137,17 @@ class GrpoLoop {
   EvalStats evaluate();
   // A check, the same on every rank (a stop that leaves no time to finish the iteration), that
   // gives up a rollout or evaluation: the generator cuts its decode steps short when it says so
-  // (not under rollout.tensor_parallel, whose ranks run each other's steps), and after each
-  // generate call the ranks agree on it; then rollout() and evaluate() throw RolloutAbandoned on
-  // every rank. The train phase is never given up (its optimizer steps change the state).
+  // (under rollout.tensor_parallel, whose ranks run each other's steps, when it says so on any
+  // rank of the group: they agree before every step), and after each generate call the ranks
+  // agree on it; then rollout() and evaluate() throw RolloutAbandoned on every rank. The train
+  // phase is never given up (its optimizer steps change the state).
   void abandon_rollouts_when(std::function<bool()> check);
 
   const GrpoLoopOptions& options() const { return options_; }
   // Whether decode steps replay captured graphs (rollout.cuda_graph = "decode").
   bool decode_graphs() const;
+  // What this rank's last generate call did (for tests).
+  const GenerationStats& last_generation() const { return generator_->last_stats(); }
   // The captured train steps (train.cuda_graph = "full"), else null.
   const TrainStepGraphs* step_graphs() const { return step_graphs_.get(); }
 
@@ -189,7 +193,7 @@ class GrpoLoop {
   // Fills unused positions: the byte tokenizer's PAD, or for a pre-tokenized dataset EOS (PAD
   // 258 may be beyond a small vocabulary; padded positions are masked either way).
   std::int32_t pad_id_;
-  std::unique_ptr<TensorParallelGroup> tensor_parallel_;   // rollout.tensor_parallel > 1
+  std::unique_ptr<CommTensorParallel> tensor_parallel_;   // rollout.tensor_parallel > 1
   std::unique_ptr<WeightSet> weights_;
   std::unique_ptr<Generator> generator_;
   std::function<bool()> abandon_;   // abandon_rollouts_when

@@ -223,7 +223,10 @@ std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, co
 
 void GrpoLoop::abandon_rollouts_when(std::function<bool()> check) {
   abandon_ = std::move(check);
-  if (!tensor_parallel_) generator_->abandon_when(abandon_);
+  if (!abandon_ || !tensor_parallel_) return generator_->abandon_when(abandon_);
+  // The group's ranks take the same decode steps (the same rows and draws), so each step's
+  // agreement is met on all of them; a host all-reduce of one flag, beside milliseconds of step.
+  generator_->abandon_when([group = tensor_parallel_->host_comm(), check = abandon_] { return any_rank(group, check()); });
 }
 
 void GrpoLoop::leave_if_abandoned(bool cut_short, const char* what) const {

@@ -15,6 +15,8 @@ class CommTensorParallel final : public TensorParallelGroup {
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   void sum(void* data, long count, bool bf16) override;
+  // The group's host communicator, for agreements between its ranks' decode steps.
+  MPI_Comm host_comm() const { return comm_.host_comm(); }
 
  private:
   Communicator& comm_;
