@@ -258,7 +258,7 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   fs::remove(dir / "stop.flag");
   RunResult last = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
   ASSERT_EQ(last.exit_code, 0) << last.out << last.err;
-  EXPECT_NE(last.out.find("the final evaluation, given up by a stop before, is written"), std::string::npos)
+  EXPECT_NE(last.out.find("the final evaluation, missing from the metrics (a stop gave it up"), std::string::npos)
       << last.out;
   const std::string c_metrics = slurp(dir / "runs" / "c" / "metrics.jsonl");
   EXPECT_EQ(std::count(c_metrics.begin(), c_metrics.end(), '\n'), 5) << c_metrics;
@@ -267,6 +267,18 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   ASSERT_EQ(done.exit_code, 0) << done.out << done.err;
   EXPECT_NE(done.out.find("nothing to do"), std::string::npos) << done.out;
   EXPECT_EQ(slurp(dir / "runs" / "c" / "metrics.jsonl"), c_metrics);
+
+  // A SIGTERM while the rank scores its rollout's last request (its 8th: iteration 2's last), the
+  // command living on: no generation is left to give up, and the train phase, which cannot be,
+  // is not begun.
+  write(dir / "stop.flag", "8 parent\n");
+  RunResult scoring = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=d");
+  ASSERT_EQ(scoring.exit_code, 3) << scoring.out << scoring.err;
+  EXPECT_NE(scoring.out.find("a stop was requested before the train phase"), std::string::npos) << scoring.out;
+  EXPECT_NE(scoring.out.find("checkpoint runs/d/checkpoints/iter_00000001.h5 (stop requested by a signal)"),
+            std::string::npos)
+      << scoring.out;
+  fs::remove(dir / "stop.flag");
 
   // The evaluations change nothing: both runs end on the uninterrupted job's bits.
   RunResult whole = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=b");

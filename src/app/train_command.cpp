@@ -360,7 +360,11 @@ int run_train(const TrainArgs& args) {
       const auto records = read_metrics(metrics->path());
       final_eval_due = finished && cfg.rl.eval_interval > 0 && position.iterations_done == cfg.run.iterations &&
                        std::none_of(records.begin(), records.end(), [&](const auto& record) {
-                         return record.front().second == static_cast<double>(cfg.run.iterations);
+                         // The final evaluation's record: at the iteration count, with no
+                         // iteration's fields.
+                         return record.front().second == static_cast<double>(cfg.run.iterations) &&
+                                std::none_of(record.begin(), record.end(),
+                                             [](const auto& field) { return field.first == "reward_mean"; });
                        });
       // A resumed run's event file starts again from metrics.jsonl (now without the iterations
       // this job redoes), so no step appears twice.
@@ -380,11 +384,13 @@ int run_train(const TrainArgs& args) {
         spdlog::info("checkpoint {} (interval) written in the background in {:.2f}s",
                      checkpoint_path(checkpoints, done->iteration).string(), done->seconds);
     };
-    // The position the run's newest checkpoint holds (the one resumed from, or the last save this
-    // job began): a stop there has nothing new to save, and Slurm's KillWait no time to spare.
+    // The position the run's newest checkpoint holds (the one it resumed from by itself, or the
+    // last save this job began): a stop there has nothing new to save, and Slurm's KillWait no
+    // time to spare. Not after --resume-from: that file may be another run's, or this run's
+    // `latest` may name none after --overwrite.
     const auto at = [&] { return std::pair{position.iterations_done, position.warmup_steps_done}; };
     std::optional<std::pair<std::int64_t, std::int64_t>> saved_at;
-    if (resumed) saved_at = at();
+    if (resumed && args.resume_from.empty()) saved_at = at();
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
@@ -422,17 +428,22 @@ int run_train(const TrainArgs& args) {
       return stop;
     };
     auto stop_after_save = [&] {
-      if (saved_at == at()) {
-        if (background) {   // that checkpoint may still be being written
-          watch("waiting for the background checkpoint save");
+      bool written = saved_at == at();
+      if (written && background) {   // that checkpoint may still be being written
+        watch("waiting for the background checkpoint save");
+        try {
           report_background(background->wait());
-          watchdog.disarm();
+        } catch (const InputError& e) {   // every rank has it: the state is still here to save
+          spdlog::warn("the background checkpoint save failed ({}): saving again", e.what());
+          written = false;
         }
+        watchdog.disarm();
+      }
+      if (written)
         spdlog::info("checkpoint {} already holds this state (stop requested by a signal)",
                      checkpoint_path(checkpoints, position.iterations_done).string());
-      } else {
+      else
         save("stop requested by a signal");
-      }
       try {   // the checkpoint is committed: a trace that fails must not keep Slurm from requeueing
         write_trace();
       } catch (const InputError& e) {
@@ -514,6 +525,13 @@ int run_train(const TrainArgs& args) {
         if (stop_instead_of(e)) return stop_after_save();
         throw;
       }
+      // A SIGTERM after the rollout's last generate call (while it scored): the train phase,
+      // which cannot be given up, could outlast KillWait, and the state is still the iteration's
+      // start.
+      if (any_rank(mpi.world(), stop_signal() == SIGTERM)) {
+        spdlog::warn("a stop was requested before the train phase: the iteration starts again when the job continues");
+        return stop_after_save();
+      }
       r.train = rl->train(r.rollout);
       position.iterations_done = it + 1;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -564,8 +582,8 @@ int run_train(const TrainArgs& args) {
       watchdog.disarm();
     }
     if (final_eval_due) {   // the checkpoint it resumed from holds the final state
-      spdlog::info("the final evaluation, given up by a stop before, is written: the run has finished its {} "
-                   "iterations",
+      spdlog::info("the final evaluation, missing from the metrics (a stop gave it up, or rl.eval_interval was "
+                   "off), is written: the run has finished its {} iterations",
                    cfg.run.iterations);
       write_trace();
       return kExitOk;

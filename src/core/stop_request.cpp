@@ -4,11 +4,16 @@
 
 namespace shardrl {
 namespace {
-volatile std::sig_atomic_t g_signal = 0;
-// SIGTERM, once it came, stays the answer: a SIGUSR1 after it (Slurm's warning forwarded late)
-// must not turn a stop that leaves no time back into one that finishes the iteration.
+// One flag a signal, each only ever set: SIGTERM, once it came, stays the answer whatever comes
+// after it (a SIGUSR1 forwarded late must not turn a stop that leaves no time back into one that
+// finishes the iteration), with no read-then-write a second handler could interleave with.
+volatile std::sig_atomic_t g_usr1 = 0;
+volatile std::sig_atomic_t g_term = 0;
 extern "C" void on_stop_signal(int signal) {
-  if (g_signal != SIGTERM) g_signal = signal;
+  if (signal == SIGTERM)
+    g_term = 1;
+  else
+    g_usr1 = 1;
 }
 }  // namespace
 
@@ -17,7 +22,7 @@ void install_stop_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-bool stop_requested() { return g_signal != 0; }
-int stop_signal() { return g_signal; }
+bool stop_requested() { return g_term != 0 || g_usr1 != 0; }
+int stop_signal() { return g_term ? SIGTERM : (g_usr1 ? SIGUSR1 : 0); }
 
 }  // namespace shardrl

@@ -9,8 +9,8 @@ namespace shardrl {
 
 void install_stop_handlers();
 bool stop_requested();
-// The signal that asked to stop, or 0: SIGTERM once it has come (a later SIGUSR1 does not replace
-// it), else the latest.
+// The signal that asked to stop, or 0: SIGTERM once it has come (before or after a SIGUSR1),
+// else SIGUSR1.
 int stop_signal();
 
 }  // namespace shardrl

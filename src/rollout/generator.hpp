@@ -85,8 +85,9 @@ class Generator {
   // A check, asked before every decode step, that cuts a generate() short when it says so (a
   // stop that leaves no time to finish the rollout): the call returns its rows' partial
   // completions with last_stats().abandoned set, for the caller to drop. In lockstep the ranks
-  // agree on it with their other step values; a generator whose peers run their own steps
-  // otherwise (tensor-parallel rollout) must not be given one. Empty: never.
+  // agree on it with their other step values; a generator whose peers run its steps otherwise
+  // (tensor-parallel rollout) must be given a check they agree on (GrpoLoop wraps it in the
+  // group's all-reduce). Empty: never.
   void abandon_when(std::function<bool()> check) { abandon_ = std::move(check); }
   int decode_graph_captures() const;
   bool decode_graphs() const { return graphs_on_; }
