@@ -270,6 +270,20 @@ TEST(RewardCommand, TimeoutEndsTheBatchInTime) {
   EXPECT_NE(message.find("output after the last full line: \"{\"rew\""), std::string::npos) << message;
 }
 
+// A job stop that leaves no time (SIGTERM) gives up a batch waiting on a command that lives on
+// through it: within the check's poll interval, not the batch's timeout.
+TEST(RewardCommand, AGiveUpCheckEndsAWaitingBatchAtOnce) {
+  RewardCommand command({"/bin/sh", script("sleeper.sh")}, 30);
+  const auto start = Clock::now();
+  command.give_up_when([&] { return seconds_since(start) > 0.3; });
+  const std::string message = input_error_of([&] { command.score(requests(2)); });
+  const double elapsed = seconds_since(start);
+  EXPECT_GE(elapsed, 0.3);
+  EXPECT_LT(elapsed, 5.0) << "the batch waited for its timeout";
+  EXPECT_NE(message.find("scoring given up with 0 of 2 replies: the job was asked to stop"), std::string::npos)
+      << message;
+}
+
 TEST(RewardCommand, CommandThatCannotStartIsNamed) {
   const std::string missing = input_error_of([] { RewardCommand({"shardrl-no-such-reward-command", "x"}, 5); });
   EXPECT_NE(missing.find("cannot start reward command `shardrl-no-such-reward-command x`"), std::string::npos)

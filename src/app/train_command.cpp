@@ -503,7 +503,7 @@ int run_train(const TrainArgs& args) {
       while (!terminated() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       const bool stop = any_rank(mpi.world(), terminated());
-      if (stop) spdlog::warn("the iteration stopped with a stop requested by a signal: {}", e.what());
+      if (stop) spdlog::warn("stopped with a stop requested by a signal: {}", e.what());
       return stop;
     };
     RolloutBatch last;

@@ -139,8 +139,10 @@ class GrpoLoop {
   // gives up a rollout or evaluation: the generator cuts its decode steps short when it says so
   // (under rollout.tensor_parallel, whose ranks run each other's steps, when it says so on any
   // rank of the group: they agree before every step), and after each generate call the ranks
-  // agree on it; then rollout() and evaluate() throw RolloutAbandoned on every rank. The train
-  // phase is never given up (its optimizer steps change the state).
+  // agree on it; then rollout() and evaluate() throw RolloutAbandoned on every rank. Scoring that
+  // waits on a reward process fails when it says so (Task::give_up_scoring_when: an InputError,
+  // agreed like any scoring failure). The train phase is never given up (its optimizer steps
+  // change the state).
   void abandon_rollouts_when(std::function<bool()> check);
 
   const GrpoLoopOptions& options() const { return options_; }

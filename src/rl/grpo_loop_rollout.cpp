@@ -223,6 +223,7 @@ std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, co
 
 void GrpoLoop::abandon_rollouts_when(std::function<bool()> check) {
   abandon_ = std::move(check);
+  task_->give_up_scoring_when(abandon_);
   if (!abandon_ || !tensor_parallel_) return generator_->abandon_when(abandon_);
   // The group's ranks take the same decode steps (the same rows and draws), so each step's
   // agreement is met on all of them; a host all-reduce of one flag, beside milliseconds of step.

@@ -308,7 +308,8 @@ class RewardCommand::Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
-  std::vector<double> exchange(const std::vector<RewardRequest>& batch, double timeout_s);
+  std::vector<double> exchange(const std::vector<RewardRequest>& batch, double timeout_s,
+                               const std::function<bool()>& give_up);
 
  private:
   [[noreturn]] void fail(const std::string& problem) const {
@@ -352,7 +353,7 @@ double RewardCommand::Process::parse_reply(std::string_view line, std::size_t in
 // reads the next would otherwise block on a full stdout pipe while we block on its full stdin.
 // Requests are encoded a chunk at a time, so a batch never exists twice in memory.
 std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardRequest>& batch,
-                                                     double timeout_s) {
+                                                     double timeout_s, const std::function<bool()>& give_up) {
   const std::size_t count = batch.size();
   const double bounded_timeout_s = std::min(timeout_s, 1e8);   // no overflow in the cast below
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -404,6 +405,8 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
       return rewards;
     }
 
+    if (give_up && give_up())
+      fail(fmt::format("scoring given up with {} of {} replies: the job was asked to stop", rewards.size(), count));
     const auto now = Clock::now();
     if (now >= deadline) {
       if (stdin_closed_by_child) {
@@ -421,7 +424,8 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
     nfds_t nfds = 0;
     fds[nfds++] = {stdout_.get(), POLLIN, 0};
     if (writing) fds[nfds++] = {stdin_.get(), POLLOUT, 0};
-    const int ready = ::poll(fds, nfds, static_cast<int>(std::min<long long>(wait_ms, 1 << 30)));
+    const int ready =
+        ::poll(fds, nfds, static_cast<int>(std::min<long long>(wait_ms, give_up ? kGiveUpPollMs : 1 << 30)));
     if (ready < 0) {
       if (errno == EINTR) continue;
       fail("poll: " + errno_message(errno));
@@ -511,7 +515,7 @@ std::vector<double> RewardCommand::score(const std::vector<RewardRequest>& batch
   SHARDRL_CHECK(process_ != nullptr, "RewardCommand used after it was moved from");
   if (batch.empty()) return {};
   try {
-    return process_->exchange(batch, timeout_s_);
+    return process_->exchange(batch, timeout_s_, give_up_);
   } catch (const InputError& e) {
     failure_ = e.what();
     throw;

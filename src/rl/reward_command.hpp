@@ -12,6 +12,7 @@
 // process group of its own with stdin, stdout and stderr only. Not thread-safe: one caller.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ class RewardCommand {
   // finite numeric "reward", extra output, or the timeout. After a failure the process is out
   // of step with us, so every later call fails with the same error.
   std::vector<double> score(const std::vector<RewardRequest>& batch);
+  // A check asked at least every kGiveUpPollMs while a batch waits for the command: when it
+  // holds, the batch fails at once with an InputError saying so (a job stop that leaves no time
+  // to wait for a command that lives on through it). Empty: never.
+  void give_up_when(std::function<bool()> check) { give_up_ = std::move(check); }
+  static constexpr int kGiveUpPollMs = 100;
 
   // The command as the messages quote it, e.g. `python3 my_reward.py`.
   const std::string& command_line() const { return command_line_; }
@@ -54,6 +60,7 @@ class RewardCommand {
   double timeout_s_ = 0;
   std::unique_ptr<Process> process_;
   std::string failure_;   // the first error; non-empty once the process is out of step
+  std::function<bool()> give_up_;
 };
 
 }  // namespace shardrl

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +70,9 @@ class Task {
   // when the ids before the first EOS are exactly ex.answer_ids, else 0.0. Only for tasks whose
   // examples are pre-tokenized (InputError otherwise).
   virtual double score_ids(const TaskExample& ex, const std::vector<std::int32_t>& completion) const;
+  // A check that gives up scoring that waits on a reward process (RewardCommand::give_up_when);
+  // tasks that score in-process finish their batch.
+  virtual void give_up_scoring_when(std::function<bool()>) {}
 };
 
 // Difficulty ranges (inclusive) of the generated tasks:

@@ -92,6 +92,9 @@ class TextTask final : public Task {
   }
 
   std::int64_t eval_count() const override { return static_cast<std::int64_t>(eval_.size()); }
+  void give_up_scoring_when(std::function<bool()> check) override {
+    if (command_) command_->give_up_when(std::move(check));
+  }
   TaskExample eval_example(std::int64_t index) const override {
     SHARDRL_CHECK(index >= 0 && index < eval_count(), "eval example out of range");
     return as_example(eval_[static_cast<std::size_t>(index)]);
