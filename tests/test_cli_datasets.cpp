@@ -32,35 +32,27 @@ TEST(Cli, MalformedDatasetNamesFileAndLine) {
 // required; each exits 2.
 TEST(Cli, PreTokenizedDatasetErrorsNameTheLine) {
   fs::path dir = test_dir();
+  // The job refused, exit 2, its stderr starting with `message` (every rank stops; rank 0 says why).
+  const auto refused = [&](const std::string& message) {
+    RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.err.rfind("shardrl: " + message, 0), 0u) << r.err;
+    return r;
+  };
   write(dir / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"data.jsonl\"\neos_id = 5\n");
   write(dir / "data.jsonl", "{\"prompt_ids\": [1, 2], \"answer_ids\": [3]}\n{\"prompt\": \"a\", \"answer\": \"b\"}\n");
-  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: a text line ({\"prompt\", \"answer\"}), but line 1 is a token-id line "
-                        "({\"prompt_ids\", \"answer_ids\"}); every line of a dataset must be of the same kind\n",
-                        0),
-            0u)
-      << r.err;
+  refused("data.jsonl:2: a text line ({\"prompt\", \"answer\"}), but line 1 is a token-id line "
+          "({\"prompt_ids\", \"answer_ids\"}); every line of a dataset must be of the same kind\n");
 
   write(dir / "data.jsonl", "\n{\"prompt_ids\": [1, 300], \"answer_ids\": [3]}\n");
-  r = run_in(dir, mpirun(2) + " train --config job.toml");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:2: field \"prompt_ids\" element 1 is id 300, outside the model's "
-                        "vocabulary (model.vocab_size = 259; prompt 0 of iteration 0)\n",
-                        0),
-            0u)
-      << r.err;
+  const RunResult r = refused("data.jsonl:2: field \"prompt_ids\" element 1 is id 300, outside the model's "
+                              "vocabulary (model.vocab_size = 259; prompt 0 of iteration 0)\n");
   EXPECT_EQ(r.err.find("shardrl:", 1), std::string::npos) << "one message, from rank 0: " << r.err;
 
   // Without rl.eos_id the byte tokenizer's EOS would end completions: refused before training.
   write(dir / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"data.jsonl\"\n");
-  r = run_in(dir, mpirun(2) + " train --config job.toml");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err.rfind("shardrl: rl.eos_id is required with the pre-tokenized dataset 'data.jsonl' (data.jsonl:2 has "
-                        "\"prompt_ids\"): set it to the id that ends a completion in the dataset's tokenizer\n",
-                        0),
-            0u)
-      << r.err;
+  refused("rl.eos_id is required with the pre-tokenized dataset 'data.jsonl' (data.jsonl:2 has \"prompt_ids\"): set "
+          "it to the id that ends a completion in the dataset's tokenizer\n");
 }
 
 // A dataset only some ranks can read (a relative or node-local path, the ranks in different

@@ -19,6 +19,21 @@ fs::path qwen3_dir() {
          "models";
 }
 
+// The tiny Qwen3-shaped model the text jobs train (the real 151,936-id vocabulary, fp32).
+std::string tiny_qwen3_model() {
+  return "[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() + "\"\nprecision = \"fp32\"\n"
+         "vocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\n"
+         "tie_embeddings = true\nmax_seq_len = 160\n";
+}
+
+// The synthetic math dataset in dir/data (train.jsonl, eval.jsonl): "" or what went wrong.
+std::string make_math_data(const fs::path& dir, int eval) {
+  RunResult data = run_in(dir, "python3 " + std::string(SHARDRL_SOURCE_DIR) +
+                                   "/scripts/make_math_dataset.py --out data --train 64 --eval " +
+                                   std::to_string(eval) + " --steps 1");
+  return data.exit_code == 0 ? "" : data.err;
+}
+
 std::string missing_reference() {
   if (!fs::exists(qwen3_dir() / "tokenizer.json"))
     return "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh: npm unreachable?)";
@@ -105,14 +120,9 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   fs::path dir = test_dir();
-  RunResult data = run_in(dir, "python3 " + std::string(SHARDRL_SOURCE_DIR) +
-                                   "/scripts/make_math_dataset.py --out data --train 64 --eval 6 --steps 1");
-  ASSERT_EQ(data.exit_code, 0) << data.err;
+  ASSERT_EQ(make_math_data(dir, 6), "");
   write(dir / "text.toml",
-        "[run]\nname = \"text\"\niterations = 3\n"
-        "[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() + "\"\nprecision = \"fp32\"\n"
-        "vocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\n"
-        "tie_embeddings = true\nmax_seq_len = 160\n"
+        "[run]\nname = \"text\"\niterations = 3\n" + tiny_qwen3_model() +
         "[train]\nmicro_batch_size = 4\nseq_len = 128\n"
         "[rollout]\nmax_new_tokens = 16\n"
         "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\neval_dataset = \"data/eval.jsonl\"\n"
@@ -189,14 +199,9 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   if (std::system("h5diff --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "h5diff (hdf5-tools) is not installed";
   fs::path dir = test_dir();
-  RunResult data = run_in(dir, "python3 " + std::string(SHARDRL_SOURCE_DIR) +
-                                   "/scripts/make_math_dataset.py --out data --train 64 --eval 2 --steps 1");
-  ASSERT_EQ(data.exit_code, 0) << data.err;
+  ASSERT_EQ(make_math_data(dir, 2), "");
   write(dir / "job.toml",
-        "[run]\nname = \"a\"\niterations = 4\n"
-        "[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() + "\"\nprecision = \"fp32\"\n"
-        "vocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\nn_kv_heads = 1\nhead_dim = 16\nd_ff = 64\n"
-        "tie_embeddings = true\nmax_seq_len = 160\n"
+        "[run]\nname = \"a\"\niterations = 4\n" + tiny_qwen3_model() +
         "[train]\nmicro_batch_size = 4\nseq_len = 128\n[rollout]\nmax_new_tokens = 16\n[checkpoint]\ninterval = 0\n"
         "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\nreward = \"command\"\n"
         "reward_command = [\"python3\", \"" + std::string(SHARDRL_SOURCE_DIR) + "/tests/reward_commands/stops_the_job.py\"]\n"
@@ -303,9 +308,7 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
 TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   fs::path dir = test_dir();
-  const std::string job = "[run]\niterations = 1\n[model]\npreset = \"custom\"\ntokenizer = \"" + qwen3_dir().string() +
-                          "\"\nprecision = \"fp32\"\nvocab_size = 151936\nd_model = 32\nn_layers = 1\nn_heads = 2\n"
-                          "n_kv_heads = 1\nhead_dim = 16\nd_ff = 64\ntie_embeddings = true\nmax_seq_len = 160\n"
+  const std::string job = "[run]\niterations = 1\n" + tiny_qwen3_model() +
                           "[train]\nmicro_batch_size = 4\nseq_len = 64\n[rollout]\nmax_new_tokens = 16\n"
                           "[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n";
   write(dir / "job.toml", job);

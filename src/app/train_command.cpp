@@ -18,6 +18,7 @@
 #include "app/collective_smoke.hpp"
 #include "app/job_config.hpp"
 #include "app/progress.hpp"
+#include "app/resume_choice.hpp"
 #include "app/trace_file.hpp"
 #include "config/changes.hpp"
 #include "config/print.hpp"
@@ -86,110 +87,6 @@ void inject_failure(const DebugConfig& debug, std::int64_t iteration) {
                               iteration));
   spdlog::warn("injected hang (debug.fail_rank = {}): no longer taking part in collectives", debug.fail_rank);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-}
-
-// --resume-from a checkpoint earlier than the run's newest: the job would write its own iter_N
-// files over the committed ones of the course it leaves, and drop their metrics. Refused unless
-// --overwrite, which deletes those checkpoints first. Rank 0 only (run_on_root).
-void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
-                                std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
-  const std::vector<std::filesystem::path> later = committed_checkpoints_after(checkpoints, resumed_at);
-  if (later.empty()) return;
-  if (!overwrite)
-    throw InputError(fmt::format(
-        "--resume-from {} (iteration {}): the run directory {} already holds {} later checkpoint(s), the newest "
-        "{}, which the resumed run would replace (and drop their metrics); choose another run.name to branch from "
-        "it, or add --overwrite to delete them",
-        from.string(), resumed_at, run_dir.string(), later.size(), later.back().filename().string()));
-  const std::size_t deleted = delete_checkpoints_after(checkpoints, resumed_at);
-  spdlog::warn("--overwrite: deleted {} later checkpoint(s) of {} (the newest {}) and their metrics",
-               deleted, run_dir.string(), later.back().filename().string());
-}
-
-// The checkpoint to resume from: --resume-from, else the run's latest, else (a crash between a
-// commit and `latest`) its newest committed checkpoint, else none. Rank 0 looks and tells every
-// rank, problems included. --no-resume on a run that has checkpoints is refused unless
-// --overwrite, which deletes them and the run's metrics first: a run is never overwritten by
-// accident.
-std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
-                                  const std::filesystem::path& run_dir) {
-  if (!args.resume_from.empty()) return args.resume_from;
-  const std::filesystem::path checkpoints = run_dir / "checkpoints";
-  std::string found, problem, note;
-  if (rank == 0) {
-    try {
-      const std::vector<std::filesystem::path> committed = committed_checkpoints(checkpoints);
-      if (args.no_resume) {
-        if (!committed.empty() && !args.overwrite)
-          problem = fmt::format("--no-resume: the run directory {} already holds {} checkpoint(s), the newest {}; "
-                                "run without --no-resume to continue it, choose another run.name, or add "
-                                "--overwrite to delete them and start afresh",
-                                run_dir.string(), committed.size(), committed.back().filename().string());
-        else if (args.overwrite) {
-          std::filesystem::remove_all(checkpoints);
-          std::filesystem::remove(run_dir / "metrics.jsonl");
-          if (!committed.empty()) note = fmt::format("--overwrite: deleted {} checkpoint(s) and the metrics of {}",
-                                                     committed.size(), run_dir.string());
-        }
-      } else {
-        found = latest_checkpoint(checkpoints).string();
-        // `latest` decides (a run resumed from an older checkpoint leaves newer files of the
-        // abandoned course), but a newer committed file may also be a crash between its commit
-        // and the pointer: say so.
-        if (!found.empty() && !committed.empty() &&   // committed: oldest first, `latest` among them
-            committed.back().filename() != std::filesystem::path(found).filename())
-          note = fmt::format("resuming from {}, which `latest` names, though the newer {} exists (a crash between its "
-                             "commit and `latest`, or a run resumed from an older checkpoint); --resume-from {} takes it",
-                             std::filesystem::path(found).filename().string(), committed.back().filename().string(),
-                             committed.back().string());
-        if (found.empty() && !committed.empty()) {
-          found = committed.back().string();
-          note = fmt::format("{} has no `latest` (a crash between a commit and its pointer?): resuming from the "
-                             "newest committed checkpoint {}",
-                             checkpoints.string(), committed.back().filename().string());
-        }
-      }
-    } catch (const InputError& e) {
-      problem = e.what();
-    } catch (const std::filesystem::filesystem_error& e) {
-      problem = e.what();
-    }
-  }
-  broadcast_string(world, problem, 0);
-  broadcast_string(world, found, 0);
-  if (!problem.empty()) throw InputError(problem);
-  if (!note.empty()) spdlog::warn("{}", note);
-  return found;
-}
-
-// A resumed run continues exactly only if nothing that shapes it changed: every key that differs
-// from the checkpoint's configuration is listed; those that change the trajectory stop the job
-// unless --allow-config-change. Collective.
-void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed) {
-  std::string saved_text;
-  {
-    const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint, world);
-    saved_text = in->read_string(checkpoint_format::kConfig);
-  }
-  const LoadedConfig saved = parse_saved_config(saved_text, checkpoint.string() + ":" + checkpoint_format::kConfig);
-  if (!saved.ok()) {   // written by a shardrl with another schema: nothing to compare key by key
-    spdlog::warn("the configuration saved in {} does not load in this shardrl ({}); its keys are not compared",
-                 checkpoint.string(), saved.errors.front());
-    return;
-  }
-  std::vector<std::string> breaking;
-  for (const ConfigChange& c : config_changes(saved.config, cfg)) {
-    spdlog::info("config change since {}: {} = {} -> {}{}", checkpoint.filename().string(), c.key, c.before, c.after,
-                 c.keeps_trajectory ? "" : " (changes the run's trajectory)");
-    if (!c.keeps_trajectory) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
-  }
-  if (breaking.empty() || allowed) return;
-  std::string list;
-  for (const std::string& b : breaking) list += "\n  " + b;
-  throw InputError(fmt::format("resuming {} with a configuration that changes the run's trajectory:{}\nresume with "
-                               "the checkpoint's values, start another run (another run.name), or pass "
-                               "--allow-config-change",
-                               checkpoint.string(), list));
 }
 
 void log_lines(const std::string& text) {
@@ -491,14 +388,14 @@ int run_train(const TrainArgs& args) {
     // began with. SIGTERM (scancel, preemption, the hard time limit) leaves Slurm's KillWait,
     // often 30 s, before SIGKILL, less than a rollout may take, so it gives up the rollout or
     // evaluation in progress; SIGUSR1's warning comes early enough to finish the iteration.
-    rl->abandon_rollouts_when([] { return stop_signal() == SIGTERM; });
+    const auto terminated = [] { return stop_signal() == SIGTERM; };
+    rl->abandon_rollouts_when(terminated);
     // The same SIGTERM also ends a reward command (Slurm signals every process of the step), and
     // the scoring then fails on every rank: where one came, the job saves and exits 3 instead of
     // failing. The rank's own signal may land a moment after its command's end was seen: it is
     // given kStopSignalGrace to arrive. (SIGUSR1 never ends the command, which blocks it: an
     // error under a SIGUSR1 warning is the command's own, and stays an error.)
     const auto stop_instead_of = [&](const InputError& e) {
-      const auto terminated = [] { return stop_signal() == SIGTERM; };
       const auto until = std::chrono::steady_clock::now() + kStopSignalGrace;
       while (!terminated() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -506,29 +403,38 @@ int run_train(const TrainArgs& args) {
       if (stop) spdlog::warn("stopped with a stop requested by a signal: {}", e.what());
       return stop;
     };
+    // Runs an evaluation or a rollout; true where a stop gave it up (RolloutAbandoned, or a
+    // reward command's failure under SIGTERM), after logging what then happens (`then`).
+    const auto stopped_during = [&](const char* then, auto&& work) {
+      try {
+        work();
+        return false;
+      } catch (const RolloutAbandoned& e) {
+        spdlog::warn("{}: {}", e.what(), then);
+        return true;
+      } catch (const InputError& e) {
+        if (stop_instead_of(e)) return true;
+        throw;
+      }
+    };
     RolloutBatch last;
     for (std::int64_t it = first; it < cfg.run.iterations; ++it) {
       if (cfg.debug.fail_rank == rank) inject_failure(cfg.debug, it);
       const TraceSpan span("iteration", it);
       IterationReport r;
-      try {
-        if (cfg.rl.eval_interval > 0 && it % cfg.rl.eval_interval == 0) r.eval = evaluate(it);
-        watch(fmt::format("iteration {}", it + 1));
-        trainer.reset_profile();
-        r.iteration = it;
-        r.total = cfg.run.iterations;
-        r.rollout = rl->rollout(it);
-      } catch (const RolloutAbandoned& e) {
-        spdlog::warn("{}: the iteration starts again when the job continues", e.what());
+      if (stopped_during("the iteration starts again when the job continues", [&] {
+            if (cfg.rl.eval_interval > 0 && it % cfg.rl.eval_interval == 0) r.eval = evaluate(it);
+            watch(fmt::format("iteration {}", it + 1));
+            trainer.reset_profile();
+            r.iteration = it;
+            r.total = cfg.run.iterations;
+            r.rollout = rl->rollout(it);
+          }))
         return stop_after_save();
-      } catch (const InputError& e) {
-        if (stop_instead_of(e)) return stop_after_save();
-        throw;
-      }
       // A SIGTERM after the rollout's last generate call (while it scored): the train phase,
       // which cannot be given up, could outlast KillWait, and the state is still the iteration's
       // start.
-      if (any_rank(mpi.world(), stop_signal() == SIGTERM)) {
+      if (any_rank(mpi.world(), terminated())) {
         spdlog::warn("a stop was requested before the train phase: the iteration starts again when the job continues");
         return stop_after_save();
       }
@@ -567,15 +473,9 @@ int run_train(const TrainArgs& args) {
       // goes on drops it with every record from there). Stopped by a signal, the job saves its
       // trained state without it.
       EvalStats e;
-      try {
-        e = evaluate(cfg.run.iterations);
-      } catch (const RolloutAbandoned& abandoned) {
-        spdlog::warn("{}: the trained state is saved without the final evaluation", abandoned.what());
+      if (stopped_during("the trained state is saved without the final evaluation",
+                         [&] { e = evaluate(cfg.run.iterations); }))
         return stop_after_save();
-      } catch (const InputError& error) {
-        if (stop_instead_of(error)) return stop_after_save();
-        throw;
-      }
       std::vector<std::pair<std::string, double>> record{{"iteration", static_cast<double>(cfg.run.iterations)}};
       for (auto& f : eval_fields(e)) record.push_back(std::move(f));
       run_on_root(mpi.world(), 0, [&] { record_metrics(record); });

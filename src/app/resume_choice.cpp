@@ -1,0 +1,113 @@
+// Which checkpoint a train job resumes from, and whether it may (interface and why: resume_choice.hpp).
+#include "app/resume_choice.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/changes.hpp"
+#include "app/job_config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/checkpoint_dir.hpp"
+#include "job/checkpoint_format.hpp"
+#include "mpi/host_exchange.hpp"
+
+namespace shardrl {
+
+void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
+                                std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
+  const std::vector<std::filesystem::path> later = committed_checkpoints_after(checkpoints, resumed_at);
+  if (later.empty()) return;
+  if (!overwrite)
+    throw InputError(fmt::format(
+        "--resume-from {} (iteration {}): the run directory {} already holds {} later checkpoint(s), the newest "
+        "{}, which the resumed run would replace (and drop their metrics); choose another run.name to branch from "
+        "it, or add --overwrite to delete them",
+        from.string(), resumed_at, run_dir.string(), later.size(), later.back().filename().string()));
+  const std::size_t deleted = delete_checkpoints_after(checkpoints, resumed_at);
+  spdlog::warn("--overwrite: deleted {} later checkpoint(s) of {} (the newest {}) and their metrics",
+               deleted, run_dir.string(), later.back().filename().string());
+}
+
+std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
+                                  const std::filesystem::path& run_dir) {
+  if (!args.resume_from.empty()) return args.resume_from;
+  const std::filesystem::path checkpoints = run_dir / "checkpoints";
+  std::string found, problem, note;
+  if (rank == 0) {
+    try {
+      const std::vector<std::filesystem::path> committed = committed_checkpoints(checkpoints);
+      if (args.no_resume) {
+        if (!committed.empty() && !args.overwrite)
+          problem = fmt::format("--no-resume: the run directory {} already holds {} checkpoint(s), the newest {}; "
+                                "run without --no-resume to continue it, choose another run.name, or add "
+                                "--overwrite to delete them and start afresh",
+                                run_dir.string(), committed.size(), committed.back().filename().string());
+        else if (args.overwrite) {
+          std::filesystem::remove_all(checkpoints);
+          std::filesystem::remove(run_dir / "metrics.jsonl");
+          if (!committed.empty()) note = fmt::format("--overwrite: deleted {} checkpoint(s) and the metrics of {}",
+                                                     committed.size(), run_dir.string());
+        }
+      } else {
+        found = latest_checkpoint(checkpoints).string();
+        // `latest` decides (a run resumed from an older checkpoint leaves newer files of the
+        // abandoned course), but a newer committed file may also be a crash between its commit
+        // and the pointer: say so.
+        if (!found.empty() && !committed.empty() &&   // committed: oldest first, `latest` among them
+            committed.back().filename() != std::filesystem::path(found).filename())
+          note = fmt::format("resuming from {}, which `latest` names, though the newer {} exists (a crash between its "
+                             "commit and `latest`, or a run resumed from an older checkpoint); --resume-from {} takes it",
+                             std::filesystem::path(found).filename().string(), committed.back().filename().string(),
+                             committed.back().string());
+        if (found.empty() && !committed.empty()) {
+          found = committed.back().string();
+          note = fmt::format("{} has no `latest` (a crash between a commit and its pointer?): resuming from the "
+                             "newest committed checkpoint {}",
+                             checkpoints.string(), committed.back().filename().string());
+        }
+      }
+    } catch (const InputError& e) {
+      problem = e.what();
+    } catch (const std::filesystem::filesystem_error& e) {
+      problem = e.what();
+    }
+  }
+  broadcast_string(world, problem, 0);
+  broadcast_string(world, found, 0);
+  if (!problem.empty()) throw InputError(problem);
+  if (!note.empty()) spdlog::warn("{}", note);
+  return found;
+}
+
+void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed) {
+  std::string saved_text;
+  {
+    const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint, world);
+    saved_text = in->read_string(checkpoint_format::kConfig);
+  }
+  const LoadedConfig saved = parse_saved_config(saved_text, checkpoint.string() + ":" + checkpoint_format::kConfig);
+  if (!saved.ok()) {   // written by a shardrl with another schema: nothing to compare key by key
+    spdlog::warn("the configuration saved in {} does not load in this shardrl ({}); its keys are not compared",
+                 checkpoint.string(), saved.errors.front());
+    return;
+  }
+  std::vector<std::string> breaking;
+  for (const ConfigChange& c : config_changes(saved.config, cfg)) {
+    spdlog::info("config change since {}: {} = {} -> {}{}", checkpoint.filename().string(), c.key, c.before, c.after,
+                 c.keeps_trajectory ? "" : " (changes the run's trajectory)");
+    if (!c.keeps_trajectory) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
+  }
+  if (breaking.empty() || allowed) return;
+  std::string list;
+  for (const std::string& b : breaking) list += "\n  " + b;
+  throw InputError(fmt::format("resuming {} with a configuration that changes the run's trajectory:{}\nresume with "
+                               "the checkpoint's values, start another run (another run.name), or pass "
+                               "--allow-config-change",
+                               checkpoint.string(), list));
+}
+
+}  // namespace shardrl

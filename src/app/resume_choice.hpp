@@ -1,0 +1,34 @@
+// Which checkpoint a train job resumes from, and whether it may: the run's `latest` (or newest
+// committed file), --resume-from, --no-resume and --overwrite, and the configuration changes
+// since the checkpoint. A run is never overwritten by accident, nor continued on another course.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <filesystem>
+
+#include "app/cli.hpp"
+#include "config/config.hpp"
+
+namespace shardrl {
+
+// --resume-from a checkpoint earlier than the run's newest: the job would write its own iter_N
+// files over the committed ones of the course it leaves, and drop their metrics. Refused unless
+// --overwrite, which deletes those checkpoints first. Rank 0 only (run_on_root).
+void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
+                                std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir);
+
+// The checkpoint to resume from: --resume-from, else the run's latest, else (a crash between a
+// commit and `latest`) its newest committed checkpoint, else none (empty). Rank 0 looks and tells
+// every rank, problems included. --no-resume on a run that has checkpoints is refused unless
+// --overwrite, which deletes them and the run's metrics first. Collective.
+std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
+                                  const std::filesystem::path& run_dir);
+
+// A resumed run continues exactly only if nothing that shapes it changed: every key that differs
+// from the checkpoint's configuration is listed; those that change the trajectory stop the job
+// unless `allowed` (--allow-config-change). Collective.
+void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed);
+
+}  // namespace shardrl
