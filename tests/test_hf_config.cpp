@@ -105,6 +105,38 @@ TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
   EXPECT_NE(huge.find("hidden_size = 1099511627776: out of range (0 to 2147483647)"), std::string::npos) << huge;
   const std::string negative = refusal(R"({"model_type": "llama", "vocab_size": -3})");
   EXPECT_NE(negative.find("vocab_size = -3: out of range"), std::string::npos) << negative;
+  // No heads: refused before head_dim = hidden_size / heads divides by zero.
+  const std::string no_heads = refusal(R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 64,
+      "num_hidden_layers": 1, "num_attention_heads": 0, "intermediate_size": 16, "max_position_embeddings": 8})");
+  EXPECT_NE(no_heads.find("num_attention_heads = 0"), std::string::npos) << no_heads;
+  // Keys of the wrong type (null included) are named, as InputErrors (nlohmann's value() threw its
+  // own type_error for them, an unexpected error without the file).
+  const std::string tied = refusal("{" + kQwen3Body.substr(0, kQwen3Body.find("\"tie_word")) +
+                                   R"("tie_word_embeddings": null, "max_position_embeddings": 256})");
+  EXPECT_EQ(tied, "") << "null is the default";
+  const std::string tied_text = refusal("{" + kQwen3Body.substr(0, kQwen3Body.find("\"tie_word")) +
+                                        R"("tie_word_embeddings": "yes", "max_position_embeddings": 256})");
+  EXPECT_NE(tied_text.find("dir/config.json: tie_word_embeddings: not true or false"), std::string::npos) << tied_text;
+  const std::string type_number = refusal(R"({"model_type": 3})");
+  EXPECT_NE(type_number.find("dir/config.json: model_type: not a string"), std::string::npos) << type_number;
+  const std::string rope_null = refusal("{" + kQwen3Body + R"(, "rope_scaling": {"rope_type": null, "factor": 2.0}})");
+  EXPECT_NE(rope_null.find("rope_scaling.rope_type: not a string"), std::string::npos) << rope_null;
+}
+
+// Qwen3-MoE's attention always normalises q and k: an MoE shape without q/k norms has no Hugging
+// Face architecture (exported as Qwen3-MoE it would compute something else there).
+TEST(HfConfig, RefusesToExportExpertsWithoutQkNorms) {
+  ModelShape s;
+  s.n_experts = 4;
+  s.top_k = 2;
+  s.d_ff_expert = 32;
+  s.qk_norm = false;
+  try {
+    shardrl::hf_config_json(s, "float32");
+    FAIL() << "exported";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.qk_norm = false"), std::string::npos) << e.what();
+  }
 }
 
 TEST(HfConfig, ExportedConfigReadsBackAsTheSameShape) {

@@ -23,6 +23,11 @@ std::string hf_config_json(const ModelShape& s, const std::string& torch_dtype) 
   if (s.shared_expert)
     throw InputError("no Hugging Face architecture has an ungated shared expert beside Qwen3-MoE's experts "
                      "(model.shared_expert = true)");
+  // Qwen3-MoE's attention always normalises q and k (transformers would fill absent norms with
+  // ones and still normalise): a shape without them would compute something else there.
+  if (s.n_experts > 0 && !s.qk_norm)
+    throw InputError("no Hugging Face architecture has mixture-of-experts layers without q/k norms "
+                     "(model.n_experts > 0 with model.qk_norm = false): Qwen3-MoE's attention normalises q and k");
   nlohmann::ordered_json j;
   const bool moe = s.n_experts > 0;
   if (moe) {
@@ -83,7 +88,19 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   }
   auto fail = [&](const std::string& problem) { throw InputError(where + ": " + problem); };
   if (!j.is_object()) fail("not a JSON object");
-  const std::string type = j.value("model_type", "");
+  // Typed reads that name the key: nlohmann's value() throws its own type_error on a present key
+  // of another type (null included).
+  auto text_or = [&](const nlohmann::json& o, const std::string& in, const char* key, const std::string& fallback) {
+    if (!o.contains(key)) return fallback;
+    if (!o[key].is_string()) fail(in + key + ": not a string");
+    return o[key].get<std::string>();
+  };
+  auto flag_or = [&](const char* key, bool fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean()) fail(std::string(key) + ": not true or false");
+    return j[key].get<bool>();
+  };
+  const std::string type = text_or(j, "", "model_type", "");
   if (type != "llama" && type != "qwen3" && type != "qwen3_moe")
     fail("model_type \"" + type + "\": shardrl builds llama, qwen3 and qwen3_moe models");
   auto integer = [&](const char* key) -> int {
@@ -113,7 +130,8 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     if (!j.contains(key) || j[key].is_null()) continue;
     const nlohmann::json& r = j[key];
     if (!r.is_object()) fail(std::string(key) + ": not an object");
-    const std::string rope_type = r.value("rope_type", r.value("type", "default"));
+    const std::string rope_type =
+        text_or(r, std::string(key) + ".", "rope_type", text_or(r, std::string(key) + ".", "type", "default"));
     if (rope_type == "llama3") {
       const char* names[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
       for (int k = 0; k < 4; ++k) {
@@ -135,6 +153,7 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   s.d_model = integer("hidden_size");
   s.n_layers = integer("num_hidden_layers");
   s.n_heads = integer("num_attention_heads");
+  if (s.n_heads == 0) fail("num_attention_heads = 0: a model needs at least one attention head");
   s.n_kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : s.n_heads;
   s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim") : s.d_model / s.n_heads;
   s.d_ff = integer("intermediate_size");
@@ -149,7 +168,7 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   }
   s.norm_eps = static_cast<float>(real("rms_norm_eps", 1e-6));
   s.qk_norm = type != "llama";
-  s.tie_embeddings = j.value("tie_word_embeddings", false);
+  s.tie_embeddings = flag_or("tie_word_embeddings", false);
   s.max_seq_len = integer("max_position_embeddings");
   if (type == "qwen3_moe") {
     // transformers 4 writes num_experts; later versions may write the Mixtral spelling.
@@ -158,7 +177,7 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     s.top_k = integer("num_experts_per_tok");
     s.d_ff_expert = integer("moe_intermediate_size");
     s.moe_every = j.contains("decoder_sparse_step") ? integer("decoder_sparse_step") : 1;
-    if (!j.value("norm_topk_prob", false)) fail("norm_topk_prob = false: shardrl renormalises the top-k gates");
+    if (!flag_or("norm_topk_prob", false)) fail("norm_topk_prob = false: shardrl renormalises the top-k gates");
     if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].empty())
       fail("mlp_only_layers is not empty: shardrl places dense layers by decoder_sparse_step only");
   }
