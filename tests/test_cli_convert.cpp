@@ -163,6 +163,19 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   for (const shardrl::StTensor& t : first.header().tensors)
     EXPECT_EQ(first.read_f32(t.name), second.read_f32(t.name)) << t.name;
 
+  // A directory only rank 0 can see (a relative path, rank 1 started elsewhere), with the shape
+  // keys given so that nothing reads config.json before the weights' load: rank 1's failure to
+  // read it reaches rank 0, which has read its weights and waits in the load's agreement; every
+  // rank stops with rank 1's message (it hung there before).
+  fs::create_directories(dir / "elsewhere");
+  write(dir / "d.toml", "[run]\nname = \"d\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
+                        "[model]\npreset = \"custom\"\ninit_from = \"hf\"\nd_model = 32\nn_layers = 1\nn_heads = 2\n"
+                        "n_kv_heads = 1\nhead_dim = 16\nd_ff = 48\n");
+  RunResult d = run_in(dir, mpirun_in_two_dirs(dir, dir / "elsewhere", " train --config " + (dir / "d.toml").string()));
+  EXPECT_EQ(d.exit_code, 2) << d.out << d.err;
+  EXPECT_NE(d.err.find("hf/config.json"), std::string::npos) << d.err;
+  EXPECT_LT(d.seconds, 60.0);
+
   write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n");
   RunResult c = run_in(dir, mpirun(2) + " train --config c.toml");
   EXPECT_EQ(c.exit_code, 2);

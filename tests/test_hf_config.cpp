@@ -1,13 +1,15 @@
 // Hugging Face config.json <-> model shape: both transformers 4 (rope_theta, rope_scaling) and
 // transformers 5 (rope_parameters) spellings of plain RoPE and of Llama 3's scaled RoPE are read;
 // other scalings, biases and the features shardrl lacks are refused with the key named; an
-// exported config reads back as the same shape.
+// exported config reads back as the same shape. A PEFT adapter_config.json is compared with the
+// job's adapters.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "core/error.hpp"
 #include "job/hf_config.hpp"
+#include "job/peft_adapter.hpp"
 
 namespace {
 
@@ -179,6 +181,19 @@ TEST(HfConfig, ExportedConfigReadsBackAsTheSameShape) {
     EXPECT_EQ(r.d_ff_expert, w.d_ff_expert);
     EXPECT_EQ(r.moe_every, w.moe_every);
   }
+}
+
+// lora.alpha is a float: an adapter's lora_alpha of 0.1 is this job's 0.1 (compared as doubles,
+// 0.1 and 0.1f differed, and the refusal read "lora_alpha = 0.1, and this job's lora.alpha = 0.1").
+TEST(PeftConfig, AlphaIsComparedAsTheJobsFloat) {
+  shardrl::LoraShape lora;
+  lora.rank = 8;
+  lora.alpha = 0.1f;
+  lora.targets = 1u << static_cast<int>(shardrl::LoraTarget::q) | 1u << static_cast<int>(shardrl::LoraTarget::v);
+  const std::string config = R"({"peft_type": "LORA", "r": 8, "lora_alpha": 0.1, "target_modules": ["q_proj", "v_proj"]})";
+  EXPECT_EQ(shardrl::peft_config_problem(config, "x", lora), "");
+  lora.alpha = 0.2f;
+  EXPECT_NE(shardrl::peft_config_problem(config, "x", lora).find("lora_alpha = 0.1"), std::string::npos);
 }
 
 }  // namespace

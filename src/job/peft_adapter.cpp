@@ -75,7 +75,8 @@ std::string peft_config_problem(const std::string& text, const std::string& wher
   if (!value("r").is_number_integer() || value("r").get<long>() != lora.rank)
     return fmt::format("{}: r = {}, and this job's lora.rank = {} (set lora.rank to the adapter's)", where,
                        value("r").dump(), lora.rank);
-  if (!value("lora_alpha").is_number() || value("lora_alpha").get<double>() != static_cast<double>(lora.alpha))
+  // lora.alpha is a float: the adapter's alpha compared as one (0.1 in JSON is not 0.1f in double).
+  if (!value("lora_alpha").is_number() || static_cast<float>(value("lora_alpha").get<double>()) != lora.alpha)
     return fmt::format("{}: lora_alpha = {}, and this job's lora.alpha = {} (set lora.alpha to the adapter's)", where,
                        value("lora_alpha").dump(), lora.alpha);
   // What the adapters would compute differently, or hold beyond A and B.
@@ -123,50 +124,57 @@ std::string peft_config_problem(const std::string& text, const std::string& wher
 
 void load_peft_adapters(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
                         const LoraShape& lora, MPI_Comm comm) {
-  const std::filesystem::path config = dir / "adapter_config.json";
-  if (const std::string problem = peft_config_problem(read_input_file(config, "PEFT adapter config"), config.string(),
-                                                      lora);
-      !problem.empty())
-    throw InputError(problem);
-  const SafetensorsFile file(dir / "adapter_model.safetensors");
-  const std::string where = file.path().string();
-  // Every tensor of the file must be one of the model's adapters: anything else would be dropped.
-  std::set<std::string> expected;
-  for (const UnitSpec& unit : units)
-    for (const ParamSpec& p : unit.params)
-      if (unit.trains(p, true)) expected.insert(peft_tensor_name(p.name));
-  for (const StTensor& t : file.header().tensors)
-    if (expected.count(t.name) == 0)
-      throw InputError(fmt::format("{}: tensor '{}' is not one of this job's adapters (its layers, lora.targets)",
-                                   where, t.name));
-  const ShardLayout& layout = trainer.layout();
-  std::string problem;   // this rank's first: a read that failed, or a value not finite
-  for (int u = 0; u < layout.unit_count(); ++u) {
-    const UnitSpec& unit = units[static_cast<std::size_t>(u)];
-    if (unit.adapters_begin < 0) continue;
-    std::vector<float> slice = trainer.read_slice(u, SliceState::main);
-    for (const ParamSpec& p : unit.params) {
-      if (!unit.trains(p, true)) continue;
-      const std::string name = peft_tensor_name(p.name);
-      const StTensor* t = file.find(name);
-      if (!t) throw InputError(fmt::format("{}: no tensor '{}', an adapter this job has (lora.targets)", where, name));
-      if (t->shape != p.shape)
-        throw InputError(fmt::format("{}: tensor '{}': shape ({}), the job's adapter's is ({})", where, name,
-                                     fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
-      const ParamOverlap o = layout.state_overlap(u, p);
-      if (o.count == 0 || !problem.empty()) continue;
-      try {
-        const std::vector<float> values = file.read_f32(name, o.first, o.count);
-        for (std::size_t k = 0; k < values.size() && problem.empty(); ++k)
-          if (!std::isfinite(values[k]))
-            problem = fmt::format("{}: tensor '{}' holds {} at element {}: adapters' weights are finite", where, name,
-                                  values[k], static_cast<std::uint64_t>(o.first) + k);
-        std::copy(values.begin(), values.end(), slice.begin() + o.at);
-      } catch (const std::exception& e) {
-        problem = e.what();
+  // This rank's first problem: a file it cannot read or that does not fit (a path only some ranks
+  // see), a read of its own slices that failed, a value not finite. Every rank reaches the
+  // agreement with it, so none waits there for a rank that stopped.
+  std::string problem;
+  try {
+    const std::filesystem::path config = dir / "adapter_config.json";
+    if (const std::string refused = peft_config_problem(read_input_file(config, "PEFT adapter config"), config.string(),
+                                                        lora);
+        !refused.empty())
+      throw InputError(refused);
+    const SafetensorsFile file(dir / "adapter_model.safetensors");
+    const std::string where = file.path().string();
+    // Every tensor of the file must be one of the model's adapters: anything else would be dropped.
+    std::set<std::string> expected;
+    for (const UnitSpec& unit : units)
+      for (const ParamSpec& p : unit.params)
+        if (unit.trains(p, true)) expected.insert(peft_tensor_name(p.name));
+    for (const StTensor& t : file.header().tensors)
+      if (expected.count(t.name) == 0)
+        throw InputError(fmt::format("{}: tensor '{}' is not one of this job's adapters (its layers, lora.targets)",
+                                     where, t.name));
+    const ShardLayout& layout = trainer.layout();
+    for (int u = 0; u < layout.unit_count(); ++u) {
+      const UnitSpec& unit = units[static_cast<std::size_t>(u)];
+      if (unit.adapters_begin < 0) continue;
+      std::vector<float> slice = trainer.read_slice(u, SliceState::main);
+      for (const ParamSpec& p : unit.params) {
+        if (!unit.trains(p, true)) continue;
+        const std::string name = peft_tensor_name(p.name);
+        const StTensor* t = file.find(name);
+        if (!t) throw InputError(fmt::format("{}: no tensor '{}', an adapter this job has (lora.targets)", where, name));
+        if (t->shape != p.shape)
+          throw InputError(fmt::format("{}: tensor '{}': shape ({}), the job's adapter's is ({})", where, name,
+                                       fmt::join(t->shape, ", "), fmt::join(p.shape, ", ")));
+        const ParamOverlap o = layout.state_overlap(u, p);
+        if (o.count == 0 || !problem.empty()) continue;
+        try {
+          const std::vector<float> values = file.read_f32(name, o.first, o.count);
+          for (std::size_t k = 0; k < values.size() && problem.empty(); ++k)
+            if (!std::isfinite(values[k]))
+              problem = fmt::format("{}: tensor '{}' holds {} at element {}: adapters' weights are finite", where, name,
+                                    values[k], static_cast<std::uint64_t>(o.first) + k);
+          std::copy(values.begin(), values.end(), slice.begin() + o.at);
+        } catch (const std::exception& e) {
+          problem = e.what();
+        }
       }
+      trainer.write_slice(u, SliceState::main, slice);
     }
-    trainer.write_slice(u, SliceState::main, slice);
+  } catch (const std::exception& e) {
+    if (problem.empty()) problem = e.what();
   }
   agree_on_error(comm, problem);
 }
