@@ -344,10 +344,42 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   write(dir / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": 2}\n");
   RunResult eval_ids = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set "
                                                "model.vocab_size=1000 --set rl.eval_dataset=e.jsonl --set "
-                                               "rl.eval_interval=1 --set rl.sft_steps=0");
+                                               "rl.eval_interval=1 --set rl.sft_steps=0 --set rl.eos_id=5");
   EXPECT_EQ(eval_ids.exit_code, 2) << eval_ids.out << eval_ids.err;
   EXPECT_NE(eval_ids.err.find("e.jsonl:1: field \"prompt_ids\" element 0 is id"), std::string::npos) << eval_ids.err;
   EXPECT_NE(eval_ids.err.find("(model.vocab_size = 1000; eval prompt 0)"), std::string::npos) << eval_ids.err;
+  // The tokenizer's end-of-completion id (<|im_end|>, 151645) past model.vocab_size: named when the
+  // job starts (it ended completions, padded rows and targeted the warm-up past the embedding).
+  RunResult eos = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set model.vocab_size=151643");
+  EXPECT_EQ(eos.exit_code, 2) << eos.out << eos.err;
+  EXPECT_NE(eos.err.find("the end-of-completion id 151645 (the tokenizer's eos token) is outside the model's "
+                         "vocabulary (model.vocab_size = 151643)"),
+            std::string::npos)
+      << eos.err;
+  // Lines refused with their field: an empty answer (it would reward stopping at once), a
+  // solution that is not text, a malformed first message beside rl.system_prompt, and content
+  // that is not text without a chat template (each was taken silently, or an unexpected error).
+  const struct {
+    const char* line;
+    const char* sets;
+    const char* message;
+  } refused_lines[] = {
+      {"{\"prompt\": \"1+1?\", \"answer\": \" \"}", "", "d.jsonl:1: field \"answer\" is empty"},
+      {"{\"prompt\": \"1+1?\", \"answer\": 2, \"solution\": [\"1+1\", \"=2\"]}", "",
+       "d.jsonl:1: field \"solution\" must be a string, got array"},
+      {"{\"messages\": [\"hi\"], \"answer\": 1}", " --set 'rl.system_prompt=\"Be brief.\"'",
+       "d.jsonl:1: every message needs a string \"role\" and a \"content\""},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}], \"answer\": 1}",
+       " --set rl.chat_template=false",
+       "d.jsonl:1: a message's \"content\" must be a string without a chat template (rl.chat_template = false), "
+       "got array"},
+  };
+  for (const auto& k : refused_lines) {
+    write(dir / "d.jsonl", std::string(k.line) + "\n");
+    RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite" + k.sets);
+    EXPECT_EQ(r.exit_code, 2) << k.line << r.out << r.err;
+    EXPECT_NE(r.err.find(k.message), std::string::npos) << k.line << ": " << r.err;
+  }
 
   // A chat template's own refusal (raise_exception, here Llama 2's rule that roles alternate) is
   // named with the dataset line it refused, not only the template's position.

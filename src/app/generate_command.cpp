@@ -152,6 +152,18 @@ int run_generate(const GenerateArgs& args) {
         prompt.push_back(tokenizer::kBos);
         for (std::int32_t t : tokenizer::encode(prompt_text)) prompt.push_back(t);
       }
+      // The encoded prompt and the end-of-completion id index the model's embedding: a tokenizer
+      // larger than model.vocab_size is named here, not read past the embedding.
+      const int vocab = resolve_model_shape(cfg.model).vocab_size;
+      for (std::size_t i = 0; i < prompt.size(); ++i)
+        if (prompt[i] >= vocab)
+          throw InputError(fmt::format("the prompt's token {} is id {}, outside the model's vocabulary "
+                                       "(model.vocab_size = {})",
+                                       i, prompt[i], vocab));
+      if (eos >= vocab)
+        throw InputError(fmt::format("the end-of-completion id {} is outside the model's vocabulary "
+                                     "(model.vocab_size = {}): set rl.eos_id",
+                                     eos, vocab));
     });
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";

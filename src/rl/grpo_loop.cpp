@@ -111,6 +111,14 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
         options.task.dataset_path.empty() ? fmt::format("rl.task = \"{}\"", options.task.name)
                                           : fmt::format("the dataset '{}'", options.task.dataset_path),
         tokenizer::kVocabSize - 1, tokenizer::kVocabSize));
+  // The end-of-completion id ends completions, pads rows and targets the warm-up's last token:
+  // one past the model's vocabulary would index past the embedding and the head. rl.eos_id is
+  // range-checked with the config; the tokenizer's own (a dataset's task) only here.
+  if (eos_id_ >= model.options().shape.vocab_size)
+    throw InputError(fmt::format("the end-of-completion id {} ({}) is outside the model's vocabulary "
+                                 "(model.vocab_size = {}): set model.vocab_size above it, or rl.eos_id",
+                                 eos_id_, options.eos_id >= 0 ? "rl.eos_id" : "the tokenizer's eos token",
+                                 model.options().shape.vocab_size));
   const ArenaPlacement rollout{&arena, Phase::rollout};
   if (tensor_parallel != nullptr && tensor_parallel->size() > 1) {
     // The group's ranks generate the prompts of all of them, each computing its part of every

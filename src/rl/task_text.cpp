@@ -40,11 +40,19 @@ struct TextRow {
 };
 
 // An answer field may be a string or a number (GSM8K-style files hold both).
+// An empty answer is refused, as the jsonl task refuses it: it would reward stopping at once
+// (exact), an empty capture (regex), and teach the warm-up to end every completion at once.
 std::string answer_text(const json& v, const std::string& where, const std::string& key) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
-  if (v.is_number()) return v.dump();
-  throw InputError(fmt::format("{}: field \"{}\" must be a string or a number, got {}", where, key, v.type_name()));
+  std::string text;
+  if (v.is_string()) text = v.get<std::string>();
+  // Unsigned first: nlohmann keeps 2^63 and above unsigned, and reading them signed wraps.
+  else if (v.is_number_unsigned()) text = std::to_string(v.get<std::uint64_t>());
+  else if (v.is_number_integer()) text = std::to_string(v.get<std::int64_t>());
+  else if (v.is_number()) text = v.dump();
+  else throw InputError(fmt::format("{}: field \"{}\" must be a string or a number, got {}", where, key, v.type_name()));
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError(fmt::format("{}: field \"{}\" is empty", where, key));
+  return text;
 }
 
 class TextTask final : public Task {
@@ -172,12 +180,18 @@ class TextTask final : public Task {
       if (j.contains("messages")) {
         if (!j["messages"].is_array() || j["messages"].empty())
           throw InputError(fmt::format("{}: field \"messages\" must be a non-empty array of messages", where));
-        if (!t.system_prompt.empty() && j["messages"][0].value("role", "") == "system") messages = json::array();
         for (const json& m : j["messages"]) {
           if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string())
             throw InputError(fmt::format("{}: every message needs a string \"role\" and a \"content\"", where));
-          messages.push_back(m);
+          // Without a chat template the prompt is the contents joined: each must be text.
+          if (!chat_ && !m["content"].is_string())
+            throw InputError(fmt::format("{}: a message's \"content\" must be a string without a chat template "
+                                         "(rl.chat_template = false), got {}",
+                                         where, m["content"].type_name()));
         }
+        // The line's own system message replaces rl.system_prompt.
+        if (!t.system_prompt.empty() && j["messages"][0]["role"] == "system") messages = json::array();
+        for (const json& m : j["messages"]) messages.push_back(m);
       } else {
         const auto p = j.find(t.prompt_key);
         if (p == j.end() || !p->is_string())
@@ -206,8 +220,12 @@ class TextTask final : public Task {
         continue;
       }
       std::string demonstration = row.answer;
-      if (!t.solution_key.empty() && j.contains(t.solution_key) && j[t.solution_key].is_string())
+      if (!t.solution_key.empty() && j.contains(t.solution_key) && !j[t.solution_key].is_null()) {
+        if (!j[t.solution_key].is_string())
+          throw InputError(fmt::format("{}: field \"{}\" must be a string, got {}", where, t.solution_key,
+                                       j[t.solution_key].type_name()));
         demonstration = j[t.solution_key].get<std::string>();
+      }
       row.demonstration = tokenizer_.encode(demonstration);
       json meta = j;
       meta.erase(t.prompt_key);
