@@ -88,6 +88,11 @@ std::vector<VerifierCase> verifier_cases() {
       {"phrase decimal not cut at its point", "The answer is 3.14.", "3", false},
       {"phrase tuple", "The answer is (1, 2).", "(1,2)", true},
       {"phrase dollar amount", "The answer is $5.", "5", true},
+      // A `$` that closes nothing is a price, not math: the sentence still ends at its comma.
+      {"phrase price then clause", "The answer is $18, which is what she makes every day.", "18", true},
+      {"phrase escaped price then clause", "The answer is \\$18; she keeps it.", "18", true},
+      {"phrase two prices", "The answer is $18, which is $2 more than before.", "18", true},
+      {"phrase inline math keeps its comma", "The answer is $1, 2$, as shown.", "1, 2", true},
       {"phrase isn't is no phrase", "The answer isn't 4; it is 8", "8", true},
       {"phrase answerer is no phrase", "the answerer said 4; total 9", "9", true},
 

@@ -28,16 +28,45 @@ constexpr int kMaxNestingDepth = 8;
 // Cuts an answer at the end of its sentence: the first `.` `,` `;` followed by whitespace (or the
 // end), outside brackets and `$...$`, so "42." and "5, since ..." give the number while "3.14",
 // "1,234" and "(1, 2)" stay whole. Then trims spaces and markdown `*`.
+//
+// A single `$` delimits math by pandoc's rule (tex_math_dollars): the opening one has a
+// non-space character right after it, the closing one a non-space character right before it and
+// no digit right after it; `\$` is a dollar sign. A `$` that closes nothing is text: a price
+// ("$18, which she makes every day" gives 18, where toggling on every `$` kept the rest of the
+// line). `$$` toggles display math.
 std::string_view cut_at_sentence_end(std::string_view s) {
+  const auto escaped = [&](std::size_t i) { return i > 0 && s[i - 1] == '\\'; };
+  const auto closes_math = [&](std::size_t j) {
+    return s[j] == '$' && j > 0 && !escaped(j) && !is_space(s[j - 1]) && s[j - 1] != '$' &&
+           (j + 1 >= s.size() || (!is_digit(s[j + 1]) && s[j + 1] != '$'));
+  };
+  // next_close[i]: the first closing `$` at or after i (npos if none), in one backward pass.
+  std::vector<std::size_t> next_close(s.size() + 1, npos);
+  for (std::size_t j = s.size(); j-- > 0;) next_close[j] = closes_math(j) ? j : next_close[j + 1];
   int depth = 0;
-  bool in_math = false;
+  bool in_math = false, in_display = false;
+  std::size_t math_end = npos;   // the `$` that closes the inline math in progress
   for (std::size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
-    if (c == '$') in_math = !in_math;
+    if (c == '$' && !escaped(i)) {
+      if (i + 1 < s.size() && s[i + 1] == '$') {   // `$$`
+        in_display = !in_display;
+        ++i;
+        continue;
+      }
+      if (in_math && i == math_end) {
+        in_math = false;
+      } else if (!in_math && !in_display && i + 1 < s.size() && !is_space(s[i + 1]) &&
+                 next_close[i + 1] != npos) {
+        in_math = true;
+        math_end = next_close[i + 1];
+      }
+      continue;
+    }
     if (c == '(' || c == '[' || c == '{') ++depth;
     if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
     const bool at_break = i + 1 == s.size() || is_space(s[i + 1]);
-    if (depth == 0 && !in_math && at_break && (c == '.' || c == ',' || c == ';')) {
+    if (depth == 0 && !in_math && !in_display && at_break && (c == '.' || c == ',' || c == ';')) {
       s = s.substr(0, i);
       break;
     }

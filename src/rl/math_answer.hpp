@@ -12,7 +12,8 @@
 //   3. answer_phrase the text after the last "answer is" / "answer:" (any case, markdown `**`
 //                    around allowed), to the end of its line (the next non-empty line when that is
 //                    empty), cut at the first `.` `,` `;` followed by a space or the end, outside
-//                    brackets and `$...$`: "The answer is 42." -> "42".
+//                    brackets and `$...$` (pandoc's rule: a `$` that closes nothing is a price,
+//                    text): "The answer is 42." -> "42", "The answer is $18, which ..." -> "$18".
 //   4. last_number   the last number in the text: digits, `1,234` groups, decimals, `1e3`, `a/b`,
 //                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`.
 // Rules 1-3 are a well-formed answer (TextReward's format bonus); rule 4 is a fallback.
