@@ -220,5 +220,51 @@ TEST(GrpoLoop, IdBeyondTheVocabularyStopsEveryRank) {
   }
 }
 
+// An example longer than its phase allows names its dataset line (it named only its place in the
+// batch, so one bad line among many could not be found), and stops every rank alike.
+TEST(GrpoLoop, ExampleTooLongIsNamedByItsDatasetLine) {
+  const std::string good = "{\"prompt_ids\": [1, 10], \"answer_ids\": [20, 26]}\n";
+  std::string long_ids = "21";
+  for (int k = 0; k < 39; ++k) long_ids += ", 21";
+  struct Case {
+    const char* name;
+    std::string bad_line;
+    bool warm_up;
+    const char* what;
+  };
+  const Case cases[] = {
+      {"long_answer.jsonl", "{\"prompt_ids\": [1, 11], \"answer_ids\": [" + long_ids + "]}\n", true,
+       "warm-up example {} of step 0 has 43 tokens; train.seq_len = 32 holds at most 33"},
+      {"long_prompt.jsonl", "{\"prompt_ids\": [1, " + long_ids + "], \"answer_ids\": [21, 25]}\n", false,
+       "prompt {} of iteration 0 has 41 tokens; with rollout.max_new_tokens = 8 it needs train.seq_len >= 48 (now 32)"},
+  };
+  SharedDatasets files;
+  for (const Case& k : cases) {
+    const Config c = pre_tokenized_config(files.write(k.name, good + k.bad_line));
+    TaskOptions o;
+    o.name = "jsonl";
+    o.dataset_path = c.rl.dataset;
+    o.eos_id = c.rl.eos_id;
+    const auto task = make_task(o);
+    const auto seed = static_cast<std::uint64_t>(c.run.seed) + (k.warm_up ? 1 : 0);
+    const std::int64_t count = k.warm_up ? c.rl.sft_batch_size : c.rl.prompts_per_iteration;
+    std::int64_t first_bad = -1;
+    for (std::int64_t i = 0; i < count && first_bad < 0; ++i)
+      if (task->example(seed, 0, i).source == c.rl.dataset + ":2") first_bad = i;
+    ASSERT_GE(first_bad, 0) << "the batch never draws line 2: the test proves nothing";
+    const std::string expected = c.rl.dataset + ":2: " + fmt::format(fmt::runtime(k.what), first_bad);
+    Job job(c, MPI_COMM_WORLD);
+    std::string message = "(no InputError)";
+    try {
+      if (k.warm_up) job.loop.warmup_step(0);
+      else job.loop.rollout(0);
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+    EXPECT_EQ(message, expected) << k.name;
+    EXPECT_TRUE(on_every_rank(message == expected)) << k.name << ": some rank did not stop with the message";
+  }
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -220,8 +220,8 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
     else for (std::int32_t t : tokenizer::encode(ex.demonstration)) s.ids.push_back(t);
     s.ids.push_back(eos_id_);
     if (static_cast<int>(s.ids.size()) > seq_len_ + 1)
-      throw InputError(fmt::format("warm-up example {} of step {} has {} tokens; train.seq_len = {} holds at most {}",
-                                   i, step, s.ids.size(), seq_len_, seq_len_ + 1));
+      throw InputError(fmt::format("{}warm-up example {} of step {} has {} tokens; train.seq_len = {} holds at most {}",
+                                   example_where(ex), i, step, s.ids.size(), seq_len_, seq_len_ + 1));
     tokens += s.trained();
     all_ids += static_cast<double>(s.ids.size());
     if (i >= begin && i < end) mine.push_back(std::move(s));

@@ -55,6 +55,10 @@ inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_si
   if (ex.pre_tokenized()) check_ids_in_vocabulary(ex, vocab_size, fmt::format("{} {} of {} {}", what, index, of, step));
 }
 
+// "path:line: " for an example from a dataset, "" for a generated one: a message about the
+// example starts with where to find it.
+inline std::string example_where(const TaskExample& ex) { return ex.source.empty() ? "" : ex.source + ": "; }
+
 // The completion's text as the task scores it: the bytes before the first EOS.
 inline std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_t eos) {
   const auto end = std::find(tokens.begin(), tokens.end(), eos);

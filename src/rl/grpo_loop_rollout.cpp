@@ -44,9 +44,9 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
       std::vector<std::int32_t> ids = prompt_ids(ex);
       if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
         throw InputError(fmt::format(
-            "prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
+            "{}prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
             "(now {})",
-            index, iteration, ids.size(), max_new, ids.size() + max_new - 1, seq_len_));
+            example_where(ex), index, iteration, ids.size(), max_new, ids.size() + max_new - 1, seq_len_));
       if (p < group_begin || p >= group_end) continue;
       const bool mine = p >= begin && p < end;
       for (int g = 0; g < group_; ++g) {
