@@ -81,7 +81,8 @@ case ${SHARDRL_LAUNCHER:-srun} in
   srun) launcher=(srun --mpi=pmix --kill-on-bad-exit=1 --nodes="$nodes" --ntasks="$ntasks"
                   ${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}) ;;
   # Open MPI's mpirun reads the allocation itself (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE: one
-  # slot per task, current after a requeue too) and forwards SIGUSR1; -np keeps it to the count above.
+  # slot per task, current after a requeue too) and forwards SIGUSR1 where it is built to (Debian's
+  # 4.1.4 does; slurm/README.md); -np keeps it to the count above.
   mpirun) launcher=(mpirun -np "$ntasks") ;;
   *) echo "run_shardrl.sh: SHARDRL_LAUNCHER must be srun or mpirun, not '$SHARDRL_LAUNCHER'" >&2; exit 2 ;;
 esac
@@ -126,10 +127,17 @@ trap 'log "got SIGTERM: the ranks got it too; waiting for them to save and stop"
 step=$!
 [[ $warned -eq 1 ]] && kill -s USR1 "$step" 2>/dev/null   # a warning that came before $! was known
 # `wait` returns early (status > 128) when a trapped signal arrives; keep waiting for the step.
+# The step may end while the trap runs, after that early return: bash keeps its status, which
+# `wait` then gives (127 once it has been given, when the first `wait` was the step's own end).
 while true; do
   wait "$step"
   status=$?
-  kill -0 "$step" 2>/dev/null || break
+  if ! kill -0 "$step" 2>/dev/null; then
+    wait "$step" 2>/dev/null
+    again=$?
+    ((again != 127)) && status=$again
+    break
+  fi
 done
 
 case $status in
