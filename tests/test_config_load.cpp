@@ -75,6 +75,13 @@ TEST(ConfigLoad, BackendMustBeCompiledIn) {
   EXPECT_EQ(l.errors[0],
             "--set comm.backend=mpi: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on "
             "the GPU (use \"auto\" or \"nccl\")");
+  // A saved config is read as any build's (BuildInfo::any): a CPU run's comm.backend = "mpi" and a
+  // GPU run's NCCL both load (the CPU run's was refused as a CUDA build's, and a resume then
+  // skipped its check of config changes).
+  BuildInfo any = kGpu;
+  any.any = true;
+  EXPECT_TRUE(load_config("[comm]\nbackend = \"mpi\"\n", "saved", {}, any).ok());
+  EXPECT_TRUE(load_config("[comm]\nbackend = \"nccl\"\n", "saved", {}, any).ok());
 }
 
 TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "core/watchdog.hpp"
@@ -29,6 +30,20 @@ TEST(Watchdog, DisarmedPhaseLivesOn) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   SUCCEED() << "still running after the deadline of every disarmed phase";
+}
+
+// comm.timeout_s = 1e10 means "never": in nanoseconds it overflows the clock, and the deadline
+// came out in the past, ending the job at its first watch.
+TEST(Watchdog, AHugeTimeoutNeverExpires) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        Watchdog w;
+        w.arm(1e10, "opening the metrics log");
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -89,9 +89,13 @@ LoadedConfig parse_job_config(const std::string& text, const std::string& source
 }
 
 LoadedConfig parse_saved_config(const std::string& text, const std::string& source) {
+  // GPU-only settings pass as on a GPU build, and CPU-only ones (comm.backend = "mpi") as on a
+  // CPU build: a CPU run's saved config was refused as a CUDA build's, and a resume then skipped
+  // its check of config changes.
   BuildInfo any_build;
   any_build.has_cuda = true;
   any_build.has_cudnn = true;
+  any_build.any = true;
   return load_config(text, source, {}, any_build);
 }
 

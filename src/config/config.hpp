@@ -227,6 +227,9 @@ struct Config {
 struct BuildInfo {
   bool has_cuda = false;
   bool has_cudnn = false;   // a GPU build configured with cuDNN (model.attention = "cudnn")
+  // A saved config, read on any build: what a CPU build or a GPU build alone allows is allowed
+  // (the saving job's build took it), so no setting is refused for the build.
+  bool any = false;
 };
 BuildInfo this_build();
 

@@ -515,7 +515,7 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
           cudnn ? "cudnn" : "flash", cudnn ? "cuDNN's fused attention" : "the tensor-core kernels", cudnn ? "s" : "",
           fmt::join(unmet, "; and "), cudnn ? "\"auto\", \"flash\" or \"gemm\"" : "\"auto\" or \"gemm\""));
   }
-  if (c.comm.backend == CommBackend::mpi && build.has_cuda)
+  if (c.comm.backend == CommBackend::mpi && build.has_cuda && !build.any)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"mpi\" moves host buffers, but this CUDA build keeps tensors on the "
         "GPU (use \"auto\" or \"nccl\")",

@@ -1,5 +1,7 @@
 #include "core/watchdog.hpp"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -26,8 +28,10 @@ void Watchdog::arm(double seconds, std::string what, std::function<std::string()
     std::lock_guard<std::mutex> lock(mutex_);
     armed_ = true;
     seconds_ = seconds;
+    // At most a century: comm.timeout_s = 1e10 ("never") in nanoseconds overflows the clock's
+    // 64 bits, and the deadline came out in the past (the job stopped at its first watch).
     deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                       std::chrono::duration<double>(seconds));
+                                                       std::chrono::duration<double>(std::min(seconds, 3.2e9)));
     what_ = std::move(what);
     waiting_for_ = std::move(waiting_for);
   }
