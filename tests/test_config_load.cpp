@@ -84,6 +84,18 @@ TEST(ConfigLoad, BackendMustBeCompiledIn) {
   EXPECT_TRUE(load_config("[comm]\nbackend = \"nccl\"\n", "saved", {}, any).ok());
 }
 
+// Reals are used in single precision: values that would become 0 or inf there are refused,
+// naming the key (optim.eps = 1e-50 passed "> 0" and became a zero epsilon).
+TEST(ConfigLoad, RealsMustFitSinglePrecision) {
+  for (const char* set : {"optim.eps=1e-50", "optim.lr=1e39", "model.norm_eps=1e-45"}) {
+    LoadedConfig l = load_config("", "f", {set, "model.preset=\"custom\""}, kCpu);
+    ASSERT_FALSE(l.ok()) << set;
+    EXPECT_NE(l.errors[0].find("must lie within single precision's range"), std::string::npos) << l.errors[0];
+    EXPECT_NE(l.errors[0].find(std::string("--set ") + set), std::string::npos) << l.errors[0];
+  }
+  EXPECT_TRUE(load_config("", "f", {"optim.eps=1e-30", "optim.weight_decay=0.0"}, kCpu).ok());
+}
+
 TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {
   EXPECT_TRUE(load_config("[train]\ncuda_graph = \"full\"\n[rollout]\ncuda_graph = \"decode\"\n", "f", {}, kGpu).ok());
   LoadedConfig l = load_config("[train]\ncuda_graph = \"full\"\n", "job.toml", {"rollout.cuda_graph=decode"}, kCpu);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <set>
 
@@ -85,6 +86,12 @@ std::string value_problem(const KeyDef& def, const ConfigValue& v) {
     double x = std::holds_alternative<std::int64_t>(v) ? static_cast<double>(std::get<std::int64_t>(v))
                                                        : std::get<double>(v);
     if (!std::isfinite(x)) return fmt::format("must be a finite number, got {}", to_toml_literal(v));
+    // The job computes in single precision: a real outside it would become 0 or inf there
+    // (optim.eps = 1e-50 passed "> 0" and divided by a zero epsilon).
+    if (def.kind == ValueKind::real && x != 0 &&
+        (std::fabs(x) < std::numeric_limits<float>::min() || std::fabs(x) > std::numeric_limits<float>::max()))
+      return fmt::format("must lie within single precision's range ({:g} to {:g} in magnitude, or 0), got {}",
+                         std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), to_toml_literal(v));
     if (def.min && (x < *def.min || (def.min_exclusive && x == *def.min)))
       return fmt::format("must be {} {}, got {}", def.min_exclusive ? ">" : ">=",
                          to_toml_literal(def.kind == ValueKind::integer
