@@ -348,6 +348,31 @@ TEST(ConfigLoad, JobShapeChecks) {
 // without it (tests/test_tasks.cpp, PreTokenizedErrors), not the config.
 // The RL objective's keys: each option loads, and a key its estimator, aggregation or mode would
 // not read is an error naming the key and where it was set, with what to do instead.
+TEST(ConfigLoad, TextTaskKeysAreReadOnlyWhereTheyApply) {
+  const struct {
+    std::vector<std::string> sets;
+    const char* message;
+  } ignored[] = {
+      {{"rl.task=\"jsonl\"", "rl.dataset=d.jsonl", "rl.max_prompt_tokens=100"},
+       "--set rl.max_prompt_tokens=100: rl.max_prompt_tokens applies to rl.task = \"text\", not \"jsonl\""},
+      {{"rl.task=\"jsonl\"", "rl.dataset=d.jsonl", "rl.answer_key=\"target\""},
+       "--set rl.answer_key=\"target\": rl.answer_key applies to rl.task = \"text\", not \"jsonl\""},
+      {{"rl.chat_template=false"}, "--set rl.chat_template=false: rl.chat_template applies to rl.task = \"text\""},
+      {{"rl.task=\"text\"", "rl.dataset=d.jsonl", "model.tokenizer=tok", "rl.eval_dataset=e.jsonl"},
+       "--set rl.eval_dataset=e.jsonl: rl.eval_dataset is evaluated every rl.eval_interval iterations, which is 0"},
+      {{"rl.task=\"text\"", "rl.dataset=d.jsonl", "model.tokenizer=tok", "rl.reward=\"command\"",
+        "rl.reward_command=[\"python3\", \"r.py\"]", "rl.format_reward=0.5"},
+       "--set rl.format_reward=0.5: rl.format_reward applies to rl.reward = \"math\" or \"regex\""},
+  };
+  for (const auto& k : ignored) {
+    const LoadedConfig l = load_config("", "f", k.sets, kCpu);
+    ASSERT_FALSE(l.ok()) << k.message;
+    std::string all;
+    for (const std::string& e : l.errors) all += e + "\n";
+    EXPECT_NE(all.find(k.message), std::string::npos) << all;
+  }
+}
+
 TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
   LoadedConfig l = load_config(
       "[rl]\nadvantage_estimator = \"dr_grpo\"\nloss_aggregation = \"constant\"\nloss_tokens = 12\n"

@@ -428,7 +428,13 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
         {"rl.eval_dataset", !c.rl.eval_dataset.empty()}, {"rl.reward", c.rl.reward != d.reward},
         {"rl.system_prompt", !c.rl.system_prompt.empty()}, {"rl.format_reward", c.rl.format_reward != d.format_reward},
         {"rl.reward_pattern", !c.rl.reward_pattern.empty()}, {"rl.reward_command", !c.rl.reward_command.empty()},
-        {"rl.eval_interval", c.rl.eval_interval != d.eval_interval}, {"model.tokenizer", !c.model.tokenizer.empty()}};
+        {"rl.eval_interval", c.rl.eval_interval != d.eval_interval}, {"model.tokenizer", !c.model.tokenizer.empty()},
+        {"rl.eval_samples", c.rl.eval_samples != d.eval_samples}, {"rl.prompt_key", c.rl.prompt_key != d.prompt_key},
+        {"rl.answer_key", c.rl.answer_key != d.answer_key}, {"rl.solution_key", c.rl.solution_key != d.solution_key},
+        {"rl.chat_template", c.rl.chat_template != d.chat_template},
+        {"rl.template_variables", c.rl.template_variables != d.template_variables},
+        {"rl.max_prompt_tokens", c.rl.max_prompt_tokens != d.max_prompt_tokens},
+        {"rl.reward_timeout_s", c.rl.reward_timeout_s != d.reward_timeout_s}};
     for (const auto& [key, differs] : text_only)
       if (differs)
         out.errors.push_back(fmt::format("{}: {} applies to rl.task = \"text\", not \"{}\"", where(key), key,
@@ -441,6 +447,16 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     if (c.rl.eval_interval > 0 && c.rl.eval_dataset.empty())
       out.errors.push_back(fmt::format("{}: rl.eval_interval = {} needs rl.eval_dataset", where("rl.eval_interval"),
                                        c.rl.eval_interval));
+    // An eval split without an interval would be read and never evaluated.
+    if (c.rl.eval_interval == 0 && !c.rl.eval_dataset.empty())
+      out.errors.push_back(fmt::format("{}: rl.eval_dataset is evaluated every rl.eval_interval iterations, which is "
+                                       "0 (off): set rl.eval_interval",
+                                       where("rl.eval_dataset")));
+    // A reward command scores every completion itself: the math/regex format reward is not its.
+    if (c.rl.reward == "command" && c.rl.format_reward != RlConfig{}.format_reward)
+      out.errors.push_back(fmt::format("{}: rl.format_reward applies to rl.reward = \"math\" or \"regex\"; a "
+                                       "reward command gives every reward itself",
+                                       where("rl.format_reward")));
     if (c.rl.reward == "regex" && c.rl.reward_pattern.empty())
       out.errors.push_back(fmt::format("{}: rl.reward = \"regex\" needs rl.reward_pattern", where("rl.reward")));
     if (c.rl.reward != "regex" && !c.rl.reward_pattern.empty())
