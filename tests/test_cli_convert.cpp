@@ -176,6 +176,20 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   EXPECT_NE(d.err.find("hf/config.json"), std::string::npos) << d.err;
   EXPECT_LT(d.seconds, 60.0);
 
+  // A shape from config.json that the job refuses names config.json, not the --set it was passed
+  // on as (which the user never typed).
+  fs::create_directories(dir / "small");
+  std::string small = slurp(dir / "hf" / "config.json");
+  const std::size_t vocab = small.find("\"vocab_size\": 259");
+  ASSERT_NE(vocab, std::string::npos) << small;
+  small.replace(vocab, std::string("\"vocab_size\": 259").size(), "\"vocab_size\": 100");
+  write(dir / "small" / "config.json", small);
+  write(dir / "s.toml", "[model]\npreset = \"custom\"\ninit_from = \"small\"\n");
+  RunResult s = run_in(dir, mpirun(2) + " train --config s.toml");
+  EXPECT_EQ(s.exit_code, 2) << s.out << s.err;
+  EXPECT_NE(s.err.find("small/config.json: model.vocab_size = 100"), std::string::npos) << s.err;
+  EXPECT_EQ(s.err.find("--set model.vocab_size"), std::string::npos) << s.err;
+
   write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n");
   RunResult c = run_in(dir, mpirun(2) + " train --config c.toml");
   EXPECT_EQ(c.exit_code, 2);

@@ -64,9 +64,9 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   broadcast_string(world, read_error, 0);
   broadcast_string(world, json, 0);
   std::vector<std::string> overrides = args.overrides;
+  std::vector<std::string> from_json;
   try {
-    if (read_error.empty())
-      for (std::string& kv : shape_overrides(shape_from_hf_config(json, json_path))) overrides.push_back(std::move(kv));
+    if (read_error.empty()) from_json = shape_overrides(shape_from_hf_config(json, json_path));
   } catch (const InputError& e) {
     read_error = e.what();
   }
@@ -74,9 +74,16 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
     loaded.errors.push_back(read_error);
     return loaded;
   }
+  overrides.insert(overrides.end(), from_json.begin(), from_json.end());
   loaded = parse_job_config(text, args.config_path, overrides, world_size);
   for (const auto& k : model_shape_keys())
     if (loaded.origin.count("model." + k)) loaded.origin["model." + k] = json_path;
+  // The shape's problems name config.json, not the overrides it was passed as (never typed).
+  for (std::string& e : loaded.errors)
+    for (const std::string& kv : from_json)
+      for (std::size_t at = e.find("--set " + kv + ":"); at != std::string::npos;
+           at = e.find("--set " + kv + ":", at + json_path.size()))
+        e.replace(at, 6 + kv.size(), json_path);
   return loaded;
 }
 
