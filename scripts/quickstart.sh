@@ -12,18 +12,18 @@ status=0
 mpirun -np 2 "${SHARDRL_MPIRUN_FLAGS[@]}" build/cpu-release/src/app/shardrl \
   train --config configs/quickstart.toml --no-resume --overwrite "$@" || status=$?
 
-# The run directory: configs/quickstart.toml's, unless --set moved it.
+# The run directory: configs/quickstart.toml's, unless --set moved it. `train` takes no positional
+# arguments, so a KEY=VALUE argument is a --set value in every form: `--set K=V`, `--set=K=V`,
+# `--set K1=V1 K2=V2`.
 run_dir=runs name=quickstart
-args=("$@")
-for ((i = 0; i + 1 < ${#args[@]}; ++i)); do
-  if [[ ${args[i]} == --set ]]; then
-    value=${args[i + 1]#*=}
-    value=${value//\"/}
-    case ${args[i + 1]} in
-      run.dir=*) run_dir=$value ;;
-      run.name=*) name=$value ;;
-    esac
-  fi
+for a in "$@"; do
+  a=${a#--set=}
+  value=${a#*=}
+  value=${value//\"/}
+  case $a in
+    run.dir=*) run_dir=$value ;;
+    run.name=*) name=$value ;;
+  esac
 done
 # Drawn after a stop by signal too (the metrics so far); a job that wrote none has no curves.
 if [[ -s $run_dir/$name/metrics.jsonl ]]; then
