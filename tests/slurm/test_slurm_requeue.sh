@@ -10,7 +10,7 @@ root=$(realpath "$2")
 launcher=${3:-srun}
 work=$(mktemp -d /tmp/shardrl_slurm.XXXXXX)
 chmod 0755 "$work"   # munged runs as user munge and must reach its socket below
-iterations=60
+iterations=30   # the warning lands after signal_after, well before the end
 signal_after=10   # iterations in metrics.jsonl before the warning is sent
 
 source "$root/tests/slurm/local_slurm.sh"
