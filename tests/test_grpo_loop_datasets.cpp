@@ -171,6 +171,33 @@ TEST(GrpoLoop, PreTokenizedDatasetWithItsOwnEosIsLearnt) {
   EXPECT_GE(mean, 0.9);
 }
 
+// Index of the first example of phase 0's batch (the warm-up's or the rollout's) drawn from line
+// 2 of c's dataset, found as the loop finds it; -1 when the batch never draws it.
+std::int64_t first_draw_of_line_2(const Config& c, bool warm_up) {
+  TaskOptions o;
+  o.name = "jsonl";
+  o.dataset_path = c.rl.dataset;
+  o.eos_id = c.rl.eos_id;
+  const auto task = make_task(o);
+  const auto seed = static_cast<std::uint64_t>(c.run.seed) + (warm_up ? 1 : 0);
+  const std::int64_t count = warm_up ? c.rl.sft_batch_size : c.rl.prompts_per_iteration;
+  for (std::int64_t i = 0; i < count; ++i)
+    if (task->example(seed, 0, i).source == c.rl.dataset + ":2") return i;
+  return -1;
+}
+
+// The InputError a job of c stops with in phase 0 (its warm-up step or its rollout), on this rank.
+std::string stop_message(const Config& c, bool warm_up) {
+  Job job(c, MPI_COMM_WORLD);
+  try {
+    if (warm_up) job.loop.warmup_step(0);
+    else job.loop.rollout(0);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
 // An id beyond model.vocab_size would index past the embedding: the loop checks every example of
 // the batch on every rank as it takes it, so every rank stops with the same InputError naming the
 // dataset line, before any collective of the phase (no rank hangs).
@@ -191,30 +218,12 @@ TEST(GrpoLoop, IdBeyondTheVocabularyStopsEveryRank) {
   SharedDatasets files;
   for (const Case& k : cases) {
     const Config c = pre_tokenized_config(files.write(k.name, good + k.bad_line));
-    // The first example of the batch drawn from line 2, found as the loop finds it.
-    TaskOptions o;
-    o.name = "jsonl";
-    o.dataset_path = c.rl.dataset;
-    o.eos_id = c.rl.eos_id;
-    const auto task = make_task(o);
-    const auto seed = static_cast<std::uint64_t>(c.run.seed) + (k.warm_up ? 1 : 0);
-    const std::int64_t count = k.warm_up ? c.rl.sft_batch_size : c.rl.prompts_per_iteration;
-    std::int64_t first_bad = -1;
-    for (std::int64_t i = 0; i < count && first_bad < 0; ++i)
-      if (task->example(seed, 0, i).source == c.rl.dataset + ":2") first_bad = i;
+    const std::int64_t first_bad = first_draw_of_line_2(c, k.warm_up);
     ASSERT_GE(first_bad, 0) << "the batch never draws line 2: the test proves nothing";
     const std::string expected = fmt::format(
         "{}:2: {}, outside the model's vocabulary (model.vocab_size = 32; {} {} of {} 0)", c.rl.dataset,
         k.field_and_id, k.warm_up ? "warm-up example" : "prompt", first_bad, k.warm_up ? "step" : "iteration");
-
-    Job job(c, MPI_COMM_WORLD);
-    std::string message = "(no InputError)";
-    try {
-      if (k.warm_up) job.loop.warmup_step(0);
-      else job.loop.rollout(0);
-    } catch (const InputError& e) {
-      message = e.what();
-    }
+    const std::string message = stop_message(c, k.warm_up);
     EXPECT_EQ(message, expected) << k.name;
     EXPECT_TRUE(on_every_rank(message == expected)) << k.name << ": some rank did not stop with the message";
   }
@@ -241,26 +250,10 @@ TEST(GrpoLoop, ExampleTooLongIsNamedByItsDatasetLine) {
   SharedDatasets files;
   for (const Case& k : cases) {
     const Config c = pre_tokenized_config(files.write(k.name, good + k.bad_line));
-    TaskOptions o;
-    o.name = "jsonl";
-    o.dataset_path = c.rl.dataset;
-    o.eos_id = c.rl.eos_id;
-    const auto task = make_task(o);
-    const auto seed = static_cast<std::uint64_t>(c.run.seed) + (k.warm_up ? 1 : 0);
-    const std::int64_t count = k.warm_up ? c.rl.sft_batch_size : c.rl.prompts_per_iteration;
-    std::int64_t first_bad = -1;
-    for (std::int64_t i = 0; i < count && first_bad < 0; ++i)
-      if (task->example(seed, 0, i).source == c.rl.dataset + ":2") first_bad = i;
+    const std::int64_t first_bad = first_draw_of_line_2(c, k.warm_up);
     ASSERT_GE(first_bad, 0) << "the batch never draws line 2: the test proves nothing";
     const std::string expected = c.rl.dataset + ":2: " + fmt::format(fmt::runtime(k.what), first_bad);
-    Job job(c, MPI_COMM_WORLD);
-    std::string message = "(no InputError)";
-    try {
-      if (k.warm_up) job.loop.warmup_step(0);
-      else job.loop.rollout(0);
-    } catch (const InputError& e) {
-      message = e.what();
-    }
+    const std::string message = stop_message(c, k.warm_up);
     EXPECT_EQ(message, expected) << k.name;
     EXPECT_TRUE(on_every_rank(message == expected)) << k.name << ": some rank did not stop with the message";
   }

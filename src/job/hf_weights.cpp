@@ -160,12 +160,7 @@ std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& 
     if (problem.empty()) problem = e.what();
   }
   // Only the rank whose slice holds it sees such a problem: the lowest such rank's message goes to all.
-  const std::vector<std::string> found = gather_strings(comm, problem, 0);
-  std::string first;
-  for (const std::string& m : found)
-    if (first.empty() && !m.empty()) first = m;
-  broadcast_string(comm, first, 0);
-  if (!first.empty()) throw InputError(first);
+  agree_on_error(comm, problem);
   return base_checksum(gather_all_slices(comm, read), units, lora);
 }
 

@@ -210,7 +210,7 @@ class TextTask final : public Task {
           throw InputError(fmt::format("{}: {}", where, e.what()));
         }
       } else {
-        for (const json& m : messages) row.prompt += m["content"].is_string() ? m["content"].get<std::string>() : "";
+        for (const json& m : messages) row.prompt += m["content"].get<std::string>();   // text: checked above
       }
       row.prompt_ids = tokenizer_.encode(row.prompt);
       if (row.prompt_ids.empty()) throw InputError(fmt::format("{}: the prompt encodes to no tokens", where));
