@@ -116,37 +116,55 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, std::int64
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<StWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  std::string data;
+  // The header first (every tensor's byte range follows from its shape and dtype), then each
+  // tensor's bytes in pieces: the file never sits whole in memory (an 8B model's export would
+  // otherwise need its size twice over beside the values).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<std::pair<std::string, nlohmann::ordered_json>> entries;
+  std::uint64_t data_size = 0;
   for (const StWrite& t : tensors) {
     SHARDRL_CHECK(t.dtype != StDtype::f16, "write_safetensors writes F32 or BF16");
     std::int64_t numel = 1;
     for (auto d : t.shape) numel *= d;
-    const std::uint64_t begin = data.size();
-    for (std::int64_t i = 0; i < numel; ++i) {
-      if (t.dtype == StDtype::f32) {
-        data.append(reinterpret_cast<const char*>(&t.values[i]), 4);
-      } else {
-        const bf16 b(t.values[i]);
-        data.append(reinterpret_cast<const char*>(&b.bits), 2);
-      }
-    }
+    const std::uint64_t begin = data_size;
+    data_size += static_cast<std::uint64_t>(numel) * dtype_size(t.dtype);
     entries.emplace_back(t.name, nlohmann::ordered_json{{"dtype", dtype_name(t.dtype)},
                                                         {"shape", t.shape},
-                                                        {"data_offsets", {begin, data.size()}}});
+                                                        {"data_offsets", {begin, data_size}}});
   }
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [name, entry] : entries) header[name] = std::move(entry);
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');   // data 8-byte aligned, as the reference writer pads
-  std::string file(8, '\0');
-  std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) file[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  file += text;
-  file += data;
-  write_text_atomically(path, file);
+  std::string length(8, '\0');
+  const std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) length[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+
+  AtomicFile file(path);
+  file.append(length);
+  file.append(text);
+  constexpr std::int64_t kPiece = 1 << 20;   // elements converted per write
+  std::string bytes;
+  for (const StWrite& t : tensors) {
+    std::int64_t numel = 1;
+    for (auto d : t.shape) numel *= d;
+    const std::size_t size = dtype_size(t.dtype);
+    for (std::int64_t first = 0; first < numel; first += kPiece) {
+      const std::int64_t count = std::min(kPiece, numel - first);
+      bytes.resize(static_cast<std::size_t>(count) * size);
+      if (t.dtype == StDtype::f32) {
+        std::memcpy(bytes.data(), t.values + first, bytes.size());   // little-endian, as this host
+      } else {
+        for (std::int64_t i = 0; i < count; ++i) {
+          const bf16 b(t.values[first + i]);
+          std::memcpy(bytes.data() + 2 * i, &b.bits, 2);
+        }
+      }
+      file.append(bytes);
+    }
+  }
+  file.commit();
 }
 
 }  // namespace shardrl

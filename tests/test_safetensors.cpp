@@ -7,13 +7,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
 
 #include <unistd.h>
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
+#include "io/text_file.hpp"
 
 namespace shardrl {
 namespace {
@@ -87,6 +90,50 @@ TEST(Safetensors, RoundTripsF32ExactlyAndBf16AfterOneRounding) {
   for (const char* name : {"model.layers.0.mlp.up_proj.weight", "model.norm.weight"})
     EXPECT_EQ(g.read_bytes(name), f.read_bytes(name)) << name;
   EXPECT_FALSE(fs::exists(q.string() + ".partial"));
+}
+
+// The writer converts and writes a tensor in pieces of 2^20 elements: a tensor of several
+// pieces and a part reads back whole, in both dtypes.
+TEST(Safetensors, TensorsLargerThanTheWritersPieceRoundTrip) {
+  const std::int64_t numel = 2 * (1 << 20) + 5;
+  std::vector<float> a(static_cast<std::size_t>(numel));
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 1000) * 0.37f - 100.0f;
+  const fs::path p = dir() / "pieces.safetensors";
+  write_safetensors(p, {{"small", {3}, StDtype::f32, a.data() + 7},
+                        {"big16", {numel}, StDtype::bf16, a.data()},
+                        {"big32", {numel}, StDtype::f32, a.data()}});
+  SafetensorsFile f(p);
+  EXPECT_EQ(f.read_f32("big32"), a);
+  const std::vector<float> back = f.read_f32("big16");
+  ASSERT_EQ(back.size(), a.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (back[i] != static_cast<float>(bf16(a[i]))) FAIL() << "element " << i;
+  EXPECT_EQ(f.read_f32("small"), std::vector<float>(a.begin() + 7, a.begin() + 10));
+  EXPECT_EQ(fs::file_size(p), f.header().data_offset + 3 * 4 + static_cast<std::uint64_t>(numel) * 6);
+}
+
+// The files under the writer: a file left uncommitted (an export that failed on the way)
+// leaves the old file as it was and no temporary; committed, it replaces the old one.
+TEST(AtomicFile, UncommittedLeavesTheOldFileAndNoTemporary) {
+  const fs::path p = dir() / "atomic.bin";
+  write_text_atomically(p, "old");
+  {
+    AtomicFile file(p);
+    file.append("new and longer");
+    EXPECT_TRUE(fs::exists(p.string() + ".partial"));
+  }
+  EXPECT_FALSE(fs::exists(p.string() + ".partial"));
+  std::ifstream in(p);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "old");
+  {
+    AtomicFile file(p);
+    file.append("new ");
+    file.append("and longer");
+    file.commit();
+  }
+  std::ifstream again(p);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(again), {}), "new and longer");
+  EXPECT_FALSE(fs::exists(p.string() + ".partial"));
 }
 
 TEST(Safetensors, ReadsF16AndAnotherWritersLayout) {
