@@ -130,6 +130,19 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   RunResult missing = run_in(dir, shardrl_binary() + " convert --from nothing.h5 --to-safetensors x");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("nothing.h5"), std::string::npos) << missing.err;
+  // A shape no Hugging Face architecture holds (an ungated shared expert) is refused before the
+  // weights are read or written: before, model.safetensors was written and then config.json
+  // refused, leaving weights without a config that blocked the next try without --force.
+  RunResult moe = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=moe --set run.iterations=0 "
+                                          "--set rl.sft_steps=0 --set model.preset=custom --set model.n_experts=4 "
+                                          "--set model.top_k=2 --set model.moe_every=2 --set model.shared_expert=true");
+  ASSERT_EQ(moe.exit_code, 0) << moe.err;
+  RunResult moe_export = run_in(dir, shardrl_binary() + " convert --from runs/moe/checkpoints/iter_00000000.h5 "
+                                                       "--to-safetensors hf_moe");
+  EXPECT_EQ(moe_export.exit_code, 2) << moe_export.out;
+  EXPECT_NE(moe_export.err.find("model.shared_expert = true"), std::string::npos) << moe_export.err;
+  EXPECT_FALSE(fs::exists(dir / "hf_moe" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "hf_moe" / "model.safetensors.partial"));
 }
 
 // model.init_from with preset = "custom" and no shape keys: the shape is the directory's

@@ -53,9 +53,24 @@ std::optional<ExportSource> open_export_source(const char* flag, const std::stri
   return source;
 }
 
-// `values` (one per parameter of `units`, in order) as a Hugging Face model directory of `shape`.
+// The config.json of an export of `shape`, once nothing stands in its way: the outputs it would
+// replace (refused without --force) and a shape transformers would compute otherwise
+// (hf_config_json refuses it). Called before the weights are read: a refusal after an export's
+// whole read (or, worse, after its weights were written, leaving them without a config.json)
+// costs the user the export.
+std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape) {
+  const std::filesystem::path dir(args.to_safetensors);
+  for (const char* name : {"model.safetensors", "config.json", "model.safetensors.index.json"})
+    if (std::filesystem::exists(dir / name) && !args.force)
+      throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
+                                   (dir / name).string()));
+  return hf_config_json(shape, args.dtype == "bf16" ? "bfloat16" : "float32");
+}
+
+// `values` (one per parameter of `units`, in order) as a Hugging Face model directory of `shape`
+// with its `config_json` (checked_hf_config).
 void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const std::vector<UnitSpec>& units,
-                        const std::vector<std::vector<float>>& values) {
+                        const std::vector<std::vector<float>>& values, const std::string& config_json) {
   const bool bf16 = args.dtype == "bf16";
   std::vector<StWrite> tensors;
   std::size_t i = 0;
@@ -63,12 +78,8 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
     for (const ParamSpec& p : unit.params)
       tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
   const std::filesystem::path dir(args.to_safetensors);
-  for (const char* name : {"model.safetensors", "config.json", "model.safetensors.index.json"})
-    if (std::filesystem::exists(dir / name) && !args.force)
-      throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
-                                   (dir / name).string()));
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-  write_text_atomically(dir / "config.json", hf_config_json(shape, bf16 ? "bfloat16" : "float32"));
+  write_text_atomically(dir / "config.json", config_json);
   // A sharded model left there (its index and shards) would be what importers read, shardrl's
   // included, instead of the new model.safetensors: --force removes it, once the new one is written.
   if (std::filesystem::exists(dir / "model.safetensors.index.json")) {
@@ -93,6 +104,8 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
   // Only the weights are needed: no batch beyond one token (the activations sized by it).
   cfg.train.micro_batch_size = 1;
   cfg.train.seq_len = 1;
+  const ModelShape base_shape = resolve_model_shape(cfg.model);
+  const std::string config_json = checked_hf_config(args, base_shape);
   const ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
@@ -102,7 +115,6 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
   if (policy.base_from_init_from()) policy.load_init_from(mpi.world());
   load_policy_weights(args.from, policy, mpi.world());
   const LoraShape& lora = policy.model().options().shape.lora;
-  const ModelShape base_shape = resolve_model_shape(cfg.model);
   const std::vector<UnitSpec> base_units = model_units(base_shape);
   const std::vector<UnitSpec>& units = policy.model().units();
   std::vector<std::vector<float>> values;
@@ -136,7 +148,7 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
       }
     }
   }
-  write_hf_directory(args, base_shape, base_units, values);
+  write_hf_directory(args, base_shape, base_units, values, config_json);
   return 0;
 }
 
@@ -161,6 +173,7 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   }
   ShardedFileReader& checkpoint = *source->file;
   const ModelShape shape = resolve_model_shape(loaded.config.model);
+  const std::string config_json = checked_hf_config(args, shape);
   const std::vector<UnitSpec> units = model_units(shape);
   // Every parameter whole, in the units' order (so the file's data follow the model's layout).
   std::vector<std::vector<float>> values;
@@ -170,7 +183,7 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
       checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
                       static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
     }
-  write_hf_directory(args, shape, units, values);
+  write_hf_directory(args, shape, units, values, config_json);
   return 0;
 }
 
@@ -188,6 +201,10 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
                                  args.from));
   const ModelShape shape = job_model_shape(loaded.config);
   const bool bf16 = args.dtype == "bf16";
+  const std::filesystem::path dir(args.to_peft);
+  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"})
+    if (std::filesystem::exists(dir / name) && !args.force)
+      throw InputError(fmt::format("--to-peft: '{}' exists; pass --force to replace it", (dir / name).string()));
   std::vector<std::vector<float>> values;
   std::vector<const ParamSpec*> adapters;   // into `units`
   const std::vector<UnitSpec> units = model_units(shape);
@@ -204,10 +221,6 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
   for (std::size_t i = 0; i < adapters.size(); ++i)
     tensors.push_back({peft_tensor_name(adapters[i]->name), adapters[i]->shape, bf16 ? StDtype::bf16 : StDtype::f32,
                        values[i].data()});
-  const std::filesystem::path dir(args.to_peft);
-  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"})
-    if (std::filesystem::exists(dir / name) && !args.force)
-      throw InputError(fmt::format("--to-peft: '{}' exists; pass --force to replace it", (dir / name).string()));
   std::filesystem::create_directories(dir);
   write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
   write_text_atomically(dir / "adapter_config.json", peft_adapter_config_json(shape.lora, loaded.config.model.init_from));
