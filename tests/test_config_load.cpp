@@ -451,6 +451,11 @@ TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {
   l = load_config("[rl]\neos_id = -2\n", "f", {}, kCpu);
   ASSERT_EQ(l.errors.size(), 1u);
   EXPECT_EQ(l.errors[0], "f:2:10: rl.eos_id: must be >= -1, got -2");
+  // k = 1 sampled completions would write a second eval/pass@1 beside the greedy one (the job
+  // stopped on an internal check at its first evaluation).
+  l = load_config("[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\neval_samples = 1\n", "f", {}, kCpu);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.errors[0], "f:4:16: rl.eval_samples: must be >= 2, got 1");
 
   // (A pre-tokenized dataset: the generated tasks' byte tokenizer needs 259 ids.)
   const std::string custom = "[model]\npreset = \"custom\"\nvocab_size = 64\n[rl]\ntask = \"jsonl\"\ndataset = \"d.jsonl\"\n";

@@ -282,9 +282,10 @@ std::vector<KeyDef> build_schema() {
                                 0),
                        kMaxInt));
   s.push_back(with_max(with_min(field("rl", "eval_samples", VK::integer,
-                                      "Sampled completions per eval prompt for pass@k and mean@k (pass@1 is greedy).",
+                                      "Sampled completions per eval prompt for pass@k and mean@k (pass@1 is greedy; "
+                                      "so k >= 2: a sampled pass@1 would take the greedy one's name).",
                                       &Config::rl, &RlConfig::eval_samples),
-                                1),
+                                2),
                        1024));
   s.push_back(with_max(with_min(field("rl", "eos_id", VK::integer,
                                       "Token id that ends a completion; -1: the byte tokenizer's EOS (257).",
