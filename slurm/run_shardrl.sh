@@ -19,6 +19,19 @@ set -uo pipefail
 
 log() { echo "run_shardrl: $(date '+%F %T') job ${SLURM_JOB_ID:-?}: $*"; }
 
+# The warning (USR1) means: save and come back; Slurm sends it to this shell only (B:), so it is
+# forwarded to the step (srun and Open MPI's mpirun both pass SIGUSR1 on to every rank). Trapped
+# first thing: bash's default for USR1 ends the shell, and a warning that came during the checks
+# below (a job whose time limit is shorter than the warning's lead) would end the job unsaved.
+warned=0
+step=
+on_usr1() {
+  warned=1
+  log "got SIGUSR1 (time limit near): asking the ranks to save a checkpoint and stop"
+  [[ -n $step ]] && kill -s USR1 "$step" 2>/dev/null
+}
+trap on_usr1 USR1
+
 if [[ $# -lt 1 ]]; then
   echo "usage: run_shardrl.sh CONFIG.toml [shardrl train arguments...]" >&2
   exit 2
@@ -88,39 +101,17 @@ case ${SHARDRL_LAUNCHER:-srun} in
 esac
 
 restarts=${SLURM_RESTART_COUNT:-0}
-# A requeued run continues the run from its latest checkpoint. The first run's start options would
-# send it back to where the first run began (--resume-from), or delete what it saved since
-# (--no-resume --overwrite), on every requeue: they are dropped.
-args=()
-dropped=()
-skip_value=0
-for a in "$@"; do
-  if ((skip_value)); then
-    dropped+=("$a")
-    skip_value=0
-    continue
-  fi
-  case $a in
-    --resume-from) ((restarts > 0)) && { dropped+=("$a"); skip_value=1; continue; } ;;
-    --resume-from=* | --no-resume | --overwrite) ((restarts > 0)) && { dropped+=("$a"); continue; } ;;
-  esac
-  args+=("$a")
-done
-((${#dropped[@]} > 0)) && log "requeued run: dropping ${dropped[*]} (it continues from the run's latest checkpoint)"
+# A requeued run continues the run from its latest checkpoint: --requeued tells shardrl so, which
+# then ignores the first run's start options (--resume-from would send it back to where the first
+# run began, --no-resume --overwrite would delete what it saved since) where the run has saved a
+# checkpoint, and applies them where it has not (the first run's node failed before its first save).
+args=("$@")
+((restarts > 0)) && args+=(--requeued)
 log "run $((restarts + 1)) of the job on $nodes node(s), $ntasks task(s): ${launcher[*]} $bin train --config $config ${args[*]}"
 
-# The warning (USR1) means: save and come back; Slurm sends it to this shell only (B:), so it is
-# forwarded to the step (srun and Open MPI's mpirun both pass SIGUSR1 on to every rank). TERM
-# (scancel, the hard time limit, preemption) reaches every process of the job from Slurm directly
-# and means: save and stop. Trapping it keeps this shell alive until the ranks have saved.
-warned=0
-step=
-on_usr1() {
-  warned=1
-  log "got SIGUSR1 (time limit near): asking the ranks to save a checkpoint and stop"
-  [[ -n $step ]] && kill -s USR1 "$step" 2>/dev/null
-}
-trap on_usr1 USR1
+# TERM (scancel, the hard time limit, preemption) reaches every process of the job from Slurm
+# directly and means: save and stop. Trapping it keeps this shell alive until the ranks have saved
+# (before the step starts, it ends this shell: nothing to save).
 trap 'log "got SIGTERM: the ranks got it too; waiting for them to save and stop"' TERM
 
 "${launcher[@]}" "$bin" train --config "$config" ${args[@]+"${args[@]}"} &

@@ -232,6 +232,44 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
 }
 
+// --requeued (slurm/run_shardrl.sh passes it to every run of a job after the first): a run that
+// has saved continues from its own latest checkpoint whatever the first run's start options say;
+// one that has not (its node failed before the first save) starts as the first run did, from the
+// --resume-from checkpoint, not from its initial weights.
+TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
+  RunResult base = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");
+  ASSERT_EQ(base.exit_code, 0) << base.out << base.err;
+  const std::string from = "runs/ck/checkpoints/iter_00000002.h5";
+  const std::string branch = " train --config job.toml --set run.name=branch --resume-from " + from + " --requeued";
+
+  RunResult not_saved = run_in(dir, mpirun(2) + branch + " --set run.iterations=3");
+  ASSERT_EQ(not_saved.exit_code, 0) << not_saved.out << not_saved.err;
+  EXPECT_NE(not_saved.out.find("--requeued: runs/branch holds no checkpoint yet; the first run's start options apply"),
+            std::string::npos)
+      << not_saved.out;
+  EXPECT_NE(not_saved.out.find("resumed from " + from + ": 2 iterations"), std::string::npos) << not_saved.out;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "branch" / "metrics.jsonl"), (std::vector<std::int64_t>{2}));
+
+  RunResult saved = run_in(dir, mpirun(2) + branch + " --set run.iterations=4");
+  ASSERT_EQ(saved.exit_code, 0) << saved.out << saved.err;
+  EXPECT_NE(saved.out.find("--requeued: continuing runs/branch from its latest checkpoint"), std::string::npos)
+      << saved.out;
+  EXPECT_NE(saved.out.find("resumed from runs/branch/checkpoints/iter_00000003.h5: 3 iterations"), std::string::npos)
+      << saved.out;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "branch" / "metrics.jsonl"), (std::vector<std::int64_t>{2, 3}));
+
+  RunResult fresh_start = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=branch --no-resume "
+                                                  "--overwrite --requeued --set run.iterations=5");
+  ASSERT_EQ(fresh_start.exit_code, 0) << fresh_start.out << fresh_start.err;
+  EXPECT_NE(fresh_start.out.find("resumed from runs/branch/checkpoints/iter_00000004.h5: 4 iterations"),
+            std::string::npos)
+      << fresh_start.out;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "branch" / "metrics.jsonl"), (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_TRUE(fs::exists(dir / "runs" / "branch" / "checkpoints" / "iter_00000003.h5")) << "--overwrite applied again";
+}
+
 // A checkpoint's saved configuration is read as the job that saved it wrote it, not checked
 // against the reader's world size: a checkpoint saved by 2 ranks with debug.fail_rank = 1 is
 // inspected, verified and exported by one process.

@@ -65,6 +65,10 @@ int run_cli(int argc, char** argv) {
   train->add_option("--resume-from", train_args.resume_from, "Resume from this checkpoint file")
       ->type_name("PATH")
       ->excludes(no_resume);
+  train->add_flag("--requeued", train_args.requeued,
+                  "A requeued run of a job (slurm/run_shardrl.sh passes it after the first run): where the run "
+                  "has checkpoints, resume from its latest and ignore --resume-from, --no-resume and "
+                  "--overwrite; where it has none yet, they apply as at the first run");
 
   ReportArgs report_args;
   CLI::App* report = app.add_subcommand(

@@ -18,6 +18,7 @@ struct TrainArgs {
   bool overwrite = false;          // with no_resume: delete the run's checkpoints and metrics first
   bool allow_config_change = false;   // resume although keys that shape the trajectory changed
   std::string resume_from;         // this checkpoint instead of the run's latest
+  bool requeued = false;           // a requeued run of a job: the run's own checkpoints before the above
 };
 
 struct ReportArgs {

@@ -32,6 +32,37 @@ void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const 
                deleted, run_dir.string(), later.back().filename().string());
 }
 
+TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const std::filesystem::path& run_dir) {
+  if (!args.requeued) return args;
+  std::string problem, saved;   // saved: "1" where the run holds a committed checkpoint
+  if (rank == 0) {
+    try {
+      saved = committed_checkpoints(run_dir / "checkpoints").empty() ? "0" : "1";
+    } catch (const InputError& e) {
+      problem = e.what();
+    } catch (const std::filesystem::filesystem_error& e) {
+      problem = e.what();
+    }
+  }
+  broadcast_string(world, problem, 0);
+  broadcast_string(world, saved, 0);
+  if (!problem.empty()) throw InputError(problem);
+  const bool start_options_given = !args.resume_from.empty() || args.no_resume || args.overwrite;
+  if (saved != "1") {
+    if (start_options_given)
+      spdlog::info("--requeued: {} holds no checkpoint yet; the first run's start options apply", run_dir.string());
+    return args;
+  }
+  TrainArgs continued = args;
+  continued.resume_from.clear();
+  continued.no_resume = continued.overwrite = false;
+  if (start_options_given)
+    spdlog::info("--requeued: continuing {} from its latest checkpoint; the first run's start options "
+                 "(--resume-from, --no-resume, --overwrite) are not applied again",
+                 run_dir.string());
+  return continued;
+}
+
 std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
                                   const std::filesystem::path& run_dir) {
   if (!args.resume_from.empty()) return args.resume_from;

@@ -19,6 +19,15 @@ namespace shardrl {
 void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
                                 std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir);
 
+// The start options a job acts on. A requeued run (--requeued: slurm/run_shardrl.sh passes it on
+// every run of a job after the first) continues from the run's own checkpoints where it has any:
+// the first run's --resume-from would send it back to where the first run began (or be refused
+// beside the later checkpoints it saved), --no-resume --overwrite would delete them. Where it has
+// none yet (the first run stopped, or its node failed, before its first save), they apply as at
+// the first run: dropping --resume-from there would start the run over from its initial weights.
+// Collective (rank 0 looks and tells every rank).
+TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const std::filesystem::path& run_dir);
+
 // The checkpoint to resume from: --resume-from, else the run's latest, else (a crash between a
 // commit and `latest`) its newest committed checkpoint, else none (empty). Rank 0 looks and tells
 // every rank, problems included. --no-resume on a run that has checkpoints is refused unless

@@ -221,7 +221,8 @@ int run_train(const TrainArgs& args) {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
     bool resumed = false;
-    const std::filesystem::path from = resume_path(mpi.world(), rank, args, derived.run_dir);
+    const TrainArgs start_args = start_options(mpi.world(), rank, args, derived.run_dir);
+    const std::filesystem::path from = resume_path(mpi.world(), rank, start_args, derived.run_dir);
     if (!from.empty()) check_config_changes(mpi.world(), from, cfg, args.allow_config_change);
     // model.init_from starts a fresh run; a LoRA job's base comes from it on resume too, before
     // the checkpoint, which holds the adapters only.
@@ -234,9 +235,9 @@ int run_train(const TrainArgs& args) {
       position = load_job_checkpoint(from, *policy, mpi.world());
       spdlog::info("resumed from {}: {} iterations and {} warm-up steps done", from.string(),
                    position.iterations_done, position.warmup_steps_done);
-      if (!args.resume_from.empty())
+      if (!start_args.resume_from.empty())
         run_on_root(mpi.world(), 0, [&] {
-          leave_no_later_checkpoints(checkpoints, from, position.iterations_done, args.overwrite, derived.run_dir);
+          leave_no_later_checkpoints(checkpoints, from, position.iterations_done, start_args.overwrite, derived.run_dir);
         });
     }
     // The metrics log is opened (and a resumed run's checked) before anything is written or
@@ -287,7 +288,7 @@ int run_train(const TrainArgs& args) {
     // `latest` may name none after --overwrite.
     const auto at = [&] { return std::pair{position.iterations_done, position.warmup_steps_done}; };
     std::optional<std::pair<std::int64_t, std::int64_t>> saved_at;
-    if (resumed && args.resume_from.empty()) saved_at = at();
+    if (resumed && start_args.resume_from.empty()) saved_at = at();
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();

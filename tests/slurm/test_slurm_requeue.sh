@@ -54,8 +54,8 @@ wait_iterations() {   # wait_iterations JOBID NAME: until the run has signal_aft
   done
   fail "no progress in 120 s: $(cat "$work"/"$2"-*.out)"
 }
-# Submitted with --no-resume --overwrite (as scripts/quickstart.sh runs): the requeued run must
-# drop them and continue, not delete what the first run saved and start over.
+# Submitted with --no-resume --overwrite (as scripts/quickstart.sh runs): the requeued run (passed
+# --requeued) must continue, not delete what the first run saved and start over.
 jid=$(submit interrupted --no-resume --overwrite)
 wait_iterations "$jid" interrupted
 scancel --batch --signal=USR1 "$jid"
@@ -82,7 +82,8 @@ state=$(local_slurm_job_field "$jid" JobState)
 stopped_at=$(sed -n 's/.*iter_0*\([0-9]*\)\.h5/\1/p' <<<"$saved")
 ((stopped_at >= signal_after && stopped_at < iterations)) || fail "stopped at iteration $stopped_at"
 grep -q "run_shardrl: .* finished" <<<"$log" || fail "the requeued job did not finish: $log"
-grep -q "requeued run: dropping --no-resume --overwrite" <<<"$log" || fail "the requeued run kept --no-resume --overwrite: $log"
+grep -q "train --config .* --no-resume --overwrite --requeued" <<<"$log" || fail "the requeued run was not passed --requeued: $log"
+grep -q -- "--requeued: continuing .* from its latest checkpoint" <<<"$log" || fail "the requeued run applied --no-resume --overwrite again: $log"
 echo "$launcher: warned after $signal_after iterations, saved at $stopped_at, requeued, resumed, finished"
 
 # Same final parameters, optimizer moments and reference policy, to the bit.
