@@ -171,6 +171,23 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   EXPECT_EQ(std::count(seen[0].begin(), seen[0].end(), '\n'), 3) << seen[0];
   EXPECT_EQ(seen[1], seen[0]);
 
+  // More eval samples than the generator has rows (2 prompts of 2 samples a rank: 4): the static
+  // engine splits a prompt's samples over its batches (it stopped on an internal check) and
+  // evaluates what the paged engine does.
+  std::string by_engine[2];
+  for (int static_engine : {0, 1}) {
+    RunResult ev = run_in(dir, mpirun(2) + " train --config text.toml --set run.name=engine" +
+                                   std::to_string(static_engine) + " --set run.iterations=1 --set rl.sft_steps=0"
+                                   " --set rl.eval_samples=6 --set rollout.engine=" +
+                                   (static_engine ? "static" : "paged"));
+    ASSERT_EQ(ev.exit_code, 0) << ev.out << ev.err;
+    for (std::size_t at = ev.out.find("eval 6 prompts"); at != std::string::npos; at = ev.out.find("eval 6 prompts", at + 1))
+      by_engine[static_engine] += ev.out.substr(at, ev.out.find(" | ", ev.out.find("mean@", at)) - at) + "\n";
+  }
+  EXPECT_EQ(std::count(by_engine[0].begin(), by_engine[0].end(), '\n'), 2) << by_engine[0];
+  EXPECT_NE(by_engine[0].find("pass@6"), std::string::npos) << by_engine[0];
+  EXPECT_EQ(by_engine[1], by_engine[0]);
+
   // generate samples the trained policy with the job's tokenizer and chat template: text lines,
   // the same for the same seed.
   const std::string gen = mpirun(1) + " generate --checkpoint runs/text/checkpoints/iter_00000003.h5 --chat "

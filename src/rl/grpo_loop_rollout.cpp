@@ -282,22 +282,25 @@ EvalStats GrpoLoop::evaluate() {
     // prompts_of_rank gives the earlier ranks the remainder): each round's scoring agrees on
     // errors over all ranks, and expert-parallel decoding runs the ranks' generate calls together.
     // The paged engine takes every row at once and refills its slots; the static one runs
-    // batches of its rows.
-    const std::int64_t most = prompts_of_rank(e.prompts, comm_.size() / T, 0).second;
-    const std::int64_t chunk = std::max<std::int64_t>(
-        1, generator_->engine().engine == RolloutEngine::paged ? most : generator_->max_rows() / per_prompt);
-    const std::int64_t calls = (most + chunk - 1) / chunk;
+    // batches of its rows, a prompt's samples split over two batches where they must be (more
+    // samples than rows: the call failed on an internal check) - each draw is keyed by its
+    // prompt and sample, not by its batch.
+    const std::int64_t most_rows = prompts_of_rank(e.prompts, comm_.size() / T, 0).second * per_prompt;
+    const std::int64_t chunk = generator_->engine().engine == RolloutEngine::paged
+                                   ? std::max<std::int64_t>(1, most_rows)
+                                   : generator_->max_rows();
+    const std::int64_t calls = (most_rows + chunk - 1) / chunk;
+    const std::int64_t my_rows = (end - begin) * per_prompt;
+    std::vector<double> rewards(static_cast<std::size_t>(my_rows));   // (prompt, sample) in order
     ProgressMeter meter(greedy ? "evaluation (greedy)" : "evaluation (samples)", calls);
-    for (std::int64_t call = 0, first = begin; call < calls; ++call, first += chunk, meter.advance()) {
+    for (std::int64_t call = 0, first = 0; call < calls; ++call, first += chunk, meter.advance()) {
       std::vector<GenerationRow> rows;
       std::vector<TaskExample> examples;
-      for (std::int64_t i = first; i < std::min<std::int64_t>(end, first + chunk); ++i) {
+      for (std::int64_t r = first; r < std::min(my_rows, first + chunk); ++r) {
+        const std::int64_t i = begin + r / per_prompt;
         TaskExample ex = task_->eval_example(i);
-        std::vector<std::int32_t> ids = prompt_ids(ex);
-        for (int g = 0; g < per_prompt; ++g) {
-          rows.push_back(GenerationRow{ids, i, g});
-          examples.push_back(ex);
-        }
+        rows.push_back(GenerationRow{prompt_ids(ex), i, r % per_prompt});
+        examples.push_back(std::move(ex));
       }
       const bool generates = !rows.empty() || options_.engine.expert_parallel;
       const std::vector<Completion> out =
@@ -305,21 +308,22 @@ EvalStats GrpoLoop::evaluate() {
                                            eos_id_)
                     : std::vector<Completion>{};
       leave_if_abandoned(generates && generator_->last_stats().abandoned, "evaluation");
-      const std::vector<double> rewards = agreed_score(examples, out);
-      for (std::size_t p = 0; p < rows.size(); p += static_cast<std::size_t>(per_prompt)) {
-        bool any = false;
-        for (int g = 0; g < per_prompt; ++g) {
-          const double r = rewards[p + static_cast<std::size_t>(g)];
-          any |= r == 1.0;
-          if (greedy) {
-            sums[0] += r;
-            sums[1] += r == 1.0 ? 1.0 : 0.0;
-          } else {
-            sums[3] += r;
-          }
+      const std::vector<double> scored = agreed_score(examples, out);
+      std::copy(scored.begin(), scored.end(), rewards.begin() + first);
+    }
+    for (std::int64_t p = 0; p < my_rows; p += per_prompt) {
+      bool any = false;
+      for (int g = 0; g < per_prompt; ++g) {
+        const double r = rewards[static_cast<std::size_t>(p + g)];
+        any |= r == 1.0;
+        if (greedy) {
+          sums[0] += r;
+          sums[1] += r == 1.0 ? 1.0 : 0.0;
+        } else {
+          sums[3] += r;
         }
-        if (!greedy && any) sums[2] += 1.0;
       }
+      if (!greedy && any) sums[2] += 1.0;
     }
   }
   if (!counts) std::fill(sums.begin(), sums.end(), 0.0);
