@@ -320,6 +320,40 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
     }
 }
 
+// A character the model's tokenizer cannot encode (no byte fallback, no unk token) is named by
+// its dataset line and part (the tokenizer's message alone named no file). A tokenizer of its
+// own: BPE over a few characters, no pre-tokenizer.
+TEST(Cli, ACharacterTheTokenizerCannotEncodeIsNamedByItsLine) {
+  fs::path dir = test_dir();
+  std::string vocab;
+  const std::string chars = "abcdefghijklmnopqrstuvwxyz0123456789 +?";
+  for (std::size_t i = 0; i < chars.size(); ++i) vocab += "\"" + chars.substr(i, 1) + "\": " + std::to_string(i) + ", ";
+  vocab += "\"<eos>\": " + std::to_string(chars.size());
+  fs::create_directories(dir / "tok");
+  write(dir / "tok" / "tokenizer.json",
+        "{\"added_tokens\": [{\"id\": " + std::to_string(chars.size()) +
+            ", \"content\": \"<eos>\", \"special\": true, \"normalized\": false, \"lstrip\": false, "
+            "\"rstrip\": false, \"single_word\": false}], \"normalizer\": null, \"pre_tokenizer\": null, "
+            "\"model\": {\"type\": \"BPE\", \"unk_token\": null, \"byte_fallback\": false, \"vocab\": {" + vocab +
+            "}, \"merges\": []}}");
+  write(dir / "tok" / "tokenizer_config.json", "{\"eos_token\": \"<eos>\"}");
+  write(dir / "job.toml", "[run]\niterations = 1\n[model]\npreset = \"custom\"\ntokenizer = \"tok\"\nvocab_size = 64\n"
+                          "[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n[rl]\ntask = \"text\"\n"
+                          "dataset = \"d.jsonl\"\nchat_template = false\nprompts_per_iteration = 2\n"
+                          "samples_per_prompt = 2\n");
+  write(dir / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": \"2\"}\n{\"prompt\": \"caf\\u00e9?\", \"answer\": \"3\"}\n");
+  RunResult prompt = run_in(dir, mpirun(2) + " train --config job.toml");
+  EXPECT_EQ(prompt.exit_code, 2) << prompt.out << prompt.err;
+  EXPECT_NE(prompt.err.find("d.jsonl:2: the prompt: the tokenizer cannot encode the character \\xc3\\xa9"),
+            std::string::npos)
+      << prompt.err;
+  write(dir / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": \"2\", \"solution\": \"two \\u00e9\"}\n");
+  RunResult solution = run_in(dir, mpirun(2) + " train --config job.toml --set rl.solution_key=solution");
+  EXPECT_EQ(solution.exit_code, 2) << solution.out << solution.err;
+  EXPECT_NE(solution.err.find("d.jsonl:1: the answer or solution: the tokenizer cannot encode"), std::string::npos)
+      << solution.err;
+}
+
 // Bad text data is named by file, line and field, on every rank, before anything runs; prompts
 // too long for the sequence are dropped and counted.
 TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {

@@ -212,7 +212,15 @@ class TextTask final : public Task {
       } else {
         for (const json& m : messages) row.prompt += m["content"].get<std::string>();   // text: checked above
       }
-      row.prompt_ids = tokenizer_.encode(row.prompt);
+      // The tokenizer's own refusal (a character it cannot encode) names this line too.
+      const auto encode = [&](const std::string& text, const char* part) {
+        try {
+          return tokenizer_.encode(text);
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("{}: {}: {}", where, part, e.what()));
+        }
+      };
+      row.prompt_ids = encode(row.prompt, "the prompt");
       if (row.prompt_ids.empty()) throw InputError(fmt::format("{}: the prompt encodes to no tokens", where));
       if (static_cast<std::int64_t>(row.prompt_ids.size()) > t.max_prompt_tokens) {
         ++dropped;
@@ -226,7 +234,7 @@ class TextTask final : public Task {
                                        j[t.solution_key].type_name()));
         demonstration = j[t.solution_key].get<std::string>();
       }
-      row.demonstration = tokenizer_.encode(demonstration);
+      row.demonstration = encode(demonstration, "the answer or solution");
       json meta = j;
       meta.erase(t.prompt_key);
       meta.erase("messages");
