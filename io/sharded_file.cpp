@@ -172,9 +172,13 @@ void write_small(const std::filesystem::path& path, MPI_Comm comm, int rank, hid
     SHARDRL_H5_REQUIRE(H5Sselect_none(file_space.get()));
     SHARDRL_H5_REQUIRE(H5Sselect_none(mem_space.get()));
   }
+  // A failed collective write, as a tensor's (ShardedFileWriter::write): stop the job here. These
+  // small values are a checkpoint's first data, so a disk already full when a save starts fails
+  // on them, not on a tensor.
   if (H5Dwrite(dset.get(), mem_type, mem_space.get(), file_space.get(), dxpl, data) < 0)
-    error = fmt::format("{}: cannot write {} ({})", path.string(), dname, hdf5_error_text());
-  agree_on_error(comm, error);
+    SHARDRL_FATAL(fmt::format("{}: cannot write {} ({}); the checkpoint is not committed, the ones before it are "
+                              "intact",
+                              path.string(), dname, hdf5_error_text()));
 }
 }  // namespace
 
