@@ -22,6 +22,18 @@ TEST(Watchdog, ExpiredPhaseEndsTheProcessNamingIt) {
       ::testing::ExitedWithCode(1), "iteration 7 did not complete within comm.timeout_s = 0.2 s");
 }
 
+// A phase on a deadline of another key (a checkpoint save: checkpoint.timeout_s) names that key.
+TEST(Watchdog, ExpiredPhaseNamesTheKeyOfItsDeadline) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        Watchdog w;
+        w.arm(0.2, "checkpoint save", {}, "checkpoint.timeout_s");
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+      },
+      ::testing::ExitedWithCode(1), "checkpoint save did not complete within checkpoint.timeout_s = 0.2 s");
+}
+
 TEST(Watchdog, DisarmedPhaseLivesOn) {
   Watchdog w;
   for (int i = 0; i < 3; ++i) {

@@ -201,6 +201,13 @@ int run_train(const TrainArgs& args) {
     heartbeats.enter(++phase, what);
     watchdog.arm(cfg.comm.timeout_s, what, [&heartbeats, seq = phase] { return heartbeats.behind(seq); });
   };
+  // A checkpoint save, or the wait for a background one: the whole state to storage, on a
+  // deadline of its own.
+  auto watch_save = [&](const std::string& what) {
+    heartbeats.enter(++phase, what);
+    watchdog.arm(cfg.checkpoint.timeout_s, what, [&heartbeats, seq = phase] { return heartbeats.behind(seq); },
+                 "checkpoint.timeout_s");
+  };
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);
   if (!args.trace.empty()) Trace::enable(/*fence=*/args.profile);
@@ -293,10 +300,10 @@ int run_train(const TrainArgs& args) {
       const TraceSpan span("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
       if (background) {   // its own deadline: the rest of a background write, then the save's
-        watch("waiting for the background checkpoint save");
+        watch_save("waiting for the background checkpoint save");
         report_background(background->wait());
       }
-      watch("checkpoint save");
+      watch_save("checkpoint save");
       save_job_checkpoint(checkpoints, position, *policy, config_toml, mpi.world());
       saved_at = at();
       watchdog.disarm();
@@ -307,10 +314,10 @@ int run_train(const TrainArgs& args) {
       if (!background) return save("interval");
       const TraceSpan span("checkpoint snapshot");
       const auto t0 = std::chrono::steady_clock::now();
-      watch("waiting for the background checkpoint save");
+      watch_save("waiting for the background checkpoint save");
       report_background(background->wait());
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      watch("checkpoint save");   // the copy to the host
+      watch_save("checkpoint save");   // the copy to the host
       const double copied = background->start(checkpoints, position, config_toml);
       saved_at = at();
       watchdog.disarm();
@@ -328,7 +335,7 @@ int run_train(const TrainArgs& args) {
     auto stop_after_save = [&] {
       bool written = saved_at == at();
       if (written && background) {   // that checkpoint may still be being written
-        watch("waiting for the background checkpoint save");
+        watch_save("waiting for the background checkpoint save");
         try {
           report_background(background->wait());
         } catch (const InputError& e) {   // every rank has it: the state is still here to save
@@ -499,7 +506,7 @@ int run_train(const TrainArgs& args) {
   } catch (const InputError& e) {   // data and checkpoints are checked alike on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     if (background) {   // a save in flight finishes (every rank's writer takes part) before the exit
-      watch("waiting for the background checkpoint save");
+      watch_save("waiting for the background checkpoint save");
       background.reset();
     }
     return kExitUsage;

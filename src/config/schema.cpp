@@ -398,6 +398,12 @@ std::vector<KeyDef> build_schema() {
                     "the next iterations run while a thread writes and commits the file. The final save, and a "
                     "save on a signal, wait for it.",
                     &Config::checkpoint, &CheckpointConfig::async));
+  s.push_back(with_min(field("checkpoint", "timeout_s", VK::real,
+                             "Seconds one checkpoint save (or the wait for a background one) may take before the "
+                             "job is aborted as hung: a save writes the whole state, which on slow storage takes "
+                             "longer than an iteration's collectives (comm.timeout_s).",
+                             &Config::checkpoint, &CheckpointConfig::timeout_s),
+                       0.0, /*exclusive=*/true));
 
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "

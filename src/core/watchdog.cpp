@@ -23,7 +23,7 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::arm(double seconds, std::string what, std::function<std::string()> waiting_for) {
+void Watchdog::arm(double seconds, std::string what, std::function<std::string()> waiting_for, std::string setting) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     armed_ = true;
@@ -33,6 +33,7 @@ void Watchdog::arm(double seconds, std::string what, std::function<std::string()
     deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                        std::chrono::duration<double>(std::min(seconds, 3.2e9)));
     what_ = std::move(what);
+    setting_ = std::move(setting);
     waiting_for_ = std::move(waiting_for);
   }
   wake_.notify_all();
@@ -55,9 +56,8 @@ void Watchdog::watch() {
       // No MPI from this thread (the main thread may hold MPI, blocked in the call that hangs):
       // print and leave; the launcher ends the other ranks when this one exits without finalising.
       std::string msg = fmt::format(
-          "shardrl: fatal error on {}: {} did not complete within comm.timeout_s = {} s: a peer rank failed or is "
-          "stuck\n",
-          origin_string(), what_, seconds_);
+          "shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck\n",
+          origin_string(), what_, setting_, seconds_);
       if (waiting_for_)
         if (const std::string behind = waiting_for_(); !behind.empty())
           msg += fmt::format("shardrl: {} waits for: {}\n", what_, behind);

@@ -23,8 +23,10 @@ class Watchdog {
 
   // From now on, `what` must finish within `seconds`, or this process exits with kExitFatal.
   // `waiting_for` (called from the watchdog's thread, never MPI) may name what the phase waits
-  // for, e.g. the ranks that never entered it; its text is added to the message.
-  void arm(double seconds, std::string what, std::function<std::string()> waiting_for = {});
+  // for, e.g. the ranks that never entered it; its text is added to the message. `setting` is the
+  // config key the seconds come from, named in the message.
+  void arm(double seconds, std::string what, std::function<std::string()> waiting_for = {},
+           std::string setting = "comm.timeout_s");
   void disarm();
 
  private:
@@ -35,7 +37,7 @@ class Watchdog {
   bool armed_ = false, stop_ = false;
   double seconds_ = 0;
   std::chrono::steady_clock::time_point deadline_;
-  std::string what_;
+  std::string what_, setting_;
   std::function<std::string()> waiting_for_;
   std::thread thread_;
 };
