@@ -204,6 +204,55 @@ TEST(HfTokenizer, SpecialTokensFromTheMapAndTheGenerationConfig) {
   fs::remove_all(dir);
 }
 
+// Token ids index tables: one beyond 2^24, negative, or not an integer is the file's input error
+// (2^31 - 1 overflowed the table's size and wrote past it; 2^32 + 1 wrapped to 1).
+TEST(HfTokenizer, TokenIdsOutsideTheTablesAreNamed) {
+  const std::vector<std::pair<nlohmann::json, std::string>> added{
+      {2147483647, "added token <x> has id 2147483647, outside [0, 16777216)"},
+      {4294967297ULL, "added token <x> has id 4294967297, outside [0, 16777216)"},
+      {-1, "added token <x> has id -1, outside [0, 16777216)"},
+      {"3", "added token <x> has id \"3\", not an integer"}};
+  for (const auto& [id, message] : added) {
+    const fs::path dir =
+        tokenizer_with("added_tokens", nlohmann::json::array({{{"id", id}, {"content", "<x>"}, {"special", true}}}));
+    try {
+      HfTokenizer t(dir);
+      ADD_FAILURE() << id << ": no error";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+    }
+    fs::remove_all(dir);
+  }
+  const fs::path dir = tokenizer_with(
+      "model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 2147483647}}}, {"merges", nlohmann::json::array()}});
+  try {
+    HfTokenizer t(dir);
+    ADD_FAILURE() << "a vocabulary id of 2^31 - 1: no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("token b has id 2147483647, outside"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// chat_template.jinja (transformers' save_pretrained writes the template there since 4.47)
+// overrides tokenizer_config.json's chat_template, as in transformers; messages name the file the
+// template came from. (It was ignored: a directory with only the file had "no chat_template", one
+// with both rendered the config's.)
+TEST(HfTokenizer, ChatTemplateJinjaOverridesTheConfigs) {
+  const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array());
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "from the config"})";
+  EXPECT_EQ(HfTokenizer(dir).chat_template(), "from the config");
+  EXPECT_EQ(HfTokenizer(dir).chat_template_origin(), (dir / "tokenizer_config.json").string() + ": chat_template");
+  std::ofstream(dir / "chat_template.jinja") << "{{ messages[0].content }} from the file";
+  const HfTokenizer t(dir);
+  EXPECT_EQ(t.chat_template(), "{{ messages[0].content }} from the file");
+  EXPECT_EQ(t.chat_template_origin(), (dir / "chat_template.jinja").string());
+  fs::remove(dir / "tokenizer_config.json");
+  EXPECT_EQ(HfTokenizer(dir).chat_template(), "{{ messages[0].content }} from the file");
+  fs::remove_all(dir);
+}
+
 // A side file with a value of the wrong type is that file's input error, named with its path (it
 // was an unexpected nlohmann type_error, exit 1).
 TEST(HfTokenizer, MalformedSideFilesAreNamedInputErrors) {

@@ -67,8 +67,8 @@ class TextTask final : public Task {
         throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
       }
       if (tokenizer_.chat_template().empty())
-        throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template; set rl.chat_template = false to "
-                                     "encode prompts as they are",
+        throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template (and there is no "
+                                     "chat_template.jinja); set rl.chat_template = false to encode prompts as they are",
                                      t.tokenizer_dir));
       chat_ = std::make_unique<ChatPrompt>(tokenizer_, std::move(variables));
     }

@@ -17,6 +17,15 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
 
 }  // namespace
 
+std::int32_t token_id_from_json(const nlohmann::json& id, const std::string& what) {
+  if (!id.is_number_integer())
+    throw InputError(fmt::format("{} has id {}, not an integer", what, excerpt(id.dump())));
+  if (id.is_number_unsigned() ? id.get<std::uint64_t>() >= static_cast<std::uint64_t>(kMaxTokenId)
+                              : id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxTokenId)
+    throw InputError(fmt::format("{} has id {}, outside [0, {})", what, id.dump(), kMaxTokenId));
+  return static_cast<std::int32_t>(id.get<std::int64_t>());
+}
+
 BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
   const std::string at = origin + ": model";
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -27,12 +36,12 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
     throw InputError(fmt::format("{}: BPE dropout is not supported (it makes encoding random)", at));
   const auto& vocab = spec.at("vocab");
   std::int32_t largest = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) largest = std::max(largest, it.value().get<std::int32_t>());
+  const auto vocab_id = [&](const auto& it) { return token_id_from_json(it.value(), at + ": token " + excerpt(it.key())); };
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) largest = std::max(largest, vocab_id(it));
   tokens_.assign(static_cast<std::size_t>(largest + 1), std::string());
   vocab_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const std::int32_t id = it.value().get<std::int32_t>();
-    if (id < 0) throw InputError(fmt::format("{}: token {} has a negative id", at, excerpt(it.key())));
+    const std::int32_t id = vocab_id(it);
     vocab_.emplace(it.key(), id);
     tokens_[static_cast<std::size_t>(id)] = it.key();
   }

@@ -16,6 +16,13 @@
 
 namespace shardrl::text {
 
+// The most ids a tokenizer may name (2^24; the largest vocabularies have under 300K): ids index
+// tables here, so an id of 2^31 - 1 in a malformed file overflowed one (a crash) or asked for
+// gigabytes. `what` names the token in the InputError for an id that is not an integer in
+// [0, kMaxTokenId).
+inline constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
+std::int32_t token_id_from_json(const nlohmann::json& id, const std::string& what);
+
 class BpeModel {
  public:
   BpeModel(const nlohmann::json& spec, const std::string& origin);

@@ -9,14 +9,15 @@ namespace {
 
 const std::string& template_of(const HfTokenizer& t) {
   if (t.chat_template().empty())
-    throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template", t.dir().string()));
+    throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template (and there is no chat_template.jinja)",
+                                 t.dir().string()));
   return t.chat_template();
 }
 
 }  // namespace
 
 ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::json variables)
-    : template_(template_of(tokenizer), (tokenizer.dir() / "tokenizer_config.json").string() + ": chat_template"),
+    : template_(template_of(tokenizer), tokenizer.chat_template_origin()),
       variables_(std::move(variables)) {
   if (!variables_.is_object()) throw InputError("chat template variables must be a JSON object");
   variables_["bos_token"] = tokenizer.bos_token();

@@ -63,13 +63,14 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
     vocab_size_ = model_->size();
 
     for (const json& a : spec.value("added_tokens", json::array())) {
-      AddedToken t{a.at("content").get<std::string>(), a.at("id").get<std::int32_t>(), a.value("special", false),
-                   a.value("normalized", false), a.value("lstrip", false), a.value("rstrip", false)};
+      const std::string content = a.at("content").get<std::string>();
+      AddedToken t{content, text::token_id_from_json(a.at("id"), origin + ": added token " + excerpt(content)),
+                   a.value("special", false), a.value("normalized", false), a.value("lstrip", false),
+                   a.value("rstrip", false)};
       if (a.value("single_word", false))
         throw InputError(fmt::format("{}: added token {} has single_word = true, which is not supported", origin,
                                      excerpt(t.content)));
-      if (t.content.empty() || t.id < 0)
-        throw InputError(fmt::format("{}: an added token has empty content or a negative id", origin));
+      if (t.content.empty()) throw InputError(fmt::format("{}: an added token has empty content", origin));
       vocab_size_ = std::max(vocab_size_, t.id + 1);
       added_.push_back(std::move(t));
     }
@@ -140,6 +141,11 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
         if (t.value("name", "") == "default") chat_template_ = t.value("template", "");
     }
   });
+  chat_template_origin_ = (dir / "tokenizer_config.json").string() + ": chat_template";
+  if (const fs::path jinja = dir / "chat_template.jinja"; fs::exists(jinja)) {
+    chat_template_ = read_input_file(jinja, "chat template");
+    chat_template_origin_ = jinja.string();
+  }
   // Older directories name the special tokens in special_tokens_map.json only.
   if (bos_token_.empty() || eos_token_.empty())
     read_side_file(dir / "special_tokens_map.json", "special tokens map", [&](const json& map) {

@@ -48,10 +48,13 @@ class HfTokenizer {
   std::int32_t token_id(std::string_view token) const;
   bool is_special(std::int32_t id) const;
 
-  // tokenizer_config.json's chat_template ("" when it has none), its bos and eos tokens ("" when
-  // unset), and the ids that end a generation: generation_config.json's eos_token_id (one or a
-  // list), else the eos token's.
+  // The chat template ("" when there is none): chat_template.jinja where the directory has it
+  // (transformers' save_pretrained writes it there since 4.47, and it overrides the config's),
+  // else tokenizer_config.json's chat_template; and where it came from, for messages. The bos and
+  // eos tokens ("" when unset), and the ids that end a generation: generation_config.json's
+  // eos_token_id (one or a list), else the eos token's.
   const std::string& chat_template() const { return chat_template_; }
+  const std::string& chat_template_origin() const { return chat_template_origin_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
   const std::vector<std::int32_t>& eos_ids() const { return eos_ids_; }
@@ -85,7 +88,7 @@ class HfTokenizer {
   std::vector<bool> special_by_id_;
   std::vector<PostItem> post_single_;                     // TemplateProcessing "single", or empty
   std::int32_t vocab_size_ = 0;
-  std::string chat_template_, bos_token_, eos_token_;
+  std::string chat_template_, chat_template_origin_, bos_token_, eos_token_;
   std::vector<std::int32_t> eos_ids_;
 };
 
