@@ -249,5 +249,42 @@ TEST(ChatTemplateErrors, RaiseExceptionAndRuntimeErrorsNameThePlace) {
   EXPECT_NE(render_error("{% for a, b in [[1]] %}{% endfor %}").find("not enough values to unpack"), std::string::npos);
 }
 
+// Depth a template or its data could make unbounded is an error, not a stack overflow: chains
+// of operators, attributes and filters (each a tree level without a recursive parse; 20,000
+// terms crashed the evaluation), and JSON data nested past 512 levels (a dataset line of 100,000
+// nested lists crashed the conversion).
+TEST(ChatTemplateErrors, UnboundedDepthIsAnErrorNotACrash) {
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 20000; ++i) sum += "+1";
+  EXPECT_NE(input_error_of([&] { ChatTemplate(sum + " }}", kOrigin); }).find("template nests too deeply"),
+            std::string::npos);
+  std::string filters = "{{ 'a'";
+  for (int i = 0; i < 20000; ++i) filters += "|trim";
+  EXPECT_NE(input_error_of([&] { ChatTemplate(filters + " }}", kOrigin); }).find("template nests too deeply"),
+            std::string::npos);
+  std::string attributes = "{{ messages";
+  for (int i = 0; i < 20000; ++i) attributes += ".a";
+  EXPECT_NE(input_error_of([&] { ChatTemplate(attributes + " }}", kOrigin); }).find("template nests too deeply"),
+            std::string::npos);
+  // Real templates' chains stay far below the bound.
+  EXPECT_EQ(render("{{ 1+1+1+1+1+1+1+1 }}|{{ ' a '|trim|upper|lower }}|{{ 'x' if false else 'y' if false else 'z' }}"),
+            "8|a|z");
+  // (Built and handed over by moves: a copy of JSON this deep recurses too; data files' lines
+  // are refused past the same depth as they are parsed, io/bounded_json.hpp.)
+  nlohmann::ordered_json deep = "leaf";
+  for (int i = 0; i < 1000; ++i) {
+    nlohmann::ordered_json outer = nlohmann::ordered_json::array();
+    outer.push_back(std::move(deep));
+    deep = std::move(outer);
+  }
+  nlohmann::ordered_json message = {{"role", "user"}};
+  message["content"] = std::move(deep);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back(std::move(message));
+  const std::string error =
+      input_error_of([&] { ChatTemplate("{{ messages }}", kOrigin).render(messages, false); });
+  EXPECT_NE(error.find("nested deeper than 512 levels"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -20,7 +20,7 @@
 namespace shardrl {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;   // key order kept, as Python dicts keep it
 
 const std::filesystem::path kSourceDir = SHARDRL_SOURCE_DIR;
 const std::filesystem::path kReferences = kSourceDir / "build/test-references/node_modules";

@@ -373,6 +373,11 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   RunResult bad_json = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{oops\n");
   EXPECT_EQ(bad_json.exit_code, 2);
   EXPECT_NE(bad_json.err.find("d.jsonl:2: not valid JSON"), std::string::npos) << bad_json.err;
+  // A line nested past 512 levels is refused as it is parsed (100,000 levels crashed the job).
+  RunResult deep = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{\"messages\": " + std::string(100000, '[') +
+                            std::string(100000, ']') + ", \"answer\": 2}\n");
+  EXPECT_EQ(deep.exit_code, 2) << deep.out << deep.err;
+  EXPECT_NE(deep.err.find("d.jsonl:2: JSON nested deeper than 512 levels"), std::string::npos) << deep.err;
   RunResult no_prompt = run_with("{\"question\": \"1+1?\", \"answer\": 2}\n");
   EXPECT_EQ(no_prompt.exit_code, 2);
   EXPECT_NE(no_prompt.err.find("d.jsonl:1: missing string field \"prompt\" (or \"messages\")"), std::string::npos)

@@ -145,7 +145,7 @@ int run_generate(const GenerateArgs& args) {
         prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
       } else if (model_tokenizer) {
         const std::string text = args.chat ? ChatPrompt(*model_tokenizer).render(
-                                                 nlohmann::json::array({{{"role", "user"}, {"content", prompt_text}}}))
+                                                 nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt_text}}}))
                                            : prompt_text;
         prompt = model_tokenizer->encode(text);
       } else {

@@ -9,6 +9,7 @@
 #include "app/printable_line.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
@@ -22,7 +23,7 @@ std::string ids_line(const std::vector<std::int32_t>& ids) {
   return out;
 }
 
-std::string render_chat(const HfTokenizer& t, const nlohmann::json& messages, const std::string& where) {
+std::string render_chat(const HfTokenizer& t, const nlohmann::ordered_json& messages, const std::string& where) {
   try {
     return ChatPrompt(t).render(messages);
   } catch (const InputError& e) {
@@ -61,9 +62,9 @@ int run_tokenize(const TokenizeArgs& args) {
         ++number;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         const std::string where = fmt::format("{}:{}", args.file, number);
-        nlohmann::json j;
+        nlohmann::ordered_json j;
         try {
-          j = nlohmann::json::parse(line);
+          j = parse_bounded_json<nlohmann::ordered_json>(line, where);
         } catch (const nlohmann::json::parse_error& e) {
           throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
         }

@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/reward_command.hpp"
 #include "rl/task_common.hpp"
@@ -28,7 +29,9 @@
 namespace shardrl::task_detail {
 namespace {
 
-using nlohmann::json;
+// Lines keep their keys' order (a chat's tools and tool-call arguments print in it, as Python's
+// dicts keep it in transformers' rendering).
+using json = nlohmann::ordered_json;
 
 struct TextRow {
   std::string prompt;                       // the rendered prompt text
@@ -62,7 +65,7 @@ class TextTask final : public Task {
     if (t.chat_template) {
       json variables;
       try {
-        variables = json::parse(t.template_variables);
+        variables = parse_bounded_json<json>(t.template_variables, "rl.template_variables");
       } catch (const json::parse_error& e) {
         throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
       }
@@ -152,9 +155,9 @@ class TextTask final : public Task {
     return ex;
   }
 
-  json metadata_of(const TaskExample& ex) const {
+  nlohmann::json metadata_of(const TaskExample& ex) const {
     const auto it = metadata_.find(ex.source);
-    return it == metadata_.end() ? json::object() : it->second;
+    return it == metadata_.end() ? nlohmann::json::object() : nlohmann::json(it->second);
   }
 
   std::vector<TextRow> load(const std::string& path, const char* what) {
@@ -170,7 +173,7 @@ class TextTask final : public Task {
       const std::string where = fmt::format("{}:{}", path, number);
       json j;
       try {
-        j = json::parse(line);
+        j = parse_bounded_json<json>(line, where);
       } catch (const json::parse_error& e) {
         throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
       }

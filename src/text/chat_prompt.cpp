@@ -16,7 +16,7 @@ const std::string& template_of(const HfTokenizer& t) {
 
 }  // namespace
 
-ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::json variables)
+ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::ordered_json variables)
     : template_(template_of(tokenizer), tokenizer.chat_template_origin()),
       variables_(std::move(variables)) {
   if (!variables_.is_object()) throw InputError("chat template variables must be a JSON object");
@@ -24,7 +24,7 @@ ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::json variables)
   variables_["eos_token"] = tokenizer.eos_token();
 }
 
-std::string ChatPrompt::render(const nlohmann::json& messages) const {
+std::string ChatPrompt::render(const nlohmann::ordered_json& messages) const {
   return template_.render(messages, /*add_generation_prompt=*/true, variables_);
 }
 

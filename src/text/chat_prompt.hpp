@@ -16,13 +16,13 @@ namespace shardrl {
 class ChatPrompt {
  public:
   // InputError when the tokenizer has no chat_template, or `variables` is not a JSON object.
-  ChatPrompt(const HfTokenizer& tokenizer, nlohmann::json variables = nlohmann::json::object());
+  ChatPrompt(const HfTokenizer& tokenizer, nlohmann::ordered_json variables = nlohmann::ordered_json::object());
   // `messages`: a JSON array of {"role", "content"} objects.
-  std::string render(const nlohmann::json& messages) const;
+  std::string render(const nlohmann::ordered_json& messages) const;
 
  private:
   ChatTemplate template_;
-  nlohmann::json variables_;
+  nlohmann::ordered_json variables_;
 };
 
 }  // namespace shardrl

@@ -17,8 +17,8 @@ ChatTemplate::ChatTemplate(std::string source, std::string origin) : origin_(std
   program_ = std::make_shared<const jinja::Program>(jinja::parse_template(tokens, origin_));
 }
 
-std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt,
-                                 const nlohmann::json& variables) const {
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& variables) const {
   if (!messages.is_array()) {
     throw InputError(origin_ + ": messages must be a JSON array, got " + std::string(messages.type_name()));
   }

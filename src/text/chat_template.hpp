@@ -34,7 +34,8 @@
 // (lower/upper/title/capitalize) are one-to-one (utf8proc), so the few characters whose Python
 // mapping has several characters or depends on context differ ('ß'|upper is "ẞ", Python "SS";
 // final sigma). Chat templates apply them to roles and ASCII, not to message text.
-// Dict keys keep the order of the nlohmann::json they came from, which sorts object keys.
+// Dict keys keep the order of the JSON they came from (nlohmann::ordered_json: a line's tools and
+// tool-call arguments print in their own order, as Python's dicts keep it).
 #pragma once
 
 #include <memory>
@@ -61,8 +62,8 @@ class ChatTemplate {
   // InputError with origin and line:column.
   // As in transformers, `tools` and `documents` are None unless `variables` sets them; `variables`
   // may not set `messages` or `add_generation_prompt` (an InputError).
-  std::string render(const nlohmann::json& messages, bool add_generation_prompt,
-                     const nlohmann::json& variables = nlohmann::json::object()) const;
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& variables = nlohmann::ordered_json::object()) const;
 
   const std::string& origin() const { return origin_; }
 

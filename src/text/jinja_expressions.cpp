@@ -28,8 +28,10 @@ ExprPtr Parser::parse_tuple(bool simplified, bool with_condexpr, std::initialize
 
 ExprPtr Parser::parse_condition() {
   ExprPtr then_value = parse_or();
+  ChainGuard chain(*this);
   while (at_name("if")) {
     const SourcePos pos = current().pos;
+    chain.step(pos);
     advance();
     ExprPtr condition = parse_or();
     ExprPtr else_value = skip_name("else") ? parse_condition() : nullptr;
@@ -44,7 +46,9 @@ ExprPtr Parser::parse_condition() {
 
 ExprPtr Parser::parse_binary_chain(Expr::Kind kind, std::string_view keyword, ExprPtr (Parser::*next)()) {
   ExprPtr left = (this->*next)();
+  ChainGuard chain(*this);
   while (at_name(keyword)) {
+    chain.step(current().pos);
     ExprPtr node = make(kind, current().pos);
     advance();
     node->operands.push_back(std::move(left));
@@ -96,7 +100,9 @@ ExprPtr Parser::parse_compare() {
 
 ExprPtr Parser::parse_arithmetic(std::initializer_list<std::string_view> ops, ExprPtr (Parser::*next)()) {
   ExprPtr left = (this->*next)();
+  ChainGuard chain(*this);
   while (at(TokenKind::kOperator) && one_of(current().value, ops)) {
+    chain.step(current().pos);
     ExprPtr node = make(Expr::Kind::kArithmetic, current().pos);
     node->name = current().value;
     advance();
@@ -205,7 +211,9 @@ ExprPtr Parser::parse_dict() {
 }
 
 ExprPtr Parser::parse_postfix(ExprPtr node) {
+  ChainGuard chain(*this);
   while (true) {
+    if (at_operator(".") || at_operator("[") || at_operator("(")) chain.step(current().pos);
     if (at_operator(".") || at_operator("[")) {
       node = parse_subscript(std::move(node));
     } else if (at_operator("(")) {
@@ -217,7 +225,9 @@ ExprPtr Parser::parse_postfix(ExprPtr node) {
 }
 
 ExprPtr Parser::parse_filter_expression(ExprPtr node) {
+  ChainGuard chain(*this);
   while (true) {
+    if (at_operator("|") || at_name("is") || at_operator("(")) chain.step(current().pos);
     if (at_operator("|")) {
       node = parse_filters(std::move(node), false);
     } else if (at_name("is")) {
@@ -319,7 +329,9 @@ std::string Parser::parse_dotted_name(const Token& first) {
 
 // `| name(args) | name ...`; with start_inline the first filter has no pipe ({% filter x %}).
 ExprPtr Parser::parse_filters(ExprPtr subject, bool start_inline) {
+  ChainGuard chain(*this);
   while (at_operator("|") || start_inline) {
+    chain.step(current().pos);
     if (!start_inline) advance();
     start_inline = false;
     const Token token = expect(TokenKind::kName, "a filter name");

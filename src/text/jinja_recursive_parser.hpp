@@ -76,6 +76,21 @@ class Parser {
     NestingGuard& operator=(const NestingGuard&) = delete;
     Parser& parser_;
   };
+  // The steps of a left-associative chain (a + b + ..., x.a[0].b, x|f|g, t if c else ...): each
+  // makes the tree a level deeper without a recursive call, so each counts as a level until the
+  // chain ends (a chain of 20,000 terms built a tree whose evaluation overflowed the stack).
+  struct ChainGuard {
+    explicit ChainGuard(Parser& parser) : parser_(parser) {}
+    void step(SourcePos pos) {
+      ++steps_;
+      if (++parser_.depth_ > kMaxNesting) parser_.fail(pos, "template nests too deeply (more than 200 levels)");
+    }
+    ~ChainGuard() { parser_.depth_ -= steps_; }
+    ChainGuard(const ChainGuard&) = delete;
+    ChainGuard& operator=(const ChainGuard&) = delete;
+    Parser& parser_;
+    int steps_ = 0;
+  };
 
   static ExprPtr make(Expr::Kind kind, SourcePos pos) {
     auto expr = std::make_unique<Expr>();

@@ -562,30 +562,37 @@ std::string to_json(const Value& value, const JsonStyle& style) {
   return out;
 }
 
-Value from_json(const nlohmann::json& json) {
+// Deeper JSON is refused: each level is a C++ frame here (a dataset line of 100,000 nested
+// lists overflowed the stack), and no chat needs it.
+constexpr int kMaxJsonDepth = 512;   // as a data file's lines (io/bounded_json.hpp)
+
+Value from_json(const nlohmann::ordered_json& json, int depth) {
+  using Kind = nlohmann::ordered_json::value_t;
+  if (depth > kMaxJsonDepth)
+    throw TemplateError("a JSON value nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   switch (json.type()) {
-    case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value::boolean(json.get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value::integer(json.get<std::int64_t>());
-    case nlohmann::json::value_t::number_unsigned: {
+    case Kind::null: return Value::none();
+    case Kind::boolean: return Value::boolean(json.get<bool>());
+    case Kind::number_integer: return Value::integer(json.get<std::int64_t>());
+    case Kind::number_unsigned: {
       const auto u = json.get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
         throw TemplateError("integer " + std::to_string(u) + " does not fit in 64 bits");
       }
       return Value::integer(static_cast<std::int64_t>(u));
     }
-    case nlohmann::json::value_t::number_float: return Value::real(json.get<double>());
-    case nlohmann::json::value_t::string: return Value::string(json.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case Kind::number_float: return Value::real(json.get<double>());
+    case Kind::string: return Value::string(json.get<std::string>());
+    case Kind::array: {
       std::vector<Value> items;
       items.reserve(json.size());
-      for (const auto& item : json) items.push_back(from_json(item));
+      for (const auto& item : json) items.push_back(from_json(item, depth + 1));
       return Value::list(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
+    case Kind::object: {
       std::vector<std::pair<std::string, Value>> entries;
       entries.reserve(json.size());
-      for (const auto& [key, item] : json.items()) entries.emplace_back(key, from_json(item));
+      for (const auto& [key, item] : json.items()) entries.emplace_back(key, from_json(item, depth + 1));
       return Value::dict(std::move(entries));
     }
     default: break;

@@ -153,6 +153,6 @@ std::string to_json(const Value& value, const JsonStyle& style);
 
 // A JSON document as template values: objects become dicts, arrays lists. TemplateError for
 // unsigned integers above INT64_MAX.
-Value from_json(const nlohmann::json& json);
+Value from_json(const nlohmann::ordered_json& json, int depth = 0);
 
 }  // namespace shardrl::jinja
