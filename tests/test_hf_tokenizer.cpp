@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "text/hf_tokenizer.hpp"
 #include "text/normalizer.hpp"
+#include "text/token_decoder.hpp"
 #include "text/utf8.hpp"
 #include "tokenizer_corpus.hpp"
 
@@ -50,7 +51,9 @@ struct Reference {
   std::vector<std::string> decoded;
 };
 
-Reference run_reference(const std::string& name, const std::vector<std::string>& corpus) {
+// Hugging Face's ids and decodings of `corpus` with the tokenizer.json at `file` (`name`: for the
+// temporary files).
+Reference run_reference_file(const std::string& name, const fs::path& file, const std::vector<std::string>& corpus) {
   const fs::path in = temp_file(name + ".corpus"), out = temp_file(name + ".json");
   {
     std::ofstream f(in, std::ios::binary);
@@ -63,7 +66,7 @@ Reference run_reference(const std::string& name, const std::vector<std::string>&
     }
   }
   const std::string cmd = "node '" + std::string(SHARDRL_SOURCE_DIR) + "/tests/references/encode_with_hf_tokenizers.js' '" +
-                          references().string() + "' '" + (model_dir(name) / "tokenizer.json").string() + "' '" +
+                          references().string() + "' '" + file.string() + "' '" +
                           in.string() + "' > '" + out.string() + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out);
@@ -72,6 +75,10 @@ Reference run_reference(const std::string& name, const std::vector<std::string>&
   fs::remove(in);
   fs::remove(out);
   return r;
+}
+
+Reference run_reference(const std::string& name, const std::vector<std::string>& corpus) {
+  return run_reference_file(name, model_dir(name) / "tokenizer.json", corpus);
 }
 
 std::string printable(const std::string& s) { return excerpt(s, 200); }
@@ -110,6 +117,32 @@ TEST_P(TokenizerParity, IdsAndDecodingEqualHuggingFaces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTokenizers, TokenizerParity, ::testing::Values("qwen3", "llama3", "llama2"));
+
+// Tokens added with `normalized: true` (transformers' add_tokens default, so fine-tunes have
+// them) match in the normalized text by their normalized content, as Hugging Face's added
+// vocabulary does: on Llama 2 (Prepend and Replace normalizers) "<|im_start|>" at the start, and
+// a token with a space. (They were matched by their raw content: an extra "▁" before the first,
+// the second never.)
+TEST(HfTokenizer, NormalizedAddedTokensMatchAsHuggingFacesDo) {
+  if (const std::string why = reference_missing("llama2"); !why.empty()) GTEST_SKIP() << why;
+  std::ifstream in(model_dir("llama2") / "tokenizer.json");
+  nlohmann::json spec = nlohmann::json::parse(in);
+  spec["added_tokens"].push_back({{"id", 32000}, {"content", "<|im_start|>"}, {"special", false}, {"normalized", true},
+                                  {"lstrip", false}, {"rstrip", false}, {"single_word", false}});
+  spec["added_tokens"].push_back({{"id", 32001}, {"content", "new token"}, {"special", false}, {"normalized", true},
+                                  {"lstrip", false}, {"rstrip", false}, {"single_word", false}});
+  const fs::path dir = temp_file("normalized_added");
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << spec.dump();
+  const std::vector<std::string> corpus{"<|im_start|>user", "hello <|im_start|>user\nhi", "a new token here",
+                                        "new token", "<|im_start|><|im_start|>", "xnew tokeny"};
+  const Reference ref = run_reference_file("normalized_added", dir / "tokenizer.json", corpus);
+  const HfTokenizer tokenizer(dir);
+  ASSERT_EQ(ref.ids.size(), corpus.size());
+  for (std::size_t i = 0; i < corpus.size(); ++i) EXPECT_EQ(tokenizer.encode(corpus[i]), ref.ids[i]) << corpus[i];
+  EXPECT_EQ(ref.ids[0].front(), 32000) << "the reference itself: the token first, no space before it";
+  fs::remove_all(dir);
+}
 
 TEST(HfTokenizer, ReadsTheSpecialTokensAndTheTemplate) {
   if (const std::string why = reference_missing("qwen3"); !why.empty()) GTEST_SKIP() << why;
@@ -233,6 +266,19 @@ TEST(HfTokenizer, TokenIdsOutsideTheTablesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("token b has id 2147483647, outside"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
+}
+
+// The Metaspace decoder drops every replacement character of the first token (prepend scheme
+// "first" or "always"; Hugging Face's decode_chain), and turns the others into spaces.
+TEST(HfTokenizer, MetaspaceDecoderDropsTheFirstTokensReplacements) {
+  std::vector<std::string> tokens{"\u2581\u2581", "\u2581Hello", "\u2581world"};
+  text::make_token_decoder({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}}, "test")
+      ->decode_chain(tokens);
+  EXPECT_EQ(tokens, (std::vector<std::string>{"", " Hello", " world"}));
+  tokens = {"\u2581\u2581", "\u2581Hello"};
+  text::make_token_decoder({{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}}, "test")
+      ->decode_chain(tokens);
+  EXPECT_EQ(tokens, (std::vector<std::string>{"  ", " Hello"}));
 }
 
 // chat_template.jinja (transformers' save_pretrained writes the template there since 4.47)

@@ -66,7 +66,7 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
       const std::string content = a.at("content").get<std::string>();
       AddedToken t{content, text::token_id_from_json(a.at("id"), origin + ": added token " + excerpt(content)),
                    a.value("special", false), a.value("normalized", false), a.value("lstrip", false),
-                   a.value("rstrip", false)};
+                   a.value("rstrip", false), std::string()};
       if (a.value("single_word", false))
         throw InputError(fmt::format("{}: added token {} has single_word = true, which is not supported", origin,
                                      excerpt(t.content)));
@@ -74,13 +74,18 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
       vocab_size_ = std::max(vocab_size_, t.id + 1);
       added_.push_back(std::move(t));
     }
+    for (AddedToken& t : added_) {
+      t.match = t.content;
+      if (t.normalized && normalizer_) normalizer_->normalize(t.match);
+      if (t.match.empty()) t.match = t.content;   // a normalizer that removes it all: matched as written
+    }
     std::stable_sort(added_.begin(), added_.end(),
-                     [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+                     [](const AddedToken& a, const AddedToken& b) { return a.match.size() > b.match.size(); });
     for (auto& starts : added_starts_) starts.assign(256, false);
     added_by_id_.assign(static_cast<std::size_t>(vocab_size_), std::string());
     special_by_id_.assign(static_cast<std::size_t>(vocab_size_), false);
     for (const AddedToken& t : added_) {
-      added_starts_[t.normalized ? 1 : 0][static_cast<unsigned char>(t.content[0])] = true;
+      added_starts_[t.normalized ? 1 : 0][static_cast<unsigned char>(t.match[0])] = true;
       added_by_id_[static_cast<std::size_t>(t.id)] = t.content;
       special_by_id_[static_cast<std::size_t>(t.id)] = t.special;
     }
@@ -118,16 +123,16 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
 
   // The side files are read in their own try: a value of the wrong type (a null eos id, a
   // non-object file) is the file's error, named with it, not an unexpected one.
-  const auto read_side_file = [](const fs::path& file, const char* what, auto&& use) {
-    if (!fs::exists(file)) return;
-    const json j = read_json(file, what);
+  const auto read_side_file = [](const fs::path& side, const char* what, auto&& use) {
+    if (!fs::exists(side)) return;
+    const json j = read_json(side, what);
     try {
       if (!j.is_object()) throw InputError(fmt::format("expected a JSON object, got {}", j.type_name()));
       use(j);
     } catch (const json::exception& e) {
-      throw InputError(fmt::format("{}: {}", file.string(), e.what()));
+      throw InputError(fmt::format("{}: {}", side.string(), e.what()));
     } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", file.string(), e.what()));
+      throw InputError(fmt::format("{}: {}", side.string(), e.what()));
     }
   };
   read_side_file(dir / "tokenizer_config.json", "tokenizer config", [&](const json& config) {
@@ -216,12 +221,12 @@ void HfTokenizer::split_added(const std::string& text, bool normalized, bool at_
     if (!starts[static_cast<unsigned char>(text[i])]) continue;
     const AddedToken* found = nullptr;
     for (const AddedToken& t : added_)   // longest first: the leftmost-longest match
-      if (t.normalized == normalized && text.compare(i, t.content.size(), t.content) == 0) {
+      if (t.normalized == normalized && text.compare(i, t.match.size(), t.match) == 0) {
         found = &t;
         break;
       }
     if (!found) continue;
-    std::size_t b = i, e = i + found->content.size();
+    std::size_t b = i, e = i + found->match.size();
     // lstrip / rstrip: the token takes the whitespace beside it.
     if (found->lstrip)
       while (b > done) {

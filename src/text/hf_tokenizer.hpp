@@ -68,6 +68,9 @@ class HfTokenizer {
     std::string content;
     std::int32_t id;
     bool special, normalized, lstrip, rstrip;
+    // What the text is searched for: the content, or for a normalized token its content through
+    // the normalizer, as Hugging Face's added vocabulary matches it in the normalized text.
+    std::string match;
   };
   struct PostItem {
     std::vector<std::int32_t> ids;   // a special token's ids, or empty for the sequence itself

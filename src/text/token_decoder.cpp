@@ -46,19 +46,21 @@ class Metaspace final : public TokenDecoder {
       : replacement_(spec.value("replacement", "\xE2\x96\x81")),
         strip_first_(spec.contains("prepend_scheme") ? spec["prepend_scheme"].get<std::string>() != "never"
                                                      : spec.value("add_prefix_space", true)) {}
+  // Each replacement character becomes a space, except in the first token (with a prepend
+  // scheme), where every one is dropped, as Hugging Face's decoder does: "▁▁", "▁Hello" decode to
+  // " Hello", not "  Hello".
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       std::string out;
       const std::string& t = tokens[i];
       for (std::size_t at = 0; at < t.size();) {
         if (t.compare(at, replacement_.size(), replacement_) == 0) {
-          out.push_back(' ');
+          if (!(i == 0 && strip_first_)) out.push_back(' ');
           at += replacement_.size();
         } else {
           out.push_back(t[at++]);
         }
       }
-      if (i == 0 && strip_first_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
       tokens[i] = std::move(out);
     }
   }
