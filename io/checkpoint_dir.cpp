@@ -90,6 +90,10 @@ std::optional<std::string> read_latest_name(const std::filesystem::path& dir) {
   const std::filesystem::file_status st = std::filesystem::symlink_status(latest, ec);
   if (st.type() == std::filesystem::file_type::not_found) return std::nullopt;
   if (ec) fail("inspect", latest, ec.value());   // unreadable is not missing
+  // A regular file (through a link): opening a FIFO named `latest` blocked rank 0, and every
+  // rank with it, for ever.
+  if (!std::filesystem::is_regular_file(latest, ec))
+    throw InputError(fmt::format("'{}' is not a regular file: it should hold a checkpoint file's name", latest.string()));
   std::ifstream in(latest, std::ios::binary);
   if (!in) fail("read", latest, errno);
   // A file name and a newline: whatever is beyond a few KiB is not one, and is never read whole.

@@ -58,6 +58,14 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) fail("close", partial_);
   if (::rename(partial_.c_str(), path_.c_str()) != 0) fail("rename into", path_);
   partial_.clear();
+  // The rename durable too (a power loss could otherwise bring back the old file): the directory's
+  // entry flushed. Best effort: the file is in place whatever this says.
+  const std::filesystem::path parent = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+  const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
 }
 
 void write_text_atomically(const std::filesystem::path& path, std::string_view text) {

@@ -1,6 +1,7 @@
 // io/checkpoint_dir: file names, the commit (partial -> final, latest replaced), reading latest,
 // and retention (keep the newest, keep multiples, drop crash leftovers, never drop latest).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,6 +107,19 @@ TEST_F(CheckpointDir, LatestMissingDanglingOrMalformed) {
   EXPECT_THROW(latest_checkpoint(dir_), InputError);
   std::ofstream(dir_ / "latest") << "../elsewhere/iter_00000001.h5\n";
   EXPECT_THROW(latest_checkpoint(dir_), InputError);
+  // A FIFO named latest (opening it blocked for ever) or a directory: not a regular file.
+  fs::remove(dir_ / "latest");
+  ASSERT_EQ(::mkfifo((dir_ / "latest").c_str(), 0644), 0);
+  try {
+    latest_checkpoint(dir_);
+    ADD_FAILURE() << "a FIFO named latest: no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("latest' is not a regular file"), std::string::npos) << e.what();
+  }
+  fs::remove(dir_ / "latest");
+  fs::create_directory(dir_ / "latest");
+  EXPECT_THROW(latest_checkpoint(dir_), InputError);
+  fs::remove(dir_ / "latest");
 }
 
 TEST_F(CheckpointDir, RetentionKeepsNewestAndMultiples) {
