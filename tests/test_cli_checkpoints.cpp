@@ -232,6 +232,31 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
   EXPECT_EQ(metric_iterations(dir / "runs" / "ck" / "metrics.jsonl").size(), 1u);
 }
 
+// --resume-from another run's checkpoint into a run that holds its own at the same iteration: a
+// save before the first iteration ends (a stop) would replace the run's own file, so it is
+// refused like a later one, and --overwrite deletes it first.
+TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
+  for (const char* name : {"ck", "other"}) {
+    RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --set run.name=" + name);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  const fs::path own = dir / "runs" / "other" / "checkpoints" / "iter_00000002.h5";
+  const std::string own_bytes = slurp(own);
+  const std::string branch = " train --config job.toml --set run.name=other --set run.iterations=3 "
+                             "--resume-from runs/ck/checkpoints/iter_00000002.h5";
+  RunResult refused = run_in(dir, mpirun(2) + branch);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("already holds 1 same or later checkpoint(s), the newest iter_00000002.h5"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(slurp(own), own_bytes);
+  RunResult own_file = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set run.iterations=3 "
+                                               "--resume-from runs/other/checkpoints/iter_00000002.h5");
+  EXPECT_EQ(own_file.exit_code, 0) << "the run's own file at that iteration is no conflict: " << own_file.err;
+}
+
 // --requeued (slurm/run_shardrl.sh passes it to every run of a job after the first): a run that
 // has saved continues from its own latest checkpoint whatever the first run's start options say;
 // one that has not (its node failed before the first save) starts as the first run did, from the

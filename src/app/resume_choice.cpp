@@ -19,17 +19,24 @@ namespace shardrl {
 
 void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
                                 std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
-  const std::vector<std::filesystem::path> later = committed_checkpoints_after(checkpoints, resumed_at);
+  // The run's own checkpoint at the iteration resumed at counts too where `from` is another file
+  // (another run's): a save before the first iteration ends (a stop) would replace it.
+  std::int64_t after = resumed_at;
+  std::error_code ec;
+  const std::filesystem::path own = checkpoint_path(checkpoints, resumed_at);
+  if (std::filesystem::is_regular_file(own, ec) && !std::filesystem::equivalent(own, from, ec)) after = resumed_at - 1;
+  const std::vector<std::filesystem::path> later = committed_checkpoints_after(checkpoints, after);
   if (later.empty()) return;
+  const char* which = after == resumed_at ? "later" : "same or later";
   if (!overwrite)
     throw InputError(fmt::format(
-        "--resume-from {} (iteration {}): the run directory {} already holds {} later checkpoint(s), the newest "
+        "--resume-from {} (iteration {}): the run directory {} already holds {} {} checkpoint(s), the newest "
         "{}, which the resumed run would replace (and drop their metrics); choose another run.name to branch from "
         "it, or add --overwrite to delete them",
-        from.string(), resumed_at, run_dir.string(), later.size(), later.back().filename().string()));
-  const std::size_t deleted = delete_checkpoints_after(checkpoints, resumed_at);
-  spdlog::warn("--overwrite: deleted {} later checkpoint(s) of {} (the newest {}) and their metrics",
-               deleted, run_dir.string(), later.back().filename().string());
+        from.string(), resumed_at, run_dir.string(), later.size(), which, later.back().filename().string()));
+  const std::size_t deleted = delete_checkpoints_after(checkpoints, after);
+  spdlog::warn("--overwrite: deleted {} {} checkpoint(s) of {} (the newest {}) and their metrics", deleted, which,
+               run_dir.string(), later.back().filename().string());
 }
 
 TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const std::filesystem::path& run_dir) {
