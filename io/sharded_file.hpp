@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -121,8 +122,11 @@ class ShardedFileReader {
   std::vector<std::string> datasets() const;
   // Reads every float32 tensor that has a crc32 attribute, split across the ranks in pieces of
   // bounded size, and returns the names (sorted) whose checksum does not match or that cannot
-  // be read; the same list on every rank.
-  std::vector<std::string> verify_all();
+  // be read; the same list on every rank. Datasets for which `required` is true must be float32
+  // with a checksum, as a verified read requires: otherwise they are listed too, with the reason
+  // ("NAME (no checksum)", "NAME (not float32)"), so that "all verified" means what a resume
+  // would accept.
+  std::vector<std::string> verify_all(const std::function<bool(const std::string&)>& required = {});
 
  private:
   std::filesystem::path path_;

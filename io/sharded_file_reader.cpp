@@ -276,7 +276,7 @@ std::vector<std::string> ShardedFileReader::datasets() const {
   return names;
 }
 
-std::vector<std::string> ShardedFileReader::verify_all() {
+std::vector<std::string> ShardedFileReader::verify_all(const std::function<bool(const std::string&)>& required) {
   const std::vector<std::string> names = datasets();
   QuietHdf5 quiet;
   std::vector<std::string> failing;
@@ -285,12 +285,19 @@ std::vector<std::string> ShardedFileReader::verify_all() {
     std::string error;
     H5Handle dset = open_dataset_if_any(file_.get(), name, error);
     agree_on_error(comm_, error.empty() ? error : fmt::format("{}: cannot read ({})", path_.string(), error));
-    if (!is_float32(dset.get())) continue;
+    const bool must = required && required(name);
+    if (!is_float32(dset.get())) {
+      if (must) failing.push_back(name + " (not float32)");
+      continue;
+    }
     std::uint32_t stored = 0;
     const int found = read_crc_attribute(dset.get(), stored, error);
     agree_on_error(comm_,
           error.empty() ? error : fmt::format("{}: tensor {}: cannot read its checksum ({})", path_.string(), name, error));
-    if (found == 0) continue;
+    if (found == 0) {
+      if (must) failing.push_back(name + " (no checksum)");
+      continue;
+    }
 
     H5Handle space(SHARDRL_H5_REQUIRE(H5Dget_space(dset.get())));
     const std::vector<hsize_t> dims = space_dims(space.get());

@@ -59,7 +59,7 @@ int run_inspect(const InspectArgs& args) {
         std::cerr << (missing.size() > 8 ? " ...\n" : "\n");
         return kExitUsage;
       }
-      const std::vector<std::string> bad = in.verify_all();
+      const std::vector<std::string> bad = in.verify_all(f::is_tensor);
       if (!bad.empty()) {
         std::cerr << fmt::format("shardrl: {}: {} tensor(s) fail their checksum:", args.path, bad.size());
         for (const auto& b : bad) std::cerr << " " << b;
