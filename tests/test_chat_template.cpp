@@ -4,6 +4,7 @@
 #include "text/chat_template.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <string>
 
@@ -284,6 +285,24 @@ TEST(ChatTemplateErrors, UnboundedDepthIsAnErrorNotACrash) {
   const std::string error =
       input_error_of([&] { ChatTemplate("{{ messages }}", kOrigin).render(messages, false); });
   EXPECT_NE(error.find("nested deeper than 512 levels"), std::string::npos) << error;
+}
+
+// A loop's iteration scopes are released as it goes (every one was kept until the render
+// ended: two nested loops of 1,000 took 3.4 GB), except where a macro made in an iteration may
+// still be called after it.
+TEST(ChatTemplateRender, LoopScopesAreReleasedAsTheLoopGoes) {
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}"
+                   "{% set ns.n = ns.n + 1 %}{% endfor %}{% endfor %}{{ ns.n }}"),
+            "1000000");
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 200 * 1024) << "KiB more at peak";
+  // A macro made in an iteration and kept in a namespace is called after the loop.
+  EXPECT_EQ(render("{% set ns = namespace(m=none) %}{% for p in ['a', 'b'] %}{% macro m(x) %}{{ p }}{{ x }}"
+                   "{% endmacro %}{% set ns.m = m %}{% endfor %}{{ ns.m('!') }}"),
+            "b!");
 }
 
 }  // namespace
