@@ -70,7 +70,7 @@ void for_each_line(const std::string& text, Fn&& fn) {
 bool parse_object(const Line& line, const std::string& where, Json& obj) {
   try {
     obj = Json::parse(line.text.begin(), line.text.end());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {   // parse_error, or out_of_range for a number like 1e999
     if (!line.terminated) return false;
     throw InputError(fmt::format("{}: not valid JSON ({})", where, json_parse_message(e.what())));
   }

@@ -173,6 +173,7 @@ TEST_F(MetricsLogTest, MalformedLineIsAnInputErrorNamingFileAndLine) {
   } cases[] = {
       {"not json", "not valid JSON"},
       {"{\"iteration\":1,", "not valid JSON"},
+      {"{\"iteration\":1,\"loss\":1e999}", "not valid JSON"},   // nlohmann's out_of_range, not a parse_error
       {"[1,2]", "expected a JSON object, got array"},
       {"{\"loss\":1}", "expected a numeric \"iteration\" field"},
       {"{\"iteration\":\"1\"}", "expected a numeric \"iteration\" field"},

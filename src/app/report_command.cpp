@@ -122,17 +122,29 @@ std::string checkpoints_section(const fs::path& run, MPI_Comm comm) {
 }
 
 // scripts/plot_metrics.py's PNG beside the report; "" and the reason when it cannot be drawn.
-std::pair<std::string, std::string> draw_curves(const fs::path& run) {
+// `text` as one word of a POSIX shell command line.
+std::string shell_word(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// The curves drawn into RUN/report_curves.png; the link to it from a report in `report_dir`, or
+// empty with the reason.
+std::pair<std::string, std::string> draw_curves(const fs::path& run, const fs::path& report_dir) {
   const char* env = std::getenv("SHARDRL_SCRIPTS");
   const fs::path script = fs::path(env ? env : SHARDRL_SCRIPTS_DIR) / "plot_metrics.py";
   if (!fs::exists(script)) return {"", fmt::format("{} not found (set SHARDRL_SCRIPTS)", script.string())};
   if (!fs::exists(run / "metrics.jsonl")) return {"", "no metrics.jsonl"};
   const fs::path png = run / "report_curves.png";
-  const std::string cmd = fmt::format("python3 '{}' '{}' --out '{}' > /dev/null 2>&1", script.string(), run.string(),
-                                      png.string());
+  const std::string cmd = fmt::format("python3 {} {} --out {} > /dev/null 2>&1", shell_word(script.string()),
+                                      shell_word(run.string()), shell_word(png.string()));
   if (std::system(cmd.c_str()) != 0 || !fs::exists(png))
     return {"", fmt::format("`{}` failed", "python3 scripts/plot_metrics.py")};
-  return {png.filename().string(), ""};
+  // Relative to the report (--out may put it elsewhere than the run directory).
+  std::error_code ec;
+  const fs::path link = fs::relative(png, report_dir.empty() ? fs::path(".") : report_dir, ec);
+  return {ec || link.empty() ? fs::absolute(png).string() : link.string(), ""};
 }
 
 }  // namespace
@@ -167,13 +179,16 @@ int run_report(const ReportArgs& args) {
     std::string md = fmt::format("# Run report: `{}`\n\nWritten by `shardrl report` ({}).\n\n", run.string(), kVersion);
     md += config_section(run);
     md += progress_section(records);
-    const auto [png, why] = draw_curves(run);
+    const auto [png, why] = draw_curves(run, out.parent_path());
     md += "## Curves\n\n" + (png.empty() ? "Not drawn: " + why + ".\n\n" : fmt::format("![reward, loss and throughput]({})\n\n", png));
     md += throughput_section(records);
     md += checkpoints_section(run, mpi.world());
     write_text_atomically(out, md);
     std::cout << out.string() << "\n";
   } catch (const InputError& e) {
+    std::cerr << "shardrl: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const fs::filesystem_error& e) {   // a run directory it may not read: its problem, named
     std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;
   }
