@@ -91,7 +91,8 @@ Json json_number(double v) {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::filesystem::path& path, std::int64_t first_iteration)
+MetricsLog::MetricsLog(const std::filesystem::path& path, std::int64_t first_iteration,
+                       const std::string& keep_at_first_unless)
     : path_(path) {
   std::string text;
   if (read_file_if_exists(path_, text) && !text.empty()) {
@@ -112,7 +113,10 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, std::int64_t first_ite
       const auto it = obj.find("iteration");
       if (it == obj.end() || !it->is_number())
         throw InputError(fmt::format("{}: expected a numeric \"iteration\" field", at));
-      if (it->get<double>() >= static_cast<double>(first_iteration)) {
+      const bool kept_at_first = !keep_at_first_unless.empty() &&
+                                 it->get<double>() == static_cast<double>(first_iteration) &&
+                                 !obj.contains(keep_at_first_unless);
+      if (it->get<double>() >= static_cast<double>(first_iteration) && !kept_at_first) {
         ++dropped;
         rewrite = true;
         return;

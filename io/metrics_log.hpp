@@ -27,8 +27,11 @@ class MetricsLog {
   // Blank lines are ignored. A last line without its newline is an unfinished record of a killed
   // job: it is dropped if it does not parse (and kept, terminated, if it does). Any other line that
   // is not a JSON object with a numeric "iteration" is an InputError naming "file:line", as is a
-  // file that cannot be read or opened.
-  MetricsLog(const std::filesystem::path& path, std::int64_t first_iteration);
+  // file that cannot be read or opened. With `keep_at_first_unless`, a record at first_iteration
+  // exactly that lacks that key is kept too (a finished run's final evaluation, whose record has
+  // no iteration fields, while a record of an iteration past the run's checkpoint is dropped).
+  MetricsLog(const std::filesystem::path& path, std::int64_t first_iteration,
+             const std::string& keep_at_first_unless = "");
 
   // Appends one record and flushes it. fields[0] must be ("iteration", finite value) and keys must
   // be distinct (a bug otherwise: fatal). A failed write is an InputError naming the file.

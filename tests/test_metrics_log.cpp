@@ -131,6 +131,16 @@ TEST_F(MetricsLogTest, ResumeDropsIterationsFromFirstIterationOnThenAppends) {
   EXPECT_FALSE(fs::exists(file_.string() + ".partial"));
 }
 
+// A finished run (its checkpoint at iteration 2 of 2) keeps its final evaluation's record at 2 (no
+// "loss" here standing for the iteration fields) and drops the record of an iteration 2 that a
+// killed job wrote past the checkpoint, and anything later.
+TEST_F(MetricsLogTest, AFinishedRunKeepsOnlyItsFinalEvaluationAtTheIterationCount) {
+  spit(file_, "{\"iteration\":0,\"loss\":1}\n{\"iteration\":1,\"loss\":1}\n{\"iteration\":2,\"loss\":1}\n"
+              "{\"iteration\":2,\"eval/pass@1\":0.5}\n{\"iteration\":3,\"loss\":1}\n");
+  { MetricsLog log(file_, 2, "loss"); }
+  EXPECT_EQ(slurp(file_), "{\"iteration\":0,\"loss\":1}\n{\"iteration\":1,\"loss\":1}\n{\"iteration\":2,\"eval/pass@1\":0.5}\n");
+}
+
 TEST_F(MetricsLogTest, ResumeFromZeroEmptiesTheLog) {
   write_iterations(0, 2);
   { MetricsLog log(file_, 0); }

@@ -260,8 +260,11 @@ int run_train(const TrainArgs& args) {
     // missing) runs that evaluation alone.
     bool final_eval_due = false;
     run_on_root(mpi.world(), 0, [&] {
-      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl",
-                                             position.iterations_done + (finished ? 1 : 0));
+      // A finished run keeps its final evaluation's record (at the iteration count, no
+      // reward_mean), not a record of an iteration past its checkpoint (a killed job's, or one
+      // whose run.iterations was lowered): the evaluation would have written a second one there.
+      metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done,
+                                             finished ? "reward_mean" : "");
       const auto records = read_metrics(metrics->path());
       final_eval_due = finished && cfg.rl.eval_interval > 0 && position.iterations_done == cfg.run.iterations &&
                        std::none_of(records.begin(), records.end(), [&](const auto& record) {
