@@ -335,5 +335,36 @@ TEST(HfTokenizer, MergesByRank) {
   fs::remove_all(dir);
 }
 
+// Against Hugging Face on small hand-made tokenizers: a merge listed twice takes its last rank
+// (HF collects the merges into a map in order; the first rank won here), and without a decoder the
+// tokens are joined with spaces (they were joined with nothing).
+TEST(HfTokenizer, DuplicateMergesAndNoDecoderAsHuggingFaces) {
+  if (const std::string why = reference_missing("qwen3"); !why.empty()) GTEST_SKIP() << why;
+  const nlohmann::json model = {{"type", "BPE"},
+                                {"dropout", nullptr},
+                                {"unk_token", nullptr},
+                                {"continuing_subword_prefix", nullptr},
+                                {"end_of_word_suffix", nullptr},
+                                {"fuse_unk", false},
+                                {"byte_fallback", false},
+                                {"vocab", {{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"bc", 4}, {"abc", 5}}},
+                                {"merges", {"b c", "a b", "ab c", "b c"}}};
+  fs::path dir = tokenizer_with("model", model);
+  nlohmann::json spec = nlohmann::json::parse(std::ifstream(dir / "tokenizer.json"));
+  spec["decoder"] = nullptr;
+  spec["pre_tokenizer"] = nullptr;
+  std::ofstream(dir / "tokenizer.json") << spec.dump();
+  const std::vector<std::string> corpus{"abc", "ab", "bcab", "cabc"};
+  const Reference ref = run_reference_file("merges_twice", dir / "tokenizer.json", corpus);
+  const HfTokenizer t(dir);
+  ASSERT_EQ(ref.ids.size(), corpus.size());
+  for (std::size_t i = 0; i < corpus.size(); ++i) {
+    EXPECT_EQ(t.encode(corpus[i]), ref.ids[i]) << corpus[i];
+    EXPECT_EQ(t.decode(ref.ids[i]), ref.decoded[i]) << corpus[i];
+  }
+  EXPECT_EQ(ref.ids[0], (std::vector<std::int32_t>{5})) << "the reference itself: abc whole";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -68,7 +68,8 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
     if (ia < 0 || ib < 0 || merged < 0)
       throw InputError(fmt::format("{}: merge {} ({} + {}) names a token the vocabulary does not have", at, rank,
                                    excerpt(a), excerpt(b)));
-    merges_.emplace(pair_key(ia, ib), std::make_pair(rank, merged));   // the first (lowest) rank wins
+    // A pair listed twice takes its last rank, as Hugging Face's map of merges (collected in order) does.
+    merges_.insert_or_assign(pair_key(ia, ib), std::make_pair(rank, merged));
     ++rank;
   }
   ignore_merges_ = spec.value("ignore_merges", false);

@@ -278,9 +278,11 @@ std::string HfTokenizer::decode(const std::vector<std::int32_t>& ids, bool skip_
     }
     if (const std::string* token = model_->token_of(id)) tokens.push_back(*token);
   }
-  if (decoder_) decoder_->decode_chain(tokens);
+  // Without a decoder Hugging Face joins the tokens with spaces; a decoder's pieces are joined as
+  // they are.
   std::string out;
-  for (const auto& t : tokens) out += t;
+  if (decoder_) decoder_->decode_chain(tokens);
+  for (std::size_t i = 0; i < tokens.size(); ++i) out += (i > 0 && !decoder_ ? " " : "") + tokens[i];
   return out;
 }
 
