@@ -21,25 +21,59 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root) {
 }
 
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, int root) {
+  return gather_strings(comm, text, root, static_cast<unsigned long long>(INT_MAX), 1ull << 30);
+}
+
+std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, int root,
+                                        unsigned long long gatherv_below, unsigned long long piece) {
   int rank = 0, size = 0;
   SHARDRL_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size));
-  int len = static_cast<int>(text.size());
-  std::vector<int> lens(rank == root ? size : 0), offsets(rank == root ? size : 0);
-  SHARDRL_CHECK_MPI(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, comm));
-  std::string all;
+  unsigned long long len = text.size();
+  std::vector<unsigned long long> lens(rank == root ? size : 0);
+  SHARDRL_CHECK_MPI(MPI_Gather(&len, 1, MPI_UNSIGNED_LONG_LONG, lens.data(), 1, MPI_UNSIGNED_LONG_LONG, root, comm));
+  // One Gatherv where its int counts and displacements hold; else (a merged --trace of many ranks
+  // passes 2 GiB) each rank's text sent to the root in pieces.
+  int small = 1;
   if (rank == root) {
-    int total = 0;
-    for (int r = 0; r < size; ++r) {
-      offsets[r] = total;
-      total += lens[r];
-    }
-    all.resize(total);
+    unsigned long long total = 0;
+    for (unsigned long long l : lens) total += l;
+    small = total < gatherv_below ? 1 : 0;
   }
-  SHARDRL_CHECK_MPI(MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(),
-                                offsets.data(), MPI_CHAR, root, comm));
+  SHARDRL_CHECK_MPI(MPI_Bcast(&small, 1, MPI_INT, root, comm));
   std::vector<std::string> out;
-  for (int r = 0; r < static_cast<int>(lens.size()); ++r) out.push_back(all.substr(offsets[r], lens[r]));
+  if (small) {
+    std::vector<int> counts(lens.size()), offsets(lens.size());
+    int total = 0;
+    for (std::size_t r = 0; r < lens.size(); ++r) {
+      counts[r] = static_cast<int>(lens[r]);
+      offsets[r] = total;
+      total += counts[r];
+    }
+    std::string all(static_cast<std::size_t>(total), '\0');
+    SHARDRL_CHECK_MPI(MPI_Gatherv(text.data(), static_cast<int>(len), MPI_CHAR, all.data(), counts.data(),
+                                  offsets.data(), MPI_CHAR, root, comm));
+    for (std::size_t r = 0; r < lens.size(); ++r) out.push_back(all.substr(offsets[r], counts[r]));
+    return out;
+  }
+  const unsigned long long chunk = piece;
+  if (rank != root) {
+    for (unsigned long long off = 0; off < len; off += chunk)
+      SHARDRL_CHECK_MPI(MPI_Send(text.data() + off, static_cast<int>(std::min(chunk, len - off)), MPI_CHAR, root, 0,
+                                 comm));
+    return out;
+  }
+  for (int r = 0; r < size; ++r) {
+    if (r == root) {
+      out.push_back(text);
+      continue;
+    }
+    std::string part(lens[r], '\0');
+    for (unsigned long long off = 0; off < lens[r]; off += chunk)
+      SHARDRL_CHECK_MPI(MPI_Recv(part.data() + off, static_cast<int>(std::min(chunk, lens[r] - off)), MPI_CHAR, r, 0,
+                                 comm, MPI_STATUS_IGNORE));
+    out.push_back(std::move(part));
+  }
   return out;
 }
 

@@ -17,7 +17,13 @@ namespace shardrl {
 void broadcast_string(MPI_Comm comm, std::string& text, int root);
 
 // Rank `root` receives every rank's `text`, index = rank; other ranks receive {}.
+// Sizes are 64-bit: past 2 GiB in all (a merged --trace of many ranks) the texts travel to the
+// root point to point, in pieces.
 std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, int root);
+// The same with the bounds as parameters (tests: the point-to-point path on small texts): one
+// Gatherv where the total is below `gatherv_below`, else pieces of at most `piece` bytes.
+std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, int root,
+                                        unsigned long long gatherv_below, unsigned long long piece);
 
 // outgoing[d] (one entry per rank) is delivered to rank d; returns what each rank s sent here,
 // index = s. Each message must be under 2 GiB. Collective.

@@ -89,6 +89,16 @@ TEST(HostExchange, BroadcastGatherAndAgree) {
   } else {
     EXPECT_TRUE(all.empty());
   }
+  // The path of totals past 2 GiB (point to point, in pieces), on small texts.
+  const std::string mine = std::string(static_cast<std::size_t>(5 * rank + 1), 'k') + std::to_string(rank);
+  auto pieces = gather_strings(MPI_COMM_WORLD, mine, size - 1, /*gatherv_below=*/0, /*piece=*/3);
+  if (rank == size - 1) {
+    ASSERT_EQ(static_cast<int>(pieces.size()), size);
+    for (int r = 0; r < size; ++r)
+      EXPECT_EQ(pieces[r], std::string(static_cast<std::size_t>(5 * r + 1), 'k') + std::to_string(r));
+  } else {
+    EXPECT_TRUE(pieces.empty());
+  }
   EXPECT_FALSE(any_rank(MPI_COMM_WORLD, false));
   EXPECT_TRUE(any_rank(MPI_COMM_WORLD, rank == size - 1));
 }
