@@ -4,6 +4,9 @@
 // (temperature 1 when greedy), and a key always draws the same token.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -218,6 +221,25 @@ TEST(Sampling, DrawsFollowTheTargetDistribution) {
       chi2 += (count[v] - n * p[v]) * (count[v] - n * p[v]) / (n * p[v]);
     }
     EXPECT_LT(chi2, critical[kept - 1]) << "temperature " << o.temperature << " k " << o.top_k << " p " << o.top_p;
+  }
+}
+
+// A row of NaN logits (a diverged model) draws -1 with NaN log-probability, greedy or top-k/top-p,
+// instead of reading past the row (no index held the maximum: the token stayed V or -1).
+TEST(Sampling, AllNanLogitsDrawTheMarkNotAnIndexPastTheRow) {
+  const std::vector<float> row(1000, std::numeric_limits<float>::quiet_NaN());
+  SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  SamplingOptions top;
+  top.temperature = 0.8f;
+  top.top_k = 5;
+  top.top_p = 0.9f;
+  for (const SamplingOptions& opt : {greedy, top}) {
+    const Draws d = draw<float>(row, opt, 2);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(d.tokens[r], -1) << "temperature " << opt.temperature;
+      EXPECT_TRUE(std::isnan(d.logp[r]));
+    }
   }
 }
 

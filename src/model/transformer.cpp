@@ -401,7 +401,11 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
   Activations& a = *act_;
   const int V = options_.shape.vocab_size;
   for (int r = 0; r < rows; ++r) {
-    SHARDRL_CHECK(tokens[r] >= 0 && tokens[r] < V, fmt::format("token id {} out of range [0, {})", tokens[r], V));
+    SHARDRL_CHECK(tokens[r] >= 0 && tokens[r] < V,
+                  fmt::format("token id {} out of range [0, {}){}", tokens[r], V,
+                              tokens[r] == -1 ? " (the sampler's mark of a row whose logits were all NaN: the model "
+                                                "diverged)"
+                                              : ""));
     SHARDRL_CHECK(positions[r] >= 0, "negative position");
     a.tokens_h(r) = tokens[r];
     a.targets_h(r) = 0;   // unused: a decode step computes no target log-probabilities

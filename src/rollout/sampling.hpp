@@ -9,6 +9,7 @@
 // draws record the distribution at temperature 1.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 

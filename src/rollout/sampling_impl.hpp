@@ -326,6 +326,14 @@ void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t*
       }
     }
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      // Logits that are all NaN (a diverged model) leave no index holding the maximum or above the
+      // cut (chosen stays V, or -1): the row gets -1, which the next step refuses naming it,
+      // instead of a read past the row's logits.
+      if (chosen < 0 || chosen >= V) {
+        token[r] = -1;
+        logp[r] = entropy[r] = NAN;
+        return;
+      }
       token[r] = chosen;
       record_draw(static_cast<float>(l[chosen]), max, t, tempered, logp[r], entropy[r]);
     });
