@@ -169,6 +169,16 @@ TEST(Cli, LoraOverAPretrainedBase) {
   RunResult no_base = run_in(dir, mpirun(2) + " train --config lora.toml --set run.name=bad2 --set lora.init_from=peft");
   EXPECT_EQ(no_base.exit_code, 2);
   EXPECT_NE(no_base.err.find("set model.init_from to that base's directory"), std::string::npos) << no_base.err;
+  // An adapter directory only rank 0 can see (a relative path, rank 1 started elsewhere): every
+  // rank stops with rank 1's message, promptly (the read was outside the load's agreement).
+  fs::create_directories(dir / "elsewhere");
+  RunResult one_sided = run_in(dir, mpirun_in_two_dirs(dir, dir / "elsewhere",
+                                                       " train --config " + (dir / "lora.toml").string() +
+                                                           " --set run.name=bad3 --set run.iterations=0 "
+                                                           "--set model.init_from=" + base + " --set lora.init_from=peft"));
+  EXPECT_EQ(one_sided.exit_code, 2) << one_sided.out << one_sided.err;
+  EXPECT_NE(one_sided.err.find("peft/adapter_"), std::string::npos) << one_sided.err;
+  EXPECT_LT(one_sided.seconds, 60.0);
 }
 
 }  // namespace
