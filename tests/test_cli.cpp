@@ -113,6 +113,10 @@ const BadConfig kBadConfigs[] = {
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:18: rollout.max_new_tokens = 2147483647 does not fit train.seq_len = 128 (a prompt of one token "
      "and the completion need train.seq_len >= rollout.max_new_tokens)\n"},
+    {"completion_filling_the_model", "[train]\nseq_len = 256\n[rollout]\nmax_new_tokens = 256\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:4:18: rollout.max_new_tokens = 256 leaves no room for a prompt within the model's max_seq_len = "
+     "256 (at most 255)\n"},
     {"vocabulary_below_the_byte_tokenizer", "[model]\npreset = \"custom\"\nvocab_size = 128\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:3:14: model.vocab_size = 128 is too small for rl.task = \"sort\", whose byte tokenizer uses ids "

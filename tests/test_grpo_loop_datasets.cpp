@@ -240,16 +240,24 @@ TEST(GrpoLoop, ExampleTooLongIsNamedByItsDatasetLine) {
     std::string bad_line;
     bool warm_up;
     const char* what;
+    std::int64_t max_seq_len = 0;   // the model's, where not the config's
   };
   const Case cases[] = {
       {"long_answer.jsonl", "{\"prompt_ids\": [1, 11], \"answer_ids\": [" + long_ids + "]}\n", true,
        "warm-up example {} of step 0 has 43 tokens; train.seq_len = 32 holds at most 33"},
       {"long_prompt.jsonl", "{\"prompt_ids\": [1, " + long_ids + "], \"answer_ids\": [21, 25]}\n", false,
        "prompt {} of iteration 0 has 41 tokens; with rollout.max_new_tokens = 8 it needs train.seq_len >= 48 (now 32)"},
+      // The generator's limit is the model's max_seq_len: named with it, not blamed on seq_len alone.
+      {"long_prompt_small_model.jsonl", "{\"prompt_ids\": [1, " + long_ids + "], \"answer_ids\": [21, 25]}\n",
+       false,
+       "prompt {} of iteration 0 has 41 tokens; with rollout.max_new_tokens = 8 it needs train.seq_len >= 48 (now 32) "
+       "and model.max_seq_len >= 49 (now 32)",
+       32},
   };
   SharedDatasets files;
   for (const Case& k : cases) {
-    const Config c = pre_tokenized_config(files.write(k.name, good + k.bad_line));
+    Config c = pre_tokenized_config(files.write(k.name, good + k.bad_line));
+    if (k.max_seq_len > 0) c.model.max_seq_len = k.max_seq_len;
     const std::int64_t first_bad = first_draw_of_line_2(c, k.warm_up);
     ASSERT_GE(first_bad, 0) << "the batch never draws line 2: the test proves nothing";
     const std::string expected = c.rl.dataset + ":2: " + fmt::format(fmt::runtime(k.what), first_bad);

@@ -133,6 +133,12 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     out.errors.push_back(fmt::format("{}: rollout.max_new_tokens = {} does not fit train.seq_len = {} (a prompt of one "
                                      "token and the completion need train.seq_len >= rollout.max_new_tokens)",
                                      where("rollout.max_new_tokens"), c.rollout.max_new_tokens, c.train.seq_len));
+  // The generator holds a prompt and its completion within the model's max_seq_len.
+  else if (c.rollout.max_new_tokens >= shape.max_seq_len)
+    out.errors.push_back(fmt::format("{}: rollout.max_new_tokens = {} leaves no room for a prompt within the model's "
+                                     "max_seq_len = {} (at most {})",
+                                     where("rollout.max_new_tokens"), c.rollout.max_new_tokens, shape.max_seq_len,
+                                     shape.max_seq_len - 1));
   if (c.optim.schedule == LrSchedule::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));

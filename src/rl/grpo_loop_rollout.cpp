@@ -20,6 +20,19 @@ namespace shardrl {
 
 using namespace grpo_loop_detail;
 
+namespace {
+// What a prompt of n tokens with completions of max_new tokens needs: the train rows hold n +
+// max_new tokens within train.seq_len + 1, the generator its n + max_new - 1 fed positions and
+// the last draw within model.max_seq_len (so train.seq_len = max_seq_len gains no room over
+// max_seq_len - 1). Named, so that a limit set by max_seq_len is not blamed on seq_len.
+std::string length_needs(std::int64_t n, int max_new, std::int64_t seq_len, std::int64_t max_seq_len) {
+  const std::int64_t need = n + max_new - 1;
+  std::string s = fmt::format("it needs train.seq_len >= {} (now {})", need, seq_len);
+  if (need + 1 > max_seq_len) s += fmt::format(" and model.max_seq_len >= {} (now {})", need + 1, max_seq_len);
+  return s;
+}
+}  // namespace
+
 std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round, std::vector<double>& sums) {
   const std::uint64_t seed = options_.seed;
   const int max_new = options_.max_new_tokens;
@@ -44,9 +57,9 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
       std::vector<std::int32_t> ids = prompt_ids(ex);
       if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
         throw InputError(fmt::format(
-            "{}prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} it needs train.seq_len >= {} "
-            "(now {})",
-            example_where(ex), index, iteration, ids.size(), max_new, ids.size() + max_new - 1, seq_len_));
+            "{}prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} {}", example_where(ex), index,
+            iteration, ids.size(), max_new,
+            length_needs(static_cast<std::int64_t>(ids.size()), max_new, seq_len_, model_.options().shape.max_seq_len)));
       if (p < group_begin || p >= group_end) continue;
       const bool mine = p >= begin && p < end;
       for (int g = 0; g < group_; ++g) {
@@ -268,9 +281,10 @@ EvalStats GrpoLoop::evaluate() {
     check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, fmt::format("eval prompt {}", i));
     const std::size_t n = prompt_ids(ex).size();
     if (static_cast<std::int64_t>(n) + max_new > gen_len_)
-      throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} it needs "
-                                   "train.seq_len >= {}",
-                                   i, ex.source, n, max_new, n + max_new - 1));
+      throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} {}", i,
+                                   ex.source, n, max_new,
+                                   length_needs(static_cast<std::int64_t>(n), max_new, seq_len_,
+                                                model_.options().shape.max_seq_len)));
   }
   std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
   // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
