@@ -267,6 +267,15 @@ TEST(ChatTemplateErrors, UnboundedDepthIsAnErrorNotACrash) {
   for (int i = 0; i < 20000; ++i) attributes += ".a";
   EXPECT_NE(input_error_of([&] { ChatTemplate(attributes + " }}", kOrigin); }).find("template nests too deeply"),
             std::string::npos);
+  // Chains nested in parentheses: each chain within the parser's bound, the tree 3,600 deep.
+  std::string nested = "{{ " + std::string(60, '(') + "1";
+  for (int i = 0; i < 60; ++i) nested += "+1";
+  for (int level = 0; level < 60; ++level) {
+    nested += ")";
+    for (int i = 0; i < 60; ++i) nested += "+1";
+  }
+  nested += " }}";
+  EXPECT_NE(input_error_of([&] { render(nested); }).find("nests too deeply"), std::string::npos);
   // Real templates' chains stay far below the bound.
   EXPECT_EQ(render("{{ 1+1+1+1+1+1+1+1 }}|{{ ' a '|trim|upper|lower }}|{{ 'x' if false else 'y' if false else 'z' }}"),
             "8|a|z");

@@ -13,6 +13,8 @@ namespace {
 
 // Macro calls nested deeper than this are refused rather than risking the stack.
 constexpr int kMaxCallDepth = 100;
+// The same for an expression's tree (eval's recursion).
+constexpr int kMaxEvalDepth = 2000;
 
 struct Scope {
   Scope* parent = nullptr;
@@ -284,6 +286,16 @@ class Evaluator {
   // --- expressions --------------------------------------------------------------------------
 
   Value eval(const Expr& expr, Scope* scope) {
+    // Each level of an expression tree is a frame here. The parser bounds its own recursion and
+    // each chain, but chains nested in parentheses still build trees thousands deep: bounded here,
+    // where the stack is spent.
+    if (eval_depth_ >= kMaxEvalDepth)
+      throw_template_error(origin_, expr.pos, "expression nests too deeply (more than 2000 levels)");
+    ++eval_depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{eval_depth_};
     try {
       return eval_unplaced(expr, scope);
     } catch (const TemplateError& error) {
@@ -408,6 +420,7 @@ class Evaluator {
   const Value* block_input_ = nullptr;
   int call_depth_ = 0;
   std::size_t macros_made_ = 0;   // macros made so far (ScopesMadeHere)
+  int eval_depth_ = 0;
 };
 
 }  // namespace
