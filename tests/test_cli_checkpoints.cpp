@@ -257,10 +257,11 @@ TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
   EXPECT_EQ(own_file.exit_code, 0) << "the run's own file at that iteration is no conflict: " << own_file.err;
 }
 
-// --requeued (slurm/run_shardrl.sh passes it to every run of a job after the first): a run that
-// has saved continues from its own latest checkpoint whatever the first run's start options say;
-// one that has not (its node failed before the first save) starts as the first run did, from the
-// --resume-from checkpoint, not from its initial weights.
+// --requeued (slurm/run_shardrl.sh passes it to every run of a job after the first): a run whose
+// job has taken its start options and saved since continues from its latest checkpoint whatever
+// those options say; one whose first run stopped before (its node failed) starts as the first run
+// did: from the --resume-from checkpoint, not from its initial weights or from an older course's
+// checkpoints the run directory holds.
 TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
@@ -271,7 +272,8 @@ TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
 
   RunResult not_saved = run_in(dir, mpirun(2) + branch + " --set run.iterations=3");
   ASSERT_EQ(not_saved.exit_code, 0) << not_saved.out << not_saved.err;
-  EXPECT_NE(not_saved.out.find("--requeued: runs/branch holds no checkpoint yet; the first run's start options apply"),
+  EXPECT_NE(not_saved.out.find("--requeued: runs/branch holds no checkpoint this job saved after taking its start "
+                               "options; they apply as at the job's first run"),
             std::string::npos)
       << not_saved.out;
   EXPECT_NE(not_saved.out.find("resumed from " + from + ": 2 iterations"), std::string::npos) << not_saved.out;
@@ -293,6 +295,23 @@ TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
       << fresh_start.out;
   EXPECT_EQ(metric_iterations(dir / "runs" / "branch" / "metrics.jsonl"), (std::vector<std::int64_t>{2, 3, 4}));
   EXPECT_TRUE(fs::exists(dir / "runs" / "branch" / "checkpoints" / "iter_00000003.h5")) << "--overwrite applied again";
+
+  // A run directory holding an older course's checkpoint (iteration 1, saved by no run of this
+  // job): the requeued run whose first run stopped before taking its options takes them now, not
+  // that checkpoint; and a --no-resume --overwrite start deletes it as asked.
+  RunResult older = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older --set run.iterations=1");
+  ASSERT_EQ(older.exit_code, 0) << older.out << older.err;
+  RunResult onto_older = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older --resume-from " + from +
+                                         " --requeued --set run.iterations=3");
+  ASSERT_EQ(onto_older.exit_code, 0) << onto_older.out << onto_older.err;
+  EXPECT_NE(onto_older.out.find("resumed from " + from + ": 2 iterations"), std::string::npos) << onto_older.out;
+  RunResult older2 = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older2 --set run.iterations=2");
+  ASSERT_EQ(older2.exit_code, 0) << older2.out << older2.err;
+  RunResult afresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older2 --no-resume --overwrite "
+                                             "--requeued --set run.iterations=1");
+  ASSERT_EQ(afresh.exit_code, 0) << afresh.out << afresh.err;
+  EXPECT_NE(afresh.out.find("--overwrite: deleted 2 checkpoint(s)"), std::string::npos) << afresh.out;
+  EXPECT_FALSE(fs::exists(dir / "runs" / "older2" / "checkpoints" / "iter_00000002.h5"));
 }
 
 // A checkpoint's saved configuration is read as the job that saved it wrote it, not checked

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_dir.hpp"
+#include "io/text_file.hpp"
 #include "job/checkpoint_format.hpp"
 #include "mpi/host_exchange.hpp"
 
@@ -39,12 +42,38 @@ void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const 
                run_dir.string(), later.back().filename().string());
 }
 
+namespace {
+// Where a job that applied start options (--resume-from, --no-resume) notes it: the Slurm job's
+// id (empty outside Slurm), written by rank 0 once the options took effect.
+std::filesystem::path start_note(const std::filesystem::path& run_dir) { return run_dir / ".start_applied"; }
+std::string this_job() {
+  const char* id = std::getenv("SLURM_JOB_ID");
+  return id ? id : "";
+}
+}  // namespace
+
 TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const std::filesystem::path& run_dir) {
-  if (!args.requeued) return args;
-  std::string problem, saved;   // saved: "1" where the run holds a committed checkpoint
+  const bool start_options_given = !args.resume_from.empty() || args.no_resume || args.overwrite;
+  if (!args.requeued || !start_options_given) return args;   // the same on every rank
+  // The first run has taken its start options and saved since: this job's note is there and a
+  // committed checkpoint is as new. A note alone (the first run stopped before its first save),
+  // or checkpoints alone (older ones, the first run stopped before its options took effect: a
+  // --no-resume --overwrite would continue the course it was to delete), and the options apply.
+  std::string problem, continues;   // continues: "1" or "0"
   if (rank == 0) {
     try {
-      saved = committed_checkpoints(run_dir / "checkpoints").empty() ? "0" : "1";
+      continues = "0";
+      std::error_code ec;
+      const std::filesystem::path note = start_note(run_dir);
+      if (std::filesystem::is_regular_file(note, ec)) {
+        std::ifstream in(note);
+        std::string job;
+        std::getline(in, job);
+        const auto noted = std::filesystem::last_write_time(note);
+        if (job == this_job())
+          for (const std::filesystem::path& p : committed_checkpoints(run_dir / "checkpoints"))
+            if (std::filesystem::last_write_time(p) >= noted) continues = "1";
+      }
     } catch (const InputError& e) {
       problem = e.what();
     } catch (const std::filesystem::filesystem_error& e) {
@@ -52,22 +81,26 @@ TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const s
     }
   }
   broadcast_string(world, problem, 0);
-  broadcast_string(world, saved, 0);
+  broadcast_string(world, continues, 0);
   if (!problem.empty()) throw InputError(problem);
-  const bool start_options_given = !args.resume_from.empty() || args.no_resume || args.overwrite;
-  if (saved != "1") {
-    if (start_options_given)
-      spdlog::info("--requeued: {} holds no checkpoint yet; the first run's start options apply", run_dir.string());
+  if (continues != "1") {
+    spdlog::info("--requeued: {} holds no checkpoint this job saved after taking its start options; they apply "
+                 "as at the job's first run",
+                 run_dir.string());
     return args;
   }
   TrainArgs continued = args;
   continued.resume_from.clear();
   continued.no_resume = continued.overwrite = false;
-  if (start_options_given)
-    spdlog::info("--requeued: continuing {} from its latest checkpoint; the first run's start options "
-                 "(--resume-from, --no-resume, --overwrite) are not applied again",
-                 run_dir.string());
+  spdlog::info("--requeued: continuing {} from its latest checkpoint; the first run's start options "
+               "(--resume-from, --no-resume, --overwrite) are not applied again",
+               run_dir.string());
   return continued;
+}
+
+void note_start_options(MPI_Comm world, const TrainArgs& start, const std::filesystem::path& run_dir) {
+  if (start.resume_from.empty() && !start.no_resume) return;
+  run_on_root(world, 0, [&] { write_text_atomically(start_note(run_dir), this_job() + "\n"); });
 }
 
 std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,
