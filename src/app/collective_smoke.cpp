@@ -4,34 +4,25 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "app/smoke_pattern.hpp"
 
 namespace shardrl {
 namespace {
 
-// The value rank r holds at element i in round `it`: 0 or 1, so sums over any realistic
-// number of ranks are exact in bf16 and fp32.
-KOKKOS_INLINE_FUNCTION int pattern(long r, long i, long it) { return static_cast<int>((r + i + it) & 1); }
-
-// Number of ranks r in [0, n) with pattern(r, i, it) == 1.
-KOKKOS_INLINE_FUNCTION int ones_over_ranks(long n, long i, long it) {
-  long parity_one_first = (i + it) & 1;   // pattern(0, i, it)
-  return static_cast<int>(parity_one_first ? (n + 1) / 2 : n / 2);
-}
-
 template <class T>
 std::size_t count_mismatches(const DeviceView<T>& v, long n, long offset_rank_block, long it,
                              long ranks, int which) {
-  // which: 0 all_reduce (i -> sum), 1 all_gather (r*n+i -> pattern(r,i)), 2 reduce_scatter
-  // (i -> sum over ranks of block `offset_rank_block`), 3 broadcast (i -> pattern(root,i)).
+  // which: 0 all_reduce (i -> sum), 1 all_gather (r*n+i -> smoke_pattern(r,i)), 2 reduce_scatter
+  // (i -> sum over ranks of block `offset_rank_block`), 3 broadcast (i -> smoke_pattern(root,i)).
   std::size_t bad = 0;
   Kokkos::parallel_reduce(
       "smoke_check", Kokkos::RangePolicy<ExecSpace>(0, v.extent(0)),
       KOKKOS_LAMBDA(const long k, std::size_t& acc) {
         int expected = 0;
-        if (which == 0) expected = ones_over_ranks(ranks, k, it);
-        if (which == 1) expected = pattern(k / n, k % n, it);
-        if (which == 2) expected = ones_over_ranks(ranks, offset_rank_block * n + k, it);
-        if (which == 3) expected = pattern(offset_rank_block, k, it);
+        if (which == 0) expected = smoke_ones_over_ranks(ranks, k, it);
+        if (which == 1) expected = smoke_pattern(k / n, k % n, it);
+        if (which == 2) expected = smoke_ones_over_ranks(ranks, offset_rank_block * n + k, it);
+        if (which == 3) expected = smoke_pattern(offset_rank_block, k, it);
         if (static_cast<float>(v(k)) != static_cast<float>(expected)) acc += 1;
       },
       bad);
@@ -42,7 +33,7 @@ template <class T>
 void fill(const DeviceView<T>& v, long rank, long it) {
   Kokkos::parallel_for(
       "smoke_fill", Kokkos::RangePolicy<ExecSpace>(0, v.extent(0)),
-      KOKKOS_LAMBDA(const long k) { v(k) = T(static_cast<float>(pattern(rank, k, it))); });
+      KOKKOS_LAMBDA(const long k) { v(k) = T(static_cast<float>(smoke_pattern(rank, k, it))); });
 }
 
 template <class T>
