@@ -44,6 +44,12 @@ std::vector<Case> cases() {
   deep.rl.samples_per_prompt = 2;
   deep.rl.minibatches = 1;
   out.push_back({"train-bound", deep});
+  Config kept = deep;   // every unit gathered from forward to backward: a slot per unit
+  kept.fsdp.reshard_after_forward = false;
+  out.push_back({"train-bound, reshard_after_forward = false", kept});
+  Config unfused = deep;   // the weight gradients' scratch
+  unfused.train.gradient_accumulation_fusion = false;
+  out.push_back({"train-bound, gradient_accumulation_fusion = false", unfused});
   out.push_back({"MoE", small_moe_config()});
   Config ep = small_moe_config();
   ep.fsdp.expert_parallel = true;
@@ -110,6 +116,18 @@ TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {
   EXPECT_GT(vocab, 1000 * base);
   // The sharded state splits over the ranks; the plan per rank shrinks.
   EXPECT_LT(plan_memory(c, 4, true).device_bytes(), vocab);
+  // A slot per unit instead of two (fsdp.reshard_after_forward = false), each of the largest
+  // unit (here the embedding, V x d_model), and the unfused gradients' fp32 scratch of the
+  // largest weight: both were missing from the plan.
+  Config kept = c;
+  kept.fsdp.reshard_after_forward = false;
+  const double units = double(kept.model.n_layers) + 2, elements = 2147483647.0 * 64;
+  EXPECT_GE(plan_memory(kept, 4, true).device_bytes() - plan_memory(c, 4, true).device_bytes(),
+            0.999 * (units - 2) * elements * 4);
+  Config unfused = c;
+  unfused.train.gradient_accumulation_fusion = false;
+  EXPECT_GE(plan_memory(unfused, 4, true).device_bytes() - plan_memory(c, 4, true).device_bytes(),
+            0.999 * elements * 4);
 
   // rollout.tensor_parallel = T: the layers' rollout weights / T, the embedding and head whole,
   // plus the staging of the largest layer. A Llama-3-8B shape (7.0e9 layer parameters in 32

@@ -11,6 +11,7 @@
 #include "kernels/attention_decode_cuda.hpp"
 #include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
+#include "model/param_spec.hpp"
 #include "model/tensor_parallel.hpp"
 #include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
@@ -195,14 +196,23 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                               config.fsdp.reduce_dtype == GradDtype::fp32 &&
                               config.fsdp.main_grad_dtype == GradDtype::fp32 && !m.shape.lora.on();
   const double grad_buffer = grads_in_place ? 0.0 : 4.0;
+  // Two gather slots, or with fsdp.reshard_after_forward = false one per unit (every unit stays
+  // gathered from forward to backward), each of the largest unit's size (fsdp/sharded_trainer.cpp).
+  const std::vector<UnitSpec> units = model_units(m.shape);
+  const double slots = config.fsdp.reshard_after_forward ? 2 : double(units.size());
+  const std::string slots_text = config.fsdp.reshard_after_forward
+                                     ? std::string("two slots")
+                                     : fmt::format("{} slots (fsdp.reshard_after_forward = false: one per unit)",
+                                                   units.size());
   std::vector<MemoryTerm> train{
       {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): {}",
                    largest_unit,
-                   !slot_views && !grads_in_place ? "two slots and its fp32 gradient"
-                   : !slot_views                  ? "two slots (its gradient is written into the slices)"
-                   : !grads_in_place              ? "its fp32 gradient (one rank: no slots)"
-                                                  : "nothing (one rank: no slots, its gradient written into the slices)"),
-       largest_unit * ((slot_views ? 0 : 2 * es) + grad_buffer)},
+                   !slot_views && !grads_in_place ? slots_text + " and its fp32 gradient"
+                   : !slot_views                  ? slots_text + " (its gradient is written into the slices)"
+                   : !grads_in_place              ? std::string("its fp32 gradient (one rank: no slots)")
+                                                  : std::string("nothing (one rank: no slots, its gradient written into "
+                                                                "the slices)")),
+       largest_unit * ((slot_views ? 0 : slots * es) + grad_buffer)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
                    "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
                    "(fsdp.reduce_dtype){}",
@@ -233,6 +243,16 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                     attention_scratch_bytes(m, double(config.train.micro_batch_size), double(config.train.seq_len),
                                             es, true)) +
            (gpu_build ? gemm_workspace_bytes(d, T, es, gpu_build) : 0)}};
+  if (!config.train.gradient_accumulation_fusion) {
+    // The unfused weight gradients' scratch (model/weight_gradients.hpp): the largest weight's.
+    double largest_param = 0;
+    for (const UnitSpec& u : units)
+      for (const ParamSpec& p : u.params) largest_param = std::max(largest_param, double(p.numel()));
+    train.push_back({fmt::format("the weight gradients' scratch (train.gradient_accumulation_fusion = false): the "
+                                 "largest weight ({:.4g} elements) in fp32",
+                                 largest_param),
+                     largest_param * 4});
+  }
   if (lookup_rows > 0)
     train.push_back({fmt::format("the embedding's lookup and gradient as rows: {:.4g} ranks' {:.4g} tokens' ids and "
                                  "rows (fewer than model.vocab_size's)",
