@@ -378,6 +378,10 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
                             std::string(100000, ']') + ", \"answer\": 2}\n");
   EXPECT_EQ(deep.exit_code, 2) << deep.out << deep.err;
   EXPECT_NE(deep.err.find("d.jsonl:2: JSON nested deeper than 512 levels"), std::string::npos) << deep.err;
+  // A number JSON cannot hold (nlohmann's out_of_range, not a parse_error) is the line's error.
+  RunResult huge = run_with("{\"prompt\": \"1+1?\", \"answer\": 1e999}\n");
+  EXPECT_EQ(huge.exit_code, 2) << huge.out << huge.err;
+  EXPECT_NE(huge.err.find("d.jsonl:1: not valid JSON"), std::string::npos) << huge.err;
   RunResult no_prompt = run_with("{\"question\": \"1+1?\", \"answer\": 2}\n");
   EXPECT_EQ(no_prompt.exit_code, 2);
   EXPECT_NE(no_prompt.err.find("d.jsonl:1: missing string field \"prompt\" (or \"messages\")"), std::string::npos)

@@ -281,7 +281,7 @@ TEST(HfTokenizer, MetaspaceDecoderDropsTheFirstTokensReplacements) {
   EXPECT_EQ(tokens, (std::vector<std::string>{"  ", " Hello"}));
 }
 
-// chat_template.jinja (transformers' save_pretrained writes the template there since 4.47)
+// chat_template.jinja (where recent transformers' save_pretrained writes the template)
 // overrides tokenizer_config.json's chat_template, as in transformers; messages name the file the
 // template came from. (It was ignored: a directory with only the file had "no chat_template", one
 // with both rendered the config's.)

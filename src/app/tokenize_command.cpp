@@ -65,7 +65,7 @@ int run_tokenize(const TokenizeArgs& args) {
         nlohmann::ordered_json j;
         try {
           j = parse_bounded_json<nlohmann::ordered_json>(line, where);
-        } catch (const nlohmann::json::parse_error& e) {
+        } catch (const nlohmann::json::exception& e) {   // parse_error, or out_of_range (1e999)
           throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
         }
         std::string text;

@@ -56,8 +56,9 @@ void Watchdog::watch() {
       // No MPI from this thread (the main thread may hold MPI, blocked in the call that hangs):
       // print and leave; the launcher ends the other ranks when this one exits without finalising.
       std::string msg = fmt::format(
-          "shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck\n",
-          origin_string(), what_, setting_, seconds_);
+          "shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck{}\n",
+          origin_string(), what_, setting_, seconds_,
+          setting_ == "comm.timeout_s" ? "" : ", or the storage is too slow for it (raise the setting)");
       if (waiting_for_)
         if (const std::string behind = waiting_for_(); !behind.empty())
           msg += fmt::format("shardrl: {} waits for: {}\n", what_, behind);

@@ -323,7 +323,7 @@ EvalStats GrpoLoop::evaluate() {
                     : std::vector<Completion>{};
       leave_if_abandoned(generates && generator_->last_stats().abandoned, "evaluation");
       const std::vector<double> scored = agreed_score(examples, out);
-      std::copy(scored.begin(), scored.end(), rewards.begin() + first);
+      if (!scored.empty()) std::copy(scored.begin(), scored.end(), rewards.begin() + first);   // (a rank past its rows)
     }
     for (std::int64_t p = 0; p < my_rows; p += per_prompt) {
       bool any = false;

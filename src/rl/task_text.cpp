@@ -66,7 +66,7 @@ class TextTask final : public Task {
       json variables;
       try {
         variables = parse_bounded_json<json>(t.template_variables, "rl.template_variables");
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {   // parse_error, or out_of_range for a number like 1e999
         throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
       }
       if (tokenizer_.chat_template().empty())
@@ -174,7 +174,7 @@ class TextTask final : public Task {
       json j;
       try {
         j = parse_bounded_json<json>(line, where);
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {   // parse_error, or out_of_range for a number like 1e999
         throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
       }
       if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object, got {}", where, j.type_name()));

@@ -49,7 +49,7 @@ class HfTokenizer {
   bool is_special(std::int32_t id) const;
 
   // The chat template ("" when there is none): chat_template.jinja where the directory has it
-  // (transformers' save_pretrained writes it there since 4.47, and it overrides the config's),
+  // (where recent transformers' save_pretrained writes it; it overrides the config's),
   // else tokenizer_config.json's chat_template; and where it came from, for messages. The bos and
   // eos tokens ("" when unset), and the ids that end a generation: generation_config.json's
   // eos_token_id (one or a list), else the eos token's.
