@@ -24,6 +24,7 @@ log() { echo "run_shardrl: $(date '+%F %T') job ${SLURM_JOB_ID:-?}: $*"; }
 # first thing: bash's default for USR1 ends the shell, and a warning that came during the checks
 # below (a job whose time limit is shorter than the warning's lead) would end the job unsaved.
 warned=0
+nothing_new=0
 step=
 on_usr1() {
   warned=1
@@ -114,22 +115,38 @@ log "run $((restarts + 1)) of the job on $nodes node(s), $ntasks task(s): ${laun
 # (before the step starts, it ends this shell: nothing to save).
 trap 'log "got SIGTERM: the ranks got it too; waiting for them to save and stop"' TERM
 
-"${launcher[@]}" "$bin" train --config "$config" ${args[@]+"${args[@]}"} &
-step=$!
-[[ $warned -eq 1 ]] && kill -s USR1 "$step" 2>/dev/null   # a warning that came before $! was known
-# `wait` returns early (status > 128) when a trapped signal arrives; keep waiting for the step.
-# The step may end while the trap runs, after that early return: bash keeps its status, which
-# `wait` then gives (127 once it has been given, when the first `wait` was the step's own end).
-while true; do
-  wait "$step"
-  status=$?
-  if ! kill -0 "$step" 2>/dev/null; then
-    wait "$step" 2>/dev/null
-    again=$?
-    ((again != 127)) && status=$again
-    break
+if [[ $warned -eq 1 ]]; then
+  # The warning came before the step started: nothing new to save, so it is not started (a
+  # step signalled before its ranks install their handlers dies of the signal) and the job is
+  # requeued below as after a save.
+  log "the time-limit warning came before the step started: not starting it (nothing new to save)"
+  status=3
+  nothing_new=1
+else
+  "${launcher[@]}" "$bin" train --config "$config" ${args[@]+"${args[@]}"} &
+  step=$!
+  [[ $warned -eq 1 ]] && kill -s USR1 "$step" 2>/dev/null   # a warning that came before $! was known
+  # `wait` returns early (status > 128) when a trapped signal arrives; keep waiting for the step.
+  # The step may end while the trap runs, after that early return: bash keeps its status, which
+  # `wait` then gives (127 once it has been given, when the first `wait` was the step's own end).
+  while true; do
+    wait "$step"
+    status=$?
+    if ! kill -0 "$step" 2>/dev/null; then
+      wait "$step" 2>/dev/null
+      again=$?
+      ((again != 127)) && status=$again
+      break
+    fi
+  done
+  # Ended by the warning itself (138 = 128 + SIGUSR1): it came before the launcher or the ranks
+  # had their handlers, so before any work; nothing new to save, as above.
+  if [[ $warned -eq 1 && $status -eq 138 ]]; then
+    log "the step ended on the warning before it could handle it (nothing new to save)"
+    status=3
+    nothing_new=1
   fi
-done
+fi
 
 case $status in
   0) log "finished" ;;
@@ -139,7 +156,11 @@ case $status in
     elif ((restarts >= ${SHARDRL_MAX_REQUEUES:-100})); then
       log "stopped after saving a checkpoint; not requeued: the job has been requeued $restarts times (SHARDRL_MAX_REQUEUES)"
     elif scontrol requeue "$SLURM_JOB_ID"; then
-      log "checkpoint saved; requeued: the next run resumes from it"
+      if ((nothing_new)); then
+        log "requeued: the next run resumes from the run's latest checkpoint"
+      else
+        log "checkpoint saved; requeued: the next run resumes from it"
+      fi
       exit 0
     else
       log "checkpoint saved, but 'scontrol requeue $SLURM_JOB_ID' failed: resubmit to continue"
