@@ -202,6 +202,22 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
   EXPECT_EQ(no_tokenizer.exit_code, 2);
   EXPECT_NE(no_tokenizer.err.find("--chat renders the prompt with the model's chat template"), std::string::npos)
       << no_tokenizer.err;
+
+  // --chat renders as the text task does: the job's rl.template_variables and rl.system_prompt
+  // (it rendered with neither, a prompt the policy never saw). A template that refuses otherwise.
+  fs::create_directories(dir / "tok");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(qwen3_dir() / file, dir / "tok" / file);
+  write(dir / "tok" / "chat_template.jinja",
+        "{% if enable_thinking is not defined or enable_thinking %}{{ raise_exception('thinking on') }}{% endif %}"
+        "{% if messages[0].role != 'system' %}{{ raise_exception('no system prompt') }}{% endif %}"
+        "{{ messages[-1].content }}");
+  std::string model = tiny_qwen3_model();
+  model.replace(model.find(qwen3_dir().string()), qwen3_dir().string().size(), "tok");
+  write(dir / "chat.toml", "[run]\niterations = 1\n" + model +
+                               "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\n"
+                               "template_variables = '{\"enable_thinking\": false}'\nsystem_prompt = \"Be brief.\"\n");
+  RunResult rendered = run_in(dir, mpirun(1) + " generate --config chat.toml --chat --prompt hi --n 1 --max-new-tokens 2");
+  EXPECT_EQ(rendered.exit_code, 0) << rendered.out << rendered.err;
 }
 
 // scancel or a preemption sends SIGTERM to every process of the job step. Until the train phase
