@@ -46,6 +46,12 @@ TEST(Cli, PlanSaysWhetherAJobFits) {
   EXPECT_NE(lora.out.find("frozen base (LoRA): 1.236e+09 parameters / 1 ranks x 2 bytes"), std::string::npos)
       << lora.out;
 
+  // With --gpu-memory the config is a GPU build's whatever this build is: its CUDA graphs and
+  // flash attention are not refused on a CPU login node.
+  RunResult gpu_keys = run_in(dir, llama + "--ranks 8 --gpu-memory 80GiB --set rollout.cuda_graph=decode "
+                                           "--set train.cuda_graph=full --set model.attention=flash");
+  EXPECT_EQ(gpu_keys.exit_code, 0) << gpu_keys.out << gpu_keys.err;
+
   RunResult bad = run_in(dir, llama + "--gpu-memory 80XB");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err, "shardrl: --gpu-memory 80XB: a size such as 80GiB, 141GB or 512MiB\n");

@@ -50,7 +50,14 @@ int run_plan(const PlanArgs& args) {
     TrainArgs train;
     train.config_path = args.config_path;
     train.overrides = args.overrides;
-    const LoadedConfig loaded = read_job_config(mpi.world(), train, args.ranks);
+    // With --gpu-memory the config is a GPU build's, checked as one whatever this build is (on a
+    // CPU login node its CUDA graphs, flash attention or NCCL were refused as this build's).
+    BuildInfo build = this_build();
+    if (!args.gpu_memory.empty()) {
+      build.has_cuda = true;
+      build.has_cudnn = true;
+    }
+    const LoadedConfig loaded = read_job_config(mpi.world(), train, args.ranks, build);
     if (!loaded.ok()) {
       report_config_errors(loaded, 0);
       return kExitUsage;
