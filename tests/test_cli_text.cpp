@@ -402,16 +402,17 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   EXPECT_EQ(no_prompt.exit_code, 2);
   EXPECT_NE(no_prompt.err.find("d.jsonl:1: missing string field \"prompt\" (or \"messages\")"), std::string::npos)
       << no_prompt.err;
-  // 64 - 16 = 48 prompt tokens at most: the long prompt is dropped and counted, the job runs.
+  // 64 + 1 - 16 = 49 prompt tokens at most (a prompt and its completion fill seq_len + 1 tokens):
+  // the long prompt is dropped and counted, the job runs.
   std::string long_prompt(400, 'x');
   for (std::size_t i = 0; i < long_prompt.size(); i += 2) long_prompt[i] = ' ';
   RunResult dropped = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{\"prompt\": \"" + long_prompt +
                                "\", \"answer\": 1}\n");
   EXPECT_EQ(dropped.exit_code, 0) << dropped.out << dropped.err;
-  EXPECT_NE(dropped.out.find("dropped 1 prompt(s) longer than 48 tokens"), std::string::npos) << dropped.out;
+  EXPECT_NE(dropped.out.find("dropped 1 prompt(s) longer than 49 tokens"), std::string::npos) << dropped.out;
   RunResult all_dropped = run_with("{\"prompt\": \"" + long_prompt + "\", \"answer\": 1}\n");
   EXPECT_EQ(all_dropped.exit_code, 2);
-  EXPECT_NE(all_dropped.err.find("has no usable example (1 dropped as longer than 48 tokens)"), std::string::npos)
+  EXPECT_NE(all_dropped.err.find("has no usable example (1 dropped as longer than 49 tokens)"), std::string::npos)
       << all_dropped.err;
 
   // An eval prompt whose ids the model's vocabulary lacks is named by its file and line, exit 2,

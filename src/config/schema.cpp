@@ -248,7 +248,8 @@ std::vector<KeyDef> build_schema() {
   };
   s.push_back(with_max(with_min(field("rl", "max_prompt_tokens", VK::integer,
                                       "Prompts with more tokens are dropped (their count is printed); 0: train.seq_len "
-                                      "- rollout.max_new_tokens.",
+                                      "+ 1 - rollout.max_new_tokens (at most model.max_seq_len - "
+                                      "rollout.max_new_tokens).",
                                       &Config::rl, &RlConfig::max_prompt_tokens),
                                 0),
                        kMaxInt));

@@ -1,5 +1,6 @@
 #include "job/options.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "config/model_presets.hpp"
@@ -110,9 +111,13 @@ TaskOptions task_options(const Config& c) {
     t.system_prompt = c.rl.system_prompt;
     t.chat_template = c.rl.chat_template;
     t.template_variables = c.rl.template_variables;
-    // A prompt leaves room for a whole completion in the training sequence.
-    t.max_prompt_tokens = c.rl.max_prompt_tokens > 0 ? c.rl.max_prompt_tokens
-                                                     : c.train.seq_len - c.rollout.max_new_tokens;
+    // A prompt leaves room for a whole completion: the rollout takes prompt + completion tokens
+    // up to train.seq_len + 1 (a training row's inputs and its last target) within the model's
+    // max_seq_len (grpo_loop's gen_len); one less dropped prompts that fit.
+    t.max_prompt_tokens = c.rl.max_prompt_tokens > 0
+                              ? c.rl.max_prompt_tokens
+                              : std::min<std::int64_t>(c.train.seq_len + 1, resolve_model_shape(c.model).max_seq_len) -
+                                    c.rollout.max_new_tokens;
     t.reward = c.rl.reward == "auto" ? "math" : c.rl.reward;
     t.format_reward = c.rl.format_reward;
     t.reward_pattern = c.rl.reward_pattern;
