@@ -224,8 +224,9 @@ TEST(Sampling, DrawsFollowTheTargetDistribution) {
   }
 }
 
-// A row of NaN logits (a diverged model) draws -1 with NaN log-probability, greedy or top-k/top-p,
-// instead of reading past the row (no index held the maximum: the token stayed V or -1).
+// A row of NaN logits (a diverged model) draws -1 with NaN log-probability, greedy, top-k/top-p or
+// plain, instead of reading past the row (no index held the maximum: the token stayed V or -1) or
+// drawing a token of no mass.
 TEST(Sampling, AllNanLogitsDrawTheMarkNotAnIndexPastTheRow) {
   const std::vector<float> row(1000, std::numeric_limits<float>::quiet_NaN());
   SamplingOptions greedy;
@@ -234,7 +235,9 @@ TEST(Sampling, AllNanLogitsDrawTheMarkNotAnIndexPastTheRow) {
   top.temperature = 0.8f;
   top.top_k = 5;
   top.top_p = 0.9f;
-  for (const SamplingOptions& opt : {greedy, top}) {
+  SamplingOptions plain;   // temperature alone: the chunked draw
+  plain.temperature = 1.0f;
+  for (const SamplingOptions& opt : {greedy, top, plain}) {
     const Draws d = draw<float>(row, opt, 2);
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(d.tokens[r], -1) << "temperature " << opt.temperature;

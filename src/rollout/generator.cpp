@@ -293,6 +293,7 @@ std::vector<Completion> Generator::generate_static(const std::vector<const void*
     for (std::size_t i = 0; i < active.size(); ++i) {
       const int r = active[i];
       Completion& c = out[r];
+      SHARDRL_CHECK(drawn_h_[i] >= 0, "the model's logits were all NaN (it diverged): the sampler drew no token");
       c.tokens.push_back(drawn_h_[i]);
       c.logp.push_back(logp_h_[i]);
       c.entropy.push_back(entropy_h_[i]);

@@ -210,7 +210,7 @@ void sample_plain_by_chunks(const ExecSpace& space, const T* logits, const std::
         const float target = uniform01(keys[r]) * mass;
         // The chunk where the target falls; if rounding leaves it past the end, the last chunk
         // with mass.
-        int chunk = -1, last = 0;
+        int chunk = -1, last = -1;
         float before = 0.0f, run = 0.0f, before_last = 0.0f;
         for (int i = 0; i < C; ++i) {
           const float w = row[3 * i + 1];
@@ -223,6 +223,13 @@ void sample_plain_by_chunks(const ExecSpace& space, const T* logits, const std::
             }
           }
           run += w;
+        }
+        if (last < 0) {   // no chunk has mass: logits all NaN (a diverged model), as in the draw below
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            token[r] = -1;
+            logp[r] = entropy[r] = NAN;
+          });
+          return;
         }
         if (chunk < 0) {
           chunk = last;
