@@ -24,7 +24,7 @@ log() { echo "run_shardrl: $(date '+%F %T') job ${SLURM_JOB_ID:-?}: $*"; }
 # first thing: bash's default for USR1 ends the shell, and a warning that came during the checks
 # below (a job whose time limit is shorter than the warning's lead) would end the job unsaved.
 warned=0
-nothing_new=0
+too_early=0
 step=
 on_usr1() {
   warned=1
@@ -115,13 +115,14 @@ log "run $((restarts + 1)) of the job on $nodes node(s), $ntasks task(s): ${laun
 # (before the step starts, it ends this shell: nothing to save).
 trap 'log "got SIGTERM: the ranks got it too; waiting for them to save and stop"' TERM
 
+# A warning before the step started (or before its ranks could handle it) means the job's time
+# limit is shorter than the warning's lead and the start-up: every requeued run would get it as
+# early, so the job stops, saying so, instead of requeuing itself to the limit without progress.
+too_short="the job's time limit (sbatch --time) is shorter than the warning's lead (--signal=B:USR1@N) and the start-up: raise --time"
 if [[ $warned -eq 1 ]]; then
-  # The warning came before the step started: nothing new to save, so it is not started (a
-  # step signalled before its ranks install their handlers dies of the signal) and the job is
-  # requeued below as after a save.
-  log "the time-limit warning came before the step started: not starting it (nothing new to save)"
-  status=3
-  nothing_new=1
+  log "the time-limit warning came before the step started: not started, not requeued; $too_short"
+  status=2
+  too_early=1
 else
   "${launcher[@]}" "$bin" train --config "$config" ${args[@]+"${args[@]}"} &
   step=$!
@@ -140,11 +141,11 @@ else
     fi
   done
   # Ended by the warning itself (138 = 128 + SIGUSR1): it came before the launcher or the ranks
-  # had their handlers, so before any work; nothing new to save, as above.
+  # had their handlers, so before any work.
   if [[ $warned -eq 1 && $status -eq 138 ]]; then
-    log "the step ended on the warning before it could handle it (nothing new to save)"
-    status=3
-    nothing_new=1
+    log "the step ended on the time-limit warning before it could handle it: not requeued; $too_short"
+    status=2
+    too_early=1
   fi
 fi
 
@@ -156,16 +157,12 @@ case $status in
     elif ((restarts >= ${SHARDRL_MAX_REQUEUES:-100})); then
       log "stopped after saving a checkpoint; not requeued: the job has been requeued $restarts times (SHARDRL_MAX_REQUEUES)"
     elif scontrol requeue "$SLURM_JOB_ID"; then
-      if ((nothing_new)); then
-        log "requeued: the next run resumes from the run's latest checkpoint"
-      else
-        log "checkpoint saved; requeued: the next run resumes from it"
-      fi
+      log "checkpoint saved; requeued: the next run resumes from it"
       exit 0
     else
       log "checkpoint saved, but 'scontrol requeue $SLURM_JOB_ID' failed: resubmit to continue"
     fi
     ;;
-  *) log "shardrl failed with exit status $status" ;;
+  *) ((too_early)) || log "shardrl failed with exit status $status" ;;
 esac
 exit "$status"

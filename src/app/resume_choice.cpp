@@ -44,7 +44,8 @@ void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const 
 
 namespace {
 // Where a job that applied start options (--resume-from, --no-resume) notes it: the Slurm job's
-// id (empty outside Slurm), written by rank 0 once the options took effect.
+// id (empty outside Slurm) and the iteration it started at, written by rank 0 once the options
+// took effect.
 std::filesystem::path start_note(const std::filesystem::path& run_dir) { return run_dir / ".start_applied"; }
 std::string this_job() {
   const char* id = std::getenv("SLURM_JOB_ID");
@@ -67,17 +68,27 @@ TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const s
       const std::filesystem::path note = start_note(run_dir);
       if (std::filesystem::is_regular_file(note, ec)) {
         std::ifstream in(note);
-        std::string job;
+        std::string job, at;
         std::getline(in, job);
-        const auto noted = std::filesystem::last_write_time(note);
-        if (job == this_job())
-          for (const std::filesystem::path& p : committed_checkpoints(run_dir / "checkpoints"))
-            if (std::filesystem::last_write_time(p) >= noted) continues = "1";
+        std::getline(in, at);
+        // A checkpoint past the iteration the job started at is this job's (the options deleted
+        // or refused any later one); one at that iteration, where written after the note (the
+        // warm-up's saves keep the iteration count).
+        const std::filesystem::path checkpoints = run_dir / "checkpoints";
+        const std::int64_t started_at = at.empty() ? 0 : std::stoll(at);
+        const std::filesystem::path same = checkpoint_path(checkpoints, started_at);
+        if (job == this_job() &&
+            (!committed_checkpoints_after(checkpoints, started_at).empty() ||
+             (std::filesystem::is_regular_file(same, ec) &&
+              std::filesystem::last_write_time(same) >= std::filesystem::last_write_time(note))))
+          continues = "1";
       }
     } catch (const InputError& e) {
       problem = e.what();
     } catch (const std::filesystem::filesystem_error& e) {
       problem = e.what();
+    } catch (const std::exception&) {   // a note that is not ours (stoll): the options apply
+      continues = "0";
     }
   }
   broadcast_string(world, problem, 0);
@@ -98,9 +109,12 @@ TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const s
   return continued;
 }
 
-void note_start_options(MPI_Comm world, const TrainArgs& start, const std::filesystem::path& run_dir) {
+void note_start_options(MPI_Comm world, const TrainArgs& start, const std::filesystem::path& run_dir,
+                        std::int64_t iterations_done) {
   if (start.resume_from.empty() && !start.no_resume) return;
-  run_on_root(world, 0, [&] { write_text_atomically(start_note(run_dir), this_job() + "\n"); });
+  run_on_root(world, 0, [&] {
+    write_text_atomically(start_note(run_dir), this_job() + "\n" + std::to_string(iterations_done) + "\n");
+  });
 }
 
 std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& args,

@@ -28,8 +28,10 @@ void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const 
 // Collective (rank 0 looks and tells every rank).
 TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const std::filesystem::path& run_dir);
 // Notes in the run directory that this job (SLURM_JOB_ID) has taken its start options, once they
-// took effect (start_options reads it). Nothing where `start` has none. Collective.
-void note_start_options(MPI_Comm world, const TrainArgs& start, const std::filesystem::path& run_dir);
+// took effect, and the iteration it started at (start_options reads both). Nothing where
+// `start` has none. Collective.
+void note_start_options(MPI_Comm world, const TrainArgs& start, const std::filesystem::path& run_dir,
+                        std::int64_t iterations_done);
 
 // The checkpoint to resume from: --resume-from, else the run's latest, else (a crash between a
 // commit and `latest`) its newest committed checkpoint, else none (empty). Rank 0 looks and tells

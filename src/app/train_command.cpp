@@ -247,7 +247,7 @@ int run_train(const TrainArgs& args) {
           leave_no_later_checkpoints(checkpoints, from, position.iterations_done, start_args.overwrite, derived.run_dir);
         });
     }
-    note_start_options(mpi.world(), start_args, derived.run_dir);   // for a requeued run of this job
+    note_start_options(mpi.world(), start_args, derived.run_dir, position.iterations_done);   // for a requeue
     // The metrics log is opened (and a resumed run's checked) before anything is written or
     // trained: a log that does not parse stops the start with the run's files as they were.
     std::unique_ptr<MetricsLog> metrics;   // a resumed run continues the file; rank 0 writes it

@@ -132,7 +132,7 @@ struct RlConfig {
   std::string system_prompt;           // a system message before each prompt ("": none)
   bool chat_template = true;           // render prompts with the tokenizer's chat template
   std::string template_variables = "{}";   // extra template variables, a JSON object
-  std::int64_t max_prompt_tokens = 0;  // longer prompts are dropped; 0: train.seq_len - rollout.max_new_tokens
+  std::int64_t max_prompt_tokens = 0;  // longer prompts are dropped; 0: what the rollout takes (job/options.cpp)
   std::string reward = "auto";         // auto | math | exact | regex | command
   double format_reward = 0.0;          // math/regex: reward of a well-formed wrong answer
   std::string reward_pattern;          // regex: a PCRE2 pattern with a capture group
