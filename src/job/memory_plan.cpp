@@ -198,12 +198,13 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double grad_buffer = grads_in_place ? 0.0 : 4.0;
   // Two gather slots, or with fsdp.reshard_after_forward = false one per unit (every unit stays
   // gathered from forward to backward), each of the largest unit's size (fsdp/sharded_trainer.cpp).
-  const std::vector<UnitSpec> units = model_units(m.shape);
-  const double slots = config.fsdp.reshard_after_forward ? 2 : double(units.size());
+  // (The embedding, the layers, the head: model/param_spec.cpp. Counted, not listed: a plan is
+  // also made of shapes too large to list, to refuse them.)
+  const double slots = config.fsdp.reshard_after_forward ? 2 : d.L + 2;
   const std::string slots_text = config.fsdp.reshard_after_forward
                                      ? std::string("two slots")
-                                     : fmt::format("{} slots (fsdp.reshard_after_forward = false: one per unit)",
-                                                   units.size());
+                                     : fmt::format("{:.4g} slots (fsdp.reshard_after_forward = false: one per unit)",
+                                                   d.L + 2);
   std::vector<MemoryTerm> train{
       {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): {}",
                    largest_unit,
@@ -244,9 +245,12 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                                             es, true)) +
            (gpu_build ? gemm_workspace_bytes(d, T, es, gpu_build) : 0)}};
   if (!config.train.gradient_accumulation_fusion) {
-    // The unfused weight gradients' scratch (model/weight_gradients.hpp): the largest weight's.
+    // The unfused weight gradients' scratch (model/weight_gradients.hpp): the largest weight's,
+    // found among the embedding, the head and the first layers (one of each kind).
+    ModelShape first_layers = m.shape;
+    first_layers.n_layers = std::min(first_layers.n_layers, 2 * std::max(1, first_layers.moe_every));
     double largest_param = 0;
-    for (const UnitSpec& u : units)
+    for (const UnitSpec& u : model_units(first_layers))
       for (const ParamSpec& p : u.params) largest_param = std::max(largest_param, double(p.numel()));
     train.push_back({fmt::format("the weight gradients' scratch (train.gradient_accumulation_fusion = false): the "
                                  "largest weight ({:.4g} elements) in fp32",
