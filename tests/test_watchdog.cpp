@@ -28,10 +28,12 @@ TEST(Watchdog, ExpiredPhaseNamesTheKeyOfItsDeadline) {
   EXPECT_EXIT(
       {
         Watchdog w;
-        w.arm(0.2, "checkpoint save", {}, "checkpoint.timeout_s");
+        w.arm(0.2, "checkpoint save", {}, "checkpoint.timeout_s", ", or the storage is too slow (raise it)");
         std::this_thread::sleep_for(std::chrono::seconds(10));
       },
-      ::testing::ExitedWithCode(1), "checkpoint save did not complete within checkpoint.timeout_s = 0.2 s");
+      ::testing::ExitedWithCode(1),
+      "checkpoint save did not complete within checkpoint.timeout_s = 0.2 s: a peer rank failed or is stuck, or the "
+      "storage is too slow \\(raise it\\)");
 }
 
 TEST(Watchdog, DisarmedPhaseLivesOn) {

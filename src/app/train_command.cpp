@@ -205,8 +205,11 @@ int run_train(const TrainArgs& args) {
   // deadline of its own.
   auto watch_save = [&](const std::string& what) {
     heartbeats.enter(++phase, what);
-    watchdog.arm(cfg.checkpoint.timeout_s, what, [&heartbeats, seq = phase] { return heartbeats.behind(seq); },
-                 "checkpoint.timeout_s");
+    const bool own = cfg.checkpoint.timeout_s > 0;
+    watchdog.arm(own ? cfg.checkpoint.timeout_s : cfg.comm.timeout_s, what,
+                 [&heartbeats, seq = phase] { return heartbeats.behind(seq); },
+                 own ? "checkpoint.timeout_s" : "comm.timeout_s",
+                 ", or the storage is too slow for the save (raise checkpoint.timeout_s)");
   };
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);

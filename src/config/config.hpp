@@ -172,7 +172,7 @@ struct CheckpointConfig {
   std::int64_t keep_every = 0;   // also keep iterations that are multiples of this (0: none)
   bool verify = true;            // check every tensor's checksum when loading
   bool async = false;            // periodic saves written by a background thread
-  double timeout_s = 1800.0;     // a save (or the wait for a background one) unfinished after this long aborts the job
+  double timeout_s = 0.0;        // a save (or the wait for a background one) unfinished after this long aborts the job; 0: comm.timeout_s
 };
 
 // What moves the all-gathers into the phase arena (the weights' gathers): NCCL's kernels on SMs,

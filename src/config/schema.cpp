@@ -401,10 +401,10 @@ std::vector<KeyDef> build_schema() {
                     &Config::checkpoint, &CheckpointConfig::async));
   s.push_back(with_min(field("checkpoint", "timeout_s", VK::real,
                              "Seconds one checkpoint save (or the wait for a background one) may take before the "
-                             "job is aborted as hung: a save writes the whole state, which on slow storage takes "
-                             "longer than an iteration's collectives (comm.timeout_s).",
+                             "job is aborted as hung; 0: comm.timeout_s. A save writes the whole state, which on "
+                             "slow storage can take longer than an iteration's collectives.",
                              &Config::checkpoint, &CheckpointConfig::timeout_s),
-                       0.0, /*exclusive=*/true));
+                       0.0));
 
   s.push_back(choice("comm", "backend",
                      "Collectives backend: `nccl` (GPU builds), `mpi` (CPU builds, host "

@@ -23,7 +23,8 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::arm(double seconds, std::string what, std::function<std::string()> waiting_for, std::string setting) {
+void Watchdog::arm(double seconds, std::string what, std::function<std::string()> waiting_for, std::string setting,
+                   std::string hint) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     armed_ = true;
@@ -34,6 +35,7 @@ void Watchdog::arm(double seconds, std::string what, std::function<std::string()
                                                        std::chrono::duration<double>(std::min(seconds, 3.2e9)));
     what_ = std::move(what);
     setting_ = std::move(setting);
+    hint_ = std::move(hint);
     waiting_for_ = std::move(waiting_for);
   }
   wake_.notify_all();
@@ -57,8 +59,7 @@ void Watchdog::watch() {
       // print and leave; the launcher ends the other ranks when this one exits without finalising.
       std::string msg = fmt::format(
           "shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck{}\n",
-          origin_string(), what_, setting_, seconds_,
-          setting_ == "comm.timeout_s" ? "" : ", or the storage is too slow for it (raise the setting)");
+          origin_string(), what_, setting_, seconds_, hint_);
       if (waiting_for_)
         if (const std::string behind = waiting_for_(); !behind.empty())
           msg += fmt::format("shardrl: {} waits for: {}\n", what_, behind);

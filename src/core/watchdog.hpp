@@ -26,7 +26,7 @@ class Watchdog {
   // for, e.g. the ranks that never entered it; its text is added to the message. `setting` is the
   // config key the seconds come from, named in the message.
   void arm(double seconds, std::string what, std::function<std::string()> waiting_for = {},
-           std::string setting = "comm.timeout_s");
+           std::string setting = "comm.timeout_s", std::string hint = "");
   void disarm();
 
  private:
@@ -37,7 +37,7 @@ class Watchdog {
   bool armed_ = false, stop_ = false;
   double seconds_ = 0;
   std::chrono::steady_clock::time_point deadline_;
-  std::string what_, setting_;
+  std::string what_, setting_, hint_;   // hint: added to the message (what else may be the cause)
   std::function<std::string()> waiting_for_;
   std::thread thread_;
 };
