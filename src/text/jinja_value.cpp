@@ -562,23 +562,19 @@ std::string to_json(const Value& value, const JsonStyle& style) {
   return out;
 }
 
-// Deeper JSON is refused: each level is a C++ frame here (a dataset line of 100,000 nested
-// lists overflowed the stack), and no chat needs it.
-constexpr int kMaxJsonDepth = 512;   // as a data file's lines (io/bounded_json.hpp)
+constexpr int kMaxJsonDepth = 512;   // each level a frame here; as io/bounded_json.hpp bounds data lines
 
 Value from_json(const nlohmann::ordered_json& json, int depth) {
   using Kind = nlohmann::ordered_json::value_t;
-  if (depth > kMaxJsonDepth)
-    throw TemplateError("a JSON value nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  if (depth > kMaxJsonDepth) throw TemplateError("a JSON value nested deeper than 512 levels");
   switch (json.type()) {
     case Kind::null: return Value::none();
     case Kind::boolean: return Value::boolean(json.get<bool>());
     case Kind::number_integer: return Value::integer(json.get<std::int64_t>());
     case Kind::number_unsigned: {
       const auto u = json.get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
         throw TemplateError("integer " + std::to_string(u) + " does not fit in 64 bits");
-      }
       return Value::integer(static_cast<std::int64_t>(u));
     }
     case Kind::number_float: return Value::real(json.get<double>());
