@@ -81,7 +81,7 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
   const int rank = layout.world_rank, ranks = layout.world_size;
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD,
                                 cfg.comm.timeout_s);
-  Policy policy(cfg, *comm, PolicyUse{false, collectives});   // as `shardrl train` builds it
+  Policy policy(cfg, *comm, PolicyUse{false, collectives, {}});   // as `shardrl train` builds it
   Transformer& model = policy.model();
   ShardedTrainer& trainer = policy.trainer();
   const ModelOptions& o = model.options();

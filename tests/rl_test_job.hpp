@@ -61,7 +61,7 @@ struct Job {
   GrpoLoop& loop;
 
   Job(const Config& c, MPI_Comm mpi_comm)
-      : comm(make_communicator(backend(), mpi_comm, 120.0)), policy(c, *comm, PolicyUse{true, false}),
+      : comm(make_communicator(backend(), mpi_comm, 120.0)), policy(c, *comm, PolicyUse{true, false, {}}),
         config(policy.config()), arena(policy.arena()), model(policy.model()), trainer(policy.trainer()),
         loop(policy.loop()) {}
   std::vector<double> warm_up() {

@@ -9,8 +9,13 @@
 #include <string>
 
 #include "core/memory_ledger.hpp"
+#include "core/kokkos.hpp"
+#include "core/memory_capacity.hpp"
 #include "job/memory_plan.hpp"
+#include "job/options.hpp"
 #include "rl_test_job.hpp"
+#include "rollout/generator.hpp"
+#include "rollout/weight_set.hpp"
 
 namespace shardrl {
 namespace {
@@ -103,6 +108,47 @@ TEST(MemoryPlan, WithoutTheLoopPlansNoRolloutOrBatches) {
   const MemoryPlan with = plan_memory(c, 1, true), without = plan_memory(c, 1, false);
   EXPECT_LT(without.device_bytes(), with.device_bytes());
   EXPECT_EQ(without.host_bytes(), 0);
+}
+
+// generate's generator and weight set, outside the arena beside the train phase's buffers
+// (app/generate_command.cpp): planned with the policy (they were not planned at all), a lower
+// bound of what they allocate that sees most of it, and a refusal that names --n.
+TEST(MemoryPlan, GeneratePlansItsGeneratorBesideThePolicy) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Config bf16 = small_config();
+  bf16.model.precision = Precision::bf16;
+  for (const Config& c : {small_config(), bf16})
+    for (const int rows : {1, 64}) {
+      const int len = 8 + static_cast<int>(c.rollout.max_new_tokens);
+      const GenerateShape shape{rows, len};
+      const MemoryPlan plan = plan_memory(c, size, false, device_memory_is_separate(), shape);
+      EXPECT_GT(plan.device_bytes(), plan_memory(c, size, false).device_bytes() + bytes_of(plan.rollout) - 1);
+      const std::int64_t before = MemoryLedger::instance().total();
+      double counted = 0;
+      {
+        auto comm = make_communicator(backend(), MPI_COMM_WORLD, 120.0);
+        PolicyUse use;
+        use.generator = shape;
+        Policy policy(c, *comm, use);
+        const EngineOptions engine = engine_options(policy.config());
+        WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size());
+        Generator generator(policy.model().options(), rows, len, ExecSpace(), nullptr, engine);
+        weights.materialize(policy.trainer(), generator.model());
+        counted = double(MemoryLedger::instance().total() - before);
+      }
+      std::string parts;
+      for (const auto& t : plan.device) parts += fmt::format("\n  {} {}", t.bytes, t.what);
+      const std::string name = fmt::format("{} rows, {}", rows, c.model.precision == Precision::bf16 ? "bf16" : "fp32");
+      EXPECT_LE(plan.device_bytes(), counted) << name << ": the plan counts more than generate allocates;" << parts;
+      EXPECT_GE(plan.device_bytes(), 0.6 * counted) << name << ": the plan misses much of it;" << parts;
+    }
+  MemoryCapacity small;
+  small.device_is_host = false;
+  small.device_bytes = small.host_bytes = 1 << 20;
+  const std::string problem = memory_plan_problem(
+      plan_memory(small_config(), size, false, true, GenerateShape{4096, 4096}), small);
+  EXPECT_NE(problem.find("4096 rows (generate --n)"), std::string::npos) << problem;
 }
 
 TEST(MemoryPlan, ScalesWithTheKeysThatSizeIt) {

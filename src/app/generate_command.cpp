@@ -204,7 +204,14 @@ int run_generate(const GenerateArgs& args) {
       cfg.comm.timeout_s);
   std::unique_ptr<Policy> built;
   try {
-    built = std::make_unique<Policy>(cfg, *comm);   // the memory plan's refusal is every rank's
+    // The memory plan's refusal (with the generator below) is every rank's. Generate never
+    // trains: the trainer's buffers, which the policy always has, are sized for one sequence
+    // rather than the job's micro-batch.
+    Config policy_cfg = cfg;
+    policy_cfg.train.micro_batch_size = 1;
+    PolicyUse use;
+    use.generator = {args.samples, max_len};
+    built = std::make_unique<Policy>(policy_cfg, *comm, use);
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;

@@ -177,7 +177,7 @@ int run_train(const TrainArgs& args) {
   // Transient buffers of both phases share one arena.
   std::unique_ptr<Policy> policy;
   try {
-    policy = std::make_unique<Policy>(cfg, *comm, PolicyUse{true, args.profile});
+    policy = std::make_unique<Policy>(cfg, *comm, PolicyUse{true, args.profile, {}});
   } catch (const InputError& e) {   // the task's options or dataset: the same on every rank
     if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
     return kExitUsage;

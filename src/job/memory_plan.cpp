@@ -124,7 +124,7 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
   return plan_memory(config, world_size, rl_loop, device_memory_is_separate());
 }
 
-MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build) {
+MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build, GenerateShape generate) {
   ModelOptions m = model_options(config);
   // model_options resolves "auto" for this build; a GPU build takes cuDNN and the flash kernels
   // where they run (planned as a build configured with cuDNN, the larger of the two).
@@ -284,11 +284,18 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                            gemm_workspace_bytes(d, T, es, gpu_build)});
 
   std::vector<MemoryTerm> rollout;
-  if (rl_loop) {
+  const bool generating = !rl_loop && generate.rows > 0;
+  if (rl_loop || generating) {
     const double K = double(config.rl.minibatches);
-    const double rows = K * std::ceil(double(config.rl.prompts_per_iteration) / K / N) *
-                        double(config.rl.samples_per_prompt);
-    const double len = std::min(double(config.train.seq_len) + 1, double(m.shape.max_seq_len));
+    const double rows = generating ? double(generate.rows)
+                                   : K * std::ceil(double(config.rl.prompts_per_iteration) / K / N) *
+                                         double(config.rl.samples_per_prompt);
+    const double len = generating ? double(generate.len)
+                                  : std::min(double(config.train.seq_len) + 1, double(m.shape.max_seq_len));
+    const std::string rows_text = generating ? fmt::format("{:.4g} rows (generate --n)", rows)
+                                             : fmt::format("{:.4g} rows (rl.prompts_per_iteration / ranks x "
+                                                           "rl.samples_per_prompt)",
+                                                           rows);
     // The paged engine's pool: rollout.kv_cache_tokens positions (at least two sequences' worth),
     // or by default as many as the static engine's rows x positions.
     // The paged engine's cache has room for twice the decode rows' sequences (rollout/generator.cpp).
@@ -297,7 +304,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     const double positions = pool ? std::max(double(config.rollout.kv_cache_tokens), 2 * len) : rows * len;
     // rollout.tensor_parallel = tp: a group decodes its ranks' rows together, each rank with its
     // part (model/tensor_parallel.hpp): 1/tp of the kv heads of tp times the rows.
-    const double tp = double(config.rollout.tensor_parallel);
+    // (generate decodes the whole model on each rank.)
+    const double tp = generating ? 1.0 : double(config.rollout.tensor_parallel);
     const Dims part = tp > 1 ? dims_of(tensor_parallel_shape(m.shape, static_cast<int>(tp))) : d;
     const double kv = (pool ? positions * part.Hkv : rows * len * d.Hkv) * 2 * d.L * es;
     // A rank of a group keeps 1/tp of each layer (the embedding and head whole) and gathers whole
@@ -330,9 +338,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
         weights,
         {pool ? fmt::format("KV cache: rollout.kv_cache_tokens = {:.4g} positions x {:.4g} layers (model.n_layers)",
                             positions, d.L)
-              : fmt::format("KV cache: {:.4g} rows (rl.prompts_per_iteration / ranks x rl.samples_per_prompt) x "
-                            "{:.4g} positions x {:.4g} layers (model.n_layers)",
-                            rows, len, d.L),
+              : fmt::format("KV cache: {} x {:.4g} positions x {:.4g} layers (model.n_layers)", rows_text, len,
+                            d.L),
          kv},
         // A tensor-parallel group decodes all its ranks' rows, each rank with its part's shape.
         {fmt::format("rollout activations, logits, GEMM and attention workspace: a prefill call (rollout.prefill_tokens) "
@@ -370,10 +377,11 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
     plan.device.push_back({fmt::format("the rollout's ids: a prefill call's {:.4g} positions", act_tokens),
                            act_tokens * 4 * 4});
     // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.
-    plan.host.push_back({fmt::format("the rollout batch: {:.4g} rows x {:.4g} positions", rows, len),
-                         rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});
+    if (rl_loop)
+      plan.host.push_back({fmt::format("the rollout batch: {:.4g} rows x {:.4g} positions", rows, len),
+                           rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});
     const double demos = std::ceil(double(config.rl.sft_batch_size) / N);
-    if (config.rl.sft_steps > 0)
+    if (rl_loop && config.rl.sft_steps > 0)
       // Each keeps its ids on the heap: at least a prompt token and EOS, in malloc's smallest
       // chunk (32 bytes on 64-bit glibc).
       plan.host.push_back({fmt::format("the warm-up batch: rl.sft_batch_size / ranks = {:.4g} demonstrations", demos),
@@ -390,10 +398,16 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                                      per > 12 ? ", reference" : ""),
                          trained / N * per});
   }
-  // One arena holds the larger phase (core/phase_arena.hpp).
+  // One arena holds the larger phase (core/phase_arena.hpp); generate's generator lives outside
+  // it, beside the train phase's buffers.
   plan.persistent = plan.device;
   plan.train = train;
   plan.rollout = rollout;
+  if (generating) {
+    plan.device.insert(plan.device.end(), train.begin(), train.end());
+    plan.device.insert(plan.device.end(), rollout.begin(), rollout.end());
+    return plan;
+  }
   const std::vector<MemoryTerm>& larger = sum(train) >= sum(rollout) ? train : rollout;
   plan.device.insert(plan.device.end(), larger.begin(), larger.end());
   return plan;
@@ -426,7 +440,7 @@ std::string memory_plan_problem(const MemoryPlan& plan, const MemoryCapacity& ca
   return out;
 }
 
-void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm) {
+void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, GenerateShape generate) {
   int size = 1;
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size));
   MemoryCapacity capacity;
@@ -439,7 +453,8 @@ void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm) {
     MpiComm owned(node);
     SHARDRL_CHECK_MPI(MPI_Comm_size(node, &capacity.ranks_on_host));
   }
-  agree_on_error(comm, memory_plan_problem(plan_memory(config, size, rl_loop), capacity));
+  agree_on_error(comm, memory_plan_problem(plan_memory(config, size, rl_loop, device_memory_is_separate(), generate),
+                                           capacity));
 }
 
 }  // namespace shardrl

@@ -39,12 +39,21 @@ struct MemoryPlan {
 // The bytes of a list of terms.
 double bytes_of(const std::vector<MemoryTerm>& terms);
 
+// `shardrl generate`'s generator: `rows` rows (--n) of `len` positions (the prompt and
+// rollout.max_new_tokens), with its weight set, allocated outside the arena beside the train
+// phase's buffers (app/generate_command.cpp). No rows: none.
+struct GenerateShape {
+  int rows = 0;
+  int len = 0;
+};
+
 // `rl_loop`: the train command's rollout buffers and batches are planned too. For this build,
 // or (`gpu_build`) for a GPU build wherever it is computed (`shardrl plan --gpu-memory` on a
 // login node): cuBLAS's fixed GEMM workspace instead of the CPU's bf16 conversion buffers, and
 // the flash attention kernels where model.attention = "auto" would take them.
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop);
-MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build);
+MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build,
+                       GenerateShape generate = {});
 
 // What this rank can get, and how many ranks of the job share its host's memory.
 struct MemoryCapacity {
@@ -59,6 +68,6 @@ std::string memory_plan_problem(const MemoryPlan& plan, const MemoryCapacity& ca
 
 // Plans the job's memory and refuses it on every rank (InputError, the message of the lowest
 // rank that cannot fit) when any rank cannot. Collective over `comm`.
-void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm);
+void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, GenerateShape generate = {});
 
 }  // namespace shardrl

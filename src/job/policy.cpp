@@ -20,7 +20,7 @@ const char* name_of(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : 
 // `config`, once every rank agrees that its memory plan fits (job/memory_plan.hpp): checked
 // before the first member allocates anything.
 const Config& fitting(const Config& config, Communicator& comm, const PolicyUse& use) {
-  check_memory_plan(config, use.rl_loop, comm.host_comm());
+  check_memory_plan(config, use.rl_loop, comm.host_comm(), use.generator);
   return config;
 }
 

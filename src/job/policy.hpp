@@ -19,6 +19,7 @@
 #include "core/phase_arena.hpp"
 #include "fsdp/comm_expert_exchange.hpp"
 #include "fsdp/sharded_trainer.hpp"
+#include "job/memory_plan.hpp"
 #include "model/transformer.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/layout.hpp"
@@ -36,6 +37,7 @@ struct LoraBase {
 struct PolicyUse {
   bool rl_loop = false;   // the train command: the RL loop's generator and staging in the arena
   bool profile = false;   // --profile: the trainer fences between phases and times them
+  GenerateShape generator;   // generate: the generator it builds beside the policy, planned with it
 };
 
 class Policy {
