@@ -126,10 +126,11 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
 
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build, GenerateShape generate) {
   ModelOptions m = model_options(config);
-  // model_options resolves "auto" for this build; a GPU build takes cuDNN and the flash kernels
-  // where they run (planned as a build configured with cuDNN, the larger of the two).
-  if (gpu_build && config.model.attention == AttentionChoice::automatic && m.precision == Precision::bf16 &&
-      kernels::flash_attention_supports_head_dim(m.shape.head_dim))
+  // model_options resolves "auto" for this build. A GPU build planned on a CPU build (`plan
+  // --gpu-memory` on a login node) takes cuDNN and the flash kernels where they run, planned as a
+  // build configured with cuDNN, the larger of the two; a GPU build plans what it has.
+  if (gpu_build && !device_memory_is_separate() && config.model.attention == AttentionChoice::automatic &&
+      m.precision == Precision::bf16 && kernels::flash_attention_supports_head_dim(m.shape.head_dim))
     m.attention = AttentionImpl::cudnn;
   const Dims d = dims_of(m.shape);
   const double N = world_size;
