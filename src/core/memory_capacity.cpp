@@ -1,9 +1,12 @@
 #include "core/memory_capacity.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 
 #if defined(SHARDRL_ENABLE_CUDA)
@@ -27,16 +30,54 @@ double read_number(const std::string& path) {
   }
 }
 
-// The cgroup v2 directory of this process ("0::/path" in /proc/self/cgroup), or "".
-std::string own_cgroup() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
-  return "";
+// The least room left (limit - usage) of the cgroup at `path` under `mount` and of its
+// ancestors, any of which may hold the limit (a Slurm job's step inside its job's cgroup); -1
+// when none has one. Cgroup v1's "no limit" is a number near 2^63.
+double room_up_the_tree(const std::string& mount, std::string path, const char* limit_file, const char* usage_file) {
+  double room = -1;
+  while (true) {
+    const std::string dir = mount + path;
+    const double limit = read_number(dir + "/" + limit_file), used = read_number(dir + "/" + usage_file);
+    if (limit > 0 && limit < 0x1p60 && used >= 0) {
+      const double left = std::max(0.0, limit - used);
+      room = room < 0 ? left : std::min(room, left);
+    }
+    if (path.empty() || path == "/") break;
+    path.erase(path.find_last_of('/'));
+  }
+  return room;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
+
+double cgroup_memory_room(const std::string& proc_self_cgroup, const std::string& cgroup_mount) {
+  double room = -1;
+  const auto take = [&](double r) {
+    if (r >= 0) room = room < 0 ? r : std::min(room, r);
+  };
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // "hierarchy-id:controllers:path"; the path may hold ':' itself.
+    const std::size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      // Cgroup v2: at the mount itself, or under "unified" in the hybrid layout.
+      const bool hybrid = !exists(cgroup_mount + "/cgroup.controllers") && exists(cgroup_mount + "/unified");
+      const std::string mount = hybrid ? cgroup_mount + "/unified" : cgroup_mount;
+      take(room_up_the_tree(mount, path, "memory.max", "memory.current"));
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      take(room_up_the_tree(cgroup_mount + "/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes"));
+    }
+  }
+  return room;
+}
 
 double host_available_bytes() {
   double available = -1;
@@ -53,12 +94,10 @@ double host_available_bytes() {
   }
   if (available < 0) available = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   // Within a memory-limited cgroup (Slurm's task/cgroup), its room left is what counts.
-  const std::string group = own_cgroup();
-  if (!group.empty()) {
-    const double limit = read_number(group + "/memory.max"), used = read_number(group + "/memory.current");
-    if (limit > 0 && used >= 0) available = std::min(available, std::max(0.0, limit - used));
-  }
-  return available;
+  std::ifstream in("/proc/self/cgroup");
+  const std::string groups((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const double room = cgroup_memory_room(groups, "/sys/fs/cgroup");
+  return room >= 0 ? std::min(available, room) : available;
 }
 
 #if defined(SHARDRL_ENABLE_CUDA)
