@@ -481,6 +481,16 @@ TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
   }
   RunResult intact = run_in(dir, shardrl_binary() + " inspect " + good.string() + " --verify");
   EXPECT_EQ(intact.exit_code, 0) << intact.err;
+  // Skipped steps are not counted among the steps: a run whose non-finite steps outnumber its
+  // taken ones (a diverging warm-up) saved checkpoints that inspect and resume refused.
+  const fs::path skipping = dir / "skipping.h5";
+  fs::copy_file(good, skipping, fs::copy_options::overwrite_existing);
+  set_int64(skipping, "/optim/skipped", 1000);
+  RunResult inspect = run_in(dir, shardrl_binary() + " inspect " + skipping.string() + " --verify");
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  RunResult resume = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --set run.name=branch "
+                                     "--resume-from " + skipping.string());
+  EXPECT_EQ(resume.exit_code, 0) << resume.out << resume.err;
 }
 
 // SIGKILL at seeded random moments while the job saves (a pause between tensors makes saving
