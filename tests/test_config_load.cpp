@@ -1,5 +1,6 @@
 // The config loader in-process: defaults, precedence of --set over the file, where each value
 // came from, quoting, and that the resolved TOML reads back to the same Config.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -456,6 +457,14 @@ TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {
   l = load_config("[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\neval_samples = 1\n", "f", {}, kCpu);
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.errors[0], "f:4:16: rl.eval_samples: must be >= 2, got 1");
+  // A beta of 1 divided by a zero bias correction and turned every weight into NaN at the first
+  // step, which the non-finite skip (it reads the gradients) let through.
+  for (const char* beta : {"beta1", "beta2"}) {
+    l = load_config(fmt::format("[optim]\n{} = 1.0\n", beta), "f", {}, kCpu);
+    ASSERT_EQ(l.errors.size(), 1u) << beta;
+    EXPECT_EQ(l.errors[0], fmt::format("f:2:{}: optim.{}: must be < 1.0, got 1.0", 9, beta));
+    EXPECT_TRUE(load_config(fmt::format("[optim]\n{} = 0.999999\n", beta), "f", {}, kCpu).ok()) << beta;
+  }
 
   // (A pre-tokenized dataset: the generated tasks' byte tokenizer needs 259 ids.)
   const std::string custom = "[model]\npreset = \"custom\"\nvocab_size = 64\n[rl]\ntask = \"jsonl\"\ndataset = \"d.jsonl\"\n";

@@ -94,8 +94,8 @@ std::string value_problem(const KeyDef& def, const ConfigValue& v) {
                                              ? ConfigValue(static_cast<std::int64_t>(*def.min))
                                              : ConfigValue(*def.min)),
                          to_toml_literal(v));
-    if (def.max && x > *def.max)
-      return fmt::format("must be <= {}, got {}",
+    if (def.max && (x > *def.max || (def.max_exclusive && x == *def.max)))
+      return fmt::format("must be {} {}, got {}", def.max_exclusive ? "<" : "<=",
                          to_toml_literal(def.kind == ValueKind::integer
                                              ? ConfigValue(static_cast<std::int64_t>(*def.max))
                                              : ConfigValue(*def.max)),

@@ -107,8 +107,13 @@ std::vector<KeyDef> build_schema() {
     s.push_back(with_max(with_min(field("optim", key, VK::real, meaning, &Config::optim, member), 0.0), 1.0));
   };
   positive("lr", &OptimConfig::lr, "Peak learning rate of AdamW.");
-  unit_interval("beta1", &OptimConfig::beta1, "AdamW first-moment decay.");
-  unit_interval("beta2", &OptimConfig::beta2, "AdamW second-moment decay.");
+  // A beta of 1 keeps its moment at 0 and Adam's bias correction 1 - beta^t at 0: 0/0 in the
+  // first update (as PyTorch, beta < 1).
+  auto decay_rate = [&](const char* key, double OptimConfig::*member, const char* meaning) {
+    s.push_back(with_max(with_min(field("optim", key, VK::real, meaning, &Config::optim, member), 0.0), 1.0, true));
+  };
+  decay_rate("beta1", &OptimConfig::beta1, "AdamW first-moment decay.");
+  decay_rate("beta2", &OptimConfig::beta2, "AdamW second-moment decay.");
   positive("eps", &OptimConfig::eps, "AdamW epsilon.");
   s.push_back(with_min(field("optim", "weight_decay", VK::real, "Decoupled weight decay.", &Config::optim,
                              &OptimConfig::weight_decay),

@@ -23,8 +23,9 @@ struct KeyDef {
   ValueKind kind;
   std::string meaning;
   std::vector<std::string> choices;            // ValueKind::choice only
-  std::optional<double> min, max;              // numeric kinds only, inclusive
+  std::optional<double> min, max;              // numeric kinds only, inclusive unless marked
   bool min_exclusive = false;
+  bool max_exclusive = false;
   // Extra check of a well-typed value; returns a problem description or "".
   std::function<std::string(const ConfigValue&)> check;
   std::function<void(Config&, const ConfigValue&)> set;

@@ -57,8 +57,9 @@ KeyDef choice(std::string section, std::string key, std::string meaning,
 
 constexpr double kMaxInt = 2147483647.0;   // shapes index with int
 
-inline KeyDef with_max(KeyDef d, double max) {
+inline KeyDef with_max(KeyDef d, double max, bool exclusive = false) {
   d.max = max;
+  d.max_exclusive = exclusive;
   return d;
 }
 
