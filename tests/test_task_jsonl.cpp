@@ -113,12 +113,19 @@ TEST_F(JsonlTask, Errors) {
 
   // Invalid JSON: the parser's own explanation is kept in parentheses.
   for (const std::string& bad : {std::string("{\"prompt\": \"p\", \"answer\": \"a\""),
-                                 std::string("{prompt: 1}"), std::string("{\"a\": 1} x")}) {
+                                 std::string("{prompt: 1}"), std::string("{\"a\": 1} x"),
+                                 // a number JSON cannot hold: nlohmann's out_of_range, which
+                                 // stopped the job as an internal error
+                                 std::string("{\"prompt\": \"1+1=\", \"answer\": \"2\", \"meta\": 1e999}")}) {
     const std::string path = write(good + "\n" + bad + "\n" + good);
     const std::string msg = input_error_of(options(path));
     EXPECT_TRUE(starts_with(msg, path + ":3: not valid JSON (")) << msg;
     EXPECT_EQ(msg.back(), ')') << msg;
     EXPECT_EQ(msg.find("[json.exception"), std::string::npos) << msg;
+  }
+  {   // nested past the bound (a line of 100,000 nested lists overflowed the parser's stack)
+    const std::string path = write(good + "\n" + std::string(100000, '[') + std::string(100000, ']') + "\n");
+    EXPECT_EQ(input_error_of(options(path)), path + ":3: JSON nested deeper than 512 levels");
   }
   {
     const std::string path = write("{\"prompt\": \"p\", \"answer\": \"a\"} trailing\n");

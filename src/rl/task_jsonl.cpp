@@ -17,6 +17,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/task_common.hpp"
 
@@ -89,8 +90,8 @@ Dataset load_dataset(const std::string& path) {
     const std::string where = fmt::format("{}:{}", path, line_no);
     nlohmann::json obj;
     try {
-      obj = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+      obj = parse_bounded_json<nlohmann::json>(line, where);
+    } catch (const nlohmann::json::exception& e) {   // parse_error, or out_of_range for a number like 1e999
       throw InputError(fmt::format("{}: not valid JSON ({})", where, json_parse_message(e.what())));
     }
     if (!obj.is_object())
