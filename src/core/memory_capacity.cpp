@@ -30,16 +30,29 @@ double read_number(const std::string& path) {
   }
 }
 
+// The value of `key` in a memory.stat file ("key value" lines), or 0.
+double stat_value(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string name;
+  double value = 0;
+  while (in >> name >> value)
+    if (name == key) return value;
+  return 0;
+}
+
 // The least room left (limit - usage) of the cgroup at `path` under `mount` and of its
 // ancestors, any of which may hold the limit (a Slurm job's step inside its job's cgroup); -1
-// when none has one. Cgroup v1's "no limit" is a number near 2^63.
-double room_up_the_tree(const std::string& mount, std::string path, const char* limit_file, const char* usage_file) {
+// when none has one. Cgroup v1's "no limit" is a number near 2^63. The usage counts the page
+// cache, whose inactive files the kernel reclaims before it fails an allocation: not used.
+double room_up_the_tree(const std::string& mount, std::string path, const char* limit_file, const char* usage_file,
+                        const char* inactive_file_key) {
   double room = -1;
   while (true) {
     const std::string dir = mount + path;
     const double limit = read_number(dir + "/" + limit_file), used = read_number(dir + "/" + usage_file);
     if (limit > 0 && limit < 0x1p60 && used >= 0) {
-      const double left = std::max(0.0, limit - used);
+      const double reclaimable = std::min(used, stat_value(dir + "/memory.stat", inactive_file_key));
+      const double left = std::max(0.0, limit - (used - reclaimable));
       room = room < 0 ? left : std::min(room, left);
     }
     if (path.empty() || path == "/") break;
@@ -71,9 +84,10 @@ double cgroup_memory_room(const std::string& proc_self_cgroup, const std::string
       // Cgroup v2: at the mount itself, or under "unified" in the hybrid layout.
       const bool hybrid = !exists(cgroup_mount + "/cgroup.controllers") && exists(cgroup_mount + "/unified");
       const std::string mount = hybrid ? cgroup_mount + "/unified" : cgroup_mount;
-      take(room_up_the_tree(mount, path, "memory.max", "memory.current"));
+      take(room_up_the_tree(mount, path, "memory.max", "memory.current", "inactive_file"));
     } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-      take(room_up_the_tree(cgroup_mount + "/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes"));
+      take(room_up_the_tree(cgroup_mount + "/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                            "total_inactive_file"));
     }
   }
   return room;
