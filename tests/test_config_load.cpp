@@ -416,6 +416,12 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
        "--set rl.dynamic_sampling=true: rl.dynamic_sampling keeps groups whose rewards differ, which needs "
        "rl.samples_per_prompt >= 2"},
       {{"rl.overlong_buffer=4"}, "--set rl.overlong_buffer=4: rl.overlong_buffer is read only by rl.overlong = \"soft\""},
+      {{"optim.decay_steps=100"},
+       "--set optim.decay_steps=100: optim.decay_steps is read only by optim.schedule = \"cosine\" (the schedule is "
+       "\"constant\")"},
+      {{"optim.min_lr_ratio=0.5"},
+       "--set optim.min_lr_ratio=0.5: optim.min_lr_ratio is read only by optim.schedule = \"cosine\" (the schedule "
+       "is \"constant\")"},
       {{"rl.overlong=\"soft\""},
        "default: rl.overlong = \"soft\" needs 0 < rl.overlong_buffer <= rollout.max_new_tokens = 64 (now 0)"},
       {{"rl.overlong=\"soft\"", "rl.overlong_buffer=65"},

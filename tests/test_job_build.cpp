@@ -92,6 +92,7 @@ std::vector<Flip> audited_keys() {
       {"optim.weight_decay=0.2", [=](Job& j) { return optim(j).weight_decay == 0.2f; }},
       {"optim.warmup_steps=7", [=](Job& j) { return optim(j).warmup_steps == 7; }},
       {"optim.min_lr_ratio=0.3", [=](Job& j) { return optim(j).min_lr_ratio == 0.3f; }},
+      {"optim.decay_steps=37", [=](Job& j) { return optim(j).decay_steps == 37; }},
       {"optim.clip_grad_norm=0.25", [=](Job& j) { return optim(j).clip_grad_norm == 0.25f; }},
       {"model.moe_impl=\"loop\"",
        [](Job& j) {
@@ -191,6 +192,8 @@ Config dense_base() {
   Config c = small_config();
   c.model.precision = Precision::fp32;
   c.rl.sft_batch_size = 8;
+  c.optim.schedule = LrSchedule::cosine;   // which reads decay_steps and min_lr_ratio
+  c.optim.decay_steps = 100;
   return c;
 }
 

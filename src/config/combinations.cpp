@@ -142,6 +142,14 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (c.optim.schedule == LrSchedule::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));
+  const OptimConfig optim_defaults;
+  if (c.optim.schedule == LrSchedule::constant)
+    for (const auto& [key, set] : {std::pair{"optim.decay_steps", c.optim.decay_steps != optim_defaults.decay_steps},
+                                   std::pair{"optim.min_lr_ratio", c.optim.min_lr_ratio != optim_defaults.min_lr_ratio}})
+      if (set)
+        out.errors.push_back(fmt::format("{}: {} is read only by optim.schedule = \"cosine\" (the schedule is "
+                                         "\"constant\")",
+                                         where(key), key));
   const bool reads_dataset = c.rl.task == "jsonl" || c.rl.task == "text";
   if (reads_dataset && c.rl.dataset.empty())
     out.errors.push_back(fmt::format("{}: rl.task = \"{}\" needs rl.dataset (a JSONL file of examples)",
