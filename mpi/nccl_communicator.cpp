@@ -11,6 +11,7 @@
 
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "core/running_time.hpp"
 #include "mpi/mpi_check.hpp"
 #include "mpi/nccl_check.hpp"
 #include "mpi/polled_wait.hpp"
@@ -209,12 +210,10 @@ void NcclCommunicator::fail_and_abort(const std::string& what, const char* file,
 
 void NcclCommunicator::settle(ncclResult_t result, const char* call, ncclComm_t comm) {
   if (!comm) comm = comm_.get();
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  RunningTime running;   // a suspended job's stop is not counted
   for (long polls = 0; result == ncclInProgress; ++polls) {
     if (polls > 1000) sched_yield();
-    if ((polls & 1023) == 0 &&
-        std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
+    if ((polls & 1023) == 0 && running.seconds() > timeout_s_)
       fail_and_abort(fmt::format("{} did not complete within comm.timeout_s = {} s: a peer rank failed "
                                  "or is not taking part",
                                  call, timeout_s_),
@@ -296,8 +295,7 @@ void NcclCommunicator::barrier() {
 }
 
 void NcclCommunicator::synchronize(StreamRef s) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  RunningTime running;   // a suspended job's stop is not counted
   cudaStream_t st = stream(s);
   for (long polls = 0;; ++polls) {
     cudaError_t q = cudaStreamQuery(st);
@@ -305,8 +303,7 @@ void NcclCommunicator::synchronize(StreamRef s) {
     if (q != cudaErrorNotReady) SHARDRL_CHECK_CUDA(q);
     check_async_errors();
     if (polls > 1000) sched_yield();
-    if ((polls & 1023) == 0 &&
-        std::chrono::duration<double>(clock::now() - start).count() > timeout_s_)
+    if ((polls & 1023) == 0 && running.seconds() > timeout_s_)
       fail_and_abort(fmt::format("NCCL collectives did not complete within comm.timeout_s = {} s: a "
                                  "peer rank failed or is not taking part",
                                  timeout_s_),

@@ -2,24 +2,23 @@
 
 #include <sched.h>
 
-#include <chrono>
 
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/running_time.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 
 void wait_polled(MPI_Request& request, double timeout_s, const char* what) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  RunningTime running;   // a suspended job's stop is not counted
   for (long polls = 0;; ++polls) {
     int done = 0;
     SHARDRL_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (polls > 1000) sched_yield();
-    if ((polls & 1023) == 0 && std::chrono::duration<double>(clock::now() - start).count() > timeout_s)
+    if ((polls & 1023) == 0 && running.seconds() > timeout_s)
       SHARDRL_FATAL(fmt::format("{} did not complete within comm.timeout_s = {} s: a peer rank failed or is not "
                                 "taking part in this collective",
                                 what, timeout_s));

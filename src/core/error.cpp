@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "core/child_groups.hpp"
 #include "core/log.hpp"
 
 namespace shardrl {
@@ -61,6 +62,7 @@ void fatal(std::string_view what, const char* file, int line) {
   flush_logging();
   std::fflush(stdout);
   std::cerr << msg << std::flush;
+  kill_child_groups();   // neither the abort nor _Exit runs the destructors that would
   if (g_abort) g_abort(kExitFatal);
   std::_Exit(kExitFatal);
 }

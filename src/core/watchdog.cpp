@@ -1,12 +1,15 @@
 #include "core/watchdog.hpp"
 
 #include <algorithm>
+#include <future>
+#include <memory>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
+#include "core/child_groups.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -29,10 +32,7 @@ void Watchdog::arm(double seconds, std::string what, std::function<std::string()
     std::lock_guard<std::mutex> lock(mutex_);
     armed_ = true;
     seconds_ = seconds;
-    // At most a century: comm.timeout_s = 1e10 ("never") in nanoseconds overflows the clock's
-    // 64 bits, and the deadline came out in the past (the job stopped at its first watch).
-    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                       std::chrono::duration<double>(std::min(seconds, 3.2e9)));
+    running_.restart();
     what_ = std::move(what);
     setting_ = std::move(setting);
     hint_ = std::move(hint);
@@ -53,22 +53,42 @@ void Watchdog::watch() {
       wake_.wait(lock);
       continue;
     }
-    if (wake_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ && !stop_ &&
-        std::chrono::steady_clock::now() >= deadline_) {
-      // No MPI from this thread (the main thread may hold MPI, blocked in the call that hangs):
-      // print and leave; the launcher ends the other ranks when this one exits without finalising.
-      std::string msg = fmt::format(
-          "shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck{}\n",
-          origin_string(), what_, setting_, seconds_, hint_);
-      if (waiting_for_)
-        if (const std::string behind = waiting_for_(); !behind.empty())
-          msg += fmt::format("shardrl: {} waits for: {}\n", what_, behind);
-      flush_logging();   // the lines logged before, within a deadline (see fatal())
-      std::fflush(stdout);
-      std::fputs(msg.c_str(), stderr);
-      std::fflush(stderr);
-      std::_Exit(kExitFatal);
+    // Awake at least every second, so that a stop of the process shows as a gap in running_.
+    const double left = seconds_ - running_.seconds();
+    if (left > 0) {
+      wake_.wait_for(lock, std::chrono::duration<double>(std::min(left, 1.0)));
+      continue;
     }
+    // No MPI from this thread (the main thread may hold MPI, blocked in the call that hangs):
+    // print and leave; the launcher ends the other ranks when this one exits without finalising.
+    // The cause first, before anything that may block.
+    flush_logging();   // the lines logged before, within a deadline (see fatal())
+    std::fflush(stdout);
+    const std::string msg =
+        fmt::format("shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck{}\n",
+                    origin_string(), what_, setting_, seconds_, hint_);
+    std::fputs(msg.c_str(), stderr);
+    std::fflush(stderr);
+    kill_child_groups();
+    if (waiting_for_) {
+      // What the phase waits for is read from the run's (shared) file system, whose hang may be
+      // what this deadline caught: on a thread of its own, given a few seconds.
+      auto detail = std::make_shared<std::promise<std::string>>();
+      std::future<std::string> behind = detail->get_future();
+      std::thread([detail, read = waiting_for_] {
+        try {
+          detail->set_value(read());
+        } catch (...) {
+          detail->set_value("");
+        }
+      }).detach();
+      if (behind.wait_for(std::chrono::seconds(3)) == std::future_status::ready)
+        if (const std::string text = behind.get(); !text.empty()) {
+          std::fputs(fmt::format("shardrl: {} waits for: {}\n", what_, text).c_str(), stderr);
+          std::fflush(stderr);
+        }
+    }
+    std::_Exit(kExitFatal);
   }
 }
 

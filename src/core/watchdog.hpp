@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "core/running_time.hpp"
+
 namespace shardrl {
 
 class Watchdog {
@@ -21,7 +23,9 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // From now on, `what` must finish within `seconds`, or this process exits with kExitFatal.
+  // From now on, `what` must finish within `seconds` of running (a suspended job's stop is not
+  // counted: core/running_time.hpp), or this process exits with kExitFatal. Children it started
+  // are ended with it (core/child_groups.hpp).
   // `waiting_for` (called from the watchdog's thread, never MPI) may name what the phase waits
   // for, e.g. the ranks that never entered it; its text is added to the message. `setting` is the
   // config key the seconds come from, named in the message.
@@ -36,7 +40,7 @@ class Watchdog {
   std::condition_variable wake_;
   bool armed_ = false, stop_ = false;
   double seconds_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
+  RunningTime running_;   // since arm(): a suspended job's stop not counted
   std::string what_, setting_, hint_;   // hint: added to the message (what else may be the cause)
   std::function<std::string()> waiting_for_;
   std::thread thread_;

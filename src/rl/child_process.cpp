@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/child_groups.hpp"
+
 namespace shardrl {
 
 ChildProcess::~ChildProcess() {
@@ -16,6 +18,11 @@ ChildProcess::~ChildProcess() {
     signal_group(SIGKILL);
     reap();
   }
+}
+
+void ChildProcess::adopt(pid_t pid) {
+  pid_ = pid;
+  note_child_group(pid);
 }
 
 void ChildProcess::signal_group(int signal) {
@@ -59,6 +66,7 @@ bool ChildProcess::poll_exit() {
     if (errno == EINTR) continue;
     // ECHILD: the job ignores SIGCHLD (children reap themselves) or someone else waited.
     exited_ = reaped_ = true;
+    forget_child_group(pid_);
     return true;
   }
 }
@@ -67,7 +75,10 @@ void ChildProcess::reap() {
   while (!reaped_) {
     int status = 0;
     const pid_t got = ::waitpid(pid_, &status, 0);
-    if (got == pid_ || (got < 0 && errno != EINTR)) reaped_ = true;
+    if (got == pid_ || (got < 0 && errno != EINTR)) {
+      reaped_ = true;
+      forget_child_group(pid_);
+    }
     if (got == pid_ && !status_known_) {
       exited_ = status_known_ = true;
       code_ = WIFEXITED(status) ? CLD_EXITED : CLD_KILLED;

@@ -19,7 +19,8 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
   ~ChildProcess();   // SIGKILL to the group, then reaps, unless reaped already
 
-  void adopt(pid_t pid) { pid_ = pid; }
+  // Takes `pid` (the group's leader), remembered until reaped (core/child_groups.hpp).
+  void adopt(pid_t pid);
   bool exited() const { return exited_; }
 
   void signal_group(int signal);

@@ -27,6 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "core/running_time.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/child_process.hpp"
 #include "rl/owned_fd.hpp"
@@ -355,9 +356,10 @@ double RewardCommand::Process::parse_reply(std::string_view line, std::size_t in
 std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardRequest>& batch,
                                                      double timeout_s, const std::function<bool()>& give_up) {
   const std::size_t count = batch.size();
-  const double bounded_timeout_s = std::min(timeout_s, 1e8);   // no overflow in the cast below
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(bounded_timeout_s));
+  // The timeout counts running time: a suspended job (core/running_time.hpp) stops the command
+  // with it, and must not find it late when it continues.
+  RunningTime running;
+  double limit_s = timeout_s;
   bool stdin_closed_by_child = false;
   SigpipeGuard sigpipe_guard;
   // Output that came after the previous batch's last reply (a late extra line) would be taken as
@@ -407,8 +409,8 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
 
     if (give_up && give_up())
       fail(fmt::format("scoring given up with {} of {} replies: the job was asked to stop", rewards.size(), count));
-    const auto now = Clock::now();
-    if (now >= deadline) {
+    const double left_s = limit_s - running.seconds();
+    if (left_s <= 0) {
       if (stdin_closed_by_child) {
         child_.wait_exit(Clock::duration::zero());   // whether it has exited by now, for the message
         fail(fmt::format("stopped reading its stdin and {}, with no reply to {}{}", child_.exit_description(),
@@ -418,14 +420,15 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
                        "newline and be flushed){}",
                        request_name(rewards.size(), count), timeout_s, unterminated_output()));
     }
-    const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+    // At most a second a poll, so that a stop of the process shows as a gap in `running`.
+    const int wait_ms = static_cast<int>(std::ceil(std::min(left_s, 1.0) * 1000));
 
     pollfd fds[2];
     nfds_t nfds = 0;
     fds[nfds++] = {stdout_.get(), POLLIN, 0};
     if (writing) fds[nfds++] = {stdin_.get(), POLLOUT, 0};
     const int ready =
-        ::poll(fds, nfds, static_cast<int>(std::min<long long>(wait_ms, give_up ? kGiveUpPollMs : 1 << 30)));
+        ::poll(fds, nfds, give_up ? std::min<int>(wait_ms, kGiveUpPollMs) : wait_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
       fail("poll: " + errno_message(errno));
@@ -446,7 +449,7 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
         // report its exit; a command that goes on running without input gets a short while.
         sigpipe_guard.note_epipe();
         stdin_closed_by_child = true;
-        deadline = std::min(deadline, Clock::now() + kCrashReportWait);
+        limit_s = std::min(limit_s, running.seconds() + std::chrono::duration<double>(kCrashReportWait).count());
         break;
       }
     }
