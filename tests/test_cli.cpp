@@ -460,6 +460,27 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   EXPECT_NE(resumed.out.find("resumed from runs/c/checkpoints/iter_00000001.h5"), std::string::npos) << resumed.out;
 }
 
+// A background save (checkpoint.async) whose commit fails: the next save writes the newer state
+// in the foreground (it exited 2 there, losing what the job did since its last committed
+// checkpoint, a stop's save included), and only a failure of that one stops the job.
+TEST(Cli, AFailedBackgroundSaveIsFollowedByAForegroundSaveOfTheNewerState) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 4\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
+                          "[checkpoint]\ninterval = 1\nasync = true\n[comm]\ntimeout_s = 20\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set debug.fail_io='\"commit\"'"
+                                        " --set debug.fail_io_iteration=2");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string all = r.out + r.err;
+  EXPECT_NE(all.find("the background checkpoint save failed"), std::string::npos) << all;
+  EXPECT_NE(all.find("iter_00000003.h5 (in the foreground after the background save failed)"),
+            std::string::npos)
+      << all;
+  const fs::path ckpt = dir / "runs" / "shardrl" / "checkpoints";
+  EXPECT_FALSE(fs::exists(ckpt / "iter_00000002.h5"));
+  for (const char* kept : {"iter_00000001.h5", "iter_00000003.h5", "iter_00000004.h5"})
+    EXPECT_TRUE(fs::exists(ckpt / kept)) << kept;
+}
+
 // A full disk while the ranks write a checkpoint's tensors, on one rank only (the last, its first
 // tensor; the others enter HDF5's collective write): the job stops at once with that rank's
 // message naming the file and tensor (exit 1), not after the watchdog's comm.timeout_s, and not

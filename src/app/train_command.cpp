@@ -303,13 +303,25 @@ int run_train(const TrainArgs& args) {
     const auto at = [&] { return std::pair{position.iterations_done, position.warmup_steps_done}; };
     std::optional<std::pair<std::int64_t, std::int64_t>> saved_at;
     if (resumed && start_args.resume_from.empty()) saved_at = at();
+    // Waits for a background save (its own deadline). Its failure is the same on every rank and
+    // the state is still here: the caller saves the newer state now instead of exiting 2 with
+    // what the job did since its last committed checkpoint lost (a disk full for a moment, or a
+    // stop's save that never ran). False when it failed.
+    static constexpr const char* kAfterFailedBackground = "in the foreground after the background save failed";
+    auto finish_background = [&] {
+      watch_save("waiting for the background checkpoint save");
+      try {
+        report_background(background->wait());
+        return true;
+      } catch (const InputError& e) {
+        spdlog::warn("the background checkpoint save failed ({}): the state is saved again now", e.what());
+        return false;
+      }
+    };
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
       const auto t0 = std::chrono::steady_clock::now();
-      if (background) {   // its own deadline: the rest of a background write, then the save's
-        watch_save("waiting for the background checkpoint save");
-        report_background(background->wait());
-      }
+      if (background) finish_background();   // then this save's own deadline
       watch_save("checkpoint save");
       save_job_checkpoint(checkpoints, position, *policy, config_toml, mpi.world());
       saved_at = at();
@@ -321,8 +333,9 @@ int run_train(const TrainArgs& args) {
       if (!background) return save("interval");
       const TraceSpan span("checkpoint snapshot");
       const auto t0 = std::chrono::steady_clock::now();
-      watch_save("waiting for the background checkpoint save");
-      report_background(background->wait());
+      // A failed one is followed by a save in the foreground, whose own failure stops the job:
+      // a disk that stays full must not leave a job training on without checkpoints.
+      if (!finish_background()) return save(kAfterFailedBackground);
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       watch_save("checkpoint save");   // the copy to the host
       const double copied = background->start(checkpoints, position, config_toml);
@@ -342,13 +355,7 @@ int run_train(const TrainArgs& args) {
     auto stop_after_save = [&] {
       bool written = saved_at == at();
       if (written && background) {   // that checkpoint may still be being written
-        watch_save("waiting for the background checkpoint save");
-        try {
-          report_background(background->wait());
-        } catch (const InputError& e) {   // every rank has it: the state is still here to save
-          spdlog::warn("the background checkpoint save failed ({}): saving again", e.what());
-          written = false;
-        }
+        written = finish_background();
         watchdog.disarm();
       }
       if (written)
@@ -469,10 +476,19 @@ int run_train(const TrainArgs& args) {
         record_metrics(metrics_record(r));
       });
       last = std::move(r.rollout);
-      if (background) report_background(background->poll());   // a collective, inside the watch
+      if (background) {   // a collective, inside the watch
+        bool written = true;
+        try {
+          report_background(background->poll());
+        } catch (const InputError& e) {   // every rank has it (see finish_background)
+          spdlog::warn("the background checkpoint save failed ({}): the state is saved again now", e.what());
+          written = false;
+        }
+        if (!written) save(kAfterFailedBackground);
+      }
       const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
       if (stop_agreed(it + 1 < cfg.run.iterations)) return stop_after_save();
-      if (it + 1 < cfg.run.iterations && periodic) save_periodic();
+      if (it + 1 < cfg.run.iterations && periodic && saved_at != at()) save_periodic();
     }
     // A finished run resumed has nothing to add; a fresh job of no iterations saves its initial
     // weights (the way to turn model.init_from's directory into a checkpoint).
