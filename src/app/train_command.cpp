@@ -499,10 +499,14 @@ int run_train(const TrainArgs& args) {
       write_trace();
       return kExitOk;
     }
+    // The trained state first: the final evaluation changes nothing a checkpoint holds, and one
+    // that fails (a reward command's error, a hang) must not cost the iterations since the last
+    // save. (With final_eval_due, the checkpoint it resumed from holds the final state.)
+    if (!final_eval_due) save("end of the job");
     if (cfg.rl.eval_interval > 0 && (first < cfg.run.iterations || final_eval_due)) {
       // The final evaluation, a record of its own at the iteration count (a later resume that
-      // goes on drops it with every record from there). Stopped by a signal, the job saves its
-      // trained state without it.
+      // goes on drops it with every record from there). Stopped by a signal, the job exits with
+      // its trained state saved, and the next job runs the evaluation alone.
       EvalStats e;
       if (stopped_during("the trained state is saved without the final evaluation",
                          [&] { e = evaluate(cfg.run.iterations); }))
@@ -519,7 +523,6 @@ int run_train(const TrainArgs& args) {
       write_trace();
       return kExitOk;
     }
-    save("end of the job");
     write_trace();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("done: {} iterations ({} in this job) in {:.1f}s, final reward {:.3f} (pass rate {:.3f}); {} optimizer "
