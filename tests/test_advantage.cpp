@@ -343,19 +343,24 @@ TEST(OverlongPenalty, ByHand) {
 
 SampledGroup group_with_rewards(std::vector<double> rewards) {
   SampledGroup g;
-  g.rewards = std::move(rewards);
+  g.rewards = g.scores = std::move(rewards);
   g.completions.resize(g.rewards.size());
   return g;
 }
 
-TEST(SampledGroup, InformativeWhenRewardsDiffer) {
+TEST(SampledGroup, InformativeWhenTheTasksRewardsDiffer) {
   EXPECT_FALSE(group_with_rewards({}).informative());
   EXPECT_FALSE(group_with_rewards({1.0}).informative());
   EXPECT_FALSE(group_with_rewards({0.5, 0.5, 0.5}).informative());
   EXPECT_FALSE(group_with_rewards({0.0, 0.0, 0.0, 0.0}).informative());
   EXPECT_TRUE(group_with_rewards({0.0, 1.0}).informative());
   EXPECT_TRUE(group_with_rewards({1.0, 1.0, 1.0, 0.0}).informative());
-  EXPECT_TRUE(group_with_rewards({-0.25, 0.0, -0.25}).informative());   // e.g. a length penalty on one
+  EXPECT_TRUE(group_with_rewards({0.25, 0.0, 0.25}).informative());   // graded rewards
+  // All right, but two of them too long (rl.overlong = "soft"): a length signal only, which the
+  // group normalisation scaled to advantages of about +-1. DAPO filters on accuracy.
+  SampledGroup lengths = group_with_rewards({1.0, 1.0, 1.0});
+  lengths.rewards = {0.75, 1.0, 0.5};
+  EXPECT_FALSE(lengths.informative());
 }
 
 std::uint32_t bits(float x) {
@@ -398,6 +403,7 @@ TEST(SampledGroup, SerializeRoundTripIsBitExact) {
                                   completion({0}, {-std::numeric_limits<float>::max()}, true),
                                   completion({42, 43, 44, 45}, {-1.0f / 3, -2.0f / 3, -1e-7f, -20.0f}, true)};
   groups[1].second.rewards = {-0.0, 1.0 / 3, -1.5};
+  groups[1].second.scores = {0.0, 1.0 / 3, -0.5};
   groups[2].first = std::int64_t{1} << 40;
   groups[2].second.prompt_index = (std::int64_t{1} << 35) + 7;
   groups[2].second.prompt = std::vector<std::int32_t>(1000, 17);
@@ -414,6 +420,7 @@ TEST(SampledGroup, SerializeRoundTripIsBitExact) {
     EXPECT_EQ(b.prompt, a.prompt);
     ASSERT_EQ(b.rewards.size(), a.rewards.size());
     for (std::size_t r = 0; r < a.rewards.size(); ++r) EXPECT_EQ(bits(b.rewards[r]), bits(a.rewards[r])) << "reward " << r;
+    EXPECT_EQ(b.scores, a.scores);
     ASSERT_EQ(b.completions.size(), a.completions.size());
     for (std::size_t c = 0; c < a.completions.size(); ++c) {
       SCOPED_TRACE("completion " + std::to_string(c));

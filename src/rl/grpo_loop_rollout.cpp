@@ -99,6 +99,7 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
                                ? overlong_penalty(length, max_new, options_.overlong_buffer)
                                : 0.0;
     group.rewards.push_back(score + penalty);
+    group.scores.push_back(score);
     group.completions.push_back(std::move(out[r]));
   }
   return groups;

@@ -57,8 +57,8 @@ class Reader {
 }  // namespace
 
 bool SampledGroup::informative() const {
-  return !rewards.empty() && *std::min_element(rewards.begin(), rewards.end()) !=
-                                 *std::max_element(rewards.begin(), rewards.end());
+  return !scores.empty() && *std::min_element(scores.begin(), scores.end()) !=
+                                *std::max_element(scores.begin(), scores.end());
 }
 
 std::string serialize_groups(const std::vector<std::pair<std::int64_t, SampledGroup>>& groups) {
@@ -69,6 +69,7 @@ std::string serialize_groups(const std::vector<std::pair<std::int64_t, SampledGr
     w.value(g.prompt_index);
     w.values(g.prompt);
     w.values(g.rewards);
+    w.values(g.scores);
     w.value(static_cast<std::uint64_t>(g.completions.size()));
     for (const Completion& c : g.completions) {
       w.values(c.tokens);
@@ -91,6 +92,7 @@ std::vector<std::pair<std::int64_t, SampledGroup>> deserialize_groups(const std:
     g.prompt_index = r.value<std::int64_t>();
     g.prompt = r.values<std::int32_t>();
     g.rewards = r.values<double>();
+    g.scores = r.values<double>();
     g.completions.resize(r.value<std::uint64_t>());
     for (Completion& c : g.completions) {
       c.tokens = r.values<std::int32_t>();

@@ -15,8 +15,11 @@ struct SampledGroup {
   std::vector<std::int32_t> prompt;       // the ids the model saw
   std::vector<Completion> completions;    // G, sample order
   std::vector<double> rewards;            // G: the task's reward plus any length penalty
-  // Whether the rewards differ: a group whose rewards are all equal has zero advantage under
-  // every group baseline, so it carries no learning signal (DAPO's dynamic sampling drops it).
+  std::vector<double> scores;             // G: the task's reward alone
+  // Whether the task's rewards differ: a group whose samples are all right (or all wrong, or
+  // equally graded) teaches nothing about the task, so DAPO's dynamic sampling drops it. Its
+  // length penalties (rl.overlong = "soft") may differ, and the group normalisation would blow
+  // that pure length signal up to advantages of about +-1: DAPO filters on accuracy.
   bool informative() const;
 };
 
