@@ -132,6 +132,12 @@ std::vector<VerifierCase> verifier_cases() {
       {"units after fraction", "\\boxed{\\frac{1}{2} cup}", "0.5", true},
       {"units degrees word", "\\boxed{90 degrees}", "90", true},
       {"list of number and word is no unit", "\\boxed{3, x}", "3", false},
+      // An expression is not a number with words after it: it was cut to its leading number.
+      {"expression after a number is no unit", "\\boxed{3 x^2 - 5}", "3", false},
+      {"spaced expression", "\\boxed{2 x + 1}", "2x+1", true},
+      {"spaced expression in reference", "\\boxed{2}", "2 x + 1", false},
+      {"spaced expression with a product", "\\boxed{4 n * 2}", "4n*2", true},
+      {"spaced equation", "\\boxed{2 x = 6}", "2", false},
 
       // ---- dollars and math delimiters
       {"dollar escaped with cents", "\\boxed{\\$5.00}", "5", true},

@@ -400,7 +400,8 @@ std::string brace_arguments(std::string_view s) {
 }
 
 // `5 apples`, `5  cm` (from `5\text{ cm}`), `\frac{1}{2} cup` -> the number: a number followed by
-// whitespace and then a letter loses everything from the whitespace on.
+// whitespace and then a letter loses everything from the whitespace on, unless an operator
+// follows (`2 x + 1`, `3 x^2 - 5` are expressions, not a number and its unit).
 void drop_words_after_number(std::string& s) {
   std::size_t i = 0;
   if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
@@ -420,6 +421,7 @@ void drop_words_after_number(std::string& s) {
   const std::size_t gap = i;
   while (i < s.size() && is_space(s[i])) ++i;
   if (i == gap || i >= s.size() || !is_letter(s[i])) return;
+  if (s.find_first_of("+-=*<>()[]{}\\", i) != npos) return;
   s.erase(gap);
 }
 
