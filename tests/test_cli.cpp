@@ -460,6 +460,30 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   EXPECT_NE(resumed.out.find("resumed from runs/c/checkpoints/iter_00000001.h5"), std::string::npos) << resumed.out;
 }
 
+// The learning-rate schedule's warm-up and decay are RL's: the supervised warm-up's steps spent
+// none of it (with 6 warm-up steps RL began at the cosine's floor, 0.1 x optim.lr).
+TEST(Cli, RlStartsItsOwnLearningRateScheduleAfterTheWarmUp) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\niterations = 2\n[optim]\nlr = 5e-4\nschedule = \"cosine\"\nwarmup_steps = 4\n"
+                          "decay_steps = 4\n[rl]\nsft_steps = 6\nsft_lr = 3e-3\nminibatches = 2\n"
+                          "prompts_per_iteration = 2\nsamples_per_prompt = 2\n");
+  RunResult r = run_in(dir, mpirun(1) + " train --config job.toml");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Two steps an iteration: RL's steps 2 and 4 of its warm-up of 4.
+  const std::string metrics = slurp(dir / "runs" / "shardrl" / "metrics.jsonl");
+  const std::size_t first = metrics.find("\"lr\":"), second = metrics.find("\"lr\":", first + 1);
+  ASSERT_NE(second, std::string::npos) << metrics;
+  EXPECT_NEAR(std::stod(metrics.substr(first + 5)), 2.5e-4, 1e-9) << metrics;
+  EXPECT_NEAR(std::stod(metrics.substr(second + 5)), 5e-4, 1e-9) << metrics;
+  // Resumed, the schedule goes on from where RL's began (the checkpoint keeps that step): RL's
+  // step 6, halfway down the cosine, 5e-4 x (0.1 + 0.9 x 0.5).
+  RunResult more = run_in(dir, mpirun(1) + " train --config job.toml --set run.iterations=3");
+  ASSERT_EQ(more.exit_code, 0) << more.out << more.err;
+  const std::string resumed = slurp(dir / "runs" / "shardrl" / "metrics.jsonl");
+  const std::size_t third = resumed.rfind("\"lr\":");
+  EXPECT_NEAR(std::stod(resumed.substr(third + 5)), 2.75e-4, 1e-9) << resumed;
+}
+
 // A background save (checkpoint.async) whose commit fails: the next save writes the newer state
 // in the foreground (it exited 2 there, losing what the job did since its last committed
 // checkpoint, a stop's save included), and only a failure of that one stops the job.

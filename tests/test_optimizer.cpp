@@ -472,6 +472,47 @@ TEST(OptimizerSchedule, DeviceLrFollowsSchedule) {
   }
 }
 
+// The supervised warm-up's steps, then RL's: start_schedule runs the warm-up and decay again from
+// the next step at RL's peak (they ran on from the warm-up's end, so RL began past its own
+// warm-up, or at the cosine's floor), while Adam's bias correction counts every step; the start
+// survives a restore of the counters (a resume mid-RL).
+TEST(OptimizerSchedule, StartScheduleRestartsItAtTheNextStep) {
+  OptimizerOptions o;
+  o.lr = 2e-3f;
+  o.schedule = LrSchedule::cosine;
+  o.warmup_steps = 2;
+  o.decay_steps = 4;
+  o.min_lr_ratio = 0.1f;
+  Optimizer opt(o, ExecSpace());
+  Buffer<float> g = test::random_buffer<float>(32, 62);
+  auto step = [&] {
+    opt.begin_norm();
+    opt.accumulate_sumsq(g.data(), g.size());
+    opt.prepare_step();
+    return opt.read_metrics();
+  };
+  for (int k = 1; k <= 6; ++k) step();   // the warm-up: past the schedule's end, at its floor
+  EXPECT_NEAR(opt.read_metrics().lr, 2e-4, 1e-9);
+  OptimizerOptions rl = o;
+  rl.lr = 1e-3f;
+  opt.start_schedule(rl.lr);
+  for (int k = 1; k <= 7; ++k) {
+    const StepMetrics m = step();
+    EXPECT_EQ(m.step, 6 + k);
+    EXPECT_EQ(m.schedule_start, 6);
+    expect_lr(m.lr, scheduled_lr(rl, k), "RL step " + std::to_string(k));
+  }
+  // Restored as a resume would (step 13, its schedule from 6): the same next rate.
+  Optimizer resumed(o, ExecSpace());
+  resumed.set_counters(13, 0, 6);
+  resumed.set_peak_lr(rl.lr);
+  resumed.begin_norm();
+  resumed.accumulate_sumsq(g.data(), g.size());
+  resumed.prepare_step();
+  expect_lr(resumed.read_metrics().lr, scheduled_lr(rl, 8), "the step after the resume");
+  expect_lr(step().lr, scheduled_lr(rl, 8), "the uninterrupted one");
+}
+
 TEST(OptimizerScheduleDeathTest, CosineNeedsDecaySteps) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   OptimizerOptions o;

@@ -80,7 +80,7 @@ void restore(ShardedTrainer& t, const State& s) {
   std::size_t i = 0;
   for (int u = 0; u < t.layout().unit_count(); ++u)
     for (SliceState k : {SliceState::main, SliceState::exp_avg, SliceState::exp_avg_sq}) t.write_slice(u, k, s.slices[i++]);
-  t.set_step_counters(s.metrics.step, s.metrics.skipped);
+  t.set_step_counters(s.metrics.step, s.metrics.skipped, s.metrics.schedule_start);
 }
 
 // One policy built by the job layer, its objective's mask and the step graphs (or none: eager).

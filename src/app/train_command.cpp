@@ -385,10 +385,13 @@ int run_train(const TrainArgs& args) {
         if (stop_agreed(step + 1 < cfg.rl.sft_steps)) return stop_after_save();
       }
       if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
-    } else if (cfg.rl.kl_coef > 0 && position.warmup_steps_done == 0 && position.iterations_done == 0) {
-      trainer.snapshot_reference();   // fresh start without warm-up: the initial weights
+      // RL's schedule (warm-up, decay) from its first step: the warm-up's steps spent none of it.
+      trainer.start_schedule(static_cast<float>(cfg.optim.lr));
+    } else {
+      if (cfg.rl.kl_coef > 0 && position.warmup_steps_done == 0 && position.iterations_done == 0)
+        trainer.snapshot_reference();   // fresh start without warm-up: the initial weights
+      trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));   // the schedule's start as resumed
     }
-    trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));
 
     const auto record_metrics = [&](const MetricsRecord& record) {
       metrics->write(record);

@@ -94,6 +94,7 @@ class ShardedTrainer {
 
   StepMetrics metrics() const { return optimizer_.read_metrics(); }
   void set_peak_lr(float lr) { optimizer_.set_peak_lr(lr); }
+  void start_schedule(float lr) { optimizer_.start_schedule(lr); }
   const StepProfile& profile() const { return profile_; }
   void reset_profile() { profile_ = StepProfile{}; }
   // A replayed CUDA graph ran a step's collectives without its host code: count them.
@@ -141,7 +142,9 @@ class ShardedTrainer {
   // was accumulated since the last optimizer step). For inspection and the parity tests.
   std::vector<float> read_gradient_slice(int u) const;
   // Optimizer steps taken and skipped (the schedule's position), as a checkpoint restores them.
-  void set_step_counters(std::int64_t step, std::int64_t skipped) { optimizer_.set_counters(step, skipped); }
+  void set_step_counters(std::int64_t step, std::int64_t skipped, std::int64_t schedule_start) {
+    optimizer_.set_counters(step, skipped, schedule_start);
+  }
 
   // The full fp32 main weights of unit u on the host (collective; for tests and inspection).
   std::vector<float> gather_main_weights(int u);

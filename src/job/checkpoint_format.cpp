@@ -49,6 +49,10 @@ std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& 
   if (step < 0) throw bad(f::kOptimStep, step, ">= 0");
   // (Skipped steps are not among the steps: a diverging run may skip more than it takes.)
   if (skipped < 0) throw bad(f::kOptimSkipped, skipped, ">= 0");
+  if (in->has(f::kOptimScheduleStart)) {
+    const std::int64_t start = in->read_int64(f::kOptimScheduleStart);
+    if (start < 0 || start > step) throw bad(f::kOptimScheduleStart, start, fmt::format("0 .. {}", step));
+  }
   return in;
 }
 

@@ -42,6 +42,9 @@ inline constexpr const char* kIterationsDone = "/data/iterations_done";
 inline constexpr const char* kWarmupStepsDone = "/data/warmup_steps_done";
 inline constexpr const char* kOptimStep = "/optim/step";
 inline constexpr const char* kOptimSkipped = "/optim/skipped";
+// The steps before the learning-rate schedule's first (the supervised warm-up's): absent from
+// checkpoints written before it existed, whose schedule ran from the first step.
+inline constexpr const char* kOptimScheduleStart = "/optim/schedule_start";
 
 // Whether `name` is a per-parameter tensor of one of the groups above.
 bool is_tensor(const std::string& name);

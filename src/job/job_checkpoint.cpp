@@ -131,7 +131,8 @@ CheckpointManifest checkpoint_manifest(const JobPosition& position, Policy& poli
                    {f::kIterationsDone, position.iterations_done},
                    {f::kWarmupStepsDone, position.warmup_steps_done},
                    {f::kOptimStep, steps.step},
-                   {f::kOptimSkipped, steps.skipped}});
+                   {f::kOptimSkipped, steps.skipped},
+                   {f::kOptimScheduleStart, steps.schedule_start}});
   for (const StateGroup& g : state_groups(trainer))
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       CheckpointManifest::Slice slice{u, g.state, trainer.state_elements(u, g.state), {}};
@@ -223,7 +224,8 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, Policy& polic
   const std::vector<StateGroup> groups = state_groups(trainer);
   ProgressMeter meter("loading checkpoint", static_cast<std::int64_t>(groups.size()) * tensor_count(units));
   for (const StateGroup& g : groups) read_state(in, g, trainer, units, config.checkpoint.verify, meter);
-  trainer.set_step_counters(in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped));
+  trainer.set_step_counters(in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped),
+                            in.has(f::kOptimScheduleStart) ? in.read_int64(f::kOptimScheduleStart) : 0);
   JobPosition position;
   position.iterations_done = in.read_int64(f::kIterationsDone);
   position.warmup_steps_done = in.read_int64(f::kWarmupStepsDone);

@@ -23,7 +23,8 @@ enum Slot : int {
   kBias1 = 8,
   kBias2 = 9,
   kPeakLr = 10,
-  kSlotCount = 11
+  kScheduleStart = 11,
+  kSlotCount = 12
 };
 
 using OneThread = Kokkos::RangePolicy<ExecSpace>;
@@ -48,6 +49,14 @@ void Optimizer::set_peak_lr(float lr) {
   const double peak = lr;
   Kokkos::parallel_for(
       "optimizer_set_peak_lr", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) { s(kPeakLr) = peak; });
+}
+
+void Optimizer::start_schedule(float lr) {
+  set_peak_lr(lr);
+  auto s = scalars_.view();
+  Kokkos::parallel_for(
+      "optimizer_start_schedule", OneThread(space_, 0, 1),
+      KOKKOS_LAMBDA(const long) { s(kScheduleStart) = s(kStep); });
 }
 
 void Optimizer::begin_norm() {
@@ -97,7 +106,7 @@ void Optimizer::prepare_step() {
         if (finite) {
           const double step = s(kStep) + 1.0;
           s(kStep) = step;
-          s(kLr) = scheduled_lr(o, static_cast<std::int64_t>(step));
+          s(kLr) = scheduled_lr(o, static_cast<std::int64_t>(step - s(kScheduleStart)));
           s(kBias1) = 1.0 - pow(static_cast<double>(o.beta1), step);
           s(kBias2) = 1.0 - pow(static_cast<double>(o.beta2), step);
         } else {
@@ -130,17 +139,21 @@ StepMetrics Optimizer::read_metrics() const {
   out.lr = static_cast<float>(host_scalars_(kLr));
   out.grad_norm = static_cast<float>(host_scalars_(kGradNorm));
   out.last_skipped = host_scalars_(kSkip) != 0.0;
+  out.schedule_start = static_cast<std::int64_t>(host_scalars_(kScheduleStart));
   return out;
 }
 
-void Optimizer::set_counters(std::int64_t step, std::int64_t skipped) {
+void Optimizer::set_counters(std::int64_t step, std::int64_t skipped, std::int64_t schedule_start) {
   SHARDRL_CHECK(step >= 0 && skipped >= 0, "step counters must not be negative");
+  SHARDRL_CHECK(schedule_start >= 0 && schedule_start <= step, "the schedule starts within the steps taken");
   auto s = scalars_.view();
-  const double step_d = static_cast<double>(step), skipped_d = static_cast<double>(skipped);
+  const double step_d = static_cast<double>(step), skipped_d = static_cast<double>(skipped),
+               start_d = static_cast<double>(schedule_start);
   Kokkos::parallel_for(
       "optimizer_set_counters", OneThread(space_, 0, 1), KOKKOS_LAMBDA(const long) {
         s(kStep) = step_d;
         s(kSkipped) = skipped_d;
+        s(kScheduleStart) = start_d;
       });
   space_.fence();
 }

@@ -35,6 +35,7 @@ struct StepMetrics {
   float lr = 0;                    // learning rate used by the last step
   float grad_norm = 0;             // global gradient norm before clipping, of the last step
   bool last_skipped = false;
+  std::int64_t schedule_start = 0;   // the steps before the learning-rate schedule's first (start_schedule)
 };
 
 class Optimizer {
@@ -72,22 +73,29 @@ class Optimizer {
   // warm-up trains at its own rate, then RL at optim.lr). Kept on the device, where
   // prepare_step reads it, so a step captured before the change follows it.
   void set_peak_lr(float lr);
+  // The schedule (warm-up, decay) starts again from the next step, at peak `lr`: RL after the
+  // supervised warm-up gets its own warm-up and decay (optim.warmup_steps and decay_steps count
+  // RL steps), where it began at the warm-up's end, or past it. Adam's bias correction keeps
+  // counting every step. Device-side, like set_peak_lr.
+  void start_schedule(float lr);
 
   // Restore (checkpoint resume): counters as saved. Synchronises with the space.
-  void set_counters(std::int64_t step, std::int64_t skipped);
+  void set_counters(std::int64_t step, std::int64_t skipped, std::int64_t schedule_start = 0);
 
  private:
   OptimizerOptions options_;
   ExecSpace space_;
   // [0] sumsq, [1] grad_norm, [2] clip, [3] lr, [4] skip (0/1); counters as doubles are exact
   // to 2^53: [5] step, [6] skipped; [7] one accumulate_sumsq's partial sum; [8] 1 - beta1^step,
-  // [9] 1 - beta2^step; [10] the peak lr. Allocated once, never re-pointed.
+  // [9] 1 - beta2^step; [10] the peak lr; [11] the step the schedule counts from. Allocated once,
+  // never re-pointed.
   LedgerView<double> scalars_;
   // read_metrics' staging copy (the same memory as scalars_ where the device is the host).
   Kokkos::View<double*, MemSpace>::HostMirror host_scalars_;
 };
 
-// The schedule, shared by the device kernel and host-side tests: lr at `step` (1-based).
+// The schedule, shared by the device kernel and host-side tests: lr at `step` (1-based, counted
+// from the schedule's start).
 // Linear warm-up over warmup_steps (any schedule), then constant, or a cosine from lr down to
 // lr * min_lr_ratio over decay_steps that stays there afterwards.
 KOKKOS_INLINE_FUNCTION float scheduled_lr(const OptimizerOptions& o, std::int64_t step) {
