@@ -154,11 +154,6 @@ const BadConfig kBadConfigs[] = {
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:8: rl.task = \"text\" needs the model's tokenizer: model.tokenizer or model.init_from (a "
      "directory with tokenizer.json)\n"},
-    {"reward_timeout_beyond_the_iterations", "[model]\ntokenizer = \"tok\"\n[rl]\ntask = \"text\"\n"
-     "dataset = \"d.jsonl\"\nreward = \"command\"\nreward_command = [\"judge\"]\nreward_timeout_s = 300\n", "",
-     "shardrl: invalid configuration (1 problem):\n"
-     "  bad.toml:8:20: rl.reward_timeout_s = 300 must be shorter than comm.timeout_s = 300, which bounds a whole "
-     "iteration (raise comm.timeout_s for a slow reward command)\n"},
     {"reward_command_not_strings", "[rl]\nreward_command = [\"python3\", 3]\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:18: rl.reward_command: expected an array of strings, got an array holding an integer\n"},
@@ -443,7 +438,7 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   EXPECT_EQ(metrics.exit_code, 2) << metrics.out << metrics.err;
   EXPECT_LT(metrics.seconds, 60.0);
   EXPECT_NE(metrics.err.find("metrics.jsonl': No space left on device (injected"), std::string::npos) << metrics.err;
-  EXPECT_EQ(metrics.err.find("did not complete within"), std::string::npos) << "the watchdog fired: " << metrics.err;
+  EXPECT_EQ(metrics.err.find(" within comm.timeout_s"), std::string::npos) << "the watchdog fired: " << metrics.err;
   EXPECT_TRUE(fs::exists(dir / "runs" / "m" / "checkpoints" / "iter_00000002.h5"));
   RunResult commit = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=c --set debug.fail_io='\"commit\"'"
                                              " --set debug.fail_io_iteration=2");
@@ -451,7 +446,7 @@ TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
   EXPECT_LT(commit.seconds, 60.0);
   EXPECT_NE(commit.err.find("iter_00000002.h5.partial': No space left on device (injected"), std::string::npos)
       << commit.err;
-  EXPECT_EQ(commit.err.find("did not complete within"), std::string::npos) << "the watchdog fired: " << commit.err;
+  EXPECT_EQ(commit.err.find(" within comm.timeout_s"), std::string::npos) << "the watchdog fired: " << commit.err;
   EXPECT_TRUE(fs::exists(dir / "runs" / "c" / "checkpoints" / "iter_00000001.h5"));
   EXPECT_FALSE(fs::exists(dir / "runs" / "c" / "checkpoints" / "iter_00000002.h5"));
   // The same command without the fault resumes from the last committed checkpoint.
@@ -522,7 +517,7 @@ TEST(Cli, TensorWriteFailureStopsEveryRankAtOnce) {
   EXPECT_NE(failed.err.find("iter_00000002.h5.partial: cannot write tensor "), std::string::npos) << failed.err;
   EXPECT_NE(failed.err.find("No space left on device (injected: debug.fail_io = \"write\")"), std::string::npos)
       << failed.err;
-  EXPECT_EQ(failed.err.find("did not complete within"), std::string::npos) << "the watchdog fired: " << failed.err;
+  EXPECT_EQ(failed.err.find(" within comm.timeout_s"), std::string::npos) << "the watchdog fired: " << failed.err;
   EXPECT_EQ(failed.err.find("Segmentation fault"), std::string::npos) << failed.err;
   const fs::path checkpoints = dir / "runs" / "w" / "checkpoints";
   EXPECT_TRUE(fs::exists(checkpoints / "iter_00000001.h5"));
@@ -585,7 +580,10 @@ TEST(Cli, HangingRankIsDetectedByTimeout) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.seconds, 30.0);
   EXPECT_NE(r.err.find("shardrl: fatal error on rank 0 (host "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("did not complete within comm.timeout_s = 3 s"), std::string::npos) << r.err;
+  // (Its rollout's decode steps before the hang count as progress: "made no progress within".)
+  EXPECT_TRUE(r.err.find("did not complete within comm.timeout_s = 3 s") != std::string::npos ||
+              r.err.find("made no progress within comm.timeout_s = 3 s") != std::string::npos)
+      << r.err;
   // The message names the rank the others wait for, from the ranks' heartbeat files.
   EXPECT_NE(r.err.find("shardrl: iteration 1 waits for: rank 1 (last entered: opening the metrics log)"),
             std::string::npos)

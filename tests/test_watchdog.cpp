@@ -71,6 +71,32 @@ TEST(Watchdog, AHugeTimeoutNeverExpires) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// A phase of many short steps (a rollout's decode steps, a train phase's micro-batches) is
+// bounded step by step: each sign of progress restarts its deadline, and the message then says
+// it made no progress (a real rollout outlived comm.timeout_s, which bounded the iteration whole).
+TEST(Watchdog, ProgressRestartsTheDeadline) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        Watchdog w;
+        w.arm(0.5, "iteration 2");
+        for (int i = 0; i < 8; ++i) {   // 1.6 s in steps of 0.2
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          w.progress();
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        Watchdog w;
+        w.arm(0.5, "iteration 2");
+        w.progress();
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+      },
+      ::testing::ExitedWithCode(1), "iteration 2 made no progress within comm.timeout_s = 0.5 s");
+}
+
 // What the phase waits for is read from the run's shared file system; a hung one (the storage
 // the deadline caught) kept the message from ever being printed and the process from exiting.
 TEST(Watchdog, TheCauseIsPrintedAndTheProcessEndsThoughItsDetailHangs) {

@@ -414,7 +414,14 @@ int run_train(const TrainArgs& args) {
     // often 30 s, before SIGKILL, less than a rollout may take, so it gives up the rollout or
     // evaluation in progress; SIGUSR1's warning comes early enough to finish the iteration.
     const auto terminated = [] { return stop_signal() == SIGTERM; };
-    rl->abandon_rollouts_when(terminated);
+    // Asked before every decode step and while scoring waits: each is also a sign of progress, so
+    // comm.timeout_s bounds the iteration's steps, not the iteration whole (a real rollout may
+    // take far longer, and a reward command is bounded by rl.reward_timeout_s per batch).
+    rl->abandon_rollouts_when([&watchdog, terminated] {
+      watchdog.progress();
+      return terminated();
+    });
+    rl->progress_with([&watchdog] { watchdog.progress(); });
     // The same SIGTERM also ends a reward command (Slurm signals every process of the step), and
     // the scoring then fails on every rank: where one came, the job saves and exits 3 instead of
     // failing. The rank's own signal may land a moment after its command's end was seen: it is

@@ -33,6 +33,7 @@ void Watchdog::arm(double seconds, std::string what, std::function<std::string()
     armed_ = true;
     seconds_ = seconds;
     running_.restart();
+    progressed_ = false;
     what_ = std::move(what);
     setting_ = std::move(setting);
     hint_ = std::move(hint);
@@ -44,6 +45,13 @@ void Watchdog::arm(double seconds, std::string what, std::function<std::string()
 void Watchdog::disarm() {
   std::lock_guard<std::mutex> lock(mutex_);
   armed_ = false;
+}
+
+void Watchdog::progress() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_) return;
+  running_.restart();
+  progressed_ = true;
 }
 
 void Watchdog::watch() {
@@ -65,8 +73,9 @@ void Watchdog::watch() {
     flush_logging();   // the lines logged before, within a deadline (see fatal())
     std::fflush(stdout);
     const std::string msg =
-        fmt::format("shardrl: fatal error on {}: {} did not complete within {} = {} s: a peer rank failed or is stuck{}\n",
-                    origin_string(), what_, setting_, seconds_, hint_);
+        fmt::format("shardrl: fatal error on {}: {} {} {} = {} s: a peer rank failed or is stuck{}\n", origin_string(),
+                    what_, progressed_ ? "made no progress within" : "did not complete within", setting_, seconds_,
+                    hint_);
     std::fputs(msg.c_str(), stderr);
     std::fflush(stderr);
     kill_child_groups();

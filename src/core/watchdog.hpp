@@ -32,13 +32,17 @@ class Watchdog {
   void arm(double seconds, std::string what, std::function<std::string()> waiting_for = {},
            std::string setting = "comm.timeout_s", std::string hint = "");
   void disarm();
+  // A sign of progress in the phase armed: its deadline starts again, so a long phase of many
+  // short steps (a rollout's decode steps, a train phase's micro-batches) is bounded step by step,
+  // and the message then says the phase made no progress. Cheap: a lock, no system call.
+  void progress();
 
  private:
   void watch();
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool armed_ = false, stop_ = false;
+  bool armed_ = false, stop_ = false, progressed_ = false;
   double seconds_ = 0;
   RunningTime running_;   // since arm(): a suspended job's stop not counted
   std::string what_, setting_, hint_;   // hint: added to the message (what else may be the cause)

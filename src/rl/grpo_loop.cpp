@@ -170,11 +170,13 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
 void GrpoLoop::micro_batch_ready(int m, const TokenObjective& objective) {
   if (step_graphs_) step_graphs_->stage(m);
   else trainer_.forward_backward(objective);
+  if (progress_) progress_();
 }
 
 void GrpoLoop::finish_step(const char* bucket, int count, const TokenObjective& objective) {
   if (step_graphs_) step_graphs_->step(bucket, count, objective);
   else trainer_.optimizer_step();
+  if (progress_) progress_();
 }
 
 GrpoLoop::~GrpoLoop() = default;

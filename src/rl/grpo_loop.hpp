@@ -144,6 +144,10 @@ class GrpoLoop {
   // agreed like any scoring failure). The train phase is never given up (its optimizer steps
   // change the state).
   void abandon_rollouts_when(std::function<bool()> check);
+  // Called at each micro-batch and optimizer step of the train phase (the abandon check above is
+  // asked before every decode step and while scoring waits): the signs of progress by which the
+  // job's watchdog bounds a long phase step by step rather than whole.
+  void progress_with(std::function<void()> progress) { progress_ = std::move(progress); }
 
   const GrpoLoopOptions& options() const { return options_; }
   // Whether decode steps replay captured graphs (rollout.cuda_graph = "decode").
@@ -199,6 +203,7 @@ class GrpoLoop {
   std::unique_ptr<WeightSet> weights_;
   std::unique_ptr<Generator> generator_;
   std::function<bool()> abandon_;   // abandon_rollouts_when
+  std::function<void()> progress_;  // progress_with
   std::unique_ptr<Staging> staging_;
   std::unique_ptr<TrainStepGraphs> step_graphs_;   // train.cuda_graph = "full"
 };
