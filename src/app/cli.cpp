@@ -22,6 +22,28 @@
 namespace shardrl {
 namespace {
 
+// std::terminate's handler: the exception's cause on every rank's behalf (fatal(): MPI_Abort).
+[[noreturn]] void end_job_on_uncaught_exception() {
+  std::string what = "std::terminate without an exception";
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      what = "out of host memory: the job asks for more than this machine holds (a shape or batch too large for it? "
+             "docs/memory.md has the formula)";
+    } catch (const std::exception& x) {
+      what = std::string("unexpected error: ") + x.what();
+    } catch (...) {
+      what = "unexpected error: an exception that is not a std::exception";
+    }
+  }
+  SHARDRL_FATAL(what);
+}
+
+}  // namespace
+
+namespace {
+
 // Before MPI starts only the launcher's environment tells ranks apart; print usage errors once.
 bool is_first_launched_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
@@ -186,9 +208,13 @@ int run_cli(int argc, char** argv) {
   }
   // Every command runs with MPI alive around it, so that an exception it lets through (out of
   // memory, a file-system error, a bug) ends every rank at once with its cause, rather than
-  // std::terminate on one rank while its peers wait in a collective.
+  // std::terminate on one rank while its peers wait in a collective. It is not caught: uncaught,
+  // it reaches std::terminate before any destructor runs (the runtime unwinds only to a handler),
+  // and the objects unwinding would destroy (a policy's NCCL communicators and device memory) may
+  // wait on peers and hang the one rank that knows the cause.
+  std::set_terminate(end_job_on_uncaught_exception);
   MpiSession mpi(nullptr, nullptr);
-  try {
+  {
     if (train->parsed()) return run_train(train_args);
     if (inspect->parsed()) return run_inspect(inspect_args);
     if (plan->parsed()) return run_plan(plan_args);
@@ -210,11 +236,6 @@ int run_cli(int argc, char** argv) {
         if (!flag->empty()) gen_args.overrides.push_back(std::string(key) + "=" + *flag);
       return run_generate(gen_args);
     }
-  } catch (const std::bad_alloc&) {
-    SHARDRL_FATAL("out of host memory: the job asks for more than this machine holds (a shape or batch too large "
-                  "for it? docs/memory.md has the formula)");
-  } catch (const std::exception& e) {
-    SHARDRL_FATAL(std::string("unexpected error: ") + e.what());
   }
   return kExitUsage;
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -85,6 +86,9 @@ void inject_failure(const DebugConfig& debug, std::int64_t iteration) {
   if (debug.fail_mode == FailMode::error)
     SHARDRL_FATAL(fmt::format("injected failure (debug.fail_rank = {}) at iteration {}", debug.fail_rank,
                               iteration));
+  if (debug.fail_mode == FailMode::exception)
+    throw std::runtime_error(fmt::format("injected exception (debug.fail_rank = {}) at iteration {}",
+                                         debug.fail_rank, iteration));
   spdlog::warn("injected hang (debug.fail_rank = {}): no longer taking part in collectives", debug.fail_rank);
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }

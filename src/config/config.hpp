@@ -186,7 +186,7 @@ struct CommConfig {
   GatherEngine gather_engine = GatherEngine::automatic;
 };
 
-enum class FailMode { error, hang };
+enum class FailMode { error, hang, exception };
 // An I/O step that fails as a full disk would (fault injection): rank 0's metrics record or
 // checkpoint commit, or the last rank's write of a checkpoint's first tensor.
 enum class FailIo { none, metrics, commit, write };

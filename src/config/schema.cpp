@@ -434,10 +434,11 @@ std::vector<KeyDef> build_schema() {
                              &Config::debug, &DebugConfig::fail_rank),
                        -1));
   s.push_back(choice("debug", "fail_mode",
-                     "How `fail_rank` fails: `error` (a fatal error) or `hang` (it stops taking "
-                     "part in collectives; its peers must abort after `comm.timeout_s`).",
+                     "How `fail_rank` fails: `error` (a fatal error), `hang` (it stops taking "
+                     "part in collectives; its peers must abort after `comm.timeout_s`) or `exception` (an "
+                     "exception no code handles, as a bug or a library's error would be).",
                      &Config::debug, &DebugConfig::fail_mode,
-                     std::vector<std::string>{"error", "hang"}));
+                     std::vector<std::string>{"error", "hang", "exception"}));
   s.push_back(field("debug", "check_released", VK::boolean,
                     "Poison released gather slots with NaN and check each unit's generation counter "
                     "on use, so a schedule that computes on released weights stops with an error.",
