@@ -1,5 +1,6 @@
 #include "mpi/layout.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,23 @@ ProcessLayout ProcessLayout::discover(MPI_Comm world) {
   l.node_count = static_cast<int>(unique.size());
   l.node_index = static_cast<int>(std::lower_bound(unique.begin(), unique.end(), node_leader) - unique.begin());
   return l;
+}
+
+std::string separate_worlds_problem(int world_size, const std::function<const char*(const char*)>& env) {
+  if (world_size != 1) return "";
+  const char* tasks = env("SLURM_STEP_NUM_TASKS");
+  // Inside srun's step; not under mpirun (which sets OMPI_COMM_WORLD_SIZE, and whose orted
+  // step's task count is the nodes'), nor with a PMI the library read.
+  if (tasks == nullptr || env("SLURM_PROCID") == nullptr || env("OMPI_COMM_WORLD_SIZE") != nullptr ||
+      env("PMIX_RANK") != nullptr || env("PMI_RANK") != nullptr || env("PMI_SIZE") != nullptr)
+    return "";
+  char* end = nullptr;
+  const long n = std::strtol(tasks, &end, 10);
+  if (end == tasks || n <= 1) return "";
+  return fmt::format("srun started {} tasks, but each is an MPI job of one process (SLURM_STEP_NUM_TASKS = {}, "
+                     "no PMIx or PMI in the environment): launch with srun --mpi=pmix (as slurm/run_shardrl.sh "
+                     "does), or mpirun inside the allocation",
+                     n, n);
 }
 
 }  // namespace shardrl

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,11 @@ struct ProcessLayout {
   // Collective over `world`.
   static ProcessLayout discover(MPI_Comm world);
 };
+
+// A world of one process that the launcher started as one task of several: `srun` without a
+// process-management interface the MPI library takes (`--mpi=pmix`), where each task becomes a
+// one-rank job of its own, all training alone on GPU 0 and writing the same run. The problem
+// (naming the task count and the fix), or "". `env` reads an environment variable (getenv).
+std::string separate_worlds_problem(int world_size, const std::function<const char*(const char*)>& env);
 
 }  // namespace shardrl

@@ -1,12 +1,36 @@
 #include "mpi/session.hpp"
 
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+
 #include "core/error.hpp"
 #include "mpi/mpi_check.hpp"
 
 namespace shardrl {
 namespace {
 void abort_world(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }
+
+constexpr const char* kProcessManagerVariables[] = {"PMIX_RANK", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"};
+
+// Their values before MPI_Init, once a session has initialised MPI.
+struct LaunchEnvironment {
+  bool read = false;
+  std::map<std::string, std::optional<std::string>> values;
+};
+LaunchEnvironment& launch_environment_before_init() {
+  static LaunchEnvironment env;
+  return env;
+}
 }  // namespace
+
+const char* launch_environment(const char* name) {
+  const LaunchEnvironment& env = launch_environment_before_init();
+  if (env.read)
+    if (const auto it = env.values.find(name); it != env.values.end()) return it->second ? it->second->c_str() : nullptr;
+  return std::getenv(name);
+}
 
 void install_mpi_error_handling() {
   set_job_abort(&abort_world);
@@ -17,6 +41,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
+    LaunchEnvironment& env = launch_environment_before_init();
+    for (const char* name : kProcessManagerVariables) {
+      const char* value = std::getenv(name);
+      env.values[name] = value ? std::optional<std::string>(value) : std::nullopt;
+    }
+    env.read = true;
     int provided = 0;
     // MULTIPLE: an asynchronous checkpoint save's writer thread makes MPI calls (MPI-IO, on its
     // own communicator) beside the main thread's; everything else stays on the main thread.

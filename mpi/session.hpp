@@ -19,6 +19,11 @@ class MpiSession {
   bool owns_init_ = false;   // false when MPI was already initialised (e.g. by a test main)
 };
 
+// The environment variable `name` as the launcher set it, read before MPI_Init (which may set
+// some itself: Open MPI's singleton init sets PMIX_RANK) for the process-management variables
+// (PMIX_RANK, PMI_RANK, PMI_SIZE, OMPI_COMM_WORLD_SIZE), else now. nullptr when unset.
+const char* launch_environment(const char* name);
+
 // Installs MPI_Abort as the job-abort of shardrl::fatal and makes MPI calls on the world
 // communicator return errors to SHARDRL_CHECK_MPI instead of aborting without a message.
 void install_mpi_error_handling();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "mpi/device.hpp"
@@ -101,6 +102,36 @@ TEST(HostExchange, BroadcastGatherAndAgree) {
   }
   EXPECT_FALSE(any_rank(MPI_COMM_WORLD, false));
   EXPECT_TRUE(any_rank(MPI_COMM_WORLD, rank == size - 1));
+}
+
+}  // namespace
+}  // namespace shardrl
+
+namespace shardrl {
+namespace {
+
+// `srun` without --mpi=pmix starts each task as an MPI job of one process: each would train
+// alone on GPU 0 and write the same run. Refused by the environment the tasks see; not under
+// mpirun, with a PMI, or for a one-task step.
+TEST(Layout, SeparateWorldsUnderSrunAreRefused) {
+  std::map<std::string, std::string> env;
+  const auto get = [&env](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_EQ(separate_worlds_problem(1, get), "");   // no Slurm
+  env = {{"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "2"}};
+  const std::string problem = separate_worlds_problem(1, get);
+  EXPECT_NE(problem.find("srun started 4 tasks, but each is an MPI job of one process"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("srun --mpi=pmix"), std::string::npos) << problem;
+  EXPECT_EQ(separate_worlds_problem(4, get), "") << "the tasks formed one world";
+  for (const char* launched_right : {"PMIX_RANK", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
+    env[launched_right] = "0";
+    EXPECT_EQ(separate_worlds_problem(1, get), "") << launched_right;
+    env.erase(launched_right);
+  }
+  env["SLURM_STEP_NUM_TASKS"] = "1";
+  EXPECT_EQ(separate_worlds_problem(1, get), "") << "a one-task step";
 }
 
 }  // namespace

@@ -114,6 +114,10 @@ int run_train(const TrainArgs& args) {
   ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const int rank = layout.world_rank;
   init_logging(rank, args.log_all_ranks);
+  if (const std::string problem = separate_worlds_problem(layout.world_size, launch_environment); !problem.empty()) {
+    std::cerr << "shardrl: " << problem << "\n";
+    return kExitUsage;
+  }
 
   LoadedConfig loaded = read_job_config(mpi.world(), args, layout.world_size);
   if (!loaded.ok()) {
