@@ -1,7 +1,9 @@
 #include "mpi/device.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.hpp"
@@ -24,22 +26,43 @@ std::string pci_bus_id(int device) {
   return id;
 }
 
-// A rank may see several GPUs (plain mpirun: pick by local rank) or exactly one (Slurm's
-// --gpus-per-task): then the node's ranks must have been given different GPUs.
+// The node's ranks share out what they see (choose_visible_gpu); then no two may have taken the
+// same GPU (ranks that see overlapping sets).
 std::string choose_gpu(const ProcessLayout& l, DeviceBinding& b) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   std::string problem;
-  if (count == 0) {
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    problem = fmt::format("node {} (host {}): rank {} cannot count its CUDA devices: {} ({})", l.node_index, l.host,
+                          l.world_rank, cudaGetErrorString(err), cudaGetErrorName(err));
+    count = 0;
+  } else if (count == 0) {
     problem = fmt::format("node {} (host {}): no CUDA device visible to rank {}", l.node_index,
                           l.host, l.world_rank);
-  } else if (count >= l.local_size) {
-    b.device_id = l.local_rank;
-  } else if (count == 1) {
-    b.device_id = 0;
-  } else {
-    problem = fmt::format("node {} (host {}) runs {} ranks but has {} GPUs: shardrl needs one GPU per rank",
-                          l.node_index, l.host, l.local_size, count);
+  }
+  std::string seen;
+  for (int d = 0; d < count; ++d) seen += (d ? "," : "") + pci_bus_id(d);
+  std::vector<std::string> all = gather_strings(l.node_comm.get(), seen, 0);
+  std::string joined;
+  for (const std::string& s : all) joined += s + ";";
+  broadcast_string(l.node_comm.get(), joined, 0);
+  std::vector<std::vector<std::string>> node_seen;
+  for (std::size_t at = 0; at < joined.size();) {
+    const std::size_t end = joined.find(';', at);
+    std::vector<std::string> ids;
+    for (std::size_t p = at; p < end;) {
+      const std::size_t comma = std::min(joined.find(',', p), end);
+      ids.push_back(joined.substr(p, comma - p));
+      p = comma + 1;
+    }
+    node_seen.push_back(std::move(ids));
+    at = end + 1;
+  }
+  if (problem.empty()) {
+    const GpuChoice choice = choose_visible_gpu(node_seen, l.local_rank);
+    b.device_id = choice.device;
+    if (!choice.problem.empty())
+      problem = fmt::format("node {} (host {}) runs {} ranks: {}: shardrl needs one GPU per rank", l.node_index, l.host,
+                            l.local_size, choice.problem);
   }
   std::string bus = problem.empty() ? pci_bus_id(b.device_id) : std::string();
   // Ranks of one node must not share a GPU.
@@ -64,6 +87,21 @@ std::string choose_gpu(const ProcessLayout& l, DeviceBinding& b) {
 #endif
 
 }  // namespace
+
+GpuChoice choose_visible_gpu(const std::vector<std::vector<std::string>>& seen, int local_rank) {
+  const std::vector<std::string>& mine = seen.at(static_cast<std::size_t>(local_rank));
+  int index = 0, sharing = 0;
+  for (int r = 0; r < static_cast<int>(seen.size()); ++r)
+    if (seen[r] == mine) {
+      if (r < local_rank) ++index;
+      ++sharing;
+    }
+  GpuChoice out;
+  if (index < static_cast<int>(mine.size())) out.device = index;
+  else
+    out.problem = fmt::format("{} of them see the same {} GPU(s) ({})", sharing, mine.size(), fmt::join(mine, ", "));
+  return out;
+}
 
 DeviceBinding bind_device([[maybe_unused]] const ProcessLayout& layout) {
   DeviceBinding b;

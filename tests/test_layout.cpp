@@ -136,3 +136,34 @@ TEST(Layout, SeparateWorldsUnderSrunAreRefused) {
 
 }  // namespace
 }  // namespace shardrl
+
+namespace shardrl {
+namespace {
+
+// How a node's ranks share out the GPUs they see. Plain mpirun: every rank sees the node's GPUs
+// and takes its local rank's. Slurm's --gpus-per-task=1: each sees its own one. --gpus-per-task=2
+// or --gpu-bind=closest: groups of ranks see their own few and share them out; such layouts were
+// refused ("runs 8 ranks but has 4 GPUs"). More ranks than a group's GPUs: refused, named.
+TEST(Layout, RanksShareOutTheGpusTheySee) {
+  const std::vector<std::string> node = {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"};
+  const std::vector<std::vector<std::string>> plain(4, node);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(choose_visible_gpu(plain, r).device, r);
+  std::vector<std::vector<std::string>> own;
+  for (const std::string& g : node) own.push_back({g});
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(choose_visible_gpu(own, r).device, 0);
+  // --gpu-bind=closest: ranks 0, 2, 4, 6 see the first two GPUs, ranks 1, 3, 5, 7 the others.
+  const std::vector<std::string> near0 = {node[0], node[1]}, near1 = {node[2], node[3]};
+  const std::vector<std::vector<std::string>> closest = {near0, near1, near0, near1};
+  EXPECT_EQ(choose_visible_gpu(closest, 0).device, 0);
+  EXPECT_EQ(choose_visible_gpu(closest, 1).device, 0);
+  EXPECT_EQ(choose_visible_gpu(closest, 2).device, 1);
+  EXPECT_EQ(choose_visible_gpu(closest, 3).device, 1);
+  const std::vector<std::vector<std::string>> crowded = {near0, near0, near0};
+  const GpuChoice third = choose_visible_gpu(crowded, 2);
+  EXPECT_EQ(third.device, -1);
+  EXPECT_EQ(third.problem, "3 of them see the same 2 GPU(s) (0000:18:00.0, 0000:2a:00.0)");
+  EXPECT_EQ(choose_visible_gpu(crowded, 1).device, 1);
+}
+
+}  // namespace
+}  // namespace shardrl
