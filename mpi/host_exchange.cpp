@@ -84,7 +84,9 @@ std::vector<std::string> exchange_bytes(MPI_Comm comm, const std::vector<std::st
   std::vector<int> send_counts(size), recv_counts(size), send_offsets(size), recv_offsets(size);
   std::string send;
   for (int d = 0; d < size; ++d) {
-    SHARDRL_CHECK(outgoing[d].size() < static_cast<std::size_t>(INT_MAX), "a message of 2 GiB or more");
+    // MPI's int counts and offsets: each message and their sum under 2 GiB.
+    SHARDRL_CHECK(outgoing[d].size() < static_cast<std::size_t>(INT_MAX) - send.size(),
+                  "exchange_bytes sends 2 GiB or more");
     send_offsets[d] = static_cast<int>(send.size());
     send_counts[d] = static_cast<int>(outgoing[d].size());
     send += outgoing[d];
