@@ -209,16 +209,18 @@ int run_train(const TrainArgs& args) {
     heartbeats.enter(++phase, what);
     watchdog.arm(cfg.comm.timeout_s, what, [&heartbeats, seq = phase] { return heartbeats.behind(seq); });
   };
-  // A checkpoint save, or the wait for a background one: the whole state to storage, on a
+  // A checkpoint save or load, or the wait for a background save: the whole state to or from
+  // storage (collective HDF5 calls, which a rank stalled on a file system would hang), on a
   // deadline of its own.
-  auto watch_save = [&](const std::string& what) {
+  auto watch_storage = [&](const std::string& what, const char* which) {
     heartbeats.enter(++phase, what);
     const bool own = cfg.checkpoint.timeout_s > 0;
     watchdog.arm(own ? cfg.checkpoint.timeout_s : cfg.comm.timeout_s, what,
                  [&heartbeats, seq = phase] { return heartbeats.behind(seq); },
                  own ? "checkpoint.timeout_s" : "comm.timeout_s",
-                 ", or the storage is too slow for the save (raise checkpoint.timeout_s)");
+                 fmt::format(", or the storage is too slow for the {} (raise checkpoint.timeout_s)", which));
   };
+  auto watch_save = [&](const std::string& what) { watch_storage(what, "save"); };
   const std::filesystem::path checkpoints = derived.run_dir / "checkpoints";
   const std::string config_toml = to_toml(cfg);
   if (!args.trace.empty()) Trace::enable(/*fence=*/args.profile);
@@ -239,6 +241,7 @@ int run_train(const TrainArgs& args) {
     // Resume: the run's latest checkpoint unless told otherwise (any world size).
     JobPosition position;
     bool resumed = false;
+    watch_storage("loading the run's start (its checkpoint, model.init_from)", "load");
     const TrainArgs start_args = start_options(mpi.world(), rank, args, derived.run_dir);
     const std::filesystem::path from = resume_path(mpi.world(), rank, start_args, derived.run_dir);
     if (!from.empty()) check_config_changes(mpi.world(), from, cfg, args.allow_config_change);
