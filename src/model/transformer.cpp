@@ -426,6 +426,12 @@ void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const 
   if (act_->decode_slots)
     for (int r = 0; r < B_; ++r)
       SHARDRL_CHECK(act_->slots_h(r) >= 0 && act_->slots_h(r) < cache.rows(), "cache slot out of range");
+  // A position past the cache's would write the next sequence's entries (contiguous) or read
+  // another sequence's block table (paged).
+  for (int r = 0; r < B_; ++r)
+    SHARDRL_CHECK(act_->positions_h(r) < cache.max_len(),
+                  fmt::format("decode position {} past the KV cache's {} positions", act_->positions_h(r),
+                              cache.max_len()));
   const bool half = options_.precision == Precision::bf16;
   if (u == 0) return forward_unit(u, weights);
   if (u == head_unit()) {
