@@ -96,6 +96,13 @@ TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
   EXPECT_NE(scaled.find("rope_scaling.rope_type \"linear\""), std::string::npos) << scaled;
   const std::string bias = refusal("{" + kQwen3Body + R"(, "attention_bias": true})");
   EXPECT_NE(bias.find("attention_bias = true"), std::string::npos) << bias;
+  // What the layers compute besides their shape (both were imported and computed otherwise).
+  const std::string act = refusal("{" + kQwen3Body + R"(, "hidden_act": "gelu_pytorch_tanh"})");
+  EXPECT_NE(act.find("hidden_act \"gelu_pytorch_tanh\": shardrl's MLP is SwiGLU"), std::string::npos) << act;
+  const std::string window = refusal("{" + kQwen3Body + R"(, "use_sliding_window": true, "sliding_window": 4096})");
+  EXPECT_NE(window.find("use_sliding_window = true"), std::string::npos) << window;
+  EXPECT_NO_THROW(shape_from_hf_config("{" + kQwen3Body + R"(, "hidden_act": "silu", "use_sliding_window": false})",
+                                       "qwen3"));
   const std::string type = refusal(R"({"model_type": "gpt2"})");
   EXPECT_NE(type.find("dir/config.json: model_type \"gpt2\""), std::string::npos) << type;
   const std::string missing = refusal(R"({"model_type": "llama", "vocab_size": 8})");

@@ -121,6 +121,12 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>())
       fail(std::string(key) + " = true: shardrl's linear layers have no biases");
+  // What the layers compute besides their shape: a model that needs another activation or
+  // windowed attention would be imported and compute something else.
+  if (const std::string act = text_or(j, "", "hidden_act", "silu"); act != "silu")
+    fail("hidden_act \"" + act + "\": shardrl's MLP is SwiGLU (silu)");
+  if (flag_or("use_sliding_window", false))
+    fail("use_sliding_window = true: shardrl attends over the whole context");
   // RoPE: transformers 4 writes rope_theta (and rope_scaling when scaled); transformers 5 writes
   // rope_parameters {rope_type, rope_theta, ...}. rope_type "default" is plain RoPE, "llama3"
   // Llama 3's frequency scaling (its four numbers required); any other type is refused.
