@@ -95,10 +95,6 @@ class Communicator {
   virtual std::int64_t device_bytes_outside_kokkos() const { return 0; }
   // Waits for everything enqueued on `stream`, within the timeout.
   virtual void synchronize(StreamRef stream) = 0;
-  // An error the backend has found on its own (NCCL's asynchronous error: a peer's failure, a
-  // broken network), described, or "". Safe from another thread (the job's watchdog asks it while
-  // the main thread may be blocked in a fence behind the failed collective).
-  virtual std::string async_error() const { return ""; }
 
   template <class T>
   void all_gather(const T* send, T* recv, std::size_t count, StreamRef s = {}) {

@@ -311,19 +311,6 @@ void NcclCommunicator::synchronize(StreamRef s) {
   }
 }
 
-std::string NcclCommunicator::async_error() const {
-  for (ncclComm_t c : {comm_.get(), copy_comm_.get()}) {
-    if (!c) continue;
-    ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(c, &async) != ncclSuccess) continue;
-    if (async != ncclSuccess && async != ncclInProgress)
-      return fmt::format("NCCL reported an asynchronous error on its {} communicator: {} (a peer rank failed or the "
-                         "network broke)",
-                         c == comm_.get() ? "main" : "copy-engine", ncclGetErrorString(async));
-  }
-  return "";
-}
-
 void NcclCommunicator::check_async_errors() {
   for (ncclComm_t c : {comm_.get(), copy_comm_.get()}) {
     if (!c) continue;

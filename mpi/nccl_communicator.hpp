@@ -66,7 +66,6 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<DeviceAllocation> allocate_symmetric(std::size_t bytes) override;
   std::int64_t device_bytes_outside_kokkos() const override;
   void synchronize(StreamRef s) override;
-  std::string async_error() const override;
 
  private:
   friend class SymmetricMemory;

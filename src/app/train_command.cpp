@@ -204,7 +204,6 @@ int run_train(const TrainArgs& args) {
   // it waits for; declared before the watchdog, which reads them until it stops.
   RankHeartbeats heartbeats(derived.run_dir, rank, layout.world_size);
   Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
-  watchdog.check_with([&comm] { return comm->async_error(); });
   std::int64_t phase = 0;   // the same count on every rank: each enters the same phases in order
   auto watch = [&](const std::string& what) {
     heartbeats.enter(++phase, what);

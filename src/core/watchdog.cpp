@@ -47,11 +47,6 @@ void Watchdog::disarm() {
   armed_ = false;
 }
 
-void Watchdog::check_with(std::function<std::string()> check) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  check_ = std::move(check);
-}
-
 void Watchdog::progress() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_) return;
@@ -66,18 +61,7 @@ void Watchdog::watch() {
       wake_.wait(lock);
       continue;
     }
-    // Awake at least every second, so that a stop of the process shows as a gap in running_ and
-    // the check runs.
-    if (check_)
-      if (const std::string error = check_(); !error.empty()) {
-        flush_logging();
-        std::fflush(stdout);
-        std::fputs(fmt::format("shardrl: fatal error on {}: {} (during {})\n", origin_string(), error, what_).c_str(),
-                   stderr);
-        std::fflush(stderr);
-        kill_child_groups();
-        std::_Exit(kExitFatal);
-      }
+    // Awake at least every second, so that a stop of the process shows as a gap in running_.
     const double left = seconds_ - running_.seconds();
     if (left > 0) {
       wake_.wait_for(lock, std::chrono::duration<double>(std::min(left, 1.0)));

@@ -36,11 +36,6 @@ class Watchdog {
   // short steps (a rollout's decode steps, a train phase's micro-batches) is bounded step by step,
   // and the message then says the phase made no progress. Cheap: a lock, no system call.
   void progress();
-  // Asked about once a second while a phase is armed: an error found where no poll of the main
-  // thread sees it (NCCL's asynchronous error while the main thread waits in a fence behind the
-  // failed collective) ends the process at once with its text rather than at the deadline. From
-  // the watchdog's thread: `check` must be safe there.
-  void check_with(std::function<std::string()> check);
 
  private:
   void watch();
@@ -52,7 +47,6 @@ class Watchdog {
   RunningTime running_;   // since arm(): a suspended job's stop not counted
   std::string what_, setting_, hint_;   // hint: added to the message (what else may be the cause)
   std::function<std::string()> waiting_for_;
-  std::function<std::string()> check_;
   std::thread thread_;
 };
 
