@@ -154,6 +154,11 @@ const BadConfig kBadConfigs[] = {
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:8: rl.task = \"text\" needs the model's tokenizer: model.tokenizer or model.init_from (a "
      "directory with tokenizer.json)\n"},
+    {"reward_timeout_beyond_the_peers_wait", "[model]\ntokenizer = \"tok\"\n[rl]\ntask = \"text\"\n"
+     "dataset = \"d.jsonl\"\nreward = \"command\"\nreward_command = [\"judge\"]\nreward_timeout_s = 300\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:8:20: rl.reward_timeout_s = 300 must be shorter than comm.timeout_s = 300: the other ranks wait for "
+     "a rank's scoring in a collective bounded by comm.timeout_s (raise comm.timeout_s for a slow reward command)\n"},
     {"reward_command_not_strings", "[rl]\nreward_command = [\"python3\", 3]\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:18: rl.reward_command: expected an array of strings, got an array holding an integer\n"},

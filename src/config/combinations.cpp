@@ -204,6 +204,16 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     if (c.rl.reward != "command" && !c.rl.reward_command.empty())
       out.errors.push_back(fmt::format("{}: rl.reward_command is read only by rl.reward = \"command\"",
                                        where("rl.reward_command")));
+    // A rank's wait for its reward command is progress to its own watchdog, but its peers wait
+    // for it in a collective, where they see none: a batch that waits longer than comm.timeout_s
+    // would end the job on them (exit 1, "a peer rank failed or is stuck") instead of the reward
+    // command's own error.
+    if (c.rl.reward == "command" && c.rl.reward_timeout_s >= c.comm.timeout_s)
+      out.errors.push_back(fmt::format(
+          "{}: rl.reward_timeout_s = {:g} must be shorter than comm.timeout_s = {:g}: the other ranks wait for a "
+          "rank's scoring in a collective bounded by comm.timeout_s (raise comm.timeout_s for a slow reward command)",
+          where(out.origin.at("rl.reward_timeout_s") != "default" ? "rl.reward_timeout_s" : "comm.timeout_s"),
+          c.rl.reward_timeout_s, c.comm.timeout_s));
   }
   // The generated tasks speak the byte tokenizer (rl/tokenizer.hpp): ids 0-255, BOS, EOS and PAD.
   if ((c.rl.task == "sort" || c.rl.task == "add" || c.rl.task == "reverse") &&
