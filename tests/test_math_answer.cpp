@@ -138,6 +138,12 @@ std::vector<VerifierCase> verifier_cases() {
       {"spaced expression in reference", "\\boxed{2}", "2 x + 1", false},
       {"spaced expression with a product", "\\boxed{4 n * 2}", "4n*2", true},
       {"spaced equation", "\\boxed{2 x = 6}", "2", false},
+      {"power of a variable", "\\boxed{3 x^2}", "3", false},
+      {"power of a variable matches", "\\boxed{3 x^2}", "3x^2", true},
+      // ... but hyphens and braces of units keep them units.
+      {"hyphenated unit", "\\boxed{12 \\text{ ft-lb}}", "12", true},
+      {"hyphenated unit words", "\\boxed{6 \\text{ two-digit numbers}}", "6", true},
+      {"unit squared in braces", "\\boxed{5 \\text{ cm}^{2}}", "5", true},
 
       // ---- dollars and math delimiters
       {"dollar escaped with cents", "\\boxed{\\$5.00}", "5", true},

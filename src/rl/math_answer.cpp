@@ -400,8 +400,10 @@ std::string brace_arguments(std::string_view s) {
 }
 
 // `5 apples`, `5  cm` (from `5\text{ cm}`), `\frac{1}{2} cup` -> the number: a number followed by
-// whitespace and then a letter loses everything from the whitespace on, unless an operator
-// follows (`2 x + 1`, `3 x^2 - 5` are expressions, not a number and its unit).
+// whitespace and then a letter loses everything from the whitespace on, unless what follows is
+// an expression: an operator (`2 x + 1`, `3 x^2 - 5`; a hyphen only spaced, as units have their
+// own: `ft-lb`, `light-years`) or a single letter raised to a power (`3 x^2`, where `5 cm^2` is a
+// unit).
 void drop_words_after_number(std::string& s) {
   std::size_t i = 0;
   if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
@@ -421,7 +423,10 @@ void drop_words_after_number(std::string& s) {
   const std::size_t gap = i;
   while (i < s.size() && is_space(s[i])) ++i;
   if (i == gap || i >= s.size() || !is_letter(s[i])) return;
-  if (s.find_first_of("+-=*<>()[]{}\\", i) != npos) return;
+  const std::string_view tail = std::string_view(s).substr(i);
+  const bool operators = tail.find_first_of("+=*<>") != npos || tail.find(" - ") != npos;
+  const bool power_of_a_variable = tail.size() >= 2 && tail[1] == '^';
+  if (operators || power_of_a_variable) return;
   s.erase(gap);
 }
 
