@@ -90,19 +90,29 @@ ProcessLayout ProcessLayout::discover(MPI_Comm world) {
 
 std::string separate_worlds_problem(int world_size, const std::function<const char*(const char*)>& env) {
   if (world_size != 1) return "";
-  const char* tasks = env("SLURM_STEP_NUM_TASKS");
-  // Inside srun's step; not under mpirun (which sets OMPI_COMM_WORLD_SIZE, and whose orted
-  // step's task count is the nodes'), nor with a PMI the library read.
-  if (tasks == nullptr || env("SLURM_PROCID") == nullptr || env("OMPI_COMM_WORLD_SIZE") != nullptr ||
-      env("PMIX_RANK") != nullptr || env("PMI_RANK") != nullptr || env("PMI_SIZE") != nullptr)
-    return "";
-  char* end = nullptr;
-  const long n = std::strtol(tasks, &end, 10);
-  if (end == tasks || n <= 1) return "";
-  return fmt::format("srun started {} tasks, but each is an MPI job of one process (SLURM_STEP_NUM_TASKS = {}, "
-                     "no PMIx or PMI in the environment): launch with srun --mpi=pmix (as slurm/run_shardrl.sh "
-                     "does), or mpirun inside the allocation",
-                     n, n);
+  // A deliberate sweep of one-process runs (srun -n 4 ... --set run.name=s$SLURM_PROCID).
+  if (const char* allow = env("SHARDRL_SEPARATE_WORLDS"); allow != nullptr && std::string(allow) == "1") return "";
+  const auto size_of = [&](const char* name) -> long {
+    const char* text = env(name);
+    if (text == nullptr) return -1;
+    char* end = nullptr;
+    const long n = std::strtol(text, &end, 10);
+    return end == text ? -1 : n;
+  };
+  // The launcher's size where it says one (a PMI-2 or mpirun world the library did not join),
+  // else srun's task count where no process-management variable says anything (no PMI at all;
+  // PMIx gives no size in the environment, and a library started under it took it).
+  long launched = std::max(size_of("PMI_SIZE"), size_of("OMPI_COMM_WORLD_SIZE"));
+  const char* via = launched > 1 ? (size_of("PMI_SIZE") > 1 ? "PMI_SIZE" : "OMPI_COMM_WORLD_SIZE") : "";
+  if (launched < 0 && env("PMIX_RANK") == nullptr && env("PMI_RANK") == nullptr && env("SLURM_PROCID") != nullptr) {
+    launched = size_of("SLURM_STEP_NUM_TASKS");
+    via = "SLURM_STEP_NUM_TASKS";
+  }
+  if (launched <= 1) return "";
+  return fmt::format("the launcher started {} processes ({} = {}), but each is an MPI job of one process: launch "
+                     "with srun --mpi=pmix (as slurm/run_shardrl.sh does) and an MPI built for it, or mpirun inside "
+                     "the allocation (SHARDRL_SEPARATE_WORLDS=1 runs them as separate jobs on purpose)",
+                     launched, via, launched);
 }
 
 }  // namespace shardrl

@@ -40,10 +40,12 @@ struct ProcessLayout {
   static ProcessLayout discover(MPI_Comm world);
 };
 
-// A world of one process that the launcher started as one task of several: `srun` without a
-// process-management interface the MPI library takes (`--mpi=pmix`), where each task becomes a
-// one-rank job of its own, all training alone on GPU 0 and writing the same run. The problem
-// (naming the task count and the fix), or "". `env` reads an environment variable (getenv).
+// A world of one process that the launcher started as one process of several: `srun` without a
+// process-management interface the MPI library takes (`--mpi=pmix`; or `--mpi=pmi2` with a
+// library without PMI-2), where each task becomes a one-rank job of its own, all training alone
+// on GPU 0 and writing the same run. The problem (naming the count, where it was read, and the
+// fix), or "". SHARDRL_SEPARATE_WORLDS=1 allows it (a sweep of one-process runs). `env` reads an
+// environment variable as the launcher set it (mpi/session.hpp's launch_environment).
 std::string separate_worlds_problem(int world_size, const std::function<const char*(const char*)>& env);
 
 }  // namespace shardrl

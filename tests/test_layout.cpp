@@ -111,8 +111,10 @@ namespace shardrl {
 namespace {
 
 // `srun` without --mpi=pmix starts each task as an MPI job of one process: each would train
-// alone on GPU 0 and write the same run. Refused by the environment the tasks see; not under
-// mpirun, with a PMI, or for a one-task step.
+// alone on GPU 0 and write the same run. Refused by the sizes the launcher gave (srun's task count
+// where no process-management variable is set; PMI-2's size, which a library without PMI-2 did
+// not join); not with PMIx (which gives no size: the library took it), under a world of several,
+// for a one-task step, or with SHARDRL_SEPARATE_WORLDS=1 (a sweep on purpose).
 TEST(Layout, SeparateWorldsUnderSrunAreRefused) {
   std::map<std::string, std::string> env;
   const auto get = [&env](const char* name) -> const char* {
@@ -122,14 +124,25 @@ TEST(Layout, SeparateWorldsUnderSrunAreRefused) {
   EXPECT_EQ(separate_worlds_problem(1, get), "");   // no Slurm
   env = {{"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "2"}};
   const std::string problem = separate_worlds_problem(1, get);
-  EXPECT_NE(problem.find("srun started 4 tasks, but each is an MPI job of one process"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("the launcher started 4 processes (SLURM_STEP_NUM_TASKS = 4), but each is an MPI job of one"),
+            std::string::npos)
+      << problem;
   EXPECT_NE(problem.find("srun --mpi=pmix"), std::string::npos) << problem;
   EXPECT_EQ(separate_worlds_problem(4, get), "") << "the tasks formed one world";
-  for (const char* launched_right : {"PMIX_RANK", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
-    env[launched_right] = "0";
-    EXPECT_EQ(separate_worlds_problem(1, get), "") << launched_right;
-    env.erase(launched_right);
-  }
+  env["PMIX_RANK"] = "2";
+  EXPECT_EQ(separate_worlds_problem(1, get), "") << "PMIx: the library took it";
+  env.erase("PMIX_RANK");
+  // srun --mpi=pmi2 with a library that cannot use PMI-2 (Open MPI 5): its size says so.
+  env["PMI_RANK"] = "2";
+  env["PMI_SIZE"] = "4";
+  EXPECT_NE(separate_worlds_problem(1, get).find("(PMI_SIZE = 4)"), std::string::npos);
+  env["PMI_SIZE"] = "1";
+  EXPECT_EQ(separate_worlds_problem(1, get), "") << "a PMI world of one";
+  env.erase("PMI_RANK");
+  env.erase("PMI_SIZE");
+  env["SHARDRL_SEPARATE_WORLDS"] = "1";
+  EXPECT_EQ(separate_worlds_problem(1, get), "") << "a sweep on purpose";
+  env.erase("SHARDRL_SEPARATE_WORLDS");
   env["SLURM_STEP_NUM_TASKS"] = "1";
   EXPECT_EQ(separate_worlds_problem(1, get), "") << "a one-task step";
 }
