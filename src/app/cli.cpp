@@ -3,9 +3,12 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
+#include <mpi.h>
 
 #include "app/generate_command.hpp"
 #include "app/convert_command.hpp"
@@ -15,14 +18,21 @@
 #include "app/score_command.hpp"
 #include "app/tokenize_command.hpp"
 #include "app/train_command.hpp"
+#include "core/child_groups.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/version.hpp"
 #include "mpi/session.hpp"
 
 namespace shardrl {
 namespace {
 
+std::thread::id g_main_thread;   // run_cli's: the one thread that makes MPI calls, MPI_Abort included
+
 // std::terminate's handler: the exception's cause on every rank's behalf (fatal(): MPI_Abort).
+// From another thread (the watchdog's, which must make no MPI call while the main thread may be
+// inside one), or once MPI is finalised, the process ends without MPI, as the watchdog's exit
+// does: the launcher ends the other ranks.
 [[noreturn]] void end_job_on_uncaught_exception() {
   std::string what = "std::terminate without an exception";
   if (const std::exception_ptr e = std::current_exception()) {
@@ -36,6 +46,16 @@ namespace {
     } catch (...) {
       what = "unexpected error: an exception that is not a std::exception";
     }
+  }
+  int finalized = 0;
+  if (std::this_thread::get_id() == g_main_thread) MPI_Finalized(&finalized);
+  if (std::this_thread::get_id() != g_main_thread || finalized) {
+    flush_logging();
+    std::fflush(stdout);
+    std::fputs(("shardrl: fatal error on " + origin_string() + ": " + what + "\n").c_str(), stderr);
+    std::fflush(stderr);
+    kill_child_groups();
+    std::_Exit(kExitFatal);
   }
   SHARDRL_FATAL(what);
 }
@@ -212,6 +232,7 @@ int run_cli(int argc, char** argv) {
   // it reaches std::terminate before any destructor runs (the runtime unwinds only to a handler),
   // and the objects unwinding would destroy (a policy's NCCL communicators and device memory) may
   // wait on peers and hang the one rank that knows the cause.
+  g_main_thread = std::this_thread::get_id();
   std::set_terminate(end_job_on_uncaught_exception);
   MpiSession mpi(nullptr, nullptr);
   {

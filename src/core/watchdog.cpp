@@ -84,14 +84,19 @@ void Watchdog::watch() {
       // what this deadline caught: on a thread of its own, given a few seconds.
       auto detail = std::make_shared<std::promise<std::string>>();
       std::future<std::string> behind = detail->get_future();
-      std::thread([detail, read = waiting_for_] {
-        try {
-          detail->set_value(read());
-        } catch (...) {
-          detail->set_value("");
-        }
-      }).detach();
-      if (behind.wait_for(std::chrono::seconds(3)) == std::future_status::ready)
+      bool started = true;
+      try {
+        std::thread([detail, read = waiting_for_] {
+          try {
+            detail->set_value(read());
+          } catch (...) {
+            detail->set_value("");
+          }
+        }).detach();
+      } catch (const std::exception&) {   // no thread to be had: the cause is printed already
+        started = false;
+      }
+      if (started && behind.wait_for(std::chrono::seconds(3)) == std::future_status::ready)
         if (const std::string text = behind.get(); !text.empty()) {
           std::fputs(fmt::format("shardrl: {} waits for: {}\n", what_, text).c_str(), stderr);
           std::fflush(stderr);
