@@ -204,6 +204,12 @@ int run_train(const TrainArgs& args) {
   // it waits for; declared before the watchdog, which reads them until it stops.
   RankHeartbeats heartbeats(derived.run_dir, rank, layout.world_size);
   Watchdog watchdog;   // an iteration blocked anywhere (not only in a collective) ends the job
+  // A long load (a checkpoint's, model.init_from's) is bounded tensor by tensor: each tensor read
+  // is progress. Removed before the watchdog goes.
+  ProgressMeter::on_advance([&watchdog] { watchdog.progress(); });
+  struct ProgressHookRemoval {
+    ~ProgressHookRemoval() { ProgressMeter::on_advance({}); }
+  } remove_progress_hook;
   std::int64_t phase = 0;   // the same count on every rank: each enters the same phases in order
   auto watch = [&](const std::string& what) {
     heartbeats.enter(++phase, what);

@@ -11,6 +11,7 @@ namespace {
 
 bool g_enabled = false;
 double g_after_s = 2.0;
+std::function<void()> g_on_advance;
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -22,6 +23,8 @@ void ProgressMeter::enable(double after_s) {
 }
 
 bool ProgressMeter::enabled() { return g_enabled; }
+
+void ProgressMeter::on_advance(std::function<void()> hook) { g_on_advance = std::move(hook); }
 
 ProgressMeter::ProgressMeter(std::string what, std::int64_t total)
     : what_(std::move(what)), total_(std::max<std::int64_t>(total, 1)), start_(std::chrono::steady_clock::now()),
@@ -35,6 +38,7 @@ ProgressMeter::~ProgressMeter() {
 
 void ProgressMeter::advance(std::int64_t n) {
   done_ = std::min(total_, done_ + n);
+  if (g_on_advance) g_on_advance();
   if (!g_enabled) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = seconds(now - start_);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace shardrl {
@@ -16,6 +17,9 @@ class ProgressMeter {
   // Draw bars from now on (rank 0 with a terminal), after a phase has run `after_s` seconds.
   static void enable(double after_s = 2.0);
   static bool enabled();
+  // Called at every advance, on every rank, bar or no bar: the job's watchdog takes each as a sign
+  // of progress (a long load is bounded tensor by tensor). One at a time; {} removes it.
+  static void on_advance(std::function<void()> hook);
 
   ProgressMeter(std::string what, std::int64_t total);
   ~ProgressMeter();   // finishes the bar's line if one was drawn
