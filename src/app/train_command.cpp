@@ -511,7 +511,10 @@ int run_train(const TrainArgs& args) {
           spdlog::warn("the background checkpoint save failed ({}): the state is saved again now", e.what());
           written = false;
         }
-        if (!written) save(kAfterFailedBackground);
+        if (!written) {   // every rank alike; the save disarms, and the stop's agreement below is watched
+          save(kAfterFailedBackground);
+          watch(fmt::format("iteration {}, after its save", it + 1));
+        }
       }
       const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
       if (stop_agreed(it + 1 < cfg.run.iterations)) return stop_after_save();
@@ -529,7 +532,8 @@ int run_train(const TrainArgs& args) {
     // The trained state first: the final evaluation changes nothing a checkpoint holds, and one
     // that fails (a reward command's error, a hang) must not cost the iterations since the last
     // save. (With final_eval_due, the checkpoint it resumed from holds the final state.)
-    if (!final_eval_due) save("end of the job");
+    // (Not again where the last iteration's own save, after a failed background one, holds it.)
+    if (!final_eval_due && saved_at != at()) save("end of the job");
     if (cfg.rl.eval_interval > 0 && (first < cfg.run.iterations || final_eval_due)) {
       // The final evaluation, a record of its own at the iteration count (a later resume that
       // goes on drops it with every record from there). Stopped by a signal, the job exits with
