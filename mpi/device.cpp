@@ -89,17 +89,28 @@ std::string choose_gpu(const ProcessLayout& l, DeviceBinding& b) {
 }  // namespace
 
 GpuChoice choose_visible_gpu(const std::vector<std::vector<std::string>>& seen, int local_rank) {
+  // Groups by the set seen, whatever each rank's CUDA order; the group's ranks take its GPUs in
+  // its first rank's order (so that where all see one order, local rank k takes ordinal k), each
+  // found in its own list.
+  const auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
   const std::vector<std::string>& mine = seen.at(static_cast<std::size_t>(local_rank));
+  const std::vector<std::string> key = sorted(mine);
+  const std::vector<std::string>* set = nullptr;
   int index = 0, sharing = 0;
   for (int r = 0; r < static_cast<int>(seen.size()); ++r)
-    if (seen[r] == mine) {
+    if (sorted(seen[r]) == key) {
+      if (set == nullptr) set = &seen[r];
       if (r < local_rank) ++index;
       ++sharing;
     }
   GpuChoice out;
-  if (index < static_cast<int>(mine.size())) out.device = index;
+  if (index < static_cast<int>(set->size()))
+    out.device = static_cast<int>(std::find(mine.begin(), mine.end(), (*set)[index]) - mine.begin());
   else
-    out.problem = fmt::format("{} of them see the same {} GPU(s) ({})", sharing, mine.size(), fmt::join(mine, ", "));
+    out.problem = fmt::format("{} of them see the same {} GPU(s) ({})", sharing, set->size(), fmt::join(*set, ", "));
   return out;
 }
 

@@ -21,7 +21,8 @@ DeviceBinding bind_device(const ProcessLayout& layout);
 
 // Which of the GPUs it sees local rank `local_rank` of a node takes (an index into its own
 // list), given what every rank of the node sees (`seen[r]`: local rank r's devices, as PCI bus
-// ids in CUDA's order). Ranks that see the same devices share them out in local-rank order:
+// ids in CUDA's order). Ranks that see the same devices (in any order) share them out in
+// local-rank order, in the order the first of them sees:
 // plain mpirun (every rank sees the node's GPUs), Slurm's --gpus-per-task=1 (each its own one),
 // --gpus-per-task=2 or --gpu-bind=closest (groups of ranks, each group its few). -1 with
 // `problem` set when a group has more ranks than devices.

@@ -176,6 +176,15 @@ TEST(Layout, RanksShareOutTheGpusTheySee) {
   EXPECT_EQ(third.device, -1);
   EXPECT_EQ(third.problem, "3 of them see the same 2 GPU(s) (0000:18:00.0, 0000:2a:00.0)");
   EXPECT_EQ(choose_visible_gpu(crowded, 1).device, 1);
+  // The same set in another order (CUDA_VISIBLE_DEVICES=1,0 on one rank): one group all the same,
+  // each rank's pick found in its own order.
+  const std::vector<std::vector<std::string>> reordered = {near0, {node[1], node[0]}};
+  EXPECT_EQ(choose_visible_gpu(reordered, 0).device, 0);   // node[0], its ordinal 0
+  EXPECT_EQ(choose_visible_gpu(reordered, 1).device, 0);   // node[1], its ordinal 0 in its order
+  // Unsorted bus ids seen alike: local rank k keeps ordinal k.
+  const std::vector<std::vector<std::string>> unsorted(2, std::vector<std::string>{node[3], node[0]});
+  EXPECT_EQ(choose_visible_gpu(unsorted, 0).device, 0);
+  EXPECT_EQ(choose_visible_gpu(unsorted, 1).device, 1);
 }
 
 }  // namespace
