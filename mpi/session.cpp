@@ -14,21 +14,16 @@ void abort_world(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }
 
 constexpr const char* kProcessManagerVariables[] = {"PMIX_RANK", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"};
 
-// Their values before MPI_Init, once a session has initialised MPI.
-struct LaunchEnvironment {
-  bool read = false;
-  std::map<std::string, std::optional<std::string>> values;
-};
-LaunchEnvironment& launch_environment_before_init() {
-  static LaunchEnvironment env;
-  return env;
+// Their values before MPI_Init, once a session has initialised MPI (empty until then).
+std::map<std::string, std::optional<std::string>>& launch_environment_before_init() {
+  static std::map<std::string, std::optional<std::string>> values;
+  return values;
 }
 }  // namespace
 
 const char* launch_environment(const char* name) {
-  const LaunchEnvironment& env = launch_environment_before_init();
-  if (env.read)
-    if (const auto it = env.values.find(name); it != env.values.end()) return it->second ? it->second->c_str() : nullptr;
+  const auto& before = launch_environment_before_init();
+  if (const auto it = before.find(name); it != before.end()) return it->second ? it->second->c_str() : nullptr;
   return std::getenv(name);
 }
 
@@ -41,12 +36,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
-    LaunchEnvironment& env = launch_environment_before_init();
     for (const char* name : kProcessManagerVariables) {
       const char* value = std::getenv(name);
-      env.values[name] = value ? std::optional<std::string>(value) : std::nullopt;
+      launch_environment_before_init()[name] = value ? std::optional<std::string>(value) : std::nullopt;
     }
-    env.read = true;
     int provided = 0;
     // MULTIPLE: an asynchronous checkpoint save's writer thread makes MPI calls (MPI-IO, on its
     // own communicator) beside the main thread's; everything else stays on the main thread.

@@ -453,6 +453,14 @@ TEST(OptimizerSchedule, ConstantWarmupAndCosine) {
   expect_schedule(o, 10, 1e-4);
 }
 
+// One step's preparation on gradient `g` (its norm, the schedule, the counters), read back.
+StepMetrics prepare_step_on(Optimizer& opt, const Buffer<float>& g) {
+  opt.begin_norm();
+  opt.accumulate_sumsq(g.data(), g.size());
+  opt.prepare_step();
+  return opt.read_metrics();
+}
+
 TEST(OptimizerSchedule, DeviceLrFollowsSchedule) {
   OptimizerOptions o;
   o.lr = 2e-3f;
@@ -463,10 +471,7 @@ TEST(OptimizerSchedule, DeviceLrFollowsSchedule) {
   Optimizer opt(o, ExecSpace());
   Buffer<float> g = test::random_buffer<float>(32, 61);
   for (int k = 1; k <= 14; ++k) {
-    opt.begin_norm();
-    opt.accumulate_sumsq(g.data(), g.size());
-    opt.prepare_step();
-    const StepMetrics m = opt.read_metrics();
+    const StepMetrics m = prepare_step_on(opt, g);
     EXPECT_EQ(m.step, k);
     expect_lr(m.lr, scheduled_lr(o, k), "step " + std::to_string(k));
   }
@@ -485,12 +490,7 @@ TEST(OptimizerSchedule, StartScheduleRestartsItAtTheNextStep) {
   o.min_lr_ratio = 0.1f;
   Optimizer opt(o, ExecSpace());
   Buffer<float> g = test::random_buffer<float>(32, 62);
-  auto step = [&] {
-    opt.begin_norm();
-    opt.accumulate_sumsq(g.data(), g.size());
-    opt.prepare_step();
-    return opt.read_metrics();
-  };
+  auto step = [&] { return prepare_step_on(opt, g); };
   for (int k = 1; k <= 6; ++k) step();   // the warm-up: past the schedule's end, at its floor
   EXPECT_NEAR(opt.read_metrics().lr, 2e-4, 1e-9);
   OptimizerOptions rl = o;
@@ -506,10 +506,7 @@ TEST(OptimizerSchedule, StartScheduleRestartsItAtTheNextStep) {
   Optimizer resumed(o, ExecSpace());
   resumed.set_counters(13, 0, 6);
   resumed.set_peak_lr(rl.lr);
-  resumed.begin_norm();
-  resumed.accumulate_sumsq(g.data(), g.size());
-  resumed.prepare_step();
-  expect_lr(resumed.read_metrics().lr, scheduled_lr(rl, 8), "the step after the resume");
+  expect_lr(prepare_step_on(resumed, g).lr, scheduled_lr(rl, 8), "the step after the resume");
   expect_lr(step().lr, scheduled_lr(rl, 8), "the uninterrupted one");
 }
 

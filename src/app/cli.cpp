@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
-#include <cstdio>
 #include <iostream>
 #include <thread>
 
@@ -20,7 +19,6 @@
 #include "app/train_command.hpp"
 #include "core/child_groups.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 #include "core/version.hpp"
 #include "mpi/session.hpp"
 
@@ -50,10 +48,7 @@ std::thread::id g_main_thread;   // run_cli's: the one thread that makes MPI cal
   int finalized = 0;
   if (std::this_thread::get_id() == g_main_thread) MPI_Finalized(&finalized);
   if (std::this_thread::get_id() != g_main_thread || finalized) {
-    flush_logging();
-    std::fflush(stdout);
-    std::fputs(("shardrl: fatal error on " + origin_string() + ": " + what + "\n").c_str(), stderr);
-    std::fflush(stderr);
+    print_fatal(what);
     kill_child_groups();
     std::_Exit(kExitFatal);
   }

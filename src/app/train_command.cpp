@@ -325,15 +325,18 @@ int run_train(const TrainArgs& args) {
     // what the job did since its last committed checkpoint lost (a disk full for a moment, or a
     // stop's save that never ran). False when it failed.
     static constexpr const char* kAfterFailedBackground = "in the foreground after the background save failed";
-    auto finish_background = [&] {
-      watch_save("waiting for the background checkpoint save");
+    const auto background_succeeded = [&](const auto& wait_or_poll) {
       try {
-        report_background(background->wait());
+        report_background(wait_or_poll());
         return true;
       } catch (const InputError& e) {
         spdlog::warn("the background checkpoint save failed ({}): the state is saved again now", e.what());
         return false;
       }
+    };
+    auto finish_background = [&] {
+      watch_save("waiting for the background checkpoint save");
+      return background_succeeded([&] { return background->wait(); });
     };
     auto save = [&](const char* why) {
       const TraceSpan span("checkpoint save");
@@ -503,18 +506,11 @@ int run_train(const TrainArgs& args) {
         record_metrics(metrics_record(r));
       });
       last = std::move(r.rollout);
-      if (background) {   // a collective, inside the watch
-        bool written = true;
-        try {
-          report_background(background->poll());
-        } catch (const InputError& e) {   // every rank has it (see finish_background)
-          spdlog::warn("the background checkpoint save failed ({}): the state is saved again now", e.what());
-          written = false;
-        }
-        if (!written) {   // every rank alike; the save disarms, and the stop's agreement below is watched
-          save(kAfterFailedBackground);
-          watch(fmt::format("iteration {}, after its save", it + 1));
-        }
+      // A collective, inside the watch; a failure is every rank's alike. The save disarms, and
+      // the stop's agreement below is watched again.
+      if (background && !background_succeeded([&] { return background->poll(); })) {
+        save(kAfterFailedBackground);
+        watch(fmt::format("iteration {}, after its save", it + 1));
       }
       const bool periodic = cfg.checkpoint.interval > 0 && position.iterations_done % cfg.checkpoint.interval == 0;
       if (stop_agreed(it + 1 < cfg.run.iterations)) return stop_after_save();

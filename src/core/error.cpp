@@ -53,15 +53,18 @@ std::string excerpt(std::string_view text, std::size_t max_bytes) {
   return out;
 }
 
-void fatal(std::string_view what, const char* file, int line) {
+void print_fatal(std::string_view what) {
   // One write per message so lines from different ranks do not interleave mid-line.
-  std::string msg = "shardrl: fatal error on " + origin_string() + ": " + std::string(what) +
-                    " [" + file + ":" + std::to_string(line) + "]\n";
+  const std::string msg = "shardrl: fatal error on " + origin_string() + ": " + std::string(what) + "\n";
   // The lines logged before the error first (an abort ends the writer thread with the process),
   // within a deadline: a stdout that nobody reads must not keep the job from ending.
   flush_logging();
   std::fflush(stdout);
   std::cerr << msg << std::flush;
+}
+
+void fatal(std::string_view what, const char* file, int line) {
+  print_fatal(std::string(what) + " [" + file + ":" + std::to_string(line) + "]");
   kill_child_groups();   // neither the abort nor _Exit runs the destructors that would
   if (g_abort) g_abort(kExitFatal);
   std::_Exit(kExitFatal);

@@ -27,6 +27,11 @@ inline constexpr int kExitStoppedBySignal = 3;   // SIGUSR1/SIGTERM: checkpoint 
 // "rank 1 (host node03)" or "rank ? (host node03)" before the layout is known.
 std::string origin_string();
 
+// Prints "shardrl: fatal error on rank R (host H): <what>" to stderr in one write, after the
+// lines logged before (within flush_logging's deadline) and stdout: the message of every path
+// that ends the job. No MPI: safe from any thread.
+void print_fatal(std::string_view what);
+
 // Prints "shardrl: fatal error on rank R (host H): <what> [file:line]" to stderr, flushes,
 // and aborts the job with kExitFatal.
 [[noreturn]] void fatal(std::string_view what, const char* file, int line);

@@ -1,9 +1,9 @@
 #include "core/memory_capacity.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -40,6 +40,12 @@ double stat_value(const std::string& path, const std::string& key) {
   return 0;
 }
 
+// The smaller of two rooms, -1 standing for none.
+double tighter(double room, double other) {
+  if (other < 0) return room;
+  return room < 0 ? other : std::min(room, other);
+}
+
 // The least room left (limit - usage) of the cgroup at `path` under `mount` and of its
 // ancestors, any of which may hold the limit (a Slurm job's step inside its job's cgroup); -1
 // when none has one. Cgroup v1's "no limit" is a number near 2^63. The usage counts the page
@@ -53,7 +59,7 @@ double room_up_the_tree(const std::string& mount, std::string path, const char* 
     if (limit > 0 && limit < 0x1p60 && used >= 0) {
       const double reclaimable = std::min(used, stat_value(dir + "/memory.stat", inactive_file_key));
       const double left = std::max(0.0, limit - (used - reclaimable));
-      room = room < 0 ? left : std::min(room, left);
+      room = tighter(room, left);
     }
     if (path.empty() || path == "/") break;
     path.erase(path.find_last_of('/'));
@@ -61,18 +67,11 @@ double room_up_the_tree(const std::string& mount, std::string path, const char* 
   return room;
 }
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 }  // namespace
 
 double cgroup_memory_room(const std::string& proc_self_cgroup, const std::string& cgroup_mount) {
   double room = -1;
-  const auto take = [&](double r) {
-    if (r >= 0) room = room < 0 ? r : std::min(room, r);
-  };
   std::istringstream lines(proc_self_cgroup);
   std::string line;
   while (std::getline(lines, line)) {
@@ -82,12 +81,14 @@ double cgroup_memory_room(const std::string& proc_self_cgroup, const std::string
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
     if (line.compare(0, a, "0") == 0 && controllers.empty()) {
       // Cgroup v2: at the mount itself, or under "unified" in the hybrid layout.
-      const bool hybrid = !exists(cgroup_mount + "/cgroup.controllers") && exists(cgroup_mount + "/unified");
+      std::error_code ec;
+      const bool hybrid = !std::filesystem::exists(cgroup_mount + "/cgroup.controllers", ec) &&
+                          std::filesystem::exists(cgroup_mount + "/unified", ec);
       const std::string mount = hybrid ? cgroup_mount + "/unified" : cgroup_mount;
-      take(room_up_the_tree(mount, path, "memory.max", "memory.current", "inactive_file"));
+      room = tighter(room, room_up_the_tree(mount, path, "memory.max", "memory.current", "inactive_file"));
     } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-      take(room_up_the_tree(cgroup_mount + "/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes",
-                            "total_inactive_file"));
+      room = tighter(room, room_up_the_tree(cgroup_mount + "/memory", path, "memory.limit_in_bytes",
+                                            "memory.usage_in_bytes", "total_inactive_file"));
     }
   }
   return room;

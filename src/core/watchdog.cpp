@@ -70,14 +70,9 @@ void Watchdog::watch() {
     // No MPI from this thread (the main thread may hold MPI, blocked in the call that hangs):
     // print and leave; the launcher ends the other ranks when this one exits without finalising.
     // The cause first, before anything that may block.
-    flush_logging();   // the lines logged before, within a deadline (see fatal())
-    std::fflush(stdout);
-    const std::string msg =
-        fmt::format("shardrl: fatal error on {}: {} {} {} = {} s: a peer rank failed or is stuck{}\n", origin_string(),
-                    what_, progressed_ ? "made no progress within" : "did not complete within", setting_, seconds_,
-                    hint_);
-    std::fputs(msg.c_str(), stderr);
-    std::fflush(stderr);
+    print_fatal(fmt::format("{} {} {} = {} s: a peer rank failed or is stuck{}", what_,
+                            progressed_ ? "made no progress within" : "did not complete within", setting_, seconds_,
+                            hint_));
     kill_child_groups();
     if (waiting_for_) {
       // What the phase waits for is read from the run's (shared) file system, whose hang may be
