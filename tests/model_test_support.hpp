@@ -41,13 +41,17 @@ inline ModelOptions options(const ModelShape& shape, Precision p, int B, int S, 
 }
 
 // A batch of B sequences of S random tokens; the last sequence right-padded after `S - 2`
-// positions (mask 0 there), so padding and the loss mask are exercised.
+// positions (mask 0 there, and left out of MoE's load-balancing loss), so padding and the loss
+// mask are exercised.
 struct Batch {
   int B, S;
   std::vector<std::int32_t> tokens, targets;
   std::vector<float> mask;
   std::vector<std::int32_t> positions;   // empty: one right-padded sequence per row
-  Batch(int B_, int S_, int V, std::uint64_t seed) : B(B_), S(S_), tokens(B_ * S_), targets(B_ * S_), mask(B_ * S_, 1.0f) {
+  std::vector<std::int32_t> row_tokens;  // each row's tokens before its padding
+  Batch(int B_, int S_, int V, std::uint64_t seed)
+      : B(B_), S(S_), tokens(B_ * S_), targets(B_ * S_), mask(B_ * S_, 1.0f), row_tokens(B_, S_) {
+    row_tokens.back() = S - 2;
     std::mt19937 gen(seed);
     std::uniform_int_distribution<int> tok(0, V - 1);
     for (auto& t : tokens) t = tok(gen);
@@ -67,7 +71,8 @@ struct Rig {
     params.initialize(seed, init_std);
   }
   void set(const Batch& b) {
-    model.set_batch(b.tokens.data(), b.targets.data(), b.B, b.S, b.positions.empty() ? nullptr : b.positions.data());
+    model.set_batch(b.tokens.data(), b.targets.data(), b.B, b.S, b.positions.empty() ? nullptr : b.positions.data(),
+                    b.row_tokens.data());
     mask = DeviceView<float>("mask", b.mask.size());
     auto h = Kokkos::create_mirror_view(mask);
     for (std::size_t i = 0; i < b.mask.size(); ++i) h(i) = b.mask[i];
@@ -130,7 +135,7 @@ inline test::ReferenceModel reference_of(Rig& rig) {
 // The loss the model's step differentiates: masked NLL plus, for MoE layers, aux_coef times
 // their load-balancing losses.
 inline double nll(const test::ReferenceModel& ref, const Batch& b, double aux_coef = 0) {
-  auto lp = ref.logp(b.tokens, b.targets, b.B, b.S);
+  auto lp = ref.logp(b.tokens, b.targets, b.B, b.S, b.row_tokens);
   double sum = 0;
   for (std::size_t i = 0; i < lp.size(); ++i) sum -= b.mask[i] * lp[i];
   return sum + aux_coef * ref.aux_loss();
@@ -149,8 +154,13 @@ inline void gradient_check(const ModelShape& s, int entries_per_tensor, float au
   // LoRA's B starts at zero, where A's gradient is zero too: give every B weights first.
   if (s.lora.on()) rig.randomize_lora_b(13);
   rig.set(b);
+  rig.model.reset_aux_loss();
   rig.step(1.0f);   // loss = sum of NLL over masked tokens
   test::ReferenceModel ref = reference_of(rig);
+  if (s.n_experts > 0) {   // the load-balancing losses the metrics report, padding left out
+    nll(ref, b);
+    EXPECT_NEAR(rig.model.aux_loss(), ref.aux_loss(), 1e-5 * ref.aux_loss()) << "MoE load-balancing loss";
+  }
   std::mt19937 gen(5);
   int checked = 0;
   double worst = 0;

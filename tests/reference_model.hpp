@@ -29,11 +29,16 @@ class ReferenceModel {
   // The load-balancing losses of the last logp(), summed over MoE layers (unweighted).
   double aux_loss() const { return aux_; }
 
-  // Per-token log-probabilities of `targets` for B sequences of S tokens.
+  // Per-token log-probabilities of `targets` for B sequences of S tokens. With `row_tokens`
+  // (B) the load-balancing loss counts row b's first row_tokens[b] tokens only (the rest is
+  // padding, as HF's attention_mask marks it).
   std::vector<double> logp(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, int B,
-                           int S) const {
+                           int S, const std::vector<std::int32_t>& row_tokens = {}) const {
     const int N = B * S, D = s_.d_model, hd = s_.head_dim, H = s_.n_heads, Hk = s_.n_kv_heads, F = s_.d_ff;
     aux_ = 0;
+    std::vector<bool> counted(N, true);
+    for (std::size_t b = 0; b < row_tokens.size(); ++b)
+      for (int t = row_tokens[b]; t < S; ++t) counted[b * S + t] = false;
     std::vector<double> x(std::size_t(N) * D);
     const double* emb = p(0, "model.embed_tokens.weight");
     for (int n = 0; n < N; ++n)
@@ -74,7 +79,7 @@ class ReferenceModel {
       for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
       auto h2 = rmsnorm(x, N, D, p(u, pre + "post_attention_layernorm.weight"));
       if (s_.moe_layer(l)) {
-        moe(h2, N, u, pre, x);
+        moe(h2, N, u, pre, counted, x);
         continue;
       }
       auto gt = adapted(h2, N, D, u, pre + "mlp.gate_proj", F);
@@ -99,11 +104,13 @@ class ReferenceModel {
  private:
   // Qwen3-MoE MLP: softmax router, top k (ties to the lower index), gates renormalised; each
   // expert a SwiGLU; plus the shared expert; x += the result. Adds the layer's load-balancing
-  // loss E * sum_e (c_e / N) * mean_n p(n, e) to aux_.
-  void moe(const std::vector<double>& h2, int N, int u, const std::string& pre, std::vector<double>& x) const {
+  // loss E * sum_e (c_e / Nc) * mean_n p(n, e) to aux_, over the Nc counted tokens n.
+  void moe(const std::vector<double>& h2, int N, int u, const std::string& pre, const std::vector<bool>& counted,
+           std::vector<double>& x) const {
     const int D = s_.d_model, E = s_.n_experts, k = s_.top_k, Fe = s_.d_ff_expert;
     auto logits = linear(h2, N, D, p(u, pre + "mlp.gate.weight"), E);
     std::vector<double> count(E, 0), mean_p(E, 0);
+    const double Nc = static_cast<double>(std::count(counted.begin(), counted.end(), true));
     // An expert (with its LoRA adapters where the unit has them: lora.experts).
     auto swiglu_expert = [&](const std::vector<double>& in, const std::string& name) {
       auto gt = adapted(in, 1, D, u, name + "gate_proj", Fe);
@@ -116,7 +123,10 @@ class ReferenceModel {
       const double mx = *std::max_element(pr.begin(), pr.end());
       double z = 0;
       for (auto& v : pr) z += (v = std::exp(v - mx));
-      for (int e = 0; e < E; ++e) mean_p[e] += (pr[e] /= z) / N;
+      for (int e = 0; e < E; ++e) {
+        pr[e] /= z;
+        if (counted[n]) mean_p[e] += pr[e] / Nc;
+      }
       std::vector<int> picked;
       std::vector<bool> used(E, false);
       for (int s = 0; s < k; ++s) {
@@ -125,7 +135,7 @@ class ReferenceModel {
           if (!used[e] && (best < 0 || pr[e] > pr[best])) best = e;
         used[best] = true;
         picked.push_back(best);
-        count[best] += 1;
+        if (counted[n]) count[best] += 1;
       }
       double sum = 0;
       for (int e : picked) sum += pr[e];
@@ -139,7 +149,7 @@ class ReferenceModel {
         for (int d = 0; d < D; ++d) x[std::size_t(n) * D + d] += y[d];
       }
     }
-    for (int e = 0; e < E; ++e) aux_ += E * (count[e] / N) * mean_p[e];
+    for (int e = 0; Nc > 0 && e < E; ++e) aux_ += E * (count[e] / Nc) * mean_p[e];
   }
 
   // A dense layer's linear module (its base weight `module`.weight), plus its LoRA adapter when

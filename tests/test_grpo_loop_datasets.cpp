@@ -94,13 +94,15 @@ TEST(FillRows, PadsWithTheGivenId) {
   Sequence s;
   s.ids = {1, 10, 20, 26, kEos};   // the last id is only a target
   s.prompt_len = 2;
-  std::vector<std::int32_t> tokens, targets;
-  fill_rows({s}, 0, 1, 2, 6, 31, tokens, targets);   // the second row is all padding
+  std::vector<std::int32_t> tokens, targets, row_tokens;
+  fill_rows({s}, 0, 1, 2, 6, 31, tokens, targets, row_tokens);   // the second row is all padding
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{1, 10, 20, 26, 31, 31, 31, 31, 31, 31, 31, 31}));
   EXPECT_EQ(targets, (std::vector<std::int32_t>{10, 20, 26, kEos, 31, 31, 31, 31, 31, 31, 31, 31}));
-  fill_rows({s}, 0, 1, 1, 6, 258, tokens, targets);
+  EXPECT_EQ(row_tokens, (std::vector<std::int32_t>{4, 0}));
+  fill_rows({s}, 0, 1, 1, 6, 258, tokens, targets, row_tokens);
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{1, 10, 20, 26, 258, 258}));
   EXPECT_EQ(targets, (std::vector<std::int32_t>{10, 20, 26, kEos, 258, 258}));
+  EXPECT_EQ(row_tokens, (std::vector<std::int32_t>{4}));
 }
 
 Sequence sequence_of(int positions, std::int32_t first_id) {
@@ -122,11 +124,12 @@ TEST(PackRows, FirstFitInOrderWithPositionsRestarting) {
   EXPECT_EQ(p.offset_of, (std::vector<int>{0, 0, 5, 4, 7}));
   EXPECT_EQ(p.slot(seqs, 0, 3, 0, 0), std::size_t(8 + 4));   // row 1, offset 4, trained token 0 at position 0
   EXPECT_EQ(p.slot(seqs, 0, 3, 2, 1), std::size_t(4 + 2));   // with row 1 the micro-batch's first
-  std::vector<std::int32_t> tokens, targets, positions;
-  fill_packed_rows(seqs, p, 1, 2, 99, tokens, targets, positions);   // row 1, then a row of padding
+  std::vector<std::int32_t> tokens, targets, positions, row_tokens;
+  fill_packed_rows(seqs, p, 1, 2, 99, tokens, targets, positions, row_tokens);   // row 1, then a row of padding
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{20, 21, 22, 23, 40, 41, 42, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
   EXPECT_EQ(targets, (std::vector<std::int32_t>{21, 22, 23, 24, 41, 42, 43, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
   EXPECT_EQ(positions, (std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(row_tokens, (std::vector<std::int32_t>{7, 0}));
   const PackedRows one = pack_rows(seqs, 1, 4, 8, false);
   ASSERT_EQ(one.rows.size(), 3u);
   EXPECT_EQ(one.row_of, (std::vector<int>{0, 1, 2}));

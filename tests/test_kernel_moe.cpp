@@ -55,22 +55,31 @@ RouterRef router_ref(const RouterShape& rs, bool renormalize, const std::vector<
   return r;
 }
 
-std::vector<int> counts_of(const RouterShape& rs, const std::vector<int>& expert) {
-  std::vector<int> c(rs.E, 0);
-  for (int e : expert) ++c[e];
+// Counted tokens per expert, then (entry E) counted tokens; `counted` empty: every token.
+std::vector<int> counts_of(const RouterShape& rs, const std::vector<int>& expert, const std::vector<int>& counted) {
+  std::vector<int> c(rs.E + 1, 0);
+  for (int n = 0; n < rs.N; ++n) {
+    if (!counted.empty() && !counted[n]) continue;
+    ++c[rs.E];
+    for (int s = 0; s < rs.k; ++s) ++c[expert[n * rs.k + s]];
+  }
   return c;
 }
 
-// The objective whose gradient router_backward computes: sum dgate * gate + aux loss.
+// The objective whose gradient router_backward computes: sum dgate * gate + aux loss over the
+// counted tokens.
 double router_objective(const RouterShape& rs, bool renormalize, double aux_coef, const std::vector<double>& logits,
-                        const std::vector<double>& dgate, const std::vector<int>& fixed, const std::vector<int>& counts) {
+                        const std::vector<double>& dgate, const std::vector<int>& fixed, const std::vector<int>& counted,
+                        const std::vector<int>& counts) {
   const RouterRef r = router_ref(rs, renormalize, logits, &fixed);
   double f = 0;
   for (std::size_t a = 0; a < r.gate.size(); ++a) f += dgate[a] * r.gate[a];
+  const double Nc = counts[rs.E];
   for (int e = 0; e < rs.E; ++e) {
     double P = 0;
-    for (int n = 0; n < rs.N; ++n) P += r.probs[n * rs.E + e];
-    f += aux_coef * rs.E * (double(counts[e]) / rs.N) * (P / rs.N);
+    for (int n = 0; n < rs.N; ++n)
+      if (counted.empty() || counted[n]) P += r.probs[n * rs.E + e];
+    f += aux_coef * rs.E * (double(counts[e]) / Nc) * (P / Nc);
   }
   return f;
 }
@@ -130,20 +139,54 @@ TYPED_TEST(MoeKernel, RouterTiesGoToTheLowerIndex) {
 
 // Probabilities chosen by hand (logits = their logs), top-1: experts 0, 1, 2, 0, so c = (2, 1, 1),
 // P = (0.375, 0.325, 0.3) and L = coef * 3 * (2/4 * 0.375 + 1/4 * 0.325 + 1/4 * 0.3) = coef * 1.03125.
-TEST(MoeRouter, AuxLossHandComputed) {
-  const RouterShape rs{4, 3, 1};
+// Then the same four tokens among two padding tokens (both picking expert 1), which the counted
+// mask leaves out: the same counts and loss. Counting them would give c = (2, 3, 1) over 6.
+TEST(MoeRouter, AuxLossHandComputedPaddingLeftOut) {
   const std::vector<double> p = {0.5, 0.3, 0.2, 0.1, 0.6, 0.3, 0.2, 0.2, 0.6, 0.7, 0.2, 0.1};
-  std::vector<double> logits(p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) logits[i] = std::log(p[i]);
-  Buffer<float> l(12), probs(12), gate(4), loss(1);
+  const std::vector<double> pad = {0.1, 0.8, 0.1};
+  for (bool padded : {false, true}) {
+    SCOPED_TRACE(padded ? "padded" : "no padding");
+    std::vector<double> rows = p;
+    std::vector<double> counted_h = {1, 1, 1, 1};
+    if (padded) {   // padding at positions 1 and 4
+      rows.insert(rows.begin() + 3, pad.begin(), pad.end());
+      rows.insert(rows.end(), pad.begin(), pad.end());
+      counted_h = {1, 0, 1, 1, 1, 0};
+    }
+    const RouterShape rs{static_cast<int>(counted_h.size()), 3, 1};
+    std::vector<double> logits(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) logits[i] = std::log(rows[i]);
+    Buffer<float> l(static_cast<long>(logits.size())), probs(static_cast<long>(logits.size())), gate(rs.N), loss(1);
+    l.set(logits);
+    Buffer<std::int32_t> expert(rs.N), counts(4), counted(rs.N);
+    counted.set(counted_h);
+    const std::int32_t* mask = padded ? counted.data() : nullptr;
+    kernels::router_forward<float>(ExecSpace(), rs, false, l.data(), probs.data(), expert.data(), gate.data());
+    kernels::router_counts(ExecSpace(), rs, expert.data(), mask, counts.data());
+    kernels::router_aux_loss(ExecSpace(), rs, 0.01f, probs.data(), mask, counts.data(), loss.data());
+    EXPECT_EQ(expert.host(), padded ? (std::vector<double>{0, 1, 1, 2, 0, 1}) : (std::vector<double>{0, 1, 2, 0}));
+    EXPECT_EQ(counts.host(), (std::vector<double>{2, 1, 1, 4}));
+    expect_close(loss.host(), {0.01 * 1.03125}, 1e-6, 0.0, "aux loss");
+  }
+}
+
+// No counted token (a micro-batch of padding only): no loss, and no aux gradient.
+TEST(MoeRouter, AuxLossOfOnlyPaddingIsZero) {
+  const RouterShape rs{3, 4, 2};
+  const std::vector<double> logits = random_values<float>(12, 77, -2.0, 2.0);
+  Buffer<float> l(12), probs(12), gate(6), loss(1), dgate(6), dlogits(12);
   l.set(logits);
-  Buffer<std::int32_t> expert(4), counts(3);
-  kernels::router_forward<float>(ExecSpace(), rs, false, l.data(), probs.data(), expert.data(), gate.data());
-  kernels::router_counts(ExecSpace(), rs, expert.data(), counts.data());
-  kernels::router_aux_loss(ExecSpace(), rs, 0.01f, probs.data(), counts.data(), loss.data());
-  EXPECT_EQ(expert.host(), (std::vector<double>{0, 1, 2, 0}));
-  EXPECT_EQ(counts.host(), (std::vector<double>{2, 1, 1}));
-  expect_close(loss.host(), {0.01 * 1.03125}, 1e-6, 0.0, "aux loss");
+  dgate.set(std::vector<double>(6, 0.0));
+  Buffer<std::int32_t> expert(6), counts(5), counted(3);
+  counted.set({0, 0, 0});
+  kernels::router_forward<float>(ExecSpace(), rs, true, l.data(), probs.data(), expert.data(), gate.data());
+  kernels::router_counts(ExecSpace(), rs, expert.data(), counted.data(), counts.data());
+  kernels::router_aux_loss(ExecSpace(), rs, 1.0f, probs.data(), counted.data(), counts.data(), loss.data());
+  kernels::router_backward<float>(ExecSpace(), rs, true, 1.0f, probs.data(), expert.data(), gate.data(),
+                                  counted.data(), counts.data(), dgate.data(), dlogits.data());
+  EXPECT_EQ(counts.host(), std::vector<double>(5, 0.0));
+  EXPECT_EQ(loss.host(), std::vector<double>{0.0});
+  EXPECT_EQ(dlogits.host(), std::vector<double>(12, 0.0));
 }
 
 // router_backward against central differences of the fp64 objective (experts held fixed).
@@ -152,41 +195,51 @@ TYPED_TEST(MoeKernel, RouterBackwardMatchesFiniteDifferences) {
   std::uint64_t seed = 500;
   for (const RouterShape rs : {RouterShape{6, 4, 2}, RouterShape{9, 8, 3}, RouterShape{4, 5, 1}})
     for (bool renormalize : {false, true})
-      for (double aux_coef : {0.0, 0.1}) {
-        SCOPED_TRACE("E=" + std::to_string(rs.E) + " k=" + std::to_string(rs.k) + (renormalize ? " renormalised" : "") +
-                     " aux " + std::to_string(aux_coef));
-        const std::vector<double> logits = random_values<T>(static_cast<long>(rs.N) * rs.E, ++seed, -2.0, 2.0);
-        const std::vector<double> dgate = random_values<float>(static_cast<long>(rs.N) * rs.k, ++seed);
-        Buffer<T> l(static_cast<long>(logits.size()));
-        l.set(logits);
-        Buffer<float> probs(static_cast<long>(rs.N) * rs.E), gate(static_cast<long>(rs.N) * rs.k),
-            dg(static_cast<long>(rs.N) * rs.k);
-        dg.set(dgate);
-        Buffer<std::int32_t> expert(static_cast<long>(rs.N) * rs.k), counts(rs.E);
-        Buffer<T> dlogits(static_cast<long>(logits.size()));
-        dlogits.poison();
-        kernels::router_forward<T>(ExecSpace(), rs, renormalize, l.data(), probs.data(), expert.data(), gate.data());
-        kernels::router_counts(ExecSpace(), rs, expert.data(), counts.data());
-        kernels::router_backward<T>(ExecSpace(), rs, renormalize, static_cast<float>(aux_coef), probs.data(),
-                                    expert.data(), gate.data(), counts.data(), dg.data(), dlogits.data());
-        std::vector<int> fixed, c;
-        for (double e : expert.host()) fixed.push_back(static_cast<int>(e));
-        c = counts_of(rs, fixed);
-        std::vector<double> want(logits.size());
-        const double h = 1e-5;
-        for (std::size_t i = 0; i < logits.size(); ++i) {
-          std::vector<double> up = logits, down = logits;
-          up[i] += h;
-          down[i] -= h;
-          want[i] = (router_objective(rs, renormalize, aux_coef, up, dgate, fixed, c) -
-                     router_objective(rs, renormalize, aux_coef, down, dgate, fixed, c)) /
-                    (2 * h);
+      for (double aux_coef : {0.0, 0.1})
+        for (bool padded : {false, true}) {
+          SCOPED_TRACE("E=" + std::to_string(rs.E) + " k=" + std::to_string(rs.k) + (renormalize ? " renormalised" : "") +
+                       " aux " + std::to_string(aux_coef) + (padded ? " padded" : ""));
+          // Padded: every third token is padding, left out of the aux loss.
+          std::vector<int> counted_h;
+          for (int n = 0; padded && n < rs.N; ++n) counted_h.push_back(n % 3 != 1);
+          Buffer<std::int32_t> counted(rs.N);
+          if (padded) counted.set(std::vector<double>(counted_h.begin(), counted_h.end()));
+          const std::int32_t* mask = padded ? counted.data() : nullptr;
+          const std::vector<double> logits = random_values<T>(static_cast<long>(rs.N) * rs.E, ++seed, -2.0, 2.0);
+          const std::vector<double> dgate = random_values<float>(static_cast<long>(rs.N) * rs.k, ++seed);
+          Buffer<T> l(static_cast<long>(logits.size()));
+          l.set(logits);
+          Buffer<float> probs(static_cast<long>(rs.N) * rs.E), gate(static_cast<long>(rs.N) * rs.k),
+              dg(static_cast<long>(rs.N) * rs.k);
+          dg.set(dgate);
+          Buffer<std::int32_t> expert(static_cast<long>(rs.N) * rs.k), counts(rs.E + 1);
+          Buffer<T> dlogits(static_cast<long>(logits.size()));
+          dlogits.poison();
+          kernels::router_forward<T>(ExecSpace(), rs, renormalize, l.data(), probs.data(), expert.data(), gate.data());
+          kernels::router_counts(ExecSpace(), rs, expert.data(), mask, counts.data());
+          kernels::router_backward<T>(ExecSpace(), rs, renormalize, static_cast<float>(aux_coef), probs.data(),
+                                      expert.data(), gate.data(), mask, counts.data(), dg.data(), dlogits.data());
+          std::vector<int> fixed, c;
+          for (double e : expert.host()) fixed.push_back(static_cast<int>(e));
+          c = counts_of(rs, fixed, counted_h);
+          std::vector<double> want_counts;
+          for (int x : c) want_counts.push_back(x);
+          EXPECT_EQ(counts.host(), want_counts) << "counts";
+          std::vector<double> want(logits.size());
+          const double h = 1e-5;
+          for (std::size_t i = 0; i < logits.size(); ++i) {
+            std::vector<double> up = logits, down = logits;
+            up[i] += h;
+            down[i] -= h;
+            want[i] = (router_objective(rs, renormalize, aux_coef, up, dgate, fixed, counted_h, c) -
+                       router_objective(rs, renormalize, aux_coef, down, dgate, fixed, counted_h, c)) /
+                      (2 * h);
+          }
+          double scale = 0;
+          for (double w : want) scale = std::max(scale, std::fabs(w));
+          // fp32 arithmetic, then one rounding to T; finite differences of fp64 are good to ~h^2.
+          expect_close(dlogits.host(), want, 2 * unit_roundoff<T>(), 1e-5 * scale + 1e-9, "dlogits");
         }
-        double scale = 0;
-        for (double w : want) scale = std::max(scale, std::fabs(w));
-        // fp32 arithmetic, then one rounding to T; finite differences of fp64 are good to ~h^2.
-        expect_close(dlogits.host(), want, 2 * unit_roundoff<T>(), 1e-5 * scale + 1e-9, "dlogits");
-      }
 }
 
 TEST(MoePermutation, GroupsAssignmentsByExpertInTokenOrder) {

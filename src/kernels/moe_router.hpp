@@ -5,7 +5,8 @@
 //   L_aux = coef * E * sum_e (c_e / N) * P_e,
 // c_e = tokens that picked expert e in any of their k slots, P_e = mean over tokens of p(n, e).
 // The counts are treated as constants (they are not differentiable), so dL_aux/dp(n, e) =
-// coef * E * c_e / N^2.
+// coef * E * c_e / N^2. Like HF's attention_mask there, `counted` (N, 1 or 0; null: all) leaves
+// padding tokens out of the loss: out of N, c_e, P_e and the gradient.
 #pragma once
 
 #include <cmath>
@@ -63,31 +64,39 @@ void router_forward(const ExecSpace& space, const RouterShape& rs, bool renormal
       });
 }
 
-// c_e: how many tokens picked expert e (in any slot). Written, not accumulated. Integer sums
-// in a fixed order: exact and deterministic.
+// counts[e] (e < E): how many counted tokens picked expert e (in any slot); counts[E]: how many
+// tokens are counted. Written, not accumulated. Integer sums in a fixed order: exact and
+// deterministic.
 inline void router_counts(const ExecSpace& space, const RouterShape& rs, const std::int32_t* expert,
-                          std::int32_t* counts) {   // (E)
-  const int N = rs.N, k = rs.k;
+                          const std::int32_t* counted,   // (N) or null
+                          std::int32_t* counts) {        // (E + 1)
+  const int N = rs.N, E = rs.E, k = rs.k;
   Kokkos::parallel_for(
-      "router_counts", Kokkos::RangePolicy<ExecSpace>(space, 0, rs.E), KOKKOS_LAMBDA(const int e) {
+      "router_counts", Kokkos::RangePolicy<ExecSpace>(space, 0, E + 1), KOKKOS_LAMBDA(const int e) {
         std::int32_t c = 0;
-        for (long i = 0; i < static_cast<long>(N) * k; ++i) c += expert[i] == e ? 1 : 0;
+        for (long n = 0; n < N; ++n) {
+          if (counted && !counted[n]) continue;
+          if (e == E) ++c;
+          else for (int s = 0; s < k; ++s) c += expert[n * k + s] == e ? 1 : 0;
+        }
         counts[e] = c;
       });
 }
 
-// loss[0] = coef * E * sum_e (c_e / N) * P_e (written), P_e = mean_n probs(n, e), summed over
-// tokens and experts in a fixed order.
+// loss[0] = coef * E * sum_e (c_e / N) * P_e (written), P_e = the mean of probs(n, e) over the
+// counted tokens (N = counts[E] of them; none: 0), summed over tokens and experts in a fixed order.
 inline void router_aux_loss(const ExecSpace& space, const RouterShape& rs, float coef, const float* probs,
-                            const std::int32_t* counts, float* loss) {
+                            const std::int32_t* counted, const std::int32_t* counts, float* loss) {
   const int N = rs.N, E = rs.E;
   Kokkos::parallel_for(
       "router_aux_loss", Kokkos::RangePolicy<ExecSpace>(space, 0, 1), KOKKOS_LAMBDA(const int) {
+        const float Nc = static_cast<float>(counts[E]);
         float total = 0.0f;
-        for (int e = 0; e < E; ++e) {
+        for (int e = 0; Nc > 0.0f && e < E; ++e) {
           float P = 0.0f;
-          for (int n = 0; n < N; ++n) P += probs[static_cast<long>(n) * E + e];
-          total += static_cast<float>(counts[e]) / N * (P / N);
+          for (int n = 0; n < N; ++n)
+            if (!counted || counted[n]) P += probs[static_cast<long>(n) * E + e];
+          total += static_cast<float>(counts[e]) / Nc * (P / Nc);
         }
         loss[0] = coef * E * total;
       });
@@ -95,14 +104,15 @@ inline void router_aux_loss(const ExecSpace& space, const RouterShape& rs, float
 
 // dlogits(n, :) from the gradient of the gate weights dgate (N, k) and the auxiliary loss
 // (scaled by aux_coef; 0 leaves it out): through the renormalisation (if any), onto the picked
-// probabilities, plus coef * E * c_e / N^2 on every probability, then through the softmax.
-// Written, not accumulated.
+// probabilities, plus coef * E * c_e / N^2 on every counted token's probability, then through
+// the softmax. Written, not accumulated.
 template <class T>
 void router_backward(const ExecSpace& space, const RouterShape& rs, bool renormalize, float aux_coef,
                      const float* probs,            // (N, E) from forward
                      const std::int32_t* expert,    // (N, k) from forward
                      const float* gate,             // (N, k) from forward
-                     const std::int32_t* counts,    // (E) from router_counts (read only if aux_coef != 0)
+                     const std::int32_t* counted,   // (N) or null: as router_counts had it
+                     const std::int32_t* counts,    // (E + 1) from router_counts (read only if aux_coef != 0)
                      const float* dgate,            // (N, k)
                      T* dlogits) {                  // (N, E)
   const int N = rs.N, E = rs.E, k = rs.k;
@@ -110,7 +120,8 @@ void router_backward(const ExecSpace& space, const RouterShape& rs, bool renorma
       "router_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, N), KOKKOS_LAMBDA(const long n) {
         const float* p = probs + n * E;
         // dp(e) is recomputed where it is needed (E and k are small), so no scratch row.
-        const float aux = aux_coef != 0.0f ? aux_coef * E / (static_cast<float>(N) * N) : 0.0f;
+        const float Nc = aux_coef != 0.0f ? static_cast<float>(counts[E]) : 0.0f;
+        const float aux = aux_coef != 0.0f && Nc > 0.0f && (!counted || counted[n]) ? aux_coef * E / (Nc * Nc) : 0.0f;
         // The picked probabilities' gradient: without renormalisation dgate itself; with it,
         // (dgate_s - sum_t dgate_t gate_t) / Z, Z = sum of the picked probabilities.
         float Z = 0.0f, dg_dot_g = 0.0f;

@@ -68,7 +68,9 @@ MoeLayers::MoeLayers(const ModelOptions& options, const ExecSpace& space, Gemm& 
     lora_t_ = make("moe_lora_t", R * std::size_t(s.lora.rank) * es);
     if (training) lora_dt_ = make("moe_lora_dt", R * std::size_t(s.lora.rank) * es);
   }
-  counts_ = make("moe_counts", E * i4);
+  counts_ = make("moe_counts", (E + 1) * i4);
+  counted_ = make.ids("moe_counted", N);
+  counted_h_.resize(N);
   aux_ = make.kept("moe_aux", 2 * f4);
   expert_h_.resize(A);
   order_h_.resize(A);
@@ -288,8 +290,8 @@ void MoeLayers::forward(int set, const LayerOffsets& o, const T* w, const T* h2,
   if (ep) return_from_experts<T>(y_rows, yp);
   kernels::moe_combine(space_, N, k, D, m.pos.as<std::int32_t>(), m.gate.as<float>(), yp, out, true);
   if (track_aux) {   // the layer's load-balancing loss, for the metrics
-    kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), counts_.as<std::int32_t>());
-    kernels::router_aux_loss(space_, rs, 1.0f, m.probs.as<float>(), counts_.as<std::int32_t>(),
+    kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), counted(), counts_.as<std::int32_t>());
+    kernels::router_aux_loss(space_, rs, 1.0f, m.probs.as<float>(), counted(), counts_.as<std::int32_t>(),
                              aux_.as<float>());
     kernels::add_scaled(space_, aux_.as<float>(), aux_.as<float>() + 1, aux_loss_weight_, 1);
   }
@@ -383,10 +385,11 @@ void MoeLayers::backward(int set, const LayerOffsets& o, const T* w, float* g, b
   // Router: through the gates (and the load-balancing loss) to its logits.
   const kernels::RouterShape rs{N, E, k};
   const float aux = options_.aux_loss_coef * aux_loss_weight_;
-  if (aux != 0.0f) kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), counts_.as<std::int32_t>());
+  if (aux != 0.0f)
+    kernels::router_counts(space_, rs, m.expert.as<std::int32_t>(), counted(), counts_.as<std::int32_t>());
   T* drouter = drouter_.as<T>();
   kernels::router_backward(space_, rs, true, aux, m.probs.as<float>(), m.expert.as<std::int32_t>(),
-                           m.gate.as<float>(), counts_.as<std::int32_t>(), dgate, drouter);
+                           m.gate.as<float>(), counted(), counts_.as<std::int32_t>(), dgate, drouter);
   mm.gemm(Op::N, Op::N, N, D, E, 1.0f, drouter, E, w + o.router, D, 1.0f, dh, D);
   if (base_g) wgrad_.add(static_cast<const T*>(drouter), h2, base_g + o.router, E, D, N);
 }
@@ -407,6 +410,20 @@ void MoeLayers::expert_weight_grads(const T* dY, int ld_dy, const T* X, int ld_x
   for (int e = 0; e < E; ++e)
     wgrad_.add(dY + long(offsets[e]) * ld_dy, ld_dy, X + long(offsets[e]) * ld_x, ld_x, g + first + e * stride, out, in,
                offsets[e + 1] - offsets[e]);
+}
+
+void MoeLayers::set_counted_tokens(const std::int32_t* row_tokens, int B, int S) {
+  every_token_counted_ = row_tokens == nullptr;
+  if (every_token_counted_) return;
+  const std::size_t N = std::size_t(B) * S;
+  SHARDRL_CHECK(N <= counted_h_.size(), "a batch larger than the MoE buffers");
+  for (int b = 0; b < B; ++b) {
+    SHARDRL_CHECK(row_tokens[b] >= 0 && row_tokens[b] <= S,
+                  fmt::format("row {} of the batch: {} tokens in a row of {}", b, row_tokens[b], S));
+    for (int t = 0; t < S; ++t) counted_h_[std::size_t(b) * S + t] = t < row_tokens[b] ? 1 : 0;
+  }
+  Kokkos::deep_copy(space_, DeviceInts(counted_.data(), N), HostInts(counted_h_.data(), N));
+  space_.fence();   // counted_h_ is refilled by the next batch
 }
 
 void MoeLayers::reset_aux_loss() { kernels::fill(space_, aux_.as<float>(), 0.0f, 2); }

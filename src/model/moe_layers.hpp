@@ -52,6 +52,10 @@ class MoeLayers {
   void backward(int set, const LayerOffsets& o, const T* w, float* g, bool base_frozen, const T* h2, const T* dres,
                 T* dh, const SharedExpert& shared, const SharedExpertGrads& grads, int N);
 
+  // Which of the batch's B rows of S tokens the load-balancing loss counts: row b's first
+  // row_tokens[b] (host; null: all), the rest being padding, which Hugging Face's
+  // attention_mask leaves out of its load_balancing_loss_func too.
+  void set_counted_tokens(const std::int32_t* row_tokens, int B, int S);
   const MoeCallCounters& calls() const { return calls_; }
   void set_aux_loss_weight(float weight) { aux_loss_weight_ = weight; }
   void reset_aux_loss();
@@ -78,6 +82,7 @@ class MoeLayers {
     std::vector<std::int32_t> send_counts, recv_counts, to_local_h, to_source_h;   // host scratch
   };
 
+  const std::int32_t* counted() const { return every_token_counted_ ? nullptr : counted_.data(); }
   template <class T> void dispatch_to_experts(const LayerBuffers& m);
   template <class T> void return_from_experts(const T* local_rows, T* out);
   template <class T> const T* gradients_to_experts(const T* dyp);
@@ -128,11 +133,14 @@ class MoeLayers {
   DeviceBytes dea_, deg_, deu_;                // (R, Fe) each
   DeviceBytes drouter_;                        // (N, E)
   DeviceBytes lora_t_, lora_dt_;               // LoRA on experts: (R, rank) each, compute type
-  DeviceBytes counts_;                         // (E) int32: tokens routed to each expert
+  DeviceBytes counts_;                         // (E + 1) int32: counted tokens routed to each expert, and all
+  LedgerView<std::int32_t> counted_;           // (N): 1 for the tokens the aux loss counts, 0 for padding
+  bool every_token_counted_ = true;            // counted_ not read: the kernels get null
   // One layer's load-balancing loss, then the weighted sum that aux_loss() reads: (2) fp32, kept
   // across phases (not in the arena).
   DeviceBytes aux_;
   std::vector<std::int32_t> expert_h_, order_h_, pos_h_;   // (A) each: the routing on the host
+  std::vector<std::int32_t> counted_h_;        // (N): counted_'s host side
   ExchangeBuffers ep_;                         // with expert parallelism only
   MoeCallCounters calls_;
   float aux_loss_weight_ = 1.0f;

@@ -337,7 +337,7 @@ void Transformer::reset_aux_loss() {
 double Transformer::aux_loss() const { return moe_ ? moe_->aux_loss() : 0.0; }
 
 void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
-                            const std::int32_t* positions) {
+                            const std::int32_t* positions, const std::int32_t* row_tokens) {
   SHARDRL_CHECK(B >= 1 && B <= options_.max_batch && S >= 1 && S <= options_.max_seq_len &&
                     std::size_t(B) * S <= tokens_per_forward(),
                 fmt::format("batch ({}, {}) outside the buffers' ({}, {}), {} tokens", B, S, options_.max_batch,
@@ -372,6 +372,7 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
     Kokkos::deep_copy(space_, a.token_order.view(), a.token_order_h);
     Kokkos::deep_copy(space_, a.token_starts.view(), a.token_starts_h);
   }
+  if (moe_) moe_->set_counted_tokens(row_tokens, B, S);
 }
 
 void Transformer::set_prefill_sequences(const std::int32_t* sequences) {

@@ -112,10 +112,12 @@ class Transformer {
   // The batch: B rows of S positions; tokens and next-token targets as (B, S) host arrays.
   // Without `positions` each row is one right-padded sequence. With them a row may pack
   // several sequences: positions[n] is token n's index in its own sequence (0 starts a new
-  // one), so attention and RoPE never cross from one sequence into the next. Copied into
-  // preallocated device buffers (nothing allocated).
+  // one), so attention and RoPE never cross from one sequence into the next. With `row_tokens`
+  // (B) row b's first row_tokens[b] tokens are the batch's and the rest padding, which MoE
+  // layers leave out of their load-balancing loss (null: no padding). Copied into preallocated
+  // device buffers (nothing allocated).
   void set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
-                 const std::int32_t* positions = nullptr);
+                 const std::int32_t* positions = nullptr, const std::int32_t* row_tokens = nullptr);
   int tokens_in_batch() const { return B_ * S_; }
   int batch_rows() const { return B_; }
   int batch_seq_len() const { return S_; }

@@ -196,9 +196,9 @@ double GrpoLoop::sum_over_ranks(std::vector<double>& values) {
 }
 
 void GrpoLoop::set_micro_batch(const std::vector<Sequence>& seqs, int first, int end) {
-  std::vector<std::int32_t> tokens, targets;
-  fill_rows(seqs, first, end, micro_rows_, seq_len_, pad_id_, tokens, targets);
-  model_.set_batch(tokens.data(), targets.data(), micro_rows_, seq_len_);
+  std::vector<std::int32_t> tokens, targets, row_tokens;
+  fill_rows(seqs, first, end, micro_rows_, seq_len_, pad_id_, tokens, targets, row_tokens);
+  model_.set_batch(tokens.data(), targets.data(), micro_rows_, seq_len_, nullptr, row_tokens.data());
 }
 
 TrainStats GrpoLoop::warmup_step(std::int64_t step) {
@@ -333,10 +333,12 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   }
   max_on_host(comm_.host_comm(), micro);
   // Sets micro-batch m of minibatch k on the model; calls f(i, r) for each sequence i in it.
-  std::vector<std::int32_t> tokens, targets, positions;
+  std::vector<std::int32_t> tokens, targets, positions, row_tokens;
   auto set_micro = [&](int k, int m) {
-    fill_packed_rows(b.sequences, layout[k], m * micro_rows_, micro_rows_, pad_id_, tokens, targets, positions);
-    model_.set_batch(tokens.data(), targets.data(), micro_rows_, layout[k].row_len, positions.data());
+    fill_packed_rows(b.sequences, layout[k], m * micro_rows_, micro_rows_, pad_id_, tokens, targets, positions,
+                     row_tokens);
+    model_.set_batch(tokens.data(), targets.data(), micro_rows_, layout[k].row_len, positions.data(),
+                     row_tokens.data());
   };
   auto for_each_sequence = [&](int k, int m, auto&& f) {
     const auto& rows_k = layout[k].rows;

@@ -9,15 +9,18 @@
 namespace shardrl {
 
 void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int count, int S, std::int32_t pad,
-               std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets) {
+               std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets,
+               std::vector<std::int32_t>& row_tokens) {
   tokens.assign(std::size_t(count) * S, pad);
   targets.assign(tokens.size(), pad);
+  row_tokens.assign(count, 0);
   for (int r = 0; r < count; ++r) {
     const int i = first + r;
     if (i >= end) continue;
     const auto& ids = sequences[i].ids;
     SHARDRL_CHECK(static_cast<int>(ids.size()) <= S + 1,
                   fmt::format("a sequence of {} ids does not fit {} positions", ids.size(), S));
+    row_tokens[r] = static_cast<std::int32_t>(ids.size()) - 1;
     for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
       tokens[std::size_t(r) * S + t] = ids[t];
       targets[std::size_t(r) * S + t] = ids[t + 1];
@@ -60,11 +63,12 @@ int row_length(const std::vector<Sequence>& sequences, int first, int end, int g
 
 void fill_packed_rows(const std::vector<Sequence>& sequences, const PackedRows& packed, int first_row, int count,
                       std::int32_t pad, std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets,
-                      std::vector<std::int32_t>& positions) {
+                      std::vector<std::int32_t>& positions, std::vector<std::int32_t>& row_tokens) {
   const int S = packed.row_len;
   tokens.assign(std::size_t(count) * S, pad);
   targets.assign(tokens.size(), pad);
   positions.resize(tokens.size());
+  row_tokens.resize(count);
   for (int r = 0; r < count; ++r) {
     const std::size_t row = std::size_t(r) * S;
     int at = 0;
@@ -77,6 +81,7 @@ void fill_packed_rows(const std::vector<Sequence>& sequences, const PackedRows& 
           positions[row + at] = static_cast<std::int32_t>(t);
         }
       }
+    row_tokens[r] = at;
     for (int k = 0; at < S; ++at, ++k) positions[row + at] = k;   // the tail: a padding sequence
   }
 }
