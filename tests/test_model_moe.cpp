@@ -101,6 +101,24 @@ TEST(Model, MoeGroupedAndLoopAgreeAndCountersShowThePaths) {
       }
 }
 
+// An MoE layer's MLP is its experts (and its shared expert): the dense MLP's width d_ff sizes no
+// buffer of a model whose every layer is MoE, stored per layer or one set with recompute. With a
+// dense layer among them it does.
+TEST(Model, MoeLayersKeepNoDenseMlpBuffers) {
+  for (bool shared : {false, true})
+    for (bool recompute : {false, true}) {
+      const std::string what = std::string(shared ? "shared expert" : "no shared expert") +
+                               (recompute ? ", recompute" : "");
+      auto bytes = [&](int every, int d_ff) {
+        ModelShape s = moe_shape(every, shared);
+        s.d_ff = d_ff;
+        return Transformer(options(s, Precision::bf16, 2, 16, true, recompute), ExecSpace()).activation_bytes();
+      };
+      const int d_ff = moe_shape(1, shared).d_ff;
+      EXPECT_EQ(bytes(1, d_ff), bytes(1, 4 * d_ff)) << what;
+      EXPECT_LT(bytes(2, d_ff), bytes(2, 4 * d_ff)) << what;
+    }
+}
 
 }  // namespace
 }  // namespace shardrl

@@ -31,7 +31,10 @@ double gib(double bytes) { return bytes / double(1 << 30); }
 
 // The shape's sizes as doubles (the products below overflow 64 bits for absurd keys).
 struct Dims {
-  double V, D, L, F, Hq, Hkv, layer_attention, dense_mlp, moe_router, moe_experts, shared_expert, moe_layers;
+  double V, D, L, Hq, Hkv, layer_attention, dense_mlp, moe_router, moe_experts, shared_expert, moe_layers;
+  // The MLP's hidden width of a dense layer (d_ff) and of an MoE layer's shared expert (0
+  // without one), and the widest layer's.
+  double dense_F, shared_F, F;
   double qk_norm;   // 1 when q and k are normalised per head (their raw projections are kept too)
 };
 
@@ -40,8 +43,6 @@ Dims dims_of(const ModelShape& s) {
   d.V = s.vocab_size;
   d.D = s.d_model;
   d.L = s.n_layers;
-  // The dense MLP's buffers also serve an MoE layer's shared expert (model/transformer.cpp).
-  d.F = std::max<double>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
   d.Hq = double(s.n_heads) * s.head_dim;
   d.Hkv = double(s.n_kv_heads) * s.head_dim;
   d.layer_attention = 2 * d.D + 2 * d.D * d.Hq + 2 * d.D * d.Hkv + (s.qk_norm ? 2.0 * s.head_dim : 0.0);
@@ -50,21 +51,29 @@ Dims dims_of(const ModelShape& s) {
   d.moe_experts = double(s.n_experts) * 3 * d.D * s.d_ff_expert;   // the routed experts, without the shared one
   d.shared_expert = s.shared_expert ? 3 * d.D * s.d_ff_expert : 0;
   d.moe_layers = s.n_experts > 0 ? std::floor(d.L / s.moe_every) : 0;
+  // The dense MLP's buffers serve an MoE layer's shared expert (model/transformer.cpp).
+  d.dense_F = s.d_ff;
+  d.shared_F = s.shared_expert ? s.d_ff_expert : 0;
+  d.F = std::max(d.moe_layers < d.L ? d.dense_F : 0.0, d.moe_layers > 0 ? d.shared_F : 0.0);
   d.qk_norm = s.qk_norm ? 1 : 0;
   return d;
 }
 
-// Activations of `tokens` tokens through `stored` layers' saved tensors (or, for inference, one
-// layer's scratch), in the compute type: the residual stream of every layer boundary, each saved
-// layer's q/k/v, attention output, xmid, the MLP's gate and up, and the shared norm outputs and
-// MLP product.
+// Activations of `tokens` tokens through `stored` layers' saved tensors (every layer's, or one
+// set, with recompute or for inference), in the compute type: the residual stream of every
+// layer boundary, each saved layer's q/k/v, attention output, xmid, the MLP's gate and up, and
+// the shared norm outputs and MLP product.
 double activation_bytes(const Dims& d, double tokens, double residuals, double stored, double es) {
   // Kept per layer: q, k, v (with q/k norms their raw projections instead of q and k), the
-  // attention's output, xmid, gate and up; one layer's worth of the norms' outputs and the MLP's
-  // activation, and with q/k norms of q and k, shared (model/activations.hpp).
-  const double per_layer = d.Hq + 2 * d.Hkv + d.Hq + d.D + 2 * d.F;
+  // attention's output, xmid, and the MLP's gate and up as wide as the layer's (an MoE layer's
+  // shared expert's, with its activation; model/transformer.cpp); one layer's worth of the
+  // norms' outputs and the MLP's activation, and with q/k norms of q and k, shared
+  // (model/activations.hpp).
+  const double attention = d.Hq + 2 * d.Hkv + d.Hq + d.D;
+  const double mlp = stored > 1 ? (d.L - d.moe_layers) * 2 * d.dense_F + d.moe_layers * 3 * d.shared_F
+                                : 2 * d.F + (d.moe_layers > 0 ? d.shared_F : 0.0);
   const double shared = 2 * d.D + d.F + d.qk_norm * (d.Hq + d.Hkv);
-  return tokens * (residuals * d.D + stored * per_layer + shared) * es;
+  return tokens * (residuals * d.D + stored * attention + mlp + shared) * es;
 }
 
 // The decode attention's split workspace (its partials and counters) for steps of up to `rows`

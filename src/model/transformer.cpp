@@ -91,10 +91,18 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
                 fmt::format("max_tokens {} outside [max_batch {}, max_batch x max_seq_len]", options_.max_tokens,
                             options_.max_batch));
   const std::size_t D = s.d_model, V = s.vocab_size;
-  // The dense MLP's hidden buffers also serve an MoE layer's shared expert.
-  const std::size_t F = std::max<std::size_t>(s.d_ff, s.shared_expert ? s.d_ff_expert : 0);
+  // The dense MLP's hidden buffers, per layer as wide as its MLP: a dense layer's d_ff, an MoE
+  // layer's shared expert's d_ff_expert (the routed experts have their own, MoeLayers), or
+  // none. F: the widest, for the buffers one layer at a time uses.
+  const auto mlp_width = [&](int l) -> std::size_t {
+    return s.moe_layer(l) ? (s.shared_expert ? s.d_ff_expert : 0) : s.d_ff;
+  };
+  std::size_t F = 0;
   bool any_moe = false;
-  for (int l = 0; l < s.n_layers; ++l) any_moe |= s.moe_layer(l);
+  for (int l = 0; l < s.n_layers; ++l) {
+    any_moe |= s.moe_layer(l);
+    F = std::max(F, mlp_width(l));
+  }
   const std::size_t Hq = std::size_t(s.n_heads) * s.head_dim, Hkv = std::size_t(s.n_kv_heads) * s.head_dim;
   const std::size_t es = compute_type_size(), f4 = sizeof(float);
   Activations& a = *act_;
@@ -141,10 +149,13 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     la.attn = make("attn", N * Hq * es);
     la.lse = make("lse", N * s.n_heads * f4);
     la.xmid = make("xmid", N * D * es);
-    la.g = make("g", N * F * es);
-    la.u = make("u", N * F * es);
+    const std::size_t Fl = stored == 1 ? F : mlp_width(l);
+    if (Fl > 0) {
+      la.g = make("g", N * Fl * es);
+      la.u = make("u", N * Fl * es);
+    }
     // An MoE layer's shared expert keeps its activation; the shared set serves every layer.
-    if (stored == 1 ? any_moe : s.moe_layer(l)) la.a = make("a", N * F * es);
+    if (s.shared_expert && (stored == 1 ? any_moe : s.moe_layer(l))) la.a = make("a", N * s.d_ff_expert * es);
     la.rstd1 = make("rstd1", N * f4);
     la.rstd2 = make("rstd2", N * f4);
     if (s.lora.on()) la.lora = make("lora", kLoraTargets * N * s.lora.rank * es);
