@@ -44,9 +44,9 @@ double now_seconds() {
 
 // tensorflow/core/util/event.proto: Event { double wall_time = 1; int64 step = 2;
 // oneof what { string file_version = 3; Summary summary = 5; } }
-std::string event(std::int64_t step, const std::string* file_version, const std::string* summary) {
+std::string event(std::int64_t step, double wall_time, const std::string* file_version, const std::string* summary) {
   std::string e;
-  fixed_field(e, 1, now_seconds());
+  fixed_field(e, 1, wall_time);
   key(e, 2, 0);
   varint(e, static_cast<std::uint64_t>(step));
   if (file_version) bytes_field(e, 3, *file_version);
@@ -111,7 +111,7 @@ std::string record(const std::string& data) {
 std::vector<std::string> scalars(const MetricsRecord& fields) {
   std::vector<std::string> values;
   for (std::size_t i = 1; i < fields.size(); ++i)
-    if (std::isfinite(fields[i].second))
+    if (std::isfinite(fields[i].second) && fields[i].first != TensorBoardLog::kWallTime)
       values.push_back(scalar_value(TensorBoardLog::tag_of(fields[i].first), static_cast<float>(fields[i].second)));
   return values;
 }
@@ -120,6 +120,12 @@ std::int64_t step_of(const MetricsRecord& fields) {
   SHARDRL_CHECK(!fields.empty() && fields[0].first == "iteration" && std::isfinite(fields[0].second),
                 "a metrics record starts with its iteration");
   return static_cast<std::int64_t>(fields[0].second);
+}
+
+double wall_time_of(const MetricsRecord& fields) {
+  for (const auto& [name, value] : fields)
+    if (name == TensorBoardLog::kWallTime && std::isfinite(value)) return value;
+  return now_seconds();
 }
 
 std::string host_name() {
@@ -153,13 +159,14 @@ TensorBoardLog::TensorBoardLog(const std::filesystem::path& dir, const std::stri
   {
     std::ofstream first(partial, std::ios::binary | std::ios::trunc);
     const std::string version = "brain.Event:2";
-    first << record(event(0, &version, nullptr));
+    const double start = now_seconds();
+    first << record(event(0, start, &version, nullptr));
     // The config in a code block, so the text plugin keeps its lines.
     const std::string config = summary_of({text_value("config", "```\n" + config_text + "\n```")});
-    first << record(event(0, nullptr, &config));
+    first << record(event(0, start, nullptr, &config));
     for (const auto& h : history) {
       const std::string s = summary_of(scalars(h));
-      first << record(event(step_of(h), nullptr, &s));
+      first << record(event(step_of(h), wall_time_of(h), nullptr, &s));
     }
     first.flush();
     if (!first) throw InputError(fmt::format("cannot write the TensorBoard file '{}'", partial.string()));
@@ -175,7 +182,7 @@ TensorBoardLog::TensorBoardLog(const std::filesystem::path& dir, const std::stri
 
 void TensorBoardLog::write(const MetricsRecord& fields) {
   const std::string s = summary_of(scalars(fields));
-  append(record(event(step_of(fields), nullptr, &s)));
+  append(record(event(step_of(fields), wall_time_of(fields), nullptr, &s)));
 }
 
 void TensorBoardLog::append(const std::string& data) {

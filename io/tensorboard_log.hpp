@@ -27,11 +27,16 @@ class TensorBoardLog {
   TensorBoardLog(const std::filesystem::path& dir, const std::string& config_text,
                  const std::vector<MetricsRecord>& history);
 
-  // One scalar per field but "iteration" (fields[0], the step); non-finite values (metrics.jsonl's
-  // null: not measured) are left out. Flushed. A failed write is an InputError naming the file.
+  // One scalar per field but "iteration" (fields[0], the step) and "time" (kWallTime: the event's
+  // wall time, now where absent); non-finite values (metrics.jsonl's null: not measured) are
+  // left out. Flushed. A failed write is an InputError naming the file.
   void write(const MetricsRecord& fields);
 
   const std::filesystem::path& path() const { return path_; }
+
+  // The field holding when the record was written (Unix seconds): a resumed run's earlier
+  // iterations keep their own time on TensorBoard's wall-time axes.
+  static constexpr const char* kWallTime = "time";
 
   // The tag of a metrics.jsonl field: timings ("*_s", not "*_per_s") under time/, evaluation
   // fields already under eval/, the rest as they are.

@@ -6,7 +6,8 @@ the run's metrics.jsonl and config.toml. Every record's two masked CRC-32Cs are 
 tensorflow/core/framework/summary.proto, tensor.proto, tensor_shape.proto). Checked: one event
 file; its first event the file version; the config as a text summary at step 0; one summary
 per metrics.jsonl record, at its iteration, each step once, holding exactly the record's finite
-fields under their tags with the record's values (as float32).
+fields under their tags with the record's values (as float32), its wall time the record's "time"
+(also for a resumed run's earlier iterations, written again).
   read_tensorboard_events.py RUN_DIR        exit 0: all good; 1: a check failed (printed);
                                             77: protoc, google.protobuf or crcmod missing
 """
@@ -123,19 +124,23 @@ def main():
     if texts[0].tensor.dtype != 7 or config.strip() not in texts[0].tensor.string_val[0].decode():
         fail("the config text summary does not hold config.toml")
 
-    scalars = {}
+    scalars, wall_times = {}, {}
     for e in events:
         if not e.HasField("summary") or any(v.HasField("tensor") for v in e.summary.value):
             continue
         if e.step in scalars:
             fail(f"step {e.step} appears twice")
         scalars[e.step] = {v.tag: v.simple_value for v in e.summary.value}
+        wall_times[e.step] = e.wall_time
     records = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if line.strip()]
     if sorted(scalars) != sorted(r["iteration"] for r in records):
         fail(f"steps {sorted(scalars)} against metrics.jsonl's iterations {[r['iteration'] for r in records]}")
     for r in records:
         want = {tag_of(k): struct.unpack("<f", struct.pack("<f", v))[0]
-                for k, v in r.items() if k != "iteration" and v is not None and math.isfinite(v)}
+                for k, v in r.items() if k not in ("iteration", "time") and v is not None and math.isfinite(v)}
+        if "time" not in r or wall_times[r["iteration"]] != r["time"]:
+            fail(f"iteration {r['iteration']}: wall time {wall_times[r['iteration']]} against the record's "
+                 f"{r.get('time')}")
         got = scalars[r["iteration"]]
         if got != want:
             diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}

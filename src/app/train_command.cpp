@@ -413,7 +413,9 @@ int run_train(const TrainArgs& args) {
       trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));   // the schedule's start as resumed
     }
 
-    const auto record_metrics = [&](const MetricsRecord& record) {
+    const auto record_metrics = [&](MetricsRecord record) {
+      record.emplace_back(TensorBoardLog::kWallTime,
+                          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
       metrics->write(record);
       tensorboard->write(record);
     };

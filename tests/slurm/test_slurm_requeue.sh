@@ -101,7 +101,7 @@ import json, sys
 a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
 n = int(sys.argv[3])
 assert [r["iteration"] for r in a] == list(range(n)), [r["iteration"] for r in a]
-timing = {"rollout_tokens_per_s", "train_tokens_per_s", "rollout_s", "train_s", "mem_peak_bytes"}
+timing = {"rollout_tokens_per_s", "train_tokens_per_s", "rollout_s", "train_s", "mem_peak_bytes", "time"}
 for ra, rb in zip(a, b):
     for k in ra.keys() - timing:
         assert ra[k] == rb[k], f"iteration {ra['iteration']}: {k} {ra[k]} != {rb[k]}"
