@@ -167,6 +167,33 @@ TEST(RlObjective, PackedRowsGiveTheUnpackedTrajectory) {
   expect_same_trajectory(packed, unpacked);
 }
 
+// With MoE layers train.packing keeps one sequence to a row (packing would change each
+// micro-batch's load-balancing loss with the world size) but shortens the rows to the longest
+// sequence's: padding is left out of that loss, so the trajectory is the full rows' to rounding,
+// load-balancing loss included.
+TEST(RlObjective, MoeRowsAsLongAsTheLongestGiveTheFullRowsTrajectory) {
+  Config c = small_moe_config();
+  c.train.seq_len = 64;
+  std::vector<Step> short_rows;
+  {
+    Job job(c, MPI_COMM_WORLD);
+    job.warm_up();
+    for (int it = 0; it < 3; ++it) {
+      RolloutBatch b = job.loop.rollout(it);
+      TrainStats t = job.loop.train(b);
+      EXPECT_EQ(job.model.batch_seq_len(), 32) << "rows as long as the longest sequence, rounded up to 32";
+      short_rows.push_back({std::move(b), t});
+    }
+  }
+  c.train.packing = false;
+  const std::vector<Step> full = run(c, MPI_COMM_WORLD, 3);
+  expect_same_trajectory(short_rows, full);
+  for (int it = 0; it < 3; ++it) {
+    EXPECT_GT(full[it].train.aux_loss, 1.0) << "iteration " << it;
+    expect_close(short_rows[it].train.aux_loss, full[it].train.aux_loss, "aux_loss", it);
+  }
+}
+
 // After a short warm-up most groups of the sort task are all wrong (0/1 rewards): dynamic sampling
 // keeps drawing rounds until every group of the batch has rewards that differ, so each trained
 // group is informative; the rounds and dropped groups are the same at any world size.

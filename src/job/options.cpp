@@ -152,7 +152,9 @@ GrpoLoopOptions grpo_loop_options(const Config& c) {
   o.max_new_tokens = static_cast<int>(c.rollout.max_new_tokens);
   // MoE layers: the load-balancing loss is a function of each micro-batch's set of tokens, so a
   // layout that depends on the rank's share (packing does) would change the objective with the
-  // world size; their rows stay one sequence per row (docs/config.md says so).
+  // world size; their rows stay one sequence per row (docs/config.md says so), as long as the
+  // minibatch's longest (padding is left out of that loss).
+  o.short_rows = c.train.packing;
   o.packing = c.train.packing && c.model.n_experts == 0;
   o.decode_graphs = c.rollout.cuda_graph == RolloutGraph::decode;
   o.engine = engine_options(c);

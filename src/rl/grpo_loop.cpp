@@ -320,14 +320,16 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const float temperature = sampling_temperature(options_.sampling);
   const std::size_t rows = b.sequences.size();
 
-  // Each minibatch's sequences in rows: packed (train.packing) into rows as long as its longest
-  // sequence needs, or one per row of train.seq_len. Every rank runs as many micro-batches as the
-  // rank that needs the most (each is a round of collectives); the others' extra ones are padding.
+  // Each minibatch's sequences in rows (train.packing): packed into rows as long as its longest
+  // sequence needs (with MoE layers one to a row that long), or one per row of train.seq_len.
+  // Every rank runs as many micro-batches as the rank that needs the most (each is a round of
+  // collectives); the others' extra ones are padding.
   std::vector<PackedRows> layout;
   std::vector<double> micro(minibatches_);
   for (int k = 0; k < minibatches_; ++k) {
     const int first = b.minibatch_begin[k], end = b.minibatch_begin[k + 1];
-    const int row_len = options_.packing ? row_length(b.sequences, first, end, kRowGranule, seq_len_) : seq_len_;
+    const int row_len =
+        options_.short_rows ? row_length(b.sequences, first, end, kRowGranule, seq_len_) : seq_len_;
     layout.push_back(pack_rows(b.sequences, first, end, row_len, options_.packing));
     micro[k] = std::max(1, ceil_div(static_cast<std::int64_t>(layout[k].rows.size()), micro_rows_));
   }

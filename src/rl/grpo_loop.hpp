@@ -85,7 +85,8 @@ struct GrpoLoopOptions {
   std::int32_t eos_id = 257;                  // ends completions and demonstrations
   SamplingOptions sampling;
   int max_new_tokens = 64;
-  bool packing = true;                        // train.packing: RL train rows packed, as long as needed
+  bool short_rows = true;                     // train.packing: RL train rows as long as a minibatch needs
+  bool packing = true;                        // and several sequences to a row (dense models)
   bool decode_graphs = false;                 // rollout.cuda_graph = "decode"
   EngineOptions engine;                       // rollout.engine, rollout.kv_cache_tokens
   bool train_graph = false;                   // train.cuda_graph = "full"
