@@ -25,13 +25,17 @@ struct Step {
   TrainStats train;
 };
 
-std::vector<Step> run(const Config& c, MPI_Comm comm, int iterations) {
+// The job's first iterations; with `row_len`, checking that the train phase's rows were that long.
+std::vector<Step> run(const Config& c, MPI_Comm comm, int iterations, int row_len = 0) {
   Job job(c, comm);
   job.warm_up();
   std::vector<Step> out;
   for (int it = 0; it < iterations; ++it) {
     RolloutBatch b = job.loop.rollout(it);
     TrainStats t = job.loop.train(b);
+    if (row_len > 0) {
+      EXPECT_EQ(job.model.batch_seq_len(), row_len) << "iteration " << it;
+    }
     out.push_back({std::move(b), t});
   }
   return out;
@@ -146,22 +150,12 @@ TEST(RlObjective, EveryOptionIsTheSameAtAnyWorldSize) {
 }
 
 // train.packing: the train phase packs each minibatch's sequences into rows as long as the longest
-// needs (here 32 positions of train.seq_len = 64, two or three sequences per row); the trajectory
-// is the unpacked one's to fp32 rounding, at any world size.
+// needs, rounded up to 32 (here 32 positions of train.seq_len = 64, two or three sequences per
+// row); the trajectory is the unpacked one's to fp32 rounding, at any world size.
 TEST(RlObjective, PackedRowsGiveTheUnpackedTrajectory) {
   Config c = small_config();
   c.train.seq_len = 64;
-  std::vector<Step> packed;
-  {
-    Job job(c, MPI_COMM_WORLD);
-    job.warm_up();
-    for (int it = 0; it < 3; ++it) {
-      RolloutBatch b = job.loop.rollout(it);
-      TrainStats t = job.loop.train(b);
-      EXPECT_EQ(job.model.batch_seq_len(), 32) << "rows as long as the longest sequence, rounded up to 32";
-      packed.push_back({std::move(b), t});
-    }
-  }
+  const std::vector<Step> packed = run(c, MPI_COMM_WORLD, 3, 32);
   c.train.packing = false;
   const std::vector<Step> unpacked = run(c, MPI_COMM_WORLD, 3);
   expect_same_trajectory(packed, unpacked);
@@ -174,17 +168,7 @@ TEST(RlObjective, PackedRowsGiveTheUnpackedTrajectory) {
 TEST(RlObjective, MoeRowsAsLongAsTheLongestGiveTheFullRowsTrajectory) {
   Config c = small_moe_config();
   c.train.seq_len = 64;
-  std::vector<Step> short_rows;
-  {
-    Job job(c, MPI_COMM_WORLD);
-    job.warm_up();
-    for (int it = 0; it < 3; ++it) {
-      RolloutBatch b = job.loop.rollout(it);
-      TrainStats t = job.loop.train(b);
-      EXPECT_EQ(job.model.batch_seq_len(), 32) << "rows as long as the longest sequence, rounded up to 32";
-      short_rows.push_back({std::move(b), t});
-    }
-  }
+  const std::vector<Step> short_rows = run(c, MPI_COMM_WORLD, 3, 32);
   c.train.packing = false;
   const std::vector<Step> full = run(c, MPI_COMM_WORLD, 3);
   expect_same_trajectory(short_rows, full);
