@@ -10,15 +10,18 @@ import json
 import os
 import sys
 
-if __name__ == "__main__" and os.environ.get("SHARDRL_PLOT_TRACE_REEXEC") is None:
+if __name__ == "__main__":
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        # A python3 without matplotlib first on PATH (pyenv, a venv): Debian's has it.
-        if os.path.exists("/usr/bin/python3") and os.path.realpath(sys.executable) != "/usr/bin/python3":
-            os.environ["SHARDRL_PLOT_TRACE_REEXEC"] = "1"
-            os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-        sys.exit("plot_trace: matplotlib is missing (apt-get install python3-matplotlib)")
+        # A python3 without matplotlib first on PATH (pyenv, a venv): Debian's has it. Run again
+        # once under it (the mark says we did), and where it lacks matplotlib too, say so.
+        if os.environ.get("SHARDRL_PLOT_TRACE_REEXEC") is None and os.access("/usr/bin/python3", os.X_OK):
+            os.environ["SHARDRL_PLOT_TRACE_REEXEC"] = sys.executable
+            os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__)] + sys.argv[1:])
+        sys.exit("plot_trace: matplotlib is not installed for "
+                 + " and ".join(filter(None, [os.environ.get("SHARDRL_PLOT_TRACE_REEXEC"), sys.executable]))
+                 + " (Debian: apt-get install python3-matplotlib, or run scripts/setup.sh)")
 
 import matplotlib  # noqa: E402
 

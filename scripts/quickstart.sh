@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh cpu-release
 source scripts/mpi_env.sh
+# Curves are drawn only from a metrics.jsonl this job wrote (not an earlier run's, after a job
+# that failed at its start).
+started=$(mktemp "${TMPDIR:-/tmp}/shardrl_quickstart.XXXXXX")
+trap 'rm -f "$started"' EXIT
 status=0
 mpirun -np 2 "${SHARDRL_MPIRUN_FLAGS[@]}" build/cpu-release/src/app/shardrl \
   train --config configs/quickstart.toml --no-resume --overwrite "$@" || status=$?
@@ -20,13 +24,14 @@ for a in "$@"; do
   a=${a#--set=}
   value=${a#*=}
   value=${value//\"/}
+  value=${value//\'/}
   case $a in
     run.dir=*) run_dir=$value ;;
     run.name=*) name=$value ;;
   esac
 done
 # Drawn after a stop by signal too (the metrics so far); a job that wrote none has no curves.
-if [[ -s $run_dir/$name/metrics.jsonl ]]; then
+if [[ -s $run_dir/$name/metrics.jsonl && $run_dir/$name/metrics.jsonl -nt $started ]]; then
   scripts/plot_metrics.py "$run_dir/$name" || echo "quickstart: the curves could not be drawn (above)" >&2
 fi
 exit "$status"
