@@ -26,8 +26,16 @@ ShardedFileReader::ShardedFileReader(const std::filesystem::path& path, MPI_Comm
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   QuietHdf5 quiet;
   const std::string prefix = path_.string() + ": cannot open as a shardrl checkpoint (";
+  // Rank 0 looks at the file; the others only that they see one there too (a node-local or
+  // relative path that one rank cannot resolve would hang every rank in the collective open).
   std::string why;
-  if (rank_ == 0) why = precheck(path_);
+  if (rank_ == 0) {
+    why = precheck(path_);
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path_, ec))
+      why = fmt::format("no such file on rank {} of {}: every rank must see the checkpoint at this path", rank_, size_);
+  }
   agree_on_error(comm_, why.empty() ? why : prefix + why + ")");
 
   H5Handle fapl = make_fapl(comm_, false);

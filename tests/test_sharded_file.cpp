@@ -498,6 +498,21 @@ TEST(ShardedFile, UnopenableFiles) {
                      missing.string() + prefix + "no such file)");
   EXPECT_EQ(open_hdf5_objects(), objects_before);
 
+  // A file the last rank does not see (a node-local or relative path): the same error on every
+  // rank, naming it, instead of every rank hanging in the collective open.
+  if (world_size() > 1) {
+    const auto here = temp_file("only_here"), not_there = temp_file("not_there");
+    write_one(here, "/model/w", {8, 3});
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto seen = world_rank() == world_size() - 1 ? not_there : here;
+    expect_input_error([&] { ShardedFileReader reader(seen, MPI_COMM_WORLD); },
+                       not_there.string() + prefix +
+                           fmt::format("no such file on rank {} of {}: every rank must see the checkpoint at this "
+                                       "path)",
+                                       world_size() - 1, world_size()));
+    remove_on_rank0(here);
+  }
+
   const auto text = temp_file("text");
   if (world_rank() == 0) std::ofstream(text) << "this is a TOML file, not HDF5\n" << std::string(4096, 'x');
   MPI_Barrier(MPI_COMM_WORLD);
