@@ -145,6 +145,58 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   EXPECT_FALSE(fs::exists(dir / "hf_moe" / "model.safetensors.partial"));
 }
 
+// An export carries what transformers needs beside the weights: the run's tokenizer files and
+// generation_config.json from its model directory, copied byte for byte, and config.json's
+// special-token ids as that directory's config.json has them (eos_token_id a list there), so
+// AutoTokenizer loads and generate() stops where the model's own directory says. A run on the
+// byte tokenizer exports its end id and says it has no tokenizer files.
+TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  const std::string no_steps = " --set run.iterations=0 --set rl.sft_steps=0";
+  ASSERT_EQ(run_in(dir, mpirun(2) + " train --config job.toml" + no_steps).exit_code, 0);
+  RunResult bytes = run_in(dir, shardrl_binary() + " convert --from runs/ck/checkpoints/iter_00000000.h5 "
+                                                   "--to-safetensors hf_bytes");
+  ASSERT_EQ(bytes.exit_code, 0) << bytes.err;
+  EXPECT_NE(slurp(dir / "hf_bytes" / "config.json").find("\"eos_token_id\": 257"), std::string::npos);
+  EXPECT_NE(bytes.out.find("note: the run used shardrl's byte tokenizer"), std::string::npos) << bytes.out;
+  EXPECT_FALSE(fs::exists(dir / "hf_bytes" / "tokenizer.json"));
+
+  // A model directory with its tokenizer (stand-in files: the byte task never reads them).
+  const fs::path base = dir / "base";
+  fs::create_directories(base);
+  fs::copy_file(dir / "hf_bytes" / "model.safetensors", base / "model.safetensors");
+  std::string config = slurp(dir / "hf_bytes" / "config.json");
+  const std::string eos = "\"eos_token_id\": 257";
+  config.replace(config.find(eos), eos.size(), "\"bos_token_id\": 1, \"eos_token_id\": [2, 7]");
+  write(base / "config.json", config);
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"tokenizer.json", "{\"model\": {\"type\": \"BPE\"}}\n"},
+      {"tokenizer_config.json", "{\"chat_template\": \"{{ messages }}\"}\n"},
+      {"generation_config.json", "{\"eos_token_id\": [2, 7]}\n"}};
+  for (const auto& [name, text] : files) write(base / name, text);
+  ASSERT_EQ(run_in(dir, mpirun(2) + " train --config job.toml --set run.name=tok --set model.init_from=" +
+                            base.string() + no_steps)
+                .exit_code,
+            0);
+  const std::string from = " convert --from runs/tok/checkpoints/iter_00000000.h5 --to-safetensors ";
+  RunResult out = run_in(dir, shardrl_binary() + from + "hf_tok");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  for (const auto& [name, text] : files) EXPECT_EQ(slurp(dir / "hf_tok" / name), text) << name;
+  const std::string exported = slurp(dir / "hf_tok" / "config.json");
+  EXPECT_NE(exported.find("\"bos_token_id\": 1,"), std::string::npos) << exported;
+  EXPECT_NE(exported.find("\"eos_token_id\": [\n    2,\n    7\n  ]"), std::string::npos) << exported;
+  EXPECT_NE(out.out.find("tokenizer.json, tokenizer_config.json, generation_config.json copied"), std::string::npos)
+      << out.out;
+  // A tokenizer file already in the output directory is not replaced without --force.
+  fs::create_directories(dir / "hf_taken");
+  write(dir / "hf_taken" / "tokenizer_config.json", "mine");
+  RunResult taken = run_in(dir, shardrl_binary() + from + "hf_taken");
+  EXPECT_EQ(taken.exit_code, 2);
+  EXPECT_NE(taken.err.find("tokenizer_config.json' exists; pass --force"), std::string::npos) << taken.err;
+  EXPECT_EQ(slurp(dir / "hf_taken" / "tokenizer_config.json"), "mine");
+}
+
 // model.init_from with preset = "custom" and no shape keys: the shape is the directory's
 // config.json's (here a 1-layer, 32-wide model, not the keys' defaults), written into the job's
 // resolved config; the weights are the directory's. A directory without config.json is named.

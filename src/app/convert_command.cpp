@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "app/hf_companions.hpp"
 #include "app/job_config.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
@@ -58,19 +59,22 @@ std::optional<ExportSource> open_export_source(const char* flag, const std::stri
 // (hf_config_json refuses it). Called before the weights are read: a refusal after an export's
 // whole read (or, worse, after its weights were written, leaving them without a config.json)
 // costs the user the export.
-std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape) {
+std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape, const HfCompanions& companions) {
   const std::filesystem::path dir(args.to_safetensors);
-  for (const char* name : {"model.safetensors", "config.json", "model.safetensors.index.json"})
+  std::vector<std::string> names = {"model.safetensors", "config.json", "model.safetensors.index.json"};
+  for (const std::string& name : companion_names(companions)) names.push_back(name);
+  for (const std::string& name : names)
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
-  return hf_config_json(shape, args.dtype == "bf16" ? "bfloat16" : "float32");
+  return hf_config_json(shape, args.dtype == "bf16" ? "bfloat16" : "float32", companions.token_ids_json);
 }
 
 // `values` (one per parameter of `units`, in order) as a Hugging Face model directory of `shape`
-// with its `config_json` (checked_hf_config).
+// with its `config_json` (checked_hf_config) and the run's tokenizer and generation files.
 void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const std::vector<UnitSpec>& units,
-                        const std::vector<std::vector<float>>& values, const std::string& config_json) {
+                        const std::vector<std::vector<float>>& values, const std::string& config_json,
+                        const HfCompanions& companions) {
   const bool bf16 = args.dtype == "bf16";
   std::vector<StWrite> tensors;
   std::size_t i = 0;
@@ -94,6 +98,7 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
   }
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
+  write_hf_companions(companions, dir);
 }
 
 // A LoRA run's checkpoint -> its merged model as a Hugging Face directory, on one process: the
@@ -105,7 +110,8 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
   cfg.train.micro_batch_size = 1;
   cfg.train.seq_len = 1;
   const ModelShape base_shape = resolve_model_shape(cfg.model);
-  const std::string config_json = checked_hf_config(args, base_shape);
+  const HfCompanions companions = hf_companions(cfg);
+  const std::string config_json = checked_hf_config(args, base_shape, companions);
   const ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
@@ -148,7 +154,7 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
       }
     }
   }
-  write_hf_directory(args, base_shape, base_units, values, config_json);
+  write_hf_directory(args, base_shape, base_units, values, config_json, companions);
   return 0;
 }
 
@@ -173,7 +179,8 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   }
   ShardedFileReader& checkpoint = *source->file;
   const ModelShape shape = resolve_model_shape(loaded.config.model);
-  const std::string config_json = checked_hf_config(args, shape);
+  const HfCompanions companions = hf_companions(loaded.config);
+  const std::string config_json = checked_hf_config(args, shape, companions);
   const std::vector<UnitSpec> units = model_units(shape);
   // Every parameter whole, in the units' order (so the file's data follow the model's layout).
   std::vector<std::vector<float>> values;
@@ -183,7 +190,7 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
       checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
                       static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
     }
-  write_hf_directory(args, shape, units, values, config_json);
+  write_hf_directory(args, shape, units, values, config_json, companions);
   return 0;
 }
 

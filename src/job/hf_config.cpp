@@ -19,7 +19,7 @@
 
 namespace shardrl {
 
-std::string hf_config_json(const ModelShape& s, const std::string& torch_dtype) {
+std::string hf_config_json(const ModelShape& s, const std::string& torch_dtype, const std::string& token_ids) {
   if (s.shared_expert)
     throw InputError("no Hugging Face architecture has an ungated shared expert beside Qwen3-MoE's experts "
                      "(model.shared_expert = true)");
@@ -71,6 +71,8 @@ std::string hf_config_json(const ModelShape& s, const std::string& torch_dtype) 
     // Hugging Face's dense layers of a Qwen3-MoE model are those not on the sparse step.
     j["mlp_only_layers"] = nlohmann::json::array();
   }
+  const auto ids = nlohmann::ordered_json::parse(token_ids);   // kept alive for items()
+  for (const auto& [key, value] : ids.items()) j[key] = value;
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
 }

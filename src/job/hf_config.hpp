@@ -10,8 +10,10 @@
 
 namespace shardrl {
 
-// `torch_dtype`: "float32" or "bfloat16", the dtype the tensors are exported in.
-std::string hf_config_json(const ModelShape& shape, const std::string& torch_dtype);
+// `torch_dtype`: "float32" or "bfloat16", the dtype the tensors are exported in. `token_ids`: a
+// JSON object of special-token ids (bos_token_id, eos_token_id, pad_token_id) written with them.
+std::string hf_config_json(const ModelShape& shape, const std::string& torch_dtype,
+                           const std::string& token_ids = "{}");
 
 // The shape a Hugging Face `config.json` describes (its text; `where` names it in errors).
 // Refuses model types other than llama, qwen3 and qwen3_moe, and features shardrl does not

@@ -1,0 +1,77 @@
+#include "app/hf_companions.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/input_file.hpp"
+#include "io/text_file.hpp"
+#include "job/options.hpp"
+
+namespace shardrl {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A Hugging Face tokenizer's files (fast and slow), as AutoTokenizer.from_pretrained reads them.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
+                                           "chat_template.jinja", "chat_template.json", "vocab.json",
+                                           "merges.txt",       "tokenizer.model",       "added_tokens.json"};
+constexpr const char* kTokenIdKeys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+
+}  // namespace
+
+HfCompanions hf_companions(const Config& config) {
+  HfCompanions c;
+  const std::string tokenizer = tokenizer_dir(config), base = config.model.init_from;
+  if (!tokenizer.empty()) {
+    if (fs::is_directory(tokenizer)) {
+      for (const char* name : kTokenizerFiles)
+        if (fs::is_regular_file(fs::path(tokenizer) / name)) c.files.push_back(fs::path(tokenizer) / name);
+    } else {
+      c.notes.push_back(fmt::format("the run's tokenizer directory '{}' is not there any more: copy the tokenizer "
+                                    "files from the model's own directory",
+                                    tokenizer));
+    }
+  } else {
+    c.notes.push_back("the run used shardrl's byte tokenizer (no model.tokenizer or model.init_from with "
+                      "tokenizer.json): the export has no tokenizer files");
+  }
+  nlohmann::ordered_json ids = nlohmann::ordered_json::object();
+  if (!base.empty()) {
+    const fs::path generation = fs::path(base) / "generation_config.json";
+    if (fs::is_regular_file(generation)) c.files.push_back(generation);
+    const fs::path base_config = fs::path(base) / "config.json";
+    try {
+      const auto j = nlohmann::ordered_json::parse(read_input_file(base_config, "model.init_from's config.json"));
+      for (const char* key : kTokenIdKeys)
+        if (j.is_object() && j.contains(key) && !j.at(key).is_null()) ids[key] = j.at(key);
+    } catch (const std::exception& e) {
+      c.notes.push_back(fmt::format("no special-token ids from '{}': {}", base_config.string(), e.what()));
+    }
+  }
+  if (!ids.contains("eos_token_id") && eos_id(config) >= 0) ids["eos_token_id"] = eos_id(config);
+  c.token_ids_json = ids.dump();
+  return c;
+}
+
+std::vector<std::string> companion_names(const HfCompanions& companions) {
+  std::vector<std::string> names;
+  for (const fs::path& f : companions.files) names.push_back(f.filename().string());
+  return names;
+}
+
+void write_hf_companions(const HfCompanions& companions, const fs::path& dir) {
+  std::string copied;
+  for (const fs::path& f : companions.files) {
+    write_text_atomically(dir / f.filename(), read_input_file(f, "a tokenizer or generation file"));
+    copied += (copied.empty() ? "" : ", ") + f.filename().string();
+  }
+  if (!copied.empty())
+    std::cout << fmt::format("{} copied from the run's model directories\n", copied);
+  for (const std::string& note : companions.notes) std::cout << "note: " << note << "\n";
+}
+
+}  // namespace shardrl
