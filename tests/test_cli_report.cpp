@@ -21,7 +21,7 @@ TEST(Cli, ReportSummarisesARun) {
   EXPECT_EQ(report.out, "runs/r/report.md\n");
   const std::string md = slurp(dir / "runs/r/report.md");
   EXPECT_NE(md.find("| `run.iterations` | `3` | `10` |"), std::string::npos) << md;
-  EXPECT_NE(md.find("3 records, iterations 0 to 2."), std::string::npos) << md;
+  EXPECT_NE(md.find("3 iteration(s), 0 to 2."), std::string::npos) << md;
   EXPECT_NE(md.find("| `reward_mean` |"), std::string::npos) << md;
   EXPECT_NE(md.find("![reward, loss and throughput](report_curves.png)"), std::string::npos) << md;
   EXPECT_TRUE(fs::exists(dir / "runs/r/report_curves.png"));
@@ -71,6 +71,27 @@ TEST(Cli, ReportSummarisesARun) {
   RunResult two = run_in(dir, mpirun(2) + " report runs/r");
   EXPECT_EQ(two.exit_code, 2);
   EXPECT_NE(two.err.find("report runs as one process (started with 2)"), std::string::npos) << two.err;
+  // A run with evaluations (before iteration 0 and a final one, its own record at the iteration
+  // count): the phases' means are over the iterations but the first, the final evaluation's
+  // record is no iteration, and the evaluations' mean is over both.
+  fs::create_directories(dir / "runs/v");
+  fs::copy_file(dir / "runs/r/config.toml", dir / "runs/v/config.toml");
+  write(dir / "runs/v/metrics.jsonl",
+        "{\"iteration\": 0, \"reward_mean\": 0.1, \"rollout_s\": 10, \"train_s\": 20, \"eval/pass@1\": 0.2, "
+        "\"eval_s\": 5}\n"
+        "{\"iteration\": 1, \"reward_mean\": 0.2, \"rollout_s\": 2, \"train_s\": 4}\n"
+        "{\"iteration\": 2, \"reward_mean\": 0.3, \"rollout_s\": 4, \"train_s\": 6}\n"
+        "{\"iteration\": 3, \"eval/pass@1\": 0.5, \"eval_s\": 7}\n");
+  RunResult evals = run_in(dir, shardrl_binary() + " report runs/v");
+  ASSERT_EQ(evals.exit_code, 0) << evals.err;
+  const std::string v = slurp(dir / "runs/v/report.md");
+  EXPECT_NE(v.find("3 iteration(s), 0 to 2, and a final evaluation."), std::string::npos) << v;
+  EXPECT_NE(v.find("Means over 2 iteration(s), the first left out."), std::string::npos) << v;
+  EXPECT_NE(v.find("| rollout | 3 |"), std::string::npos) << v;
+  EXPECT_NE(v.find("| train | 5 |"), std::string::npos) << v;
+  EXPECT_NE(v.find("| evaluation (2 of them) | 6 |"), std::string::npos) << v;
+  EXPECT_NE(v.find("| `eval/pass@1` | 0.2 | 0.5 | 0.5 | 3 |"), std::string::npos) << v;
+
   // A record without its iteration is named by file and line (`{}` crashed the report).
   fs::create_directories(dir / "runs/e");
   for (const std::string& record : {std::string("{}"), std::string("{\"reward_mean\": 1}")}) {

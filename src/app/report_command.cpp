@@ -58,12 +58,26 @@ std::string config_section(const fs::path& run) {
   return out + "\n";
 }
 
+// The records of iterations: those with an iteration's fields (a final evaluation's record, at
+// the iteration count, has only its evaluation's).
+std::vector<Record> iteration_records(const std::vector<Record>& records) {
+  std::vector<Record> out;
+  for (const auto& r : records)
+    if (std::any_of(r.begin(), r.end(), [](const auto& field) { return field.first == "rollout_s"; }))
+      out.push_back(r);
+  return out;
+}
+
 std::string progress_section(const std::vector<Record>& records) {
   if (records.empty()) return "## Progress\n\nNo iteration recorded yet (`metrics.jsonl` is empty or absent).\n\n";
-  std::string out = fmt::format("## Progress\n\n{} records, iterations {} to {}.\n\n| metric | first | last | best "
-                                "| at iteration |\n| --- | --- | --- | --- | --- |\n",
-                                records.size(), number(records.front().front().second),
-                                number(records.back().front().second));
+  const std::vector<Record> iterations = iteration_records(records);
+  const std::size_t final_eval = records.size() - iterations.size();
+  std::string out = "## Progress\n\n";
+  if (!iterations.empty())
+    out += fmt::format("{} iteration(s), {} to {}", iterations.size(), number(iterations.front().front().second),
+                       number(iterations.back().front().second));
+  if (final_eval > 0) out += fmt::format("{}a final evaluation", iterations.empty() ? "" : ", and ");
+  out += ".\n\n| metric | first | last | best | at iteration |\n| --- | --- | --- | --- | --- |\n";
   // Higher is better for these; the curves show the rest.
   std::vector<std::string> fields = {"reward_mean", "pass_rate"};
   for (const auto& r : records)
@@ -81,20 +95,26 @@ std::string progress_section(const std::vector<Record>& records) {
 
 std::string throughput_section(const std::vector<Record>& records) {
   // The first iteration carries one-time costs (first launches, graph captures): left out of the
-  // means when there are others.
-  const std::vector<Record> steady(records.size() > 1 ? records.begin() + 1 : records.begin(), records.end());
-  auto mean = [&](const std::string& field) {
-    const auto s = series(steady, field);
+  // means when there are others. Evaluations (each one's seconds, in the record of the iteration
+  // it came before, or the final one's) are averaged over all of them.
+  const std::vector<Record> iterations = iteration_records(records);
+  const std::vector<Record> steady(iterations.size() > 1 ? iterations.begin() + 1 : iterations.begin(),
+                                   iterations.end());
+  auto mean = [&](const std::vector<Record>& over, const std::string& field) {
+    const auto s = series(over, field);
     double sum = 0;
     for (const auto& p : s) sum += p.second;
     return s.empty() ? NAN : sum / double(s.size());
   };
   std::string out = fmt::format("## Time per phase\n\nMeans over {} iteration(s){}.\n\n| phase | seconds per iteration | "
                                 "tokens/s |\n| --- | --- | --- |\n",
-                                steady.size(), records.size() > 1 ? ", the first left out" : "");
-  out += fmt::format("| rollout | {} | {} |\n", number(mean("rollout_s")), number(mean("rollout_tokens_per_s")));
-  out += fmt::format("| train | {} | {} |\n", number(mean("train_s")), number(mean("train_tokens_per_s")));
-  if (!series(records, "eval_s").empty()) out += fmt::format("| evaluation | {} | |\n", number(mean("eval_s")));
+                                steady.size(), iterations.size() > 1 ? ", the first left out" : "");
+  out += fmt::format("| rollout | {} | {} |\n", number(mean(steady, "rollout_s")),
+                     number(mean(steady, "rollout_tokens_per_s")));
+  out += fmt::format("| train | {} | {} |\n", number(mean(steady, "train_s")),
+                     number(mean(steady, "train_tokens_per_s")));
+  if (const auto evals = series(records, "eval_s"); !evals.empty())
+    out += fmt::format("| evaluation ({} of them) | {} | |\n", evals.size(), number(mean(records, "eval_s")));
   return out + "\n";
 }
 
