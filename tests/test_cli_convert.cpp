@@ -61,6 +61,15 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
     H5Fclose(a);
     H5Fclose(b);
   }
+  // A directory in the way of the import's staging (`<to>.convert.d`, removed whole at its end) is
+  // refused, with what it holds untouched.
+  fs::create_directories(dir / "staged.h5.convert.d");
+  write(dir / "staged.h5.convert.d" / "mine", "keep");
+  RunResult staged = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +
+                                     (dir / "staged.h5").string());
+  EXPECT_EQ(staged.exit_code, 2) << staged.out;
+  EXPECT_NE(staged.err.find("staged.h5.convert.d' exists"), std::string::npos) << staged.err;
+  EXPECT_EQ(slurp(dir / "staged.h5.convert.d" / "mine"), "keep");
   // Existing outputs are never replaced without --force; a directory as --to is named.
   const std::string converted_bytes = slurp(converted);
   RunResult again_to = run_in(dir, mpirun(2) + " convert --from-safetensors " + (dir / "hf_fp32").string() + " --to " +

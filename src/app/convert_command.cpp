@@ -257,6 +257,11 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
       throw InputError(fmt::format("--to: '{}' is a directory; name the checkpoint file to write", to.string()));
     if (std::filesystem::exists(to, ec) && !args.force)
       throw InputError(fmt::format("--to: '{}' exists; pass --force to replace it", to.string()));
+    // The staging directory below is removed whole at the end: never one that holds anything else.
+    if (const std::filesystem::path staging = to.string() + ".convert.d"; std::filesystem::exists(staging, ec))
+      throw InputError(fmt::format("'{}' exists (left by a convert that was stopped, or not convert's): move or "
+                                   "remove it first",
+                                   staging.string()));
   });
   const DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
@@ -264,7 +269,7 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
                                 cfg.comm.timeout_s);
   Policy policy(cfg, *comm);
   policy.load_init_from(mpi.world());   // cfg.model.init_from is `dir`
-  // Saved as a job's checkpoint in a directory of its own beside `to`, then moved there.
+  // Saved as a job's checkpoint in a directory of its own beside `to` (checked absent), then moved there.
   const std::filesystem::path staging = to.string() + ".convert.d";
   save_job_checkpoint(staging, JobPosition{}, policy, to_toml(cfg), mpi.world());
   run_on_root(mpi.world(), 0, [&] {
