@@ -64,7 +64,8 @@ TEST(Cli, GenerateFromTokenIds) {
   write(dir / "job.toml", "[run]\nseed = 5\n");
   const std::string base = shardrl_binary() + " generate --config job.toml --n 3 --max-new-tokens 10";
   RunResult text = run_in(dir, base + " --prompt \"ab\"");
-  RunResult ids = run_in(dir, base + " --prompt-ids \"256 97,98\"");
+  // Spaces, commas, tabs and line ends (a pasted list) separate the ids.
+  RunResult ids = run_in(dir, base + " --prompt-ids \"$(printf '256\\r\\n97,\\t98')\"");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   ASSERT_EQ(ids.exit_code, 0) << ids.err;
   std::istringstream text_lines(text.out), id_lines(ids.out);

@@ -55,7 +55,7 @@ std::vector<std::int32_t> parse_prompt_ids(const std::string& text, std::int64_t
     token.clear();
   };
   for (char c : text) {
-    if (c == ' ' || c == ',' || c == '\t') flush();
+    if (c == ' ' || c == ',' || c == '\t' || c == '\n' || c == '\r') flush();   // a pasted list's line ends too
     else token += c;
   }
   flush();
