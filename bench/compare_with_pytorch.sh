@@ -7,7 +7,10 @@
 # default 2), PEER_MODES (PyTorch's, default "eager compiled"), SEQ (default 2048), STEPS (default 10),
 # RECOMPUTE (1: both sides recompute each layer's activations in backward, for long SEQ), BATCHES (decode, default "1 8 64"),
 # OURS_SET (more shardrl settings for the train step, e.g. "model.cudnn_workspace_mib=9216"),
-# BUILD (default build/cuda-release), PYTHON (default python3, with torch and transformers).
+# BUILD (default build/cuda-release), PYTHON (default python3, with torch and transformers),
+# DECODE_GRAPHS (1, the default: shardrl decodes through its CUDA graphs, rollout.cuda_graph =
+# "decode", as the RL job runs it; 0: eager). Each side's whole output goes to LOGS (default a
+# new temporary directory, printed), the peer's warnings (e.g. torch.compile's recompiles) too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -23,8 +26,14 @@ steps=${STEPS:-10}
 batches=${BATCHES:-1 8 64}
 build=${BUILD:-build/cuda-release}
 python=${PYTHON:-python3}
-mpirun_flags=()
+# Unbound, as torchrun leaves the peer (Open MPI binds a rank to one core at np <= 2, which its
+# NCCL proxy threads then share).
+mpirun_flags=(--bind-to none)
 [[ $(id -u) -eq 0 ]] && mpirun_flags+=(--allow-run-as-root)
+decode_settings=(); [[ ${DECODE_GRAPHS:-1} == 1 ]] && decode_settings=(--set rollout.cuda_graph=decode)
+logs=${LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/compare_with_pytorch.XXXXXX")}
+mkdir -p "$logs"
+echo "compare_with_pytorch: each run's whole output in $logs"
 for tool in "$build/bench/bench_train_step" "$build/bench/bench_decode"; do
   [[ -x $tool ]] || { echo "compare_with_pytorch: $tool not built (cmake --build $build)" >&2; exit 2; }
 done
@@ -49,12 +58,14 @@ if [[ $what == train || $what == all ]]; then
         cells=""
         for mode in $modes; do
           flag=(); [[ $mode == compiled ]] && flag=(--compile)
-          theirs=$("$python" -m torch.distributed.run --nproc_per_node "$n" bench/torch_fsdp2.py --model "$m" \
-            --micro-batch "$mbs" --seq "$seq" --steps "$steps" "${flag[@]}" "${theirs_recompute[@]}" 2>&1 |
-            grep -E "torch FSDP2|step ")
+          log="$logs/torch_${m}_np${n}_mbs${mbs}_$mode.log"
+          "$python" -m torch.distributed.run --nproc_per_node "$n" bench/torch_fsdp2.py --model "$m" \
+            --micro-batch "$mbs" --seq "$seq" --steps "$steps" "${flag[@]}" "${theirs_recompute[@]}" > "$log" 2>&1
+          theirs=$(grep -E "torch FSDP2|step " "$log")
+          grep -qiE "recompil|graph break" "$log" && echo "(the peer's log mentions recompiles or graph breaks: $log)"
           echo "$theirs"
           b=$(field "tokens/s per GPU" <<<"$theirs")
-          cells+=" ${b:-failed} |"
+          cells+=" ${b:-failed (log: $log)} |"
           best=$(awk -v b="${b:-0}" -v best="$best" 'BEGIN { print (b > best ? b : best) }')
         done
         ratio=$(awk -v a="${a:-0}" -v b="$best" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
@@ -77,23 +88,24 @@ if [[ $what == decode || $what == all ]]; then
   for m in $models; do
     echo "== decode: $m, batches $batches, 32 new tokens after 4 prompt tokens"
     # shellcheck disable=SC2086
-    ours=$("$build/bench/bench_decode" --set model.preset="$m" --batch $batches --new-tokens 32 --prompt-tokens 4 2>&1 |
-      grep -v '^\[')
+    ours=$("$build/bench/bench_decode" --set model.preset="$m" "${decode_settings[@]}" --batch $batches \
+      --new-tokens 32 --prompt-tokens 4 2>&1 | tee "$logs/decode_$m.log" | grep -v '^\[')
     echo "$ours"
     # shellcheck disable=SC2086
     theirs=$(cd bench && "$python" hf_generate.py --model "$m" --batch $batches --new-tokens 32 --prompt-tokens 4 2>&1 |
-      grep "HF generate")
+      tee "$logs/hf_generate_$m.log" | grep "HF generate")
     echo "$theirs"
     for b in $batches; do
       a=$(grep -E "batch +$b " <<<"$ours" | decode_rate)
       h=$(grep -E "batch +$b " <<<"$theirs" | decode_rate)
-      share=$(grep -E "batch +$b " <<<"$ours" | sed -n 's/.*: \([0-9]*\)%$/\1/p')
+      # The share of the bound over the whole run (prefill included), not the decode steps' alone.
+      share=$(grep -E "batch +$b " <<<"$ours" | sed -nE 's/.*bandwidth bound [0-9]+ tokens\/s: ([0-9]+)%.*/\1/p')
       ratio=$(awk -v a="${a:-0}" -v b="${h:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')
       rows+=("| $m | $b | ${a:-failed} | ${h:-failed} | $ratio | ${share:-?}% |")
     done
   done
   echo
-  echo "| shape | batch | shardrl tokens/s | HF generate tokens/s | ratio | shardrl of the bandwidth bound |"
+  echo "| shape | batch | shardrl tokens/s (${decode_settings[*]:-eager}) | HF generate tokens/s | ratio | shardrl of the bandwidth bound |"
   echo "| --- | --- | --- | --- | --- | --- |"
   printf '%s\n' "${rows[@]}"
 fi

@@ -12,6 +12,12 @@ train.activation_recompute does: what long sequences need.
 
 Prints step time, tokens/s per GPU, MFU (6 x params x tokens + causal attention, against
 --peak-tflops) and peak GPU memory, in the format of bench_train_step.
+
+The step does what shardrl's does: forward without a KV cache (use_cache=False: with it
+transformers builds a DynamicCache in training, which every compiled block would receive),
+backward, the gradients clipped to norm 1 (shardrl's optim.clip_grad_norm default), AdamW.
+The loss is transformers' own (the logits of the whole micro-batch in fp32; shardrl's head
+works in chunks): the peer's memory includes those logits.
 """
 import argparse
 import os
@@ -76,8 +82,9 @@ def main():
     labels = torch.randint(0, config.vocab_size, (a.micro_batch, a.seq), device="cuda", generator=g)
 
     def step():
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = model(input_ids=ids, labels=labels, use_cache=False).loss
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         optim.zero_grad(set_to_none=True)
 
