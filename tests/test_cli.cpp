@@ -223,6 +223,17 @@ TEST(Cli, UsageErrorsExit2) {
   EXPECT_EQ(r.err, "shardrl: --config is required\nRun 'shardrl --help' for usage.\n");
   r = run_in(dir, shardrl_binary());
   EXPECT_EQ(r.exit_code, 2);
+  // An empty value (an unset variable in a script) is refused, not read as the option left out
+  // (--resume-from "" resumed the latest checkpoint), except where empty text is an input.
+  for (const char* args : {" train --config job.toml --resume-from \"\"", " generate --config job.toml --temperature \"\"",
+                           " report \"\""}) {
+    r = run_in(dir, shardrl_binary() + args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.err.find(": an empty value (an unset variable?)"), std::string::npos) << args << ": " << r.err;
+  }
+  r = run_in(dir, shardrl_binary() + " score --reward exact --answer 1 --completion \"\"");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "reward: 0\n");
 }
 
 TEST(Cli, HelpAndVersion) {
@@ -350,7 +361,7 @@ TEST_P(ShortQuickstart, RaisesTheRewardByRl) {
 
 INSTANTIATE_TEST_SUITE_P(Cli, ShortQuickstart,
                          ::testing::Values("grpo", "dr_grpo", "rloo", "reinforce_plus_plus"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& estimator) { return estimator.param; });
 
 // LoRA learns the quickstart's task on 2 ranks: rank 8 on every linear layer of the tiny model,
 // its base frozen. The base is random (an init_from base is not wired yet), drawn with

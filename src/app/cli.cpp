@@ -205,6 +205,17 @@ int run_cli(int argc, char** argv) {
   score->add_option("--pattern", score_args.pattern, "regex: a PCRE2 pattern with a capture group");
   score->add_option("--format-reward", score_args.format_reward, "Reward of a well-formed wrong answer (math, regex)");
 
+  // An empty value ("$CKPT" unset in a script) would read as the option left out (--resume-from ""
+  // resumed the latest checkpoint, --temperature "" sampled at the config's): refused, except
+  // where empty text is an input (an answer, a completion, a prompt, a text to encode).
+  const CLI::Validator non_empty(
+      [](std::string& value) { return value.empty() ? std::string("an empty value (an unset variable?)") : std::string(); },
+      "", "NON-EMPTY");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    for (CLI::Option* opt : sub->get_options([](CLI::Option* o) { return o->get_type_size_max() > 0; })) {
+      const std::string name = opt->get_name();
+      if (name != "--answer" && name != "--completion" && name != "--prompt" && name != "--text") opt->check(non_empty);
+    }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -237,7 +248,7 @@ int run_cli(int argc, char** argv) {
     if (report->parsed()) return run_report(report_args);
     if (score->parsed()) return run_score(score_args);
     if (tok->parsed()) {
-      if (tok_args.text.empty() && tok_args.file.empty() && tok_args.decode.empty()) {
+      if (tok_text->count() == 0 && tok_args.file.empty() && tok_args.decode.empty()) {   // --text "" is text
         std::cerr << "shardrl: tokenize needs one of --text, --file, --decode\n";
         return kExitUsage;
       }
