@@ -430,6 +430,21 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
       {{"rl.tis_cap=2", "rl.old_logp=\"rollout\""},
        "--set rl.tis_cap=2: rl.tis_cap weighs tokens by the training forward's probability over the sampler's, which "
        "needs rl.old_logp = \"recompute\" (with \"rollout\" the two are the same numbers)"},
+      // Settings without effect (check_settings_without_effect).
+      {{"rl.samples_per_prompt=1"},
+       "--set rl.samples_per_prompt=1: rl.samples_per_prompt = 1: rl.advantage_estimator = \"grpo\", \"dr_grpo\" and "
+       "\"rloo\" compare each prompt's samples with each other, so every advantage would be 0 and nothing trained "
+       "(use >= 2, or \"reinforce_plus_plus\", which whitens over the batch)"},
+      {{"rollout.engine=\"static\"", "rollout.kv_cache_tokens=4096"},
+       "--set rollout.kv_cache_tokens=4096: rollout.kv_cache_tokens is not read with rollout.engine = \"static\" (it "
+       "sizes the paged engine's pool)"},
+      {{"rl.adv_eps=0.1", "rl.advantage_estimator=\"rloo\""},
+       "--set rl.adv_eps=0.1: rl.adv_eps is not read with anything but rl.advantage_estimator = \"grpo\" with "
+       "rl.scale_by_std = true (it guards the division by the group's standard deviation)"},
+      {{"rl.difficulty=7", "rl.task=\"jsonl\"", "rl.dataset=\"d.jsonl\""},
+       "--set rl.difficulty=7: rl.difficulty is not read with a task whose examples come from rl.dataset"},
+      {{"debug.fail_mode=\"hang\""},
+       "--set debug.fail_mode=\"hang\": debug.fail_mode is not read with debug.fail_rank = -1 (no rank fails)"},
       {{"rl.advantage_estimator=\"ppo\""},
        "--set rl.advantage_estimator=\"ppo\": rl.advantage_estimator: must be one of \"grpo\", \"dr_grpo\", \"rloo\", "
        "\"reinforce_plus_plus\", got \"ppo\""},
@@ -440,6 +455,11 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
     ASSERT_EQ(l.errors.size(), 1u) << (l.errors.empty() ? "" : l.errors.front());
     EXPECT_EQ(l.errors[0], message);
   }
+  // A saved config (a run's record, read on any build) is read back with a setting that had no
+  // effect: its run is done, and later versions must read it.
+  BuildInfo saved;
+  saved.any = true;
+  EXPECT_TRUE(load_config("", "f", {"rl.samples_per_prompt=1", "rl.adv_eps=0.1", "rl.scale_by_std=false"}, saved).ok());
 }
 
 TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {

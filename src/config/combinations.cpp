@@ -53,6 +53,58 @@ void check_objective_choices(const Config& c, const Where& where, std::vector<st
                         "needs rl.old_logp = \"recompute\" (with \"rollout\" the two are the same numbers)");
 }
 
+// Settings that would have no effect, each valid alone: keys that another setting leaves unread,
+// and an objective that trains nothing. An error naming why, not a silent no-op. (Not for a
+// saved config: its run is done, and a record must read back on later versions.)
+template <class Where>
+void check_settings_without_effect(const Config& c, const Where& where, std::vector<std::string>& errors) {
+  // GRPO, Dr. GRPO and RLOO compare a prompt's samples with each other: one sample a prompt
+  // gives every advantage 0 and trains nothing (REINFORCE++ whitens over the whole batch).
+  if (c.rl.advantage_estimator != AdvantageEstimator::reinforce_plus_plus && c.rl.samples_per_prompt < 2 &&
+      !c.rl.dynamic_sampling)   // which says so itself
+    errors.push_back(fmt::format(
+        "{}: rl.samples_per_prompt = 1: rl.advantage_estimator = \"grpo\", \"dr_grpo\" and \"rloo\" compare each "
+        "prompt's samples with each other, so every advantage would be 0 and nothing trained (use >= 2, or "
+        "\"reinforce_plus_plus\", which whitens over the batch)",
+        where("rl.samples_per_prompt")));
+  // (Not the warm-up's or the evaluation's keys once rl.sft_steps or rl.eval_interval turn those
+  // off, e.g. with --set over a config that tunes them: turning a phase off says what it means.)
+  const RlConfig rl;
+  const RolloutConfig rollout;
+  const ModelConfig model;
+  const DebugConfig debug;
+  const bool text = c.rl.task == "text", plain_rope = c.model.rope_scaling_factor == 0;
+  struct Rule {
+    const char* key;
+    bool set, unread;
+    const char* because;
+  };
+  const Rule rules[] = {
+      {"rollout.kv_cache_tokens", c.rollout.kv_cache_tokens != rollout.kv_cache_tokens,
+       c.rollout.engine == RolloutEngine::static_batch, "rollout.engine = \"static\" (it sizes the paged engine's pool)"},
+      {"rl.reward_timeout_s", c.rl.reward_timeout_s != rl.reward_timeout_s, text && c.rl.reward != "command",
+       "rl.reward other than \"command\""},
+      {"rl.adv_eps", c.rl.adv_eps != rl.adv_eps,
+       c.rl.advantage_estimator != AdvantageEstimator::grpo || !c.rl.scale_by_std,
+       "anything but rl.advantage_estimator = \"grpo\" with rl.scale_by_std = true (it guards the division by the "
+       "group's standard deviation)"},
+      {"model.rope_low_freq_factor", c.model.rope_low_freq_factor != model.rope_low_freq_factor, plain_rope,
+       "model.rope_scaling_factor = 0 (plain RoPE)"},
+      {"model.rope_high_freq_factor", c.model.rope_high_freq_factor != model.rope_high_freq_factor, plain_rope,
+       "model.rope_scaling_factor = 0 (plain RoPE)"},
+      {"model.rope_original_max_position", c.model.rope_original_max_position != model.rope_original_max_position,
+       plain_rope, "model.rope_scaling_factor = 0 (plain RoPE)"},
+      {"rl.difficulty", c.rl.difficulty != rl.difficulty, c.rl.task == "text" || c.rl.task == "jsonl",
+       "a task whose examples come from rl.dataset"},
+      {"debug.fail_mode", c.debug.fail_mode != debug.fail_mode, c.debug.fail_rank < 0,
+       "debug.fail_rank = -1 (no rank fails)"},
+      {"debug.fail_io_iteration", c.debug.fail_io_iteration != debug.fail_io_iteration, c.debug.fail_io == FailIo::none,
+       "debug.fail_io = \"none\""},
+  };
+  for (const Rule& r : rules)
+    if (r.set && r.unread) errors.push_back(fmt::format("{}: {} is not read with {}", where(r.key), r.key, r.because));
+}
+
 }  // namespace
 
 void check_combinations(const BuildInfo& build, LoadedConfig& out) {
@@ -227,6 +279,7 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     out.errors.push_back(fmt::format("{}: rl.eos_id = {} is outside the model's vocabulary (model.vocab_size = {})",
                                      where("rl.eos_id"), c.rl.eos_id, shape.vocab_size));
   check_objective_choices(c, where, out.errors);
+  if (!build.any) check_settings_without_effect(c, where, out.errors);
   if (c.rl.prompts_per_iteration % c.rl.minibatches != 0)
     out.errors.push_back(fmt::format("{}: rl.minibatches = {} does not divide rl.prompts_per_iteration = {}",
                                      where("rl.minibatches"), c.rl.minibatches, c.rl.prompts_per_iteration));
