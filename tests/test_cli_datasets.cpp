@@ -28,7 +28,7 @@ TEST(Cli, MalformedDatasetNamesFileAndLine) {
 }
 
 // A pre-tokenized dataset: a line of the other kind is refused with its file and line, an id
-// beyond model.vocab_size stops every rank at the first rollout with the line, and rl.eos_id is
+// beyond model.vocab_size stops every rank at the job's start with the line, and rl.eos_id is
 // required; each exits 2.
 TEST(Cli, PreTokenizedDatasetErrorsNameTheLine) {
   fs::path dir = test_dir();
@@ -46,7 +46,7 @@ TEST(Cli, PreTokenizedDatasetErrorsNameTheLine) {
 
   write(dir / "data.jsonl", "\n{\"prompt_ids\": [1, 300], \"answer_ids\": [3]}\n");
   const RunResult r = refused("data.jsonl:2: field \"prompt_ids\" element 1 is id 300, outside the model's "
-                              "vocabulary (model.vocab_size = 259; prompt 0 of iteration 0)\n");
+                              "vocabulary (model.vocab_size = 259; every line is checked when the job starts)\n");
   EXPECT_EQ(r.err.find("shardrl:", 1), std::string::npos) << "one message, from rank 0: " << r.err;
 
   // Without rl.eos_id the byte tokenizer's EOS would end completions: refused before training.

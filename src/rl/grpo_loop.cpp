@@ -119,6 +119,13 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
                                  "(model.vocab_size = {}): set model.vocab_size above it, or rl.eos_id",
                                  eos_id_, options.eos_id >= 0 ? "rl.eos_id" : "the tokenizer's eos token",
                                  model.options().shape.vocab_size));
+  // A dataset's examples, each checked once here on every rank alike (its ids in the vocabulary,
+  // its prompt with room for a completion): a bad line stops the job before the warm-up or any
+  // rollout spends compute, not at the iteration whose batch first draws it.
+  task_->for_each_dataset_example([&](const TaskExample& ex) {
+    check_ids_in_vocabulary(ex, model.options().shape.vocab_size, "every line is checked when the job starts");
+    checked_prompt(ex, "its prompt (every line is checked when the job starts)");
+  });
   const ArenaPlacement rollout{&arena, Phase::rollout};
   if (tensor_parallel != nullptr && tensor_parallel->size() > 1) {
     // The group's ranks generate the prompts of all of them, each computing its part of every

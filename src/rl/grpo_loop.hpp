@@ -175,6 +175,9 @@ class GrpoLoop {
   // minibatch, generated and scored. Adds reward, reward^2, passes, entropy and tokens of every
   // completion into sums[0..5).
   std::vector<SampledGroup> draw_round(std::int64_t iteration, int round, std::vector<double>& sums);
+  // An example's prompt ids, their length checked against the rows and the generator (InputError
+  // naming its dataset line and `which` prompt it is).
+  std::vector<std::int32_t> checked_prompt(const TaskExample& ex, const std::string& which) const;
   // After a generate call, on every rank: throws RolloutAbandoned if on any rank the call was
   // cut short (`cut_short`: this rank's) or the abandon check holds. Collective where there is a
   // check.

@@ -33,6 +33,17 @@ std::string length_needs(std::int64_t n, int max_new, std::int64_t seq_len, std:
 }
 }  // namespace
 
+std::vector<std::int32_t> GrpoLoop::checked_prompt(const TaskExample& ex, const std::string& which) const {
+  std::vector<std::int32_t> ids = prompt_ids(ex);
+  const int max_new = options_.max_new_tokens;
+  if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
+    throw InputError(fmt::format("{}{} has {} tokens; with rollout.max_new_tokens = {} {}", example_where(ex), which,
+                                 ids.size(), max_new,
+                                 length_needs(static_cast<std::int64_t>(ids.size()), max_new, seq_len_,
+                                              model_.options().shape.max_seq_len)));
+  return ids;
+}
+
 std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round, std::vector<double>& sums) {
   const std::uint64_t seed = options_.seed;
   const int max_new = options_.max_new_tokens;
@@ -54,12 +65,7 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
       const std::int64_t index = first_index + std::int64_t(k) * prompts_per_minibatch_ + p;
       TaskExample ex = task_->example(seed, iteration, index);
       check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "prompt", index, "iteration", iteration);
-      std::vector<std::int32_t> ids = prompt_ids(ex);
-      if (static_cast<std::int64_t>(ids.size()) + max_new > gen_len_)
-        throw InputError(fmt::format(
-            "{}prompt {} of iteration {} has {} tokens; with rollout.max_new_tokens = {} {}", example_where(ex), index,
-            iteration, ids.size(), max_new,
-            length_needs(static_cast<std::int64_t>(ids.size()), max_new, seq_len_, model_.options().shape.max_seq_len)));
+      std::vector<std::int32_t> ids = checked_prompt(ex, fmt::format("prompt {} of iteration {}", index, iteration));
       if (p < group_begin || p >= group_end) continue;
       const bool mine = p >= begin && p < end;
       for (int g = 0; g < group_; ++g) {
@@ -280,12 +286,7 @@ EvalStats GrpoLoop::evaluate() {
   for (std::int64_t i = 0; i < e.prompts; ++i) {
     const TaskExample ex = task_->eval_example(i);
     check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, fmt::format("eval prompt {}", i));
-    const std::size_t n = prompt_ids(ex).size();
-    if (static_cast<std::int64_t>(n) + max_new > gen_len_)
-      throw InputError(fmt::format("eval prompt {} ({}) has {} tokens; with rollout.max_new_tokens = {} {}", i,
-                                   ex.source, n, max_new,
-                                   length_needs(static_cast<std::int64_t>(n), max_new, seq_len_,
-                                                model_.options().shape.max_seq_len)));
+    checked_prompt(ex, fmt::format("eval prompt {}", i));
   }
   std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
   // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.

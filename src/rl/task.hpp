@@ -63,6 +63,9 @@ class Task {
                                               const std::vector<std::vector<std::int32_t>>& completions) const;
   // The id that ends a completion when rl.eos_id is unset: the task's tokenizer's (-1: none).
   virtual std::int32_t eos_id() const { return -1; }
+  // Every example a dataset task can draw, once each (a generated task has none to list): what
+  // the job checks at start, so a bad line stops it before any compute, not when a batch draws it.
+  virtual void for_each_dataset_example(const std::function<void(const TaskExample&)>&) const {}
   // The held-out split evaluated during training (text task): its size, and example i of it.
   virtual std::int64_t eval_count() const { return 0; }
   virtual TaskExample eval_example(std::int64_t index) const;

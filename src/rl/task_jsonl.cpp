@@ -159,16 +159,11 @@ class JsonlTask final : public Task {
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kJsonlSalt, seed, iteration, index);
-    const DatasetRow& row = dataset_.rows[uniform_below(engine, dataset_.rows.size())];
-    TaskExample ex;
-    ex.prompt = row.prompt;
-    ex.answer = row.answer;
-    // A pre-tokenized example's demonstration is answer_ids; its optional "answer" is for people.
-    if (!dataset_.pre_tokenized) ex.demonstration = row.answer;
-    ex.prompt_ids = row.prompt_ids;
-    ex.answer_ids = row.answer_ids;
-    ex.source = row.source;
-    return ex;
+    return example_of(dataset_.rows[uniform_below(engine, dataset_.rows.size())]);
+  }
+
+  void for_each_dataset_example(const std::function<void(const TaskExample&)>& f) const override {
+    for (const DatasetRow& row : dataset_.rows) f(example_of(row));
   }
 
   double score(const TaskExample& ex, const std::string& completion) const override {
@@ -186,6 +181,17 @@ class JsonlTask final : public Task {
   }
 
  private:
+  TaskExample example_of(const DatasetRow& row) const {
+    TaskExample ex;
+    ex.prompt = row.prompt;
+    ex.answer = row.answer;
+    // A pre-tokenized example's demonstration is answer_ids; its optional "answer" is for people.
+    if (!dataset_.pre_tokenized) ex.demonstration = row.answer;
+    ex.prompt_ids = row.prompt_ids;
+    ex.answer_ids = row.answer_ids;
+    ex.source = row.source;
+    return ex;
+  }
   Dataset dataset_;
   std::int32_t eos_id_;   // -1 for a text dataset (unused)
 };
