@@ -274,5 +274,15 @@ TEST(GrpoLoop, ExampleTooLongIsNamedByItsDatasetLine) {
   }
 }
 
+// A generated task's longest prompt is checked when the job starts: a completion that cannot
+// follow it stopped the job only at the first rollout, after the whole warm-up.
+TEST(GrpoLoop, AGeneratedTasksLongestPromptIsCheckedWhenTheJobStarts) {
+  Config c = small_config();
+  c.rollout.max_new_tokens = 30;
+  EXPECT_EQ(stop_message(c, true),
+            "the longest prompt of rl.task = \"sort\" at rl.difficulty = 2 has 11 tokens; with rollout.max_new_tokens = "
+            "30 it needs train.seq_len >= 40 (now 32)");
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -98,6 +98,19 @@ TEST(Tokenizer, OutOfVocabularyIsAnError) {
 
 // ---------------------------------------------------------------------------------- factory
 
+// A generated task's longest prompt (what the job checks at start against its rows) is as long
+// as the longest it draws: every prompt of sort and reverse, the widest operands of add.
+TEST(Tasks, LongestPromptIsTheLongestDrawn) {
+  for (const char* name : {"sort", "add", "reverse"})
+    for (int difficulty : {2, 5}) {
+      const auto t = task(name, difficulty);
+      const std::string longest = t->longest_prompt();
+      std::size_t drawn = 0;
+      for (int i = 0; i < 2000; ++i) drawn = std::max(drawn, t->example(3, 0, i).prompt.size());
+      EXPECT_EQ(drawn, longest.size()) << name << " at difficulty " << difficulty << ": " << longest;
+    }
+}
+
 TEST(TaskFactory, NamesAndErrors) {
   EXPECT_EQ(task_names(), (std::vector<std::string>{"sort", "add", "reverse", "jsonl", "text"}));
   for (const char* n : {"sort", "add", "reverse"}) EXPECT_EQ(task(n, 4)->name(), n);

@@ -126,6 +126,10 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
     check_ids_in_vocabulary(ex, model.options().shape.vocab_size, "every line is checked when the job starts");
     checked_prompt(ex, "its prompt (every line is checked when the job starts)");
   });
+  // A generated task's longest prompt, likewise (the warm-up ran before the first rollout found it).
+  if (TaskExample longest; !(longest.prompt = task_->longest_prompt()).empty())
+    checked_prompt(longest, fmt::format("the longest prompt of rl.task = \"{}\" at rl.difficulty = {}",
+                                        task_->name(), options.task.difficulty));
   const ArenaPlacement rollout{&arena, Phase::rollout};
   if (tensor_parallel != nullptr && tensor_parallel->size() > 1) {
     // The group's ranks generate the prompts of all of them, each computing its part of every

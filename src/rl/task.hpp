@@ -63,6 +63,9 @@ class Task {
                                               const std::vector<std::vector<std::int32_t>>& completions) const;
   // The id that ends a completion when rl.eos_id is unset: the task's tokenizer's (-1: none).
   virtual std::int32_t eos_id() const { return -1; }
+  // A generated task's longest prompt ("" for a dataset's task): what the job checks at start
+  // against the rows and the generator.
+  virtual std::string longest_prompt() const { return {}; }
   // Every example a dataset task can draw, once each (a generated task has none to list): what
   // the job checks at start, so a bad line stops it before any compute, not when a batch draws it.
   virtual void for_each_dataset_example(const std::function<void(const TaskExample&)>&) const {}

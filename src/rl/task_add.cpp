@@ -14,6 +14,11 @@ class AddTask final : public Task {
 
   std::string name() const override { return "add"; }
 
+  std::string longest_prompt() const override {
+    const std::string widest(static_cast<std::size_t>(max_digits_), '9');
+    return task_prompt("add", widest + "+" + widest);
+  }
+
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kAddSalt, seed, iteration, index);

@@ -14,6 +14,10 @@ class ReverseTask final : public Task {
 
   std::string name() const override { return "reverse"; }
 
+  std::string longest_prompt() const override {   // every prompt is as long
+    return task_prompt("reverse", std::string(static_cast<std::size_t>(length_), 'a'));
+  }
+
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kReverseSalt, seed, iteration, index);

@@ -34,6 +34,10 @@ class SortTask final : public Task {
 
   std::string name() const override { return "sort"; }
 
+  std::string longest_prompt() const override {   // every prompt is as long
+    return task_prompt("sort", join_digits(std::vector<int>(static_cast<std::size_t>(n_), 0)));
+  }
+
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kSortSalt, seed, iteration, index);
