@@ -443,6 +443,11 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
        "rl.scale_by_std = true (it guards the division by the group's standard deviation)"},
       {{"rl.difficulty=7", "rl.task=\"jsonl\"", "rl.dataset=\"d.jsonl\""},
        "--set rl.difficulty=7: rl.difficulty is not read with a task whose examples come from rl.dataset"},
+      {{"rl.difficulty=99"},
+       "--set rl.difficulty=99: rl.difficulty = 99 is out of range for rl.task = \"sort\" (allowed 2..32)"},
+      {{"rl.partial_credit=true", "rl.task=\"jsonl\"", "rl.dataset=\"d.jsonl\""},
+       "--set rl.partial_credit=true: rl.partial_credit applies to the generated tasks; rl.task = \"jsonl\" rewards "
+       "exact matches only"},
       {{"debug.fail_mode=\"hang\""},
        "--set debug.fail_mode=\"hang\": debug.fail_mode is not read with debug.fail_rank = -1 (no rank fails)"},
       {{"rl.advantage_estimator=\"ppo\""},

@@ -8,6 +8,7 @@
 #include "config/model_presets.hpp"
 #include "config/schema.hpp"
 #include "kernels/flash_attention.hpp"
+#include "rl/task_difficulty.hpp"
 #include "rl/tokenizer.hpp"
 
 namespace shardrl {
@@ -267,6 +268,19 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
           where(out.origin.at("rl.reward_timeout_s") != "default" ? "rl.reward_timeout_s" : "comm.timeout_s"),
           c.rl.reward_timeout_s, c.comm.timeout_s));
   }
+  if (const auto range = difficulty_range(c.rl.task);
+      range && (c.rl.difficulty < range->min || c.rl.difficulty > range->max))
+    out.errors.push_back(fmt::format("{}: rl.difficulty = {} is out of range for rl.task = \"{}\" (allowed {}..{})",
+                                     where("rl.difficulty"), c.rl.difficulty, c.rl.task, range->min, range->max));
+  if ((c.rl.task == "jsonl" || c.rl.task == "text") && c.rl.partial_credit)
+    out.errors.push_back(fmt::format("{}: rl.partial_credit applies to the generated tasks; rl.task = \"{}\" rewards "
+                                     "{}",
+                                     where("rl.partial_credit"), c.rl.task,
+                                     c.rl.task == "jsonl" ? "exact matches only" : "by rl.reward"));
+  if (c.rl.task == "text" && c.rl.reward == "exact" && c.rl.format_reward != RlConfig{}.format_reward)
+    out.errors.push_back(fmt::format("{}: rl.format_reward applies to rl.reward = \"math\" or \"regex\"; \"exact\" "
+                                     "scores 1 or 0",
+                                     where("rl.format_reward")));
   // The generated tasks speak the byte tokenizer (rl/tokenizer.hpp): ids 0-255, BOS, EOS and PAD.
   if ((c.rl.task == "sort" || c.rl.task == "add" || c.rl.task == "reverse") &&
       shape.vocab_size < tokenizer::kVocabSize)

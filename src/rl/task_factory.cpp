@@ -4,16 +4,13 @@
 
 #include "core/error.hpp"
 #include "rl/task_common.hpp"
+#include "rl/task_difficulty.hpp"
 
 namespace shardrl {
 namespace {
 
-struct DifficultyRange {
-  int min;
-  int max;
-};
-
-void check_difficulty(const TaskOptions& o, DifficultyRange r) {
+void check_difficulty(const TaskOptions& o) {
+  const DifficultyRange r = *difficulty_range(o.name);
   if (o.difficulty < r.min || o.difficulty > r.max)
     throw InputError(fmt::format("task '{}': difficulty {} is out of range (allowed {}..{})",
                                  o.name, o.difficulty, r.min, r.max));
@@ -28,15 +25,15 @@ std::vector<std::string> task_names() { return {"sort", "add", "reverse", "jsonl
 
 std::unique_ptr<Task> make_task(const TaskOptions& o) {
   if (o.name == "sort") {
-    check_difficulty(o, {2, 32});
+    check_difficulty(o);
     return task_detail::make_sort_task(o.difficulty, o.partial_credit);
   }
   if (o.name == "add") {
-    check_difficulty(o, {1, 18});
+    check_difficulty(o);
     return task_detail::make_add_task(o.difficulty, o.partial_credit);
   }
   if (o.name == "reverse") {
-    check_difficulty(o, {2, 64});
+    check_difficulty(o);
     return task_detail::make_reverse_task(o.difficulty, o.partial_credit);
   }
   if (o.name == "jsonl") {
