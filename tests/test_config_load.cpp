@@ -448,6 +448,10 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
       {{"rl.partial_credit=true", "rl.task=\"jsonl\"", "rl.dataset=\"d.jsonl\""},
        "--set rl.partial_credit=true: rl.partial_credit applies to the generated tasks; rl.task = \"jsonl\" rewards "
        "exact matches only"},
+      {{"rl.format_reward=0.5", "rl.reward=\"exact\"", "rl.task=\"text\"", "rl.dataset=\"d.jsonl\"",
+        "model.tokenizer=\"tok\""},
+       "--set rl.format_reward=0.5: rl.format_reward applies to rl.reward = \"math\" or \"regex\"; \"exact\" scores 1 "
+       "or 0"},
       {{"debug.fail_mode=\"hang\""},
        "--set debug.fail_mode=\"hang\": debug.fail_mode is not read with debug.fail_rank = -1 (no rank fails)"},
       {{"rl.advantage_estimator=\"ppo\""},
