@@ -471,6 +471,15 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
   EXPECT_TRUE(load_config("", "f", {"rl.samples_per_prompt=1", "rl.adv_eps=0.1", "rl.scale_by_std=false"}, saved).ok());
 }
 
+// A NUL would cut a path, an argument or a C string short where the value goes: refused, named.
+TEST(ConfigLoad, StringsWithANulAreRefused) {
+  LoadedConfig l = load_config("[rl]\nreward_command = [\"judge\", \"a\\u0000b\"]\n[model]\ninit_from = \"m\\u0000x\"\n",
+                               "f", {}, kCpu);
+  ASSERT_EQ(l.errors.size(), 2u);
+  EXPECT_EQ(l.errors[0], "f:2:18: rl.reward_command: holds a NUL character (\\u0000), which would cut it short");
+  EXPECT_EQ(l.errors[1], "f:4:13: model.init_from: holds a NUL character (\\u0000), which would cut it short");
+}
+
 TEST(ConfigLoad, EosIdDefaultsAndMustBeInTheVocabulary) {
   LoadedConfig l = load_config("", "f", {}, kCpu);
   ASSERT_TRUE(l.ok());

@@ -109,6 +109,13 @@ std::string value_problem(const KeyDef& def, const ConfigValue& v) {
       return fmt::format("must be one of {}, got \"{}\"", list, s);
     }
   }
+  // A NUL ends a path, an argument or a C string where the value goes: "d.jsonl\u0000x" read as
+  // d.jsonl, silently.
+  const auto has_nul = [](const std::string& text) { return text.find('\0') != std::string::npos; };
+  if ((def.kind == ValueKind::string && has_nul(std::get<std::string>(v))) ||
+      (def.kind == ValueKind::string_list &&
+       std::any_of(std::get<std::vector<std::string>>(v).begin(), std::get<std::vector<std::string>>(v).end(), has_nul)))
+    return "holds a NUL character (\\u0000), which would cut it short";
   if (def.check) return def.check(v);
   return "";
 }
