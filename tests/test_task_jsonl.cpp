@@ -103,6 +103,11 @@ TEST_F(JsonlTask, Errors) {
       {"\"just a string\"\n", ":1: expected a JSON object, got string"},
       {good + "{\"prompt\": \"\", \"answer\": \"a\"}\n", ":2: field \"prompt\" is empty"},
       {good + "{\"prompt\": \"p\", \"answer\": \" \\n\"}\n", ":2: field \"answer\" is empty"},
+      // A key twice in one object (nlohmann kept the last: the first answer went silently).
+      {good + "{\"prompt\": \"p\", \"answer\": \"1 3\", \"answer\": \" \"}\n",
+       ":2: key \"answer\" appears twice in one object"},
+      {good + "{\"prompt\": \"p\", \"answer\": \"a\", \"meta\": [{\"k\": 1}, {\"k\": 2, \"k\": 3}]}\n",
+       ":2: key \"k\" appears twice in one object"},
       {"", ": no examples"},
       {"\n  \n\r\n", ": no examples"},
   };
