@@ -95,6 +95,12 @@ TEST(ConfigLoad, RealsMustFitSinglePrecision) {
     EXPECT_NE(l.errors[0].find(std::string("--set ") + set), std::string::npos) << l.errors[0];
   }
   EXPECT_TRUE(load_config("", "f", {"optim.eps=1e-30", "optim.weight_decay=0.0"}, kCpu).ok());
+  // A --set real is a decimal number, as in the file: strtod's hex and leading blanks are not.
+  for (const char* set : {"optim.lr=0x10", "optim.lr= 1e-3"}) {
+    LoadedConfig l = load_config("", "f", {set}, kCpu);
+    ASSERT_EQ(l.errors.size(), 1u) << set;
+    EXPECT_EQ(l.errors[0], fmt::format("--set {}: optim.lr: expected a number, got '{}'", set, set + 9));
+  }
 }
 
 TEST(ConfigLoad, CudaGraphsNeedACudaBuild) {

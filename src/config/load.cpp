@@ -172,9 +172,12 @@ std::optional<ConfigValue> from_text(const KeyDef& def, const std::string& text,
       break;
     }
     case ValueKind::real: {
+      // A decimal number as TOML writes one: strtod alone also takes leading blanks and hex
+      // ("0x10" read as 16), which the file's TOML and the integer keys refuse.
+      const bool decimal = !text.empty() && text.find_first_of(" \t\n\r\f\vxXpP") == std::string::npos;
       char* end = nullptr;
       double x = std::strtod(text.c_str(), &end);
-      if (!text.empty() && end == text.c_str() + text.size()) return ConfigValue(x);
+      if (decimal && end == text.c_str() + text.size()) return ConfigValue(x);
       break;
     }
     case ValueKind::string:
