@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -52,7 +53,18 @@ HfCompanions hf_companions(const Config& config) {
       c.notes.push_back(fmt::format("no special-token ids from '{}': {}", base_config.string(), e.what()));
     }
   }
-  if (!ids.contains("eos_token_id") && eos_id(config) >= 0) ids["eos_token_id"] = eos_id(config);
+  // The run's own end id (rl.eos_id, e.g. an instruct end of turn over a base model's end of
+  // text) joins the base's, so generate() stops where the policy learned to.
+  if (const std::int32_t end = eos_id(config); end >= 0) {
+    if (!ids.contains("eos_token_id")) {
+      ids["eos_token_id"] = end;
+    } else {
+      auto& eos = ids["eos_token_id"];
+      if (!eos.is_array()) eos = nlohmann::ordered_json::array({eos});
+      if (std::find(eos.begin(), eos.end(), end) == eos.end()) eos.push_back(end);
+      if (eos.size() == 1) eos = eos.front();
+    }
+  }
   c.token_ids_json = ids.dump();
   return c;
 }

@@ -110,7 +110,7 @@ KOKKOS_INLINE_FUNCTION void record_draw(float logit, float max, float t, const M
 
 // The inverse CDF over indices [0, n) in index order: the first v whose running weight, from
 // `start`, passes `target`; past the found block's last token (rounding), that block's last
-// token of weight > 0; n only when no token has weight. Two levels: each thread's contiguous
+// token whose weight moves the running sum; n only when none does. Two levels: each thread's contiguous
 // block has a mass, a scan over the blocks finds the block where the target falls, and one
 // thread walks that block. (A team scan over the whole range synchronises once per team_size
 // tokens: 2 ms per draw with llama's 128K vocabulary on an H200.) The same on every thread of
@@ -154,7 +154,9 @@ KOKKOS_INLINE_FUNCTION int inverse_cdf(const Member& team, int n, const Weight& 
         for (int v = block * per; v < n && v < (block + 1) * per; ++v) {
           const float w = weight(v);
           if (w <= 0.0f) continue;
-          last_kept = v;
+          // The fallback past the block's end (rounding) is the last token whose weight still
+          // moves the running sum: not a token of weight e^-60 at the chunk's end.
+          if (run + w > run) last_kept = v;
           if (run <= target && target < run + w) {
             found = v;
             return;
