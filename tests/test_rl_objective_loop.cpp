@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rl/grpo_loop.hpp"
@@ -149,15 +150,20 @@ TEST(RlObjective, EveryOptionIsTheSameAtAnyWorldSize) {
   }
 }
 
+// Three iterations of c at train.seq_len = 64 with train.packing (its rows checked to be 32
+// positions long) and without.
+std::pair<std::vector<Step>, std::vector<Step>> with_and_without_packing(Config c) {
+  c.train.seq_len = 64;
+  std::vector<Step> packed = run(c, MPI_COMM_WORLD, 3, 32);
+  c.train.packing = false;
+  return {std::move(packed), run(c, MPI_COMM_WORLD, 3)};
+}
+
 // train.packing: the train phase packs each minibatch's sequences into rows as long as the longest
 // needs, rounded up to 32 (here 32 positions of train.seq_len = 64, two or three sequences per
 // row); the trajectory is the unpacked one's to fp32 rounding, at any world size.
 TEST(RlObjective, PackedRowsGiveTheUnpackedTrajectory) {
-  Config c = small_config();
-  c.train.seq_len = 64;
-  const std::vector<Step> packed = run(c, MPI_COMM_WORLD, 3, 32);
-  c.train.packing = false;
-  const std::vector<Step> unpacked = run(c, MPI_COMM_WORLD, 3);
+  const auto [packed, unpacked] = with_and_without_packing(small_config());
   expect_same_trajectory(packed, unpacked);
 }
 
@@ -166,11 +172,7 @@ TEST(RlObjective, PackedRowsGiveTheUnpackedTrajectory) {
 // sequence's: padding is left out of that loss, so the trajectory is the full rows' to rounding,
 // load-balancing loss included.
 TEST(RlObjective, MoeRowsAsLongAsTheLongestGiveTheFullRowsTrajectory) {
-  Config c = small_moe_config();
-  c.train.seq_len = 64;
-  const std::vector<Step> short_rows = run(c, MPI_COMM_WORLD, 3, 32);
-  c.train.packing = false;
-  const std::vector<Step> full = run(c, MPI_COMM_WORLD, 3);
+  const auto [short_rows, full] = with_and_without_packing(small_moe_config());
   expect_same_trajectory(short_rows, full);
   for (int it = 0; it < 3; ++it) {
     EXPECT_GT(full[it].train.aux_loss, 1.0) << "iteration " << it;
