@@ -146,18 +146,25 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<StWr
   file.append(text);
   constexpr std::int64_t kPiece = 1 << 20;   // elements converted per write
   std::string bytes;
+  std::vector<float> filled;   // the tensor `fill` gave, while it is written
   for (const StWrite& t : tensors) {
     std::int64_t numel = 1;
     for (auto d : t.shape) numel *= d;
     const std::size_t size = dtype_size(t.dtype);
+    const float* values = t.values;
+    if (t.fill) {
+      filled.assign(static_cast<std::size_t>(numel), 0.0f);
+      t.fill(filled.data());
+      values = filled.data();
+    }
     for (std::int64_t first = 0; first < numel; first += kPiece) {
       const std::int64_t count = std::min(kPiece, numel - first);
       bytes.resize(static_cast<std::size_t>(count) * size);
       if (t.dtype == StDtype::f32) {
-        std::memcpy(bytes.data(), t.values + first, bytes.size());   // little-endian, as this host
+        std::memcpy(bytes.data(), values + first, bytes.size());   // little-endian, as this host
       } else {
         for (std::int64_t i = 0; i < count; ++i) {
-          const bf16 b(t.values[first + i]);
+          const bf16 b(values[first + i]);
           std::memcpy(bytes.data() + 2 * i, &b.bits, 2);
         }
       }

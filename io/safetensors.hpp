@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,11 +61,14 @@ class SafetensorsFile {
 };
 
 // A tensor to write: fp32 values, stored as `dtype` (f32, or bf16 rounded to nearest even).
+// The values are `values`, or when `fill` is set what it puts in a buffer of the tensor's size
+// when the writer reaches the tensor: an export then holds one tensor at a time, not the model.
 struct StWrite {
   std::string name;
   std::vector<std::int64_t> shape;
   StDtype dtype = StDtype::f32;
   const float* values = nullptr;
+  std::function<void(float* out)> fill = {};
 };
 
 // Writes the tensors (data in the given order, header keys sorted as the format's reference

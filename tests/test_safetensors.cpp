@@ -112,6 +112,31 @@ TEST(Safetensors, TensorsLargerThanTheWritersPieceRoundTrip) {
   EXPECT_EQ(fs::file_size(p), f.header().data_offset + 3 * 4 + static_cast<std::uint64_t>(numel) * 6);
 }
 
+// A tensor given by `fill` is asked for when the writer reaches it, after the tensors before it
+// are written (so an export holds one tensor at a time), and reads back as its values would.
+TEST(Safetensors, FilledTensorsAreAskedForInTurnAndWrittenAsValues) {
+  const fs::path p = dir() / "filled.safetensors";
+  const fs::path partial = p.string() + ".partial";
+  std::vector<float> a(5), b(3);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * static_cast<float>(i) - 1.0f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = 3.0f + static_cast<float>(i);
+  std::vector<std::uintmax_t> written_before;   // the file's size when each fill was called
+  auto fill_from = [&](const std::vector<float>& v) {
+    return [&, v](float* out) {
+      written_before.push_back(fs::file_size(partial));
+      std::copy(v.begin(), v.end(), out);
+    };
+  };
+  write_safetensors(p, {{"first", {5}, StDtype::f32, nullptr, fill_from(a)},
+                        {"second", {3}, StDtype::bf16, nullptr, fill_from(b)}});
+  SafetensorsFile f(p);
+  EXPECT_EQ(f.read_f32("first"), a);
+  EXPECT_EQ(f.read_f32("second"), b);   // exact in bf16
+  ASSERT_EQ(written_before.size(), 2u);
+  EXPECT_EQ(written_before[0], f.header().data_offset) << "the first tensor is asked for after the header";
+  EXPECT_EQ(written_before[1], f.header().data_offset + 5 * 4) << "the second after the first's bytes";
+}
+
 // The files under the writer: a file left uncommitted (an export that failed on the way)
 // leaves the old file as it was and no temporary; committed, it replaces the old one.
 TEST(AtomicFile, UncommittedLeavesTheOldFileAndNoTemporary) {

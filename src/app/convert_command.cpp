@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -70,17 +71,20 @@ std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape, 
   return hf_config_json(shape, args.dtype == "bf16" ? "bfloat16" : "float32", companions.token_ids_json);
 }
 
-// `values` (one per parameter of `units`, in order) as a Hugging Face model directory of `shape`
-// with its `config_json` (checked_hf_config) and the run's tokenizer and generation files.
+// Puts the values of parameter `p` of unit `unit` (an index into the units) in `out`. The
+// writer asks for the parameters in the units' order, one at a time.
+using ParamValues = std::function<void(std::size_t unit, const ParamSpec& p, float* out)>;
+
+// The parameters of `units` (their values from `values`) as a Hugging Face model directory of
+// `shape` with its `config_json` (checked_hf_config) and the run's tokenizer and generation files.
 void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const std::vector<UnitSpec>& units,
-                        const std::vector<std::vector<float>>& values, const std::string& config_json,
-                        const HfCompanions& companions) {
+                        const ParamValues& values, const std::string& config_json, const HfCompanions& companions) {
   const bool bf16 = args.dtype == "bf16";
   std::vector<StWrite> tensors;
-  std::size_t i = 0;
-  for (const UnitSpec& unit : units)
-    for (const ParamSpec& p : unit.params)
-      tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, values[i++].data()});
+  for (std::size_t u = 0; u < units.size(); ++u)
+    for (const ParamSpec& p : units[u].params)
+      tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, nullptr,
+                         [&values, u, &p](float* out) { values(u, p, out); }});
   const std::filesystem::path dir(args.to_safetensors);
   write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
   write_text_atomically(dir / "config.json", config_json);
@@ -123,37 +127,40 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
   const LoraShape& lora = policy.model().options().shape.lora;
   const std::vector<UnitSpec> base_units = model_units(base_shape);
   const std::vector<UnitSpec>& units = policy.model().units();
-  std::vector<std::vector<float>> values;
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const std::vector<float> unit = policy.trainer().gather_main_weights(static_cast<int>(u));
+  // One unit gathered at a time, as the writer reaches its parameters.
+  std::size_t gathered_unit = units.size();
+  std::vector<float> unit;
+  const ParamValues values = [&](std::size_t u, const ParamSpec& p, float* w) {
+    if (gathered_unit != u) {
+      unit = policy.trainer().gather_main_weights(static_cast<int>(u));
+      gathered_unit = u;
+    }
     auto param = [&](const std::string& name) -> const ParamSpec* {
-      for (const ParamSpec& p : units[u].params)
-        if (p.name == name) return &p;
+      for (const ParamSpec& q : units[u].params)
+        if (q.name == name) return &q;
       return nullptr;
     };
-    for (const ParamSpec& p : base_units[u].params) {
-      const ParamSpec* mine = param(p.name);
-      SHARDRL_CHECK(mine != nullptr && mine->shape == p.shape, "the LoRA model's base parameters are its base's");
-      std::vector<float>& w = values.emplace_back(unit.begin() + mine->offset, unit.begin() + mine->offset + p.numel());
-      const std::string stem = p.name.substr(0, p.name.size() - std::string(".weight").size());
-      const ParamSpec* a = param(stem + ".lora_A.weight");
-      const ParamSpec* b = param(stem + ".lora_B.weight");
-      if (a == nullptr || b == nullptr) continue;   // not adapted
-      const std::int64_t out = p.shape[0], in = p.shape[1], r = lora.rank;
-      const float* A = unit.data() + a->offset;   // (r, in)
-      const float* B = unit.data() + b->offset;   // (out, r)
-      std::vector<double> row(static_cast<std::size_t>(in));   // row i of B A, rows of A in order (vectorises)
-      for (std::int64_t i = 0; i < out; ++i) {
-        std::fill(row.begin(), row.end(), 0.0);
-        for (std::int64_t k = 0; k < r; ++k) {
-          const double bik = B[i * r + k];
-          for (std::int64_t j = 0; j < in; ++j) row[j] += bik * A[k * in + j];
-        }
-        for (std::int64_t j = 0; j < in; ++j)
-          w[i * in + j] = static_cast<float>(w[i * in + j] + static_cast<double>(lora.scale()) * row[j]);
+    const ParamSpec* mine = param(p.name);
+    SHARDRL_CHECK(mine != nullptr && mine->shape == p.shape, "the LoRA model's base parameters are its base's");
+    std::copy(unit.begin() + mine->offset, unit.begin() + mine->offset + p.numel(), w);
+    const std::string stem = p.name.substr(0, p.name.size() - std::string(".weight").size());
+    const ParamSpec* a = param(stem + ".lora_A.weight");
+    const ParamSpec* b = param(stem + ".lora_B.weight");
+    if (a == nullptr || b == nullptr) return;   // not adapted
+    const std::int64_t out = p.shape[0], in = p.shape[1], r = lora.rank;
+    const float* A = unit.data() + a->offset;   // (r, in)
+    const float* B = unit.data() + b->offset;   // (out, r)
+    std::vector<double> row(static_cast<std::size_t>(in));   // row i of B A, rows of A in order (vectorises)
+    for (std::int64_t i = 0; i < out; ++i) {
+      std::fill(row.begin(), row.end(), 0.0);
+      for (std::int64_t k = 0; k < r; ++k) {
+        const double bik = B[i * r + k];
+        for (std::int64_t j = 0; j < in; ++j) row[j] += bik * A[k * in + j];
       }
+      for (std::int64_t j = 0; j < in; ++j)
+        w[i * in + j] = static_cast<float>(w[i * in + j] + static_cast<double>(lora.scale()) * row[j]);
     }
-  }
+  };
   write_hf_directory(args, base_shape, base_units, values, config_json, companions);
   return 0;
 }
@@ -182,14 +189,12 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   const HfCompanions companions = hf_companions(loaded.config);
   const std::string config_json = checked_hf_config(args, shape, companions);
   const std::vector<UnitSpec> units = model_units(shape);
-  // Every parameter whole, in the units' order (so the file's data follow the model's layout).
-  std::vector<std::vector<float>> values;
-  for (const UnitSpec& unit : units)
-    for (const ParamSpec& p : unit.params) {
-      values.emplace_back(static_cast<std::size_t>(p.numel()));
-      checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
-                      static_cast<std::uint64_t>(p.numel()), values.back().data(), loaded.config.checkpoint.verify);
-    }
+  // Each parameter whole, read when the writer reaches it (the file's data follow the model's
+  // layout), so the export holds one tensor in memory, not the model.
+  const ParamValues values = [&](std::size_t, const ParamSpec& p, float* out) {
+    checkpoint.read(checkpoint_format::kModel + p.name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), 0,
+                    static_cast<std::uint64_t>(p.numel()), out, loaded.config.checkpoint.verify);
+  };
   write_hf_directory(args, shape, units, values, config_json, companions);
   return 0;
 }
