@@ -182,9 +182,12 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
   }
   std::vector<std::string> breaking;
   for (const ConfigChange& c : config_changes(saved.config, cfg)) {
+    // A key neither job reads (a run saved before such a key was refused at load, resumed
+    // without it) changes nothing.
+    const bool breaks = !c.keeps_trajectory && !c.read_by_neither;
     spdlog::info("config change since {}: {} = {} -> {}{}", checkpoint.filename().string(), c.key, c.before, c.after,
-                 c.keeps_trajectory ? "" : " (changes the run's trajectory)");
-    if (!c.keeps_trajectory) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
+                 c.read_by_neither ? " (read by neither job)" : breaks ? " (changes the run's trajectory)" : "");
+    if (breaks) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
   }
   if (breaking.empty() || allowed) return;
   std::string list;

@@ -1,7 +1,9 @@
 #include "config/changes.hpp"
 
+#include <algorithm>
 #include <set>
 
+#include "config/combinations.hpp"
 #include "config/schema.hpp"
 
 namespace shardrl {
@@ -22,10 +24,16 @@ bool keeps_trajectory(const KeyDef& d) {
 }  // namespace
 
 std::vector<ConfigChange> config_changes(const Config& before, const Config& after) {
+  const std::vector<std::string> unread_before = unread_keys(before), unread_after = unread_keys(after);
+  auto unread = [](const std::vector<std::string>& keys, const std::string& key) {
+    return std::find(keys.begin(), keys.end(), key) != keys.end();
+  };
   std::vector<ConfigChange> out;
   for (const KeyDef& d : config_schema()) {
     const std::string a = to_toml_literal(d.get(before)), b = to_toml_literal(d.get(after));
-    if (a != b) out.push_back({d.full_name(), a, b, keeps_trajectory(d)});
+    if (a != b)
+      out.push_back({d.full_name(), a, b, keeps_trajectory(d),
+                     unread(unread_before, d.full_name()) && unread(unread_after, d.full_name())});
   }
   return out;
 }

@@ -15,6 +15,7 @@ struct ConfigChange {
   std::string key;                 // "rl.samples_per_prompt"
   std::string before, after;       // TOML literals
   bool keeps_trajectory = false;   // a key that does not change what the run computes
+  bool read_by_neither = false;    // both configurations leave the key unread (unread_keys)
 };
 
 // Every key whose value differs, in the schema's order.

@@ -54,33 +54,20 @@ void check_objective_choices(const Config& c, const Where& where, std::vector<st
                         "needs rl.old_logp = \"recompute\" (with \"rollout\" the two are the same numbers)");
 }
 
-// Settings that would have no effect, each valid alone: keys that another setting leaves unread,
-// and an objective that trains nothing. An error naming why, not a silent no-op. (Not for a
-// saved config: its run is done, and a record must read back on later versions.)
-template <class Where>
-void check_settings_without_effect(const Config& c, const Where& where, std::vector<std::string>& errors) {
-  // GRPO, Dr. GRPO and RLOO compare a prompt's samples with each other: one sample a prompt
-  // gives every advantage 0 and trains nothing (REINFORCE++ whitens over the whole batch).
-  if (c.rl.advantage_estimator != AdvantageEstimator::reinforce_plus_plus && c.rl.samples_per_prompt < 2 &&
-      !c.rl.dynamic_sampling)   // which says so itself
-    errors.push_back(fmt::format(
-        "{}: rl.samples_per_prompt = 1: rl.advantage_estimator = \"grpo\", \"dr_grpo\" and \"rloo\" compare each "
-        "prompt's samples with each other, so every advantage would be 0 and nothing trained (use >= 2, or "
-        "\"reinforce_plus_plus\", which whitens over the batch)",
-        where("rl.samples_per_prompt")));
-  // (Not the warm-up's or the evaluation's keys once rl.sft_steps or rl.eval_interval turn those
-  // off, e.g. with --set over a config that tunes them: turning a phase off says what it means.)
+// Keys that another setting of `c` leaves unread: whether each is set (not its default), whether
+// `c` leaves it unread, and the setting that does.
+struct UnreadRule {
+  const char* key;
+  bool set, unread;
+  const char* because;
+};
+std::vector<UnreadRule> unread_rules(const Config& c) {
+  const bool text = c.rl.task == "text", plain_rope = c.model.rope_scaling_factor == 0;
   const RlConfig rl;
   const RolloutConfig rollout;
   const ModelConfig model;
   const DebugConfig debug;
-  const bool text = c.rl.task == "text", plain_rope = c.model.rope_scaling_factor == 0;
-  struct Rule {
-    const char* key;
-    bool set, unread;
-    const char* because;
-  };
-  const Rule rules[] = {
+  return {
       {"rollout.kv_cache_tokens", c.rollout.kv_cache_tokens != rollout.kv_cache_tokens,
        c.rollout.engine == RolloutEngine::static_batch, "rollout.engine = \"static\" (it sizes the paged engine's pool)"},
       {"rl.reward_timeout_s", c.rl.reward_timeout_s != rl.reward_timeout_s, text && c.rl.reward != "command",
@@ -102,11 +89,36 @@ void check_settings_without_effect(const Config& c, const Where& where, std::vec
       {"debug.fail_io_iteration", c.debug.fail_io_iteration != debug.fail_io_iteration, c.debug.fail_io == FailIo::none,
        "debug.fail_io = \"none\""},
   };
-  for (const Rule& r : rules)
+}
+
+// Settings that would have no effect, each valid alone: keys that another setting leaves unread,
+// and an objective that trains nothing. An error naming why, not a silent no-op. (Not for a
+// saved config: its run is done, and a record must read back on later versions.)
+template <class Where>
+void check_settings_without_effect(const Config& c, const Where& where, std::vector<std::string>& errors) {
+  // GRPO, Dr. GRPO and RLOO compare a prompt's samples with each other: one sample a prompt
+  // gives every advantage 0 and trains nothing (REINFORCE++ whitens over the whole batch).
+  if (c.rl.advantage_estimator != AdvantageEstimator::reinforce_plus_plus && c.rl.samples_per_prompt < 2 &&
+      !c.rl.dynamic_sampling)   // which says so itself
+    errors.push_back(fmt::format(
+        "{}: rl.samples_per_prompt = 1: rl.advantage_estimator = \"grpo\", \"dr_grpo\" and \"rloo\" compare each "
+        "prompt's samples with each other, so every advantage would be 0 and nothing trained (use >= 2, or "
+        "\"reinforce_plus_plus\", which whitens over the batch)",
+        where("rl.samples_per_prompt")));
+  // (Not the warm-up's or the evaluation's keys once rl.sft_steps or rl.eval_interval turn those
+  // off, e.g. with --set over a config that tunes them: turning a phase off says what it means.)
+  for (const UnreadRule& r : unread_rules(c))
     if (r.set && r.unread) errors.push_back(fmt::format("{}: {} is not read with {}", where(r.key), r.key, r.because));
 }
 
 }  // namespace
+
+std::vector<std::string> unread_keys(const Config& c) {
+  std::vector<std::string> keys;
+  for (const UnreadRule& r : unread_rules(c))
+    if (r.unread) keys.push_back(r.key);
+  return keys;
+}
 
 void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   const Config& c = out.config;
