@@ -180,6 +180,53 @@ TEST(RlObjective, MoeRowsAsLongAsTheLongestGiveTheFullRowsTrajectory) {
   }
 }
 
+// The same with expert parallelism (each rank's experts take the other ranks' tokens), where
+// the ranks' rows differ in length: after a longer warm-up most completions are short, a few run
+// to 40 tokens, so a rank's rows are 32 or 64 positions as its own sequences need. The exchange
+// carries each rank's real tokens only; the trajectory is the full rows' to rounding.
+TEST(RlObjective, ExpertParallelRowsOfDifferentLengthsGiveTheFullRowsTrajectory) {
+  Config c = small_moe_config();
+  c.fsdp.expert_parallel = true;
+  c.train.seq_len = 64;
+  c.rollout.max_new_tokens = 40;
+  c.rl.sft_steps = 15;
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  // Each iteration's last row length on every rank.
+  auto run_recording = [&](const Config& config, std::vector<std::vector<int>>& lengths) {
+    Job job(config, MPI_COMM_WORLD);
+    job.warm_up();
+    std::vector<Step> out;
+    for (int it = 0; it < 3; ++it) {
+      RolloutBatch b = job.loop.rollout(it);
+      TrainStats t = job.loop.train(b);
+      const int mine = static_cast<int>(job.model.batch_seq_len());
+      std::vector<int>& all = lengths.emplace_back(static_cast<std::size_t>(ranks));
+      MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      out.push_back({std::move(b), t});
+    }
+    return out;
+  };
+  std::vector<std::vector<int>> short_lengths, full_lengths;
+  const std::vector<Step> short_rows = run_recording(c, short_lengths);
+  c.train.packing = false;
+  const std::vector<Step> full = run_recording(c, full_lengths);
+  expect_same_trajectory(short_rows, full);
+  bool differ = false;
+  for (int it = 0; it < 3; ++it) {
+    expect_close(short_rows[it].train.aux_loss, full[it].train.aux_loss, "aux_loss", it);
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(full_lengths[it][r], 64) << "iteration " << it << ", rank " << r;
+      EXPECT_EQ(short_lengths[it][r] % 32, 0) << "iteration " << it << ", rank " << r;
+      differ |= short_lengths[it][r] != short_lengths[it][0];
+    }
+  }
+  if (ranks > 1) {
+    EXPECT_TRUE(differ) << "the ranks' rows were alike in every iteration: the exchange of unequal token counts is "
+                           "not exercised";
+  }
+}
+
 // After a short warm-up most groups of the sort task are all wrong (0/1 rewards): dynamic sampling
 // keeps drawing rounds until every group of the batch has rewards that differ, so each trained
 // group is informative; the rounds and dropped groups are the same at any world size.
