@@ -265,12 +265,12 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   EXPECT_NE(more.out.find("resumed from runs/a/checkpoints/iter_00000002.h5"), std::string::npos) << more.out;
 
   // SIGTERM leaves Slurm's KillWait (often 30 s), less than a rollout may take: it gives up the
-  // rollout or evaluation in progress. Here the rank's signal comes with the last reply of the
-  // greedy half of the evaluation before iteration 3 (its 12th request: 3 for each evaluation's
-  // greedy and sampled halves, 4 for each iteration), and the command lives on: the sampled
-  // half's generation is given up (or the scoring, if the signal is seen before the reply), and
-  // the job saves the state the iteration began with.
-  write(dir / "stop.flag", "12 parent-after\n");
+  // rollout or evaluation in progress. Here the rank's signal comes just before the last reply of
+  // the greedy half of the evaluation before iteration 3 (its 12th request: 3 for each
+  // evaluation's greedy and sampled halves, 4 for each iteration), and the command lives on: the
+  // scoring is given up (or, where the rank takes the reply before it sees the signal, the
+  // sampled half's generation), and the job saves the state the iteration began with.
+  write(dir / "stop.flag", "12 parent\n");
   const std::string with_eval = " --set run.name=c --set rl.eval_dataset=data/eval.jsonl --set rl.eval_interval=2 "
                                 "--set rl.eval_samples=2";
   RunResult given_up = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
@@ -291,7 +291,7 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
       << again.out;
   // Continued, it is stopped the same way in the final evaluation (again its 12th request): the
   // trained state is saved without it, and the next job runs that evaluation alone.
-  write(dir / "stop.flag", "12 parent-after\n");
+  write(dir / "stop.flag", "12 parent\n");
   RunResult on = run_in(dir, mpirun(2) + " train --config job.toml" + with_eval);
   ASSERT_EQ(on.exit_code, 3) << on.out << on.err;
   EXPECT_NE(on.out.find("resumed from runs/c/checkpoints/iter_00000002.h5"), std::string::npos) << on.out;
@@ -314,10 +314,12 @@ TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
   EXPECT_NE(done.out.find("nothing to do"), std::string::npos) << done.out;
   EXPECT_EQ(slurp(dir / "runs" / "c" / "metrics.jsonl"), c_metrics);
 
-  // A SIGTERM with the rollout's last reply (the rank's 8th request: iteration 2's last), the
-  // command living on: no generation is left to give up, and the train phase, which cannot be,
-  // is not begun (or the scoring is given up, if the signal is seen before the reply).
-  write(dir / "stop.flag", "8 parent-after\n");
+  // A SIGTERM just before the rollout's last reply (the rank's 8th request: iteration 2's last),
+  // the command living on: the scoring is given up, or, where the rank takes the reply before it
+  // sees the signal, no generation is left to give up and the train phase, which cannot be, is
+  // not begun. (A signal after the reply could come once the train phase had begun: then the
+  // job trains and stops after the iteration, as it should, but this case would not be tested.)
+  write(dir / "stop.flag", "8 parent\n");
   RunResult scoring = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=d");
   ASSERT_EQ(scoring.exit_code, 3) << scoring.out << scoring.err;
   EXPECT_TRUE(either(scoring.out, "a stop was requested before the train phase", kScoringGivenUp)) << scoring.out;
