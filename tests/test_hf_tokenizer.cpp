@@ -366,5 +366,40 @@ TEST(HfTokenizer, DuplicateMergesAndNoDecoderAsHuggingFaces) {
   fs::remove_all(dir);
 }
 
+// Patterns that can match the empty string, against Hugging Face (whose Split takes every match
+// the onig crate's find_iter gives, empty ones included): Split by "b*" and by the lookahead
+// "(?=l)" in every behaviour, inverted or not. (Empty matches were dropped: "hello" by "b*"
+// stayed whole, HF cuts it into characters. A Replace normalizer of such a pattern is not
+// compared: tokenizers 0.22.2 panics on it at the text's end.)
+TEST(HfTokenizer, EmptyMatchesSplitAsHuggingFaces) {
+  if (const std::string why = reference_missing("qwen3"); !why.empty()) GTEST_SKIP() << why;
+  nlohmann::json vocab = nlohmann::json::object();
+  for (char c = '!'; c <= '~'; ++c) vocab[std::string(1, c)] = vocab.size();   // byte-level: printable ASCII as is
+  for (const char* other : {"\u0120", "\u00c3", "\u00b6"}) vocab[other] = vocab.size();   // byte-level ' ', and 'ö''s bytes
+  for (const char* merged : {"ll", "bb", "he", "_h"}) vocab[merged] = vocab.size();
+  const nlohmann::json model = {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"l l", "b b", "h e", "_ h"}}};
+  const std::vector<std::string> corpus{"hello", "abba", "bbb", "hellobbl", "lb", "a", "x", "hel lo bb", "ölb"};
+  for (const char* behavior : {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"})
+    for (const bool invert : {false, true}) {
+      SCOPED_TRACE(std::string(behavior) + (invert ? ", inverted" : ""));
+      auto split = [&](const char* regex) {
+        return nlohmann::json{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", behavior}, {"invert", invert}};
+      };
+      fs::path dir = tokenizer_with("model", model);
+      nlohmann::json spec = nlohmann::json::parse(std::ifstream(dir / "tokenizer.json"));
+      spec["decoder"] = nullptr;
+      spec["pre_tokenizer"] = {{"type", "Sequence"},
+                               {"pretokenizers",
+                                {split("b*"), split("(?=l)"), {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                                               {"trim_offsets", false}, {"use_regex", false}}}}};
+      std::ofstream(dir / "tokenizer.json") << spec.dump();
+      const Reference ref = run_reference_file("empty_matches", dir / "tokenizer.json", corpus);
+      const HfTokenizer t(dir);
+      ASSERT_EQ(ref.ids.size(), corpus.size());
+      for (std::size_t i = 0; i < corpus.size(); ++i) EXPECT_EQ(t.encode(corpus[i]), ref.ids[i]) << corpus[i];
+      fs::remove_all(dir);
+    }
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -25,7 +25,8 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
 
   // Calls found(begin, end) for each successive non-overlapping match in `text` (valid UTF-8),
-  // byte offsets, left to right. An empty match advances by one character.
+  // byte offsets, left to right, empty matches included except one where the previous match
+  // ended (the onig crate's find_iter, as Hugging Face's tokenizers use it).
   void for_each_match(std::string_view text, const std::function<void(std::size_t, std::size_t)>& found) const;
 
  private:
