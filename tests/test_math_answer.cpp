@@ -121,6 +121,10 @@ std::vector<VerifierCase> verifier_cases() {
       {"thousands in reference", "\\boxed{5000}", "5,000", true},
       {"list with space is not thousands", "\\boxed{1, 234}", "1234", false},
       {"comma group of two is not thousands", "\\boxed{1,23}", "123", false},
+      {"thousands spaced as SI", "\\boxed{1 234 567}", "1234567", true},
+      // Digits apart are not one number (all whitespace went, and "1 2" was 12).
+      {"spaced digits are not a number", "\\boxed{1 2}", "12", false},
+      {"spaced group of two is not thousands", "\\boxed{1 23}", "123", false},
 
       // ---- units and words after a number
       {"units word", "\\boxed{5 apples}", "5", true},
@@ -144,6 +148,20 @@ std::vector<VerifierCase> verifier_cases() {
       {"hyphenated unit", "\\boxed{12 \\text{ ft-lb}}", "12", true},
       {"hyphenated unit words", "\\boxed{6 \\text{ two-digit numbers}}", "6", true},
       {"unit squared in braces", "\\boxed{5 \\text{ cm}^{2}}", "5", true},
+      // A second number after the words is a hedge, not a unit: it was cut to the first number.
+      {"hedge with or", "The answer is 5 or 6.", "5", false},
+      {"hedge with text or", "\\boxed{5 \\text{ or } 6}", "5", false},
+      {"hedge with and", "\\boxed{2 and 3}", "2", false},
+      {"hedge with a sign", "The answer is 3 or -3.", "3", false},
+      {"hedge with not", "The answer is 5 not 6", "5", false},
+      {"hedge in the reference", "\\boxed{5}", "5 or 6", false},
+
+      // ---- a reasoning model's <think> block: the answer after it counts
+      {"think box outranked by the answer after", "<think>\\boxed{5}</think> The answer is 6", "6", true},
+      {"think box is not the answer", "<think>\\boxed{5}</think> The answer is 6", "5", false},
+      {"answer after think", "<think>try 4, then 7</think>\n\\boxed{7}", "7", true},
+      {"reasoning never closed", "<think>so it is \\boxed{7} maybe", "7", false},
+      {"empty think block", "<think>\n\n</think>\n\nThe answer is 7.", "7", true},
 
       // ---- dollars and math delimiters
       {"dollar escaped with cents", "\\boxed{\\$5.00}", "5", true},
@@ -325,6 +343,8 @@ TEST(MathAnswerExtraction, NoAnswer) {
   EXPECT_FALSE(find_final_answer("\\boxed{}").has_value());
   EXPECT_FALSE(find_final_answer("#### Summary").has_value());
   EXPECT_FALSE(extract_final_answer("The answer is").has_value());
+  EXPECT_FALSE(find_final_answer("<think>\\boxed{3} 4 5").has_value()) << "reasoning cut before its end";
+  EXPECT_FALSE(find_final_answer("<think>\\boxed{3}</think>").has_value()) << "nothing after the reasoning";
 }
 
 TEST(MathAnswerExtraction, TruncatedBoxIsNotWellFormed) {

@@ -426,29 +426,64 @@ void drop_words_after_number(std::string& s) {
   const std::string_view tail = std::string_view(s).substr(i);
   const bool operators = tail.find_first_of("+=*<>") != npos || tail.find(" - ") != npos;
   const bool power_of_a_variable = tail.size() >= 2 && tail[1] == '^';
-  if (operators || power_of_a_variable) return;
+  // A second number after the words is another answer, not a unit: "5 or 6", "2 and 3", "3 or
+  // -3" would otherwise grade as their first number (a hedge the policy could learn). Digits of
+  // a power or an index are the unit's (`5 cm^2`, `5 cm^{2}`, `3 m_1`).
+  bool another_number = false;
+  for (std::size_t k = 0; k < tail.size(); ++k) {
+    if ((tail[k] == '^' || tail[k] == '_') && k + 1 < tail.size()) {
+      const std::size_t close = tail[k + 1] == '{' ? closing_brace(tail, k + 1) : k + 1;
+      if (close == npos) break;
+      k = close;
+      continue;
+    }
+    another_number |= is_digit(tail[k]);
+  }
+  if (operators || power_of_a_variable || another_number) return;
   s.erase(gap);
 }
 
-// `1,234,567.5` -> `1234567.5` when the whole answer is one number with comma groups of three.
+// Whitespace goes, except between two digits, where it stays as one space: "1 2" is not 12
+// (digit groups spaced as thousands are joined before, by drop_thousands_separators).
+void drop_whitespace(std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (!is_space(s[i])) {
+      out += s[i];
+      continue;
+    }
+    std::size_t end = i;
+    while (end < s.size() && is_space(s[end])) ++end;
+    if (!out.empty() && is_digit(out.back()) && end < s.size() && is_digit(s[end])) out += ' ';
+    i = end - 1;
+  }
+  s = std::move(out);
+}
+
+// `1,234,567.5` -> `1234567.5` when the whole answer is one number with comma groups of three;
+// the same with single spaces between the groups (`1 234 567`, as SI writes them).
 void drop_thousands_separators(std::string& s) {
-  std::size_t i = 0;
-  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-  const std::size_t lead = i;
-  while (i < s.size() && is_digit(s[i])) ++i;
-  if (i == lead || i - lead > 3) return;
-  int groups = 0;
-  while (i + 3 < s.size() && s[i] == ',' && is_digit(s[i + 1]) && is_digit(s[i + 2]) && is_digit(s[i + 3])) {
-    i += 4;
-    ++groups;
-  }
-  if (groups == 0) return;
-  if (i < s.size() && s[i] == '.') {
-    ++i;
+  for (const char separator : {',', ' '}) {
+    std::size_t i = 0;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    const std::size_t lead = i;
     while (i < s.size() && is_digit(s[i])) ++i;
+    if (i == lead || i - lead > 3) return;
+    int groups = 0;
+    while (i + 3 < s.size() && s[i] == separator && is_digit(s[i + 1]) && is_digit(s[i + 2]) && is_digit(s[i + 3])) {
+      i += 4;
+      ++groups;
+    }
+    if (groups == 0) continue;
+    if (i < s.size() && s[i] == '.') {
+      ++i;
+      while (i < s.size() && is_digit(s[i])) ++i;
+    }
+    if (i != s.size()) return;
+    s.erase(std::remove(s.begin(), s.end(), separator), s.end());
+    return;
   }
-  if (i != s.size()) return;
-  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
 }
 
 std::string normalize_depth(std::string_view answer, int depth);
@@ -518,7 +553,7 @@ std::string normalize_depth(std::string_view answer, int depth) {
   s = brace_arguments(s);
   drop_words_after_number(s);
   drop_thousands_separators(s);
-  s.erase(std::remove_if(s.begin(), s.end(), is_space), s.end());
+  drop_whitespace(s);
   strip_trailing_periods(s);
   if (std::optional<std::string> number = canonical_number(s)) return *number;
   if (depth < kMaxNestingDepth) {
@@ -533,6 +568,14 @@ std::string normalize_depth(std::string_view answer, int depth) {
 bool is_well_formed(AnswerMarker marker) { return marker != AnswerMarker::last_number; }
 
 std::optional<FinalAnswer> find_final_answer(std::string_view completion) {
+  // A reasoning model's answer follows its reasoning: what the <think> block holds is scratch
+  // work (a \boxed{} tried there must not outrank the answer given after it), and a completion
+  // whose reasoning never closed (cut at max_new_tokens) gave no answer.
+  if (const std::size_t end = completion.rfind("</think>"); end != npos) {
+    completion.remove_prefix(end + std::string_view("</think>").size());
+  } else if (completion.find("<think>") != npos) {
+    return std::nullopt;
+  }
   if (auto boxed = last_boxed(completion)) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
   if (auto hashes = last_hashes(completion)) return FinalAnswer{std::move(*hashes), AnswerMarker::hashes};
   if (auto phrase = last_answer_phrase(completion)) return FinalAnswer{std::move(*phrase), AnswerMarker::answer_phrase};

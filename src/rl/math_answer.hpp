@@ -2,7 +2,9 @@
 // the reference to one canonical form, and comparing the two. Numbers compare as exact values
 // (0.75 == 3/4 == \frac{3}{4}, 1/3 != 0.333); nothing overflows silently. Host-only, no state.
 //
-// Extraction (find_final_answer), first rule that yields a non-empty answer:
+// Extraction (find_final_answer), from the text after the last `</think>` when there is one (a
+// reasoning model's scratch work is not its answer; with a `<think>` never closed there is no
+// answer), first rule that yields a non-empty answer:
 //   1. boxed         the last complete \boxed{...} or \fbox{...} (nested braces; `\{` `\}` are not
 //                    braces), or `\boxed x` (up to the next space or `$`). An unclosed one (a
 //                    truncated completion) is skipped.
@@ -25,9 +27,11 @@
 //     `^\circ` `^{\circ}` `\degree` `°` dropped; `\-` and U+2212 -> `-`
 //   - `\text{}` `\textbf{}` `\mbox{}` `\mathrm{}` ... unwrapped: `\text{yes}` -> yes
 //   - a leading `x =` / `answer =` / `\theta =` (only when it is the one `=`)
-//   - words after a number, after a space: `5 apples`, `5\text{ cm}`, `10 m/s` -> the number
-//   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`
-//   - all whitespace
+//   - words after a number, after a space: `5 apples`, `5\text{ cm}`, `10 m/s` -> the number;
+//     not when another number follows (`5 or 6`, `2 and 3` stay as written: a hedge is wrong)
+//   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`,
+//     `1 234`
+//   - all whitespace, except one space between two digits (`1 2` is not 12)
 //   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed) becomes
 //     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
 //     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so
