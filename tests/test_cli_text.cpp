@@ -446,6 +446,10 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
     const char* message;
   } refused_lines[] = {
       {"{\"prompt\": \"1+1?\", \"answer\": \" \"}", "", "d.jsonl:1: field \"answer\" is empty"},
+      // A number JSON reads as a double past 2^53 has lost digits the grader would miss.
+      {"{\"prompt\": \"big?\", \"answer\": 12345678901234567890123}", "",
+       "d.jsonl:1: field \"answer\" is the number 1.2345678901234568e+22, too large to read exactly as a JSON number; "
+       "write it as a string"},
       {"{\"prompt\": \"1+1?\", \"answer\": 2, \"solution\": [\"1+1\", \"=2\"]}", "",
        "d.jsonl:1: field \"solution\" must be a string, got array"},
       {"{\"messages\": [\"hi\"], \"answer\": 1}", " --set 'rl.system_prompt=\"Be brief.\"'",

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -51,8 +52,17 @@ std::string answer_text(const json& v, const std::string& where, const std::stri
   // Unsigned first: nlohmann keeps 2^63 and above unsigned, and reading them signed wraps.
   else if (v.is_number_unsigned()) text = std::to_string(v.get<std::uint64_t>());
   else if (v.is_number_integer()) text = std::to_string(v.get<std::int64_t>());
-  else if (v.is_number()) text = v.dump();
-  else throw InputError(fmt::format("{}: field \"{}\" must be a string or a number, got {}", where, key, v.type_name()));
+  else if (v.is_number()) {
+    // A JSON reader keeps a number past the 64-bit integers as a double: an integer of more than
+    // 2^53 has then lost its last digits (12345678901234567890123 reads 1.2345678901234568e+22),
+    // and the grader would compare against that. Such an answer must come as a string.
+    const double d = v.get<double>();
+    if (std::abs(d) >= 9007199254740992.0)
+      throw InputError(fmt::format("{}: field \"{}\" is the number {}, too large to read exactly as a JSON number; "
+                                   "write it as a string (\"{}\": \"...\")",
+                                   where, key, v.dump(), key));
+    text = v.dump();
+  } else throw InputError(fmt::format("{}: field \"{}\" must be a string or a number, got {}", where, key, v.type_name()));
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw InputError(fmt::format("{}: field \"{}\" is empty", where, key));
   return text;
