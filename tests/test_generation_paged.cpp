@@ -174,6 +174,35 @@ TEST(Generate, PagedEngineDrawsWhatTheStaticEngineDraws) {
   EXPECT_EQ(small.last_stats().kv_bytes * (16 * 40), fixed.last_stats().kv_bytes * (22 * 4));
 }
 
+// Several end ids (the model's generation_config.json lists, rollout/stop_ids.hpp): each row's
+// completion is the run without any end id cut right after its first token that is one of
+// them (the draws depend on the keys, not on when rows leave), finished there, with both
+// engines (the paged one refilling 4 slots).
+TEST(Generate, ACompletionEndsAtAnyOfItsStopIds) {
+  GenerationRig rig;
+  const auto rows = sampled_rows();
+  const SamplingOptions sampling{1.0f, 0, 1.0f};
+  Generator fixed(opts(rig.s, Precision::fp32, 16, 1), 16, 40, ExecSpace());
+  const auto open = fixed.generate(rig.weights, rows, sampling, 20, 9, 4, /*eos=*/-1);
+  const StopIds stop(open[3].tokens[2], {open[9].tokens[1], open[3].tokens[2], -1, 1 << 20}, rig.s.vocab_size);
+  ASSERT_EQ(stop.ids().size(), open[3].tokens[2] == open[9].tokens[1] ? 1u : 2u) << "each id once, none past the vocabulary";
+  std::vector<Completion> want = open;
+  int cut_by_other = 0;
+  for (Completion& c : want) {
+    const auto end = std::find_if(c.tokens.begin(), c.tokens.end(), [&](std::int32_t t) { return stop.contains(t); });
+    c.finished = end != c.tokens.end();
+    if (c.finished && *end != stop.end_id()) ++cut_by_other;
+    const std::size_t n = c.finished ? static_cast<std::size_t>(end - c.tokens.begin()) + 1 : c.tokens.size();
+    c.tokens.resize(n);
+    c.logp.resize(n);
+    c.entropy.resize(n);
+  }
+  EXPECT_GT(cut_by_other, 0) << "no row ended at the second id: the test proves little";
+  expect_same_completions(fixed.generate(rig.weights, rows, sampling, 20, 9, 4, stop), want, "static");
+  Generator refilled(opts(rig.s, Precision::fp32, 4, 1), 4, 40, ExecSpace(), nullptr, paged());
+  expect_same_completions(refilled.generate(rig.weights, rows, sampling, 20, 9, 4, stop), want, "paged, 4 slots");
+}
+
 // rollout.prefill_tokens: prefills in calls of a few rows draw what one call of every row
 // draws, with both engines (the static one's 16 rows in calls of 3 rows, 120 positions; the paged
 // one's 4 prompts admitted together in calls of 1 row), with the same prefill counts; and the

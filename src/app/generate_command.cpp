@@ -132,13 +132,17 @@ int run_generate(const GenerateArgs& args) {
   std::vector<std::int32_t> prompt;
   std::unique_ptr<HfTokenizer> model_tokenizer;   // the model's own, when the job has one
   std::int32_t eos = eos_id(cfg);
+  std::vector<std::int32_t> other_end_ids;   // the model's (generation_config.json), when rl.eos_id is unset
   // Every rank reads the tokenizer itself: a rank that cannot (a node-local path) must stop the
   // others, which would otherwise wait for it in the first collective.
   try {
     run_on_every_rank(mpi.world(), [&] {
       if (const std::string dir = tokenizer_dir(cfg); !dir.empty()) {
         model_tokenizer = std::make_unique<HfTokenizer>(dir);
-        if (cfg.rl.eos_id < 0) eos = model_tokenizer->end_of_completion_id();
+        if (cfg.rl.eos_id < 0) {
+          eos = model_tokenizer->end_of_completion_id();
+          other_end_ids = model_tokenizer->eos_ids();
+        }
       }
       if (args.chat && !model_tokenizer)
         throw InputError("--chat renders the prompt with the model's chat template: the job needs its tokenizer "
@@ -246,12 +250,12 @@ int run_generate(const GenerateArgs& args) {
     rows[i].prompt = prompt;
     rows[i].sample_index = i;
   }
+  const StopIds stop(eos, other_end_ids, resolve_model_shape(cfg.model).vocab_size);
   std::vector<Completion> out = generator.generate(weights.units(), rows, sampling_options(cfg), max_new,
-                                                   static_cast<std::uint64_t>(cfg.run.seed), 0, eos);
+                                                   static_cast<std::uint64_t>(cfg.run.seed), 0, stop);
   if (layout.world_rank == 0)
     for (const auto& c : out) {
-      const auto end = std::find(c.tokens.begin(), c.tokens.end(), eos);
-      const std::vector<std::int32_t> kept(c.tokens.begin(), end);
+      const std::vector<std::int32_t> kept = stop.before_stop(c.tokens);
       if (by_ids) std::cout << fmt::format("{}", fmt::join(kept, " ")) << "\n";
       else if (model_tokenizer) std::cout << printable_line(model_tokenizer->decode(kept)) << "\n";
       else std::cout << printable_line(tokenizer::decode_completion(kept)) << "\n";

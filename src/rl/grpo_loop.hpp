@@ -28,6 +28,7 @@
 #include "rollout/comm_tensor_parallel.hpp"
 #include "rollout/generator.hpp"
 #include "rollout/sampling.hpp"
+#include "rollout/stop_ids.hpp"
 #include "rollout/weight_set.hpp"
 
 namespace shardrl {
@@ -199,7 +200,8 @@ class GrpoLoop {
   PhaseArena& arena_;
   std::unique_ptr<Task> task_;
   int prompts_per_minibatch_, group_, minibatches_, micro_rows_, seq_len_, gen_len_;
-  std::int32_t eos_id_;   // rl.eos_id, or the byte tokenizer's EOS when unset
+  std::int32_t eos_id_;   // rl.eos_id, or the task's (the byte tokenizer's EOS) when unset
+  StopIds stop_ids_;      // eos_id_, and the task's other end ids in the vocabulary
   // Fills unused positions: the byte tokenizer's PAD, or for a pre-tokenized dataset EOS (PAD
   // 258 may be beyond a small vocabulary; padded positions are masked either way).
   std::int32_t pad_id_;

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "rl/task.hpp"
 #include "rl/tokenizer.hpp"
+#include "rollout/stop_ids.hpp"
 
 namespace shardrl::grpo_loop_detail {
 
@@ -59,10 +60,9 @@ inline void check_ids_in_vocabulary(const TaskExample& ex, std::int64_t vocab_si
 // example starts with where to find it.
 inline std::string example_where(const TaskExample& ex) { return ex.source.empty() ? "" : ex.source + ": "; }
 
-// The completion's text as the task scores it: the bytes before the first EOS.
-inline std::string completion_text(const std::vector<std::int32_t>& tokens, std::int32_t eos) {
-  const auto end = std::find(tokens.begin(), tokens.end(), eos);
-  return tokenizer::decode_completion(std::vector<std::int32_t>(tokens.begin(), end));
+// The completion's text as the task scores it: the bytes before the first end id.
+inline std::string completion_text(const std::vector<std::int32_t>& tokens, const StopIds& stop) {
+  return tokenizer::decode_completion(stop.before_stop(tokens));
 }
 
 }  // namespace shardrl::grpo_loop_detail

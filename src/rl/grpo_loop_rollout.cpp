@@ -85,7 +85,7 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
   // Expert-parallel decoding runs on every rank, with rows or not (rollout/generator.hpp).
   if (!rows.empty() || options_.engine.expert_parallel) {
     std::vector<Completion> drawn =
-        generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, eos_id_);
+        generator_->generate(weights_->units(), rows, options_.sampling, max_new, seed, iteration, stop_ids_);
     cut_short = generator_->last_stats().abandoned;
     for (std::size_t r = 0; r < drawn.size(); ++r)
       if (own[r]) out.push_back(std::move(drawn[r]));
@@ -237,7 +237,7 @@ std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, co
   }
   std::vector<double> rewards;
   for (std::size_t r = 0; r < out.size(); ++r)
-    rewards.push_back(task_->score(examples[r], completion_text(out[r].tokens, eos_id_)));
+    rewards.push_back(task_->score(examples[r], completion_text(out[r].tokens, stop_ids_)));
   return rewards;
 }
 
@@ -321,7 +321,7 @@ EvalStats GrpoLoop::evaluate() {
       const bool generates = !rows.empty() || options_.engine.expert_parallel;
       const std::vector<Completion> out =
           generates ? generator_->generate(weights_->units(), rows, sampling, max_new, options_.seed, kEvalIteration,
-                                           eos_id_)
+                                           stop_ids_)
                     : std::vector<Completion>{};
       leave_if_abandoned(generates && generator_->last_stats().abandoned, "evaluation");
       const std::vector<double> scored = agreed_score(examples, out);

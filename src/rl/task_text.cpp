@@ -86,6 +86,7 @@ class TextTask final : public Task {
       chat_ = std::make_unique<ChatPrompt>(tokenizer_, std::move(variables));
     }
     eos_ = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
+    if (o.eos_id < 0) other_end_ids_ = tokenizer_.eos_ids();   // rl.eos_id given: that id alone
     if (eos_ < 0)
       throw InputError(fmt::format("the tokenizer in {} names no eos token (tokenizer_config.json eos_token, "
                                    "generation_config.json eos_token_id); set rl.eos_id",
@@ -106,6 +107,7 @@ class TextTask final : public Task {
   std::string name() const override { return "text"; }
   bool pre_tokenized() const override { return true; }
   std::int32_t eos_id() const override { return eos_; }
+  std::vector<std::int32_t> other_end_ids() const override { return other_end_ids_; }
 
   TaskExample example(std::uint64_t seed, std::int64_t iteration, std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kTextSalt, seed, iteration, index);
@@ -148,10 +150,12 @@ class TextTask final : public Task {
   }
 
  private:
-  // The completion's text: its ids before the first EOS, special tokens kept (a reward sees
+  // The completion's text: its ids before the first end id, special tokens kept (a reward sees
   // what the model wrote).
   std::string completion_text(const std::vector<std::int32_t>& ids) const {
-    const auto end = std::find(ids.begin(), ids.end(), eos_);
+    const auto end = std::find_if(ids.begin(), ids.end(), [&](std::int32_t id) {
+      return id == eos_ || std::find(other_end_ids_.begin(), other_end_ids_.end(), id) != other_end_ids_.end();
+    });
     return tokenizer_.decode(std::vector<std::int32_t>(ids.begin(), end));
   }
 
@@ -269,6 +273,7 @@ class TextTask final : public Task {
   HfTokenizer tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;   // rl.chat_template
   std::int32_t eos_ = -1;
+  std::vector<std::int32_t> other_end_ids_;   // generation_config.json's, when rl.eos_id is unset
   std::vector<TextRow> train_, eval_;
   std::map<std::string, json> metadata_;   // by source "path:line"
   std::unique_ptr<TextReward> reward_;

@@ -228,7 +228,7 @@ void Generator::decode(const std::vector<const void*>& weights, const SamplingOp
 std::vector<Completion> Generator::generate(const std::vector<const void*>& weights,
                                             const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
                                             int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
-                                            std::int32_t eos) {
+                                            const StopIds& stop) {
   std::size_t longest = 0;
   for (const auto& r : rows) {
     SHARDRL_CHECK(!r.prompt.empty(), "an empty prompt");
@@ -240,14 +240,14 @@ std::vector<Completion> Generator::generate(const std::vector<const void*>& weig
   stats_ = GenerationStats{};
   stats_.kv_bytes = cache_.bytes();
   if (engine_.engine == RolloutEngine::paged)
-    return generate_paged(weights, rows, sampling, max_new_tokens, seed, iteration, eos);
-  return generate_static(weights, rows, sampling, max_new_tokens, seed, iteration, eos);
+    return generate_paged(weights, rows, sampling, max_new_tokens, seed, iteration, stop);
+  return generate_static(weights, rows, sampling, max_new_tokens, seed, iteration, stop);
 }
 
 std::vector<Completion> Generator::generate_static(const std::vector<const void*>& weights,
                                                    const std::vector<GenerationRow>& rows,
                                                    const SamplingOptions& sampling, int max_new_tokens,
-                                                   std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
+                                                   std::uint64_t seed, std::int64_t iteration, const StopIds& stop) {
   const int R = static_cast<int>(rows.size());
   SHARDRL_CHECK((R >= 1 || lockstep()) && R <= max_rows_, fmt::format("{} rows for a generator of {}", R, max_rows_));
   stats_.kv_peak_bytes = stats_.kv_bytes;
@@ -297,7 +297,7 @@ std::vector<Completion> Generator::generate_static(const std::vector<const void*
       c.tokens.push_back(drawn_h_[i]);
       c.logp.push_back(logp_h_[i]);
       c.entropy.push_back(entropy_h_[i]);
-      c.finished = drawn_h_[i] == eos;
+      c.finished = stop.contains(drawn_h_[i]);
       next[r] = drawn_h_[i];
       if (!c.finished && static_cast<int>(c.tokens.size()) < row_token_limit(rows[r], max_new_tokens)) still.push_back(r);
     }

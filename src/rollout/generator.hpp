@@ -27,6 +27,7 @@
 #include "model/transformer.hpp"
 #include "rollout/engine_choice.hpp"
 #include "rollout/sampling.hpp"
+#include "rollout/stop_ids.hpp"
 
 namespace shardrl {
 
@@ -69,7 +70,7 @@ class Generator {
   // set); `tied_embedding` is weights[0] when the LM head is tied.
   std::vector<Completion> generate(const std::vector<const void*>& weights, const std::vector<GenerationRow>& rows,
                                    const SamplingOptions& sampling, int max_new_tokens, std::uint64_t seed,
-                                   std::int64_t iteration, std::int32_t eos);
+                                   std::int64_t iteration, const StopIds& stop);
 
   Transformer& model() { return model_; }
   int max_rows() const { return max_rows_; }
@@ -96,11 +97,11 @@ class Generator {
   std::vector<Completion> generate_static(const std::vector<const void*>& weights,
                                          const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
                                          int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
-                                         std::int32_t eos);
+                                         const StopIds& stop);
   std::vector<Completion> generate_paged(const std::vector<const void*>& weights,
                                         const std::vector<GenerationRow>& rows, const SamplingOptions& sampling,
                                         int max_new_tokens, std::uint64_t seed, std::int64_t iteration,
-                                        std::int32_t eos);
+                                        const StopIds& stop);
   // One decode step of rows i < input.size(): token input[i] at position[i] of cache sequence
   // slot[i], drawn with key[i]; the draws land in drawn_h_, logp_h_, entropy_h_ (row i at i).
   // With graphs the step runs for a bucket of rows, the extra ones on sequences no row uses.

@@ -25,7 +25,7 @@ namespace shardrl {
 std::vector<Completion> Generator::generate_paged(const std::vector<const void*>& weights,
                                                   const std::vector<GenerationRow>& rows,
                                                   const SamplingOptions& sampling, int max_new_tokens,
-                                                  std::uint64_t seed, std::int64_t iteration, std::int32_t eos) {
+                                                  std::uint64_t seed, std::int64_t iteration, const StopIds& stop) {
   const int R = static_cast<int>(rows.size());
   std::vector<Completion> out(R);
   if (max_new_tokens == 0 || (R == 0 && !lockstep())) return out;
@@ -220,7 +220,7 @@ std::vector<Completion> Generator::generate_paged(const std::vector<const void*>
       c.tokens.push_back(drawn_h_[i]);
       c.logp.push_back(logp_h_[i]);
       c.entropy.push_back(entropy_h_[i]);
-      c.finished = drawn_h_[i] == eos;
+      c.finished = stop.contains(drawn_h_[i]);
       if (!c.finished && static_cast<int>(c.tokens.size()) < row_token_limit(rows[r], max_new_tokens)) still.push_back(r);
       else release_row(r);
     }

@@ -52,8 +52,8 @@ class HfTokenizer {
   // (where recent transformers' save_pretrained writes it; it overrides the config's),
   // else tokenizer_config.json's chat_template; and where it came from, for messages. The bos and
   // eos tokens ("" when unset), and the ids generation_config.json's eos_token_id lists (one or
-  // a list; else the eos token's): Hugging Face's generate() stops at any of them, shardrl's
-  // rollout at end_of_completion_id() alone.
+  // a list; else the eos token's): Hugging Face's generate() stops at any of them, and so does
+  // shardrl's rollout (rollout/stop_ids.hpp) beside end_of_completion_id().
   const std::string& chat_template() const { return chat_template_; }
   const std::string& chat_template_origin() const { return chat_template_origin_; }
   const std::string& bos_token() const { return bos_token_; }
