@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 #include "text/normalizer.hpp"
 #include "text/token_decoder.hpp"
@@ -399,6 +400,39 @@ TEST(HfTokenizer, EmptyMatchesSplitAsHuggingFaces) {
       for (std::size_t i = 0; i < corpus.size(); ++i) EXPECT_EQ(t.encode(corpus[i]), ref.ids[i]) << corpus[i];
       fs::remove_all(dir);
     }
+}
+
+// An added token whose content the vocabulary already has keeps the vocabulary's id, as Hugging
+// Face's added vocabulary does (the entry's id 7 was used).
+TEST(HfTokenizer, AnAddedTokenInTheVocabularyKeepsItsId) {
+  if (const std::string why = reference_missing("qwen3"); !why.empty()) GTEST_SKIP() << why;
+  const fs::path dir = tokenizer_with(
+      "added_tokens", {{{"id", 7}, {"content", "ab"}, {"special", false}, {"normalized", false}, {"lstrip", false},
+                        {"rstrip", false}, {"single_word", false}}});
+  nlohmann::json spec = nlohmann::json::parse(std::ifstream(dir / "tokenizer.json"));
+  spec["decoder"] = nullptr;
+  spec["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}};
+  std::ofstream(dir / "tokenizer.json") << spec.dump();
+  const std::vector<std::string> corpus{"ab", "abab", "aab", "ba"};
+  const Reference ref = run_reference_file("added_in_vocab", dir / "tokenizer.json", corpus);
+  const HfTokenizer t(dir);
+  ASSERT_EQ(ref.ids.size(), corpus.size());
+  for (std::size_t i = 0; i < corpus.size(); ++i) EXPECT_EQ(t.encode(corpus[i]), ref.ids[i]) << corpus[i];
+  EXPECT_EQ(ref.ids[0], (std::vector<std::int32_t>{2})) << "the reference itself: the vocabulary's id";
+  fs::remove_all(dir);
+}
+
+// The chat prompt's variables as transformers passes them: the special tokens, one the tokenizer
+// leaves unset undefined (not ""), and the caller's variables over them (they were overwritten).
+TEST(HfTokenizer, ChatVariablesOverTheSpecialTokensAsTransformersPassesThem) {
+  const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array());
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": null, "eos_token": "</s>", "chat_template": "{% if bos_token is defined %}B{% else %}-{% endif %}|{{ eos_token }}|{{ messages[0].content }}"})";
+  const HfTokenizer t(dir);
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(ChatPrompt(t).render(messages), "-|</s>|hi");
+  EXPECT_EQ(ChatPrompt(t, {{"eos_token", "X"}, {"bos_token", "<s>"}}).render(messages), "B|X|hi");
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -109,6 +109,7 @@ void BpeModel::encode(const std::string& piece, std::vector<std::int32_t>& ids) 
   }
   if (word.empty()) merge_word(piece, word);
   ids.insert(ids.end(), word.begin(), word.end());
+  if (piece.size() >= kCacheMaxPieceBytes) return;
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (cache_.size() < kCacheCapacity) cache_.emplace(piece, std::move(word));
 }
@@ -144,8 +145,10 @@ void BpeModel::merge_word(const std::string& piece, std::vector<std::int32_t>& o
       last_was_unk = true;
     } else {
       throw InputError(fmt::format("the tokenizer cannot encode the character {}: it is not in the vocabulary, and "
-                                   "the model has neither byte_fallback nor an unk_token",
-                                   excerpt(piece.substr(i, n))));
+                                   "the model has {} and no unk_token",
+                                   excerpt(piece.substr(i, n)),
+                                   byte_fallback_ ? "byte_fallback but not every <0xXX> token of its bytes"
+                                                  : "no byte_fallback"));
     }
     i += n;
   }

@@ -49,8 +49,10 @@ class BpeModel {
   std::int32_t unk_ = -1;
   std::int32_t byte_ids_[256];                            // <0xXX> tokens for byte_fallback, -1 if absent
 
-  // Pieces already encoded; bounded like HF's cache (10,000 words by default).
+  // Pieces already encoded; bounded like HF's cache (10,000 words by default, each shorter than
+  // 256 bytes: long pieces, rare and large, are encoded each time).
   static constexpr std::size_t kCacheCapacity = 10000;
+  static constexpr std::size_t kCacheMaxPieceBytes = 256;
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache_;
 };

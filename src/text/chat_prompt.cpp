@@ -20,8 +20,14 @@ ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::ordered_json vari
     : template_(template_of(tokenizer), tokenizer.chat_template_origin()),
       variables_(std::move(variables)) {
   if (!variables_.is_object()) throw InputError("chat template variables must be a JSON object");
-  variables_["bos_token"] = tokenizer.bos_token();
-  variables_["eos_token"] = tokenizer.eos_token();
+  // As transformers passes them ({**special_tokens_map, **kwargs}): the tokenizer's special
+  // tokens, a token it leaves unset (Qwen3's bos_token) undefined, and the caller's variables
+  // over them.
+  nlohmann::ordered_json all = nlohmann::ordered_json::object();
+  if (!tokenizer.bos_token().empty()) all["bos_token"] = tokenizer.bos_token();
+  if (!tokenizer.eos_token().empty()) all["eos_token"] = tokenizer.eos_token();
+  for (const auto& [key, value] : variables_.items()) all[key] = value;
+  variables_ = std::move(all);
 }
 
 std::string ChatPrompt::render(const nlohmann::ordered_json& messages) const {
