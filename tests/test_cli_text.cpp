@@ -69,6 +69,24 @@ TEST(Cli, TokenizeEncodesDecodesAndRendersChats) {
   RunResult no_dir = run_in(dir, shardrl_binary() + " tokenize --tokenizer nowhere --text x");
   EXPECT_EQ(no_dir.exit_code, 2);
   EXPECT_NE(no_dir.err.find("nowhere/tokenizer.json"), std::string::npos) << no_dir.err;
+
+  // --config: the job's tokenizer, and with --chat its template variables and system prompt, as
+  // the text task renders its prompts (without them --chat showed a prompt the policy never
+  // saw). The reference: Qwen3's template's rendering with enable_thinking false, written out.
+  write(dir / "job.toml", "[run]\niterations = 1\n" + tiny_qwen3_model() +
+                               "[rl]\ntask = \"text\"\ndataset = \"data.jsonl\"\n"
+                               "template_variables = '{\"enable_thinking\": false}'\nsystem_prompt = \"Be brief.\"\n");
+  write(dir / "rendered.txt", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 6 x 7?<|im_end|>\n"
+                              "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  RunResult as_job = run_in(dir, shardrl_binary() + " tokenize --config job.toml --text 'What is 6 x 7?' --chat");
+  EXPECT_EQ(as_job.exit_code, 0) << as_job.err;
+  RunResult reference = run_in(dir, tok + " --text \"$(cat rendered.txt; printf x)\"");
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const std::string ref_ids = reference.out.substr(0, reference.out.rfind(' ')) + "\n";   // without the x
+  EXPECT_EQ(as_job.out, ref_ids);
+  RunResult no_source = run_in(dir, shardrl_binary() + " tokenize --text x");
+  EXPECT_EQ(no_source.exit_code, 2);
+  EXPECT_NE(no_source.err.find("tokenize needs --tokenizer DIR or --config FILE"), std::string::npos) << no_source.err;
 }
 
 TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {

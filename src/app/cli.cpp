@@ -183,15 +183,19 @@ int run_cli(int argc, char** argv) {
   TokenizeArgs tok_args;
   CLI::App* tok = app.add_subcommand("tokenize", "A model's tokenizer and chat template: ids of text, text of ids");
   tok->add_option("--tokenizer", tok_args.tokenizer, "Directory with tokenizer.json (and tokenizer_config.json)")
-      ->required()
       ->type_name("DIR");
+  tok->add_option("--config", tok_args.config_path,
+                  "A job's config: its tokenizer, and with --chat its rl.template_variables and rl.system_prompt")
+      ->type_name("FILE");
+  tok->add_option("--set", tok_args.overrides, "Override one key of --config (repeatable; later ones win)")
+      ->type_name("KEY=VALUE");
   CLI::Option* tok_text = tok->add_option("--text", tok_args.text, "Text to encode");
   CLI::Option* tok_file = tok->add_option("--file", tok_args.file,
                                           "JSONL: a string, or {\"text\": ...}, or {\"messages\": [...]} per line");
   CLI::Option* tok_decode = tok->add_option("--decode", tok_args.decode, "Token ids to decode, e.g. \"9707 1879\"");
   tok_text->excludes(tok_file)->excludes(tok_decode);
   tok_file->excludes(tok_decode);
-  tok->require_option(2, 0);
+  tok->require_option(1, 0);
   tok->add_flag("--chat", tok_args.chat, "Render with the chat template (generation prompt added) before encoding");
   tok->add_flag("--add-special-tokens", tok_args.add_special_tokens, "Run the post-processor (e.g. Llama 2's BOS)");
   tok->add_flag("--skip-special-tokens", tok_args.skip_special_tokens, "With --decode: leave special tokens out");
@@ -250,6 +254,14 @@ int run_cli(int argc, char** argv) {
     if (tok->parsed()) {
       if (tok_text->count() == 0 && tok_args.file.empty() && tok_args.decode.empty()) {   // --text "" is text
         std::cerr << "shardrl: tokenize needs one of --text, --file, --decode\n";
+        return kExitUsage;
+      }
+      if (tok_args.tokenizer.empty() && tok_args.config_path.empty()) {
+        std::cerr << "shardrl: tokenize needs --tokenizer DIR or --config FILE (the job's tokenizer)\n";
+        return kExitUsage;
+      }
+      if (!tok_args.overrides.empty() && tok_args.config_path.empty()) {
+        std::cerr << "shardrl: tokenize --set overrides keys of --config FILE, which is missing\n";
         return kExitUsage;
       }
       return run_tokenize(tok_args);

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "app/cli.hpp"
+#include "app/job_chat.hpp"
 #include "app/job_config.hpp"
 #include "app/printable_line.hpp"
 #include "core/error.hpp"
@@ -17,8 +17,6 @@
 #include "config/load.hpp"
 #include "config/model_presets.hpp"
 #include "core/log.hpp"
-#include "io/bounded_json.hpp"
-#include "io/json_parse_message.hpp"
 #include "io/sharded_file.hpp"
 #include "job/checkpoint_format.hpp"
 #include "job/job_checkpoint.hpp"
@@ -32,7 +30,6 @@
 #include "rl/task_prompt.hpp"
 #include "rl/tokenizer.hpp"
 #include "rollout/generator.hpp"
-#include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 #include "rollout/weight_set.hpp"
 
@@ -151,22 +148,9 @@ int run_generate(const GenerateArgs& args) {
         prompt = parse_prompt_ids(args.prompt_ids, resolve_model_shape(cfg.model).vocab_size);
       } else if (model_tokenizer) {
         std::string text = prompt_text;
-        if (args.chat) {
-          // As the text task renders its prompts: the job's template variables (Qwen3's
-          // enable_thinking) and system prompt, so that the policy sees the form it was trained on.
-          nlohmann::ordered_json variables = nlohmann::ordered_json::object();
-          if (!cfg.rl.template_variables.empty()) {
-            try {
-              variables = parse_bounded_json<nlohmann::ordered_json>(cfg.rl.template_variables, "rl.template_variables");
-            } catch (const nlohmann::json::exception& e) {
-              throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
-            }
-          }
-          nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-          if (!cfg.rl.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", cfg.rl.system_prompt}});
-          messages.push_back({{"role", "user"}, {"content", prompt_text}});
-          text = ChatPrompt(*model_tokenizer, std::move(variables)).render(messages);
-        }
+        // As the text task renders its prompts (Qwen3's enable_thinking, the system prompt), so
+        // that the policy sees the form it was trained on.
+        if (args.chat) text = JobChat(*model_tokenizer, cfg).render_user(prompt_text);
         prompt = model_tokenizer->encode(text);
         if (prompt.empty()) throw InputError("the prompt encodes to no tokens");
       } else {

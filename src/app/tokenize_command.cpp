@@ -3,14 +3,19 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/job_chat.hpp"
+#include "app/job_config.hpp"
 #include "app/printable_line.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
+#include "job/options.hpp"
 #include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 
@@ -23,19 +28,57 @@ std::string ids_line(const std::vector<std::int32_t>& ids) {
   return out;
 }
 
-std::string render_chat(const HfTokenizer& t, const nlohmann::ordered_json& messages, const std::string& where) {
-  try {
-    return ChatPrompt(t).render(messages);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {}", where, e.what()));
+// Renders chats with the job's template variables and system prompt (job_chat.hpp) when there
+// is a job, else with the template's own defaults.
+class Renderer {
+ public:
+  Renderer(const HfTokenizer& tokenizer, const std::optional<Config>& job) : tokenizer_(tokenizer) {
+    if (job) job_chat_ = std::make_unique<JobChat>(tokenizer, *job);
   }
-}
+  std::string operator()(const nlohmann::ordered_json& messages, const std::string& where) const {
+    try {
+      return job_chat_ ? job_chat_->render(messages) : ChatPrompt(tokenizer_).render(messages);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", where, e.what()));
+    }
+  }
+
+ private:
+  const HfTokenizer& tokenizer_;
+  std::unique_ptr<JobChat> job_chat_;
+};
 
 }  // namespace
 
 int run_tokenize(const TokenizeArgs& args) {
+  std::optional<Config> job;
+  if (!args.config_path.empty()) {
+    TrainArgs train;
+    train.config_path = args.config_path;
+    train.overrides = args.overrides;
+    LoadedConfig loaded;
+    try {
+      loaded = read_job_config(MPI_COMM_WORLD, train, /*world_size=*/1);
+    } catch (const InputError& e) {
+      std::cerr << "shardrl: " << e.what() << "\n";
+      return kExitUsage;
+    }
+    if (!loaded.ok()) {
+      report_config_errors(loaded, 0);
+      return kExitUsage;
+    }
+    job = loaded.config;
+  }
   try {
-    const HfTokenizer tokenizer(args.tokenizer);
+    std::string dir = args.tokenizer;
+    if (dir.empty() && job) dir = tokenizer_dir(*job);
+    if (dir.empty())
+      throw InputError(fmt::format("{}: the job has no tokenizer of its own (model.tokenizer, or model.init_from with "
+                                   "tokenizer.json); pass --tokenizer DIR",
+                                   args.config_path));
+    const HfTokenizer tokenizer(dir);
+    std::optional<Renderer> render_chat;
+    if (args.chat || !args.file.empty()) render_chat.emplace(tokenizer, job);
     if (!args.decode.empty()) {
       std::vector<std::int32_t> ids;
       std::istringstream in(args.decode);
@@ -69,11 +112,11 @@ int run_tokenize(const TokenizeArgs& args) {
           throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
         }
         std::string text;
-        if (j.is_string()) text = args.chat ? render_chat(tokenizer, {{{"role", "user"}, {"content", j}}}, where)
+        if (j.is_string()) text = args.chat ? (*render_chat)({{{"role", "user"}, {"content", j}}}, where)
                                             : j.get<std::string>();
-        else if (j.is_object() && j.contains("messages")) text = render_chat(tokenizer, j["messages"], where);
+        else if (j.is_object() && j.contains("messages")) text = (*render_chat)(j["messages"], where);
         else if (j.is_object() && j.contains("text") && j["text"].is_string())
-          text = args.chat ? render_chat(tokenizer, {{{"role", "user"}, {"content", j["text"]}}}, where)
+          text = args.chat ? (*render_chat)({{{"role", "user"}, {"content", j["text"]}}}, where)
                            : j["text"].get<std::string>();
         else
           throw InputError(fmt::format("{}: expected a JSON string, or an object with \"text\" (a string) or "
@@ -83,7 +126,7 @@ int run_tokenize(const TokenizeArgs& args) {
       }
       return 0;
     }
-    const std::string text = args.chat ? render_chat(tokenizer, {{{"role", "user"}, {"content", args.text}}}, "--text")
+    const std::string text = args.chat ? (*render_chat)({{{"role", "user"}, {"content", args.text}}}, "--text")
                                        : args.text;
     std::cout << ids_line(tokenizer.encode(text, args.add_special_tokens)) << "\n";
     return 0;

@@ -8,11 +8,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace shardrl {
 
 struct TokenizeArgs {
-  std::string tokenizer;   // a directory with tokenizer.json
+  std::string tokenizer;   // a directory with tokenizer.json ("": the job's, with config_path)
+  // A job's config (and --set overrides): its tokenizer, and with --chat its rl.template_variables
+  // and rl.system_prompt, as the text task renders its prompts.
+  std::string config_path;
+  std::vector<std::string> overrides;
   std::string text, file, decode;
   bool chat = false;
   bool add_special_tokens = false;

@@ -1,0 +1,31 @@
+// A prompt rendered as the job's text task renders its dataset's (rl/task_text.cpp): the model's
+// chat template with rl.template_variables, and rl.system_prompt as the first message (a chat
+// that brings its own system message keeps it). One place for `generate --chat` and
+// `tokenize --config --chat`, so that what they show is what the policy is trained on.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.hpp"
+#include "text/chat_prompt.hpp"
+#include "text/hf_tokenizer.hpp"
+
+namespace shardrl {
+
+class JobChat {
+ public:
+  // InputError when rl.template_variables is not a JSON object or the tokenizer has no template.
+  JobChat(const HfTokenizer& tokenizer, const Config& config);
+  // One user message.
+  std::string render_user(const std::string& text) const;
+  // A chat (an array of {"role", "content"}).
+  std::string render(const nlohmann::ordered_json& messages) const;
+
+ private:
+  std::string system_prompt_;
+  ChatPrompt prompt_;
+};
+
+}  // namespace shardrl
