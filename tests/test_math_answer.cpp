@@ -156,6 +156,15 @@ std::vector<VerifierCase> verifier_cases() {
       {"hedge with not", "The answer is 5 not 6", "5", false},
       {"hedge in the reference", "\\boxed{5}", "5 or 6", false},
 
+      // ---- an arithmetic chain ends in its value; a verdict is not an answer
+      {"arithmetic chain", "The answer is 3 + 4 = 7.", "7", true},
+      {"arithmetic chain wrong value", "The answer is 3 + 4 = 8.", "7", false},
+      {"arithmetic chain's first side is not the value", "The answer is 7 = 3 + 4.", "7", false},
+      {"equation with a variable is no value", "\\boxed{2x = 6}", "6", false},
+      {"a check after the answer", "The answer is 5. Let me verify the answer: 2 + 3 = 5.", "5", true},
+      {"a verdict after the answer", "So x = 5, the answer is 5. I checked and the answer is correct.", "5", true},
+      {"a verdict alone is no answer", "I checked and the answer is correct.", "correct", false},
+
       // ---- a reasoning model's <think> block: the answer after it counts
       {"think box outranked by the answer after", "<think>\\boxed{5}</think> The answer is 6", "6", true},
       {"think box is not the answer", "<think>\\boxed{5}</think> The answer is 6", "5", false},

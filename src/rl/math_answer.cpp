@@ -137,6 +137,16 @@ std::optional<std::string> last_hashes(std::string_view text) {
   return std::nullopt;
 }
 
+// "the answer is correct": a judgment of an answer given before, not an answer.
+bool is_a_verdict(std::string_view content) {
+  std::string word(trim(content));
+  std::transform(word.begin(), word.end(), word.begin(), to_lower);
+  for (const char* verdict : {"correct", "incorrect", "right", "wrong", "verified", "confirmed", "consistent",
+                              "reasonable", "valid", "not correct"})
+    if (word == verdict) return true;
+  return false;
+}
+
 std::optional<std::string> last_answer_phrase(std::string_view text) {
   std::string lower(text);
   std::transform(lower.begin(), lower.end(), lower.begin(), to_lower);
@@ -163,7 +173,7 @@ std::optional<std::string> last_answer_phrase(std::string_view text) {
       if (next != npos) line = rest_of_line(text, next);
     }
     const std::string_view content = cut_at_sentence_end(line);
-    if (!content.empty()) return std::string(content);
+    if (!content.empty() && !is_a_verdict(content)) return std::string(content);
   }
   return std::nullopt;
 }
@@ -556,6 +566,17 @@ std::string normalize_depth(std::string_view answer, int depth) {
   drop_whitespace(s);
   strip_trailing_periods(s);
   if (std::optional<std::string> number = canonical_number(s)) return *number;
+  // An arithmetic chain ends in its value: "3+4=7" is 7 (a side with a letter, "2x=6", is an
+  // equation to solve, not a value, and stays as written).
+  if (const std::size_t eq = s.rfind('='); eq != npos && eq > 0) {
+    const std::string_view sides(s.data(), eq);
+    const bool arithmetic = std::all_of(sides.begin(), sides.end(), [](char c) {
+      return is_digit(c) || std::string_view("+-*/^().=").find(c) != npos;
+    });
+    if (arithmetic) {
+      if (std::optional<std::string> value = canonical_number(std::string_view(s).substr(eq + 1))) return *value;
+    }
+  }
   if (depth < kMaxNestingDepth) {
     if (std::optional<std::string> list = normalize_list(s, depth)) return *list;
   }

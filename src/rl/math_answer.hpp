@@ -15,7 +15,8 @@
 //                    around allowed), to the end of its line (the next non-empty line when that is
 //                    empty), cut at the first `.` `,` `;` followed by a space or the end, outside
 //                    brackets and `$...$` (pandoc's rule: a `$` that closes nothing is a price,
-//                    text): "The answer is 42." -> "42", "The answer is $18, which ..." -> "$18".
+//                    text): "The answer is 42." -> "42", "The answer is $18, which ..." -> "$18";
+//                    a verdict ("the answer is correct") is passed over for the phrase before.
 //   4. last_number   the last number in the text: digits, `1,234` groups, decimals, `1e3`, `a/b`,
 //                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`.
 // Rules 1-3 are a well-formed answer (TextReward's format bonus); rule 4 is a fallback.
@@ -32,6 +33,7 @@
 //   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`,
 //     `1 234`
 //   - all whitespace, except one space between two digits (`1 2` is not 12)
+//   - an arithmetic chain (`3+4=7`: no letter before the last `=`) becomes its last side's value
 //   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed) becomes
 //     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
 //     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so
