@@ -220,6 +220,7 @@ TEST(RewardCommand, BadRepliesNameProblemRequestAndLine) {
       {"{\"reward\": \"x\"}", "reply to request 1 of 3 (0-based): \"reward\" is a string, not a number"},
       {"{\"reward\": true}", "reply to request 1 of 3 (0-based): \"reward\" is a boolean, not a number"},
       {"[0.5]", "reply to request 1 of 3 (0-based) is a JSON array, not an object"},
+      {"{\"reward\": 1, \"reward\": 0}", "reply to request 1 of 3 (0-based): key \"reward\" appears twice in one object"},
       {"", "reply to request 1 of 3 (0-based) is not JSON ("},
       // nlohmann::json 3.11 rejects a number that overflows a double ("number overflow");
       // a version that parsed it as inf would meet the finiteness check instead.

@@ -28,6 +28,7 @@
 
 #include "core/error.hpp"
 #include "core/running_time.hpp"
+#include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/child_process.hpp"
 #include "rl/owned_fd.hpp"
@@ -336,9 +337,12 @@ double RewardCommand::Process::parse_reply(std::string_view line, std::size_t in
   const std::string quoted = "\"" + excerpt(line) + "\"";
   nlohmann::json reply;
   try {
-    reply = nlohmann::json::parse(line);
+    // Bounded, and a key given twice refused ({"reward": 1, "reward": 0} took the last silently).
+    reply = parse_bounded_json<nlohmann::json>(std::string(line), where);
   } catch (const nlohmann::json::exception& e) {
     fail(fmt::format("{} is not JSON ({}): {}", where, json_parse_message(e.what()), quoted));
+  } catch (const InputError& e) {
+    fail(fmt::format("{}: {}", e.what(), quoted));
   }
   if (!reply.is_object()) fail(fmt::format("{} is a JSON {}, not an object: {}", where, reply.type_name(), quoted));
   const auto reward = reply.find("reward");
