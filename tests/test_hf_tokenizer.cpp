@@ -422,6 +422,26 @@ TEST(HfTokenizer, AnAddedTokenInTheVocabularyKeepsItsId) {
   fs::remove_all(dir);
 }
 
+// Named chat templates: the "default" one is rendered; a list without one is named as such (it
+// read as a tokenizer without any chat template).
+TEST(HfTokenizer, NamedChatTemplatesTakeTheDefault) {
+  const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array());
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})";
+  EXPECT_EQ(HfTokenizer(dir).chat_template(), "D");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": [{"name": "tool_use", "template": "T"}]})";
+  try {
+    HfTokenizer t(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: chat_template lists named templates (tool_use) but "
+                                         "none named \"default\""),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // The chat prompt's variables as transformers passes them: the special tokens, one the tokenizer
 // leaves unset undefined (not ""), and the caller's variables over them (they were overwritten).
 TEST(HfTokenizer, ChatVariablesOverTheSpecialTokensAsTransformersPassesThem) {

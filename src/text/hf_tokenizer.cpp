@@ -147,8 +147,21 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
     if (tmpl.is_string()) {
       chat_template_ = tmpl.get<std::string>();
     } else if (tmpl.is_array()) {   // named templates: the "default" one
-      for (const json& t : tmpl)
-        if (t.value("name", "") == "default") chat_template_ = t.value("template", "");
+      std::string names;
+      bool found = false;
+      for (const json& t : tmpl) {
+        const std::string name = t.value("name", "");
+        names += (names.empty() ? "" : ", ") + name;
+        if (name == "default") {
+          chat_template_ = t.value("template", "");
+          found = true;
+        }
+      }
+      // (transformers takes "tool_use" when tools are passed; shardrl's prompts pass none.)
+      if (!found)
+        throw InputError(fmt::format("chat_template lists named templates ({}) but none named \"default\", the one "
+                                     "shardrl renders",
+                                     names));
     }
   });
   chat_template_origin_ = (dir / "tokenizer_config.json").string() + ": chat_template";
