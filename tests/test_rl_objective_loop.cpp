@@ -227,6 +227,30 @@ TEST(RlObjective, ExpertParallelRowsOfDifferentLengthsGiveTheFullRowsTrajectory)
   }
 }
 
+// The loss aggregations' weights against their definitions: "token" divides each token's term by
+// the minibatch's tokens (DAPO), "constant" by its sequences x rl.loss_tokens (Dr. GRPO); on the
+// same rollout and weights (one minibatch, so its first update is the only one) every term is
+// the same, and the two losses stand in the ratio of those denominators. The entropy bonus makes
+// the terms nonzero where the advantages of a group would cancel.
+TEST(RlObjective, TokenAndConstantAggregationsDivideByTheirDefinitions) {
+  Config c = small_config();
+  c.rl.minibatches = 1;
+  c.rl.kl_coef = 0;
+  c.rl.entropy_coef = 0.05;
+  c.rl.sft_steps = 10;   // completions of different lengths
+  c.rl.loss_aggregation = LossAggregation::token;
+  const std::vector<Step> token = run(c, MPI_COMM_WORLD, 1);
+  c.rl.loss_aggregation = LossAggregation::constant;
+  c.rl.loss_tokens = 12;
+  const std::vector<Step> constant = run(c, MPI_COMM_WORLD, 1);
+  const RolloutBatch& b = token[0].batch;
+  ASSERT_EQ(b.minibatch_tokens.size(), 1u);
+  const double sequences = b.minibatch_sequences[0], tokens = b.minibatch_tokens[0];
+  ASSERT_NE(tokens, sequences * c.rollout.max_new_tokens) << "every completion as long: the test proves less";
+  ASSERT_GT(std::abs(token[0].train.loss), 1e-3);
+  EXPECT_NEAR(token[0].train.loss / constant[0].train.loss, sequences * 12.0 / tokens, 1e-5 * sequences * 12.0 / tokens);
+}
+
 // After a short warm-up most groups of the sort task are all wrong (0/1 rewards): dynamic sampling
 // keeps drawing rounds until every group of the batch has rewards that differ, so each trained
 // group is informative; the rounds and dropped groups are the same at any world size.
