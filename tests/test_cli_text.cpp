@@ -84,6 +84,11 @@ TEST(Cli, TokenizeEncodesDecodesAndRendersChats) {
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   const std::string ref_ids = reference.out.substr(0, reference.out.rfind(' ')) + "\n";   // without the x
   EXPECT_EQ(as_job.out, ref_ids);
+  // rl.chat_template = false: the system prompt and the text joined, as the task encodes them.
+  RunResult plain = run_in(dir, shardrl_binary() + " tokenize --config job.toml --set rl.chat_template=false "
+                                                   "--text 'What is 6 x 7?' --chat");
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out, run_in(dir, tok + " --text 'Be brief.What is 6 x 7?'").out);
   RunResult no_source = run_in(dir, shardrl_binary() + " tokenize --text x");
   EXPECT_EQ(no_source.exit_code, 2);
   EXPECT_NE(no_source.err.find("tokenize needs --tokenizer DIR or --config FILE"), std::string::npos) << no_source.err;

@@ -422,16 +422,19 @@ TEST(HfTokenizer, AnAddedTokenInTheVocabularyKeepsItsId) {
   fs::remove_all(dir);
 }
 
-// Named chat templates: the "default" one is rendered; a list without one is named as such (it
-// read as a tokenizer without any chat template).
+// Named chat templates: the "default" one is rendered; a list without one is named as such when
+// a template is asked for (it read as a tokenizer without any chat template), and a
+// chat_template.jinja beside it is the template.
 TEST(HfTokenizer, NamedChatTemplatesTakeTheDefault) {
   const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array());
   std::ofstream(dir / "tokenizer_config.json")
       << R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})";
   EXPECT_EQ(HfTokenizer(dir).chat_template(), "D");
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": [{"name": "tool_use", "template": "T"}]})";
+  const HfTokenizer without_default(dir);   // encoding needs no template
+  EXPECT_EQ(without_default.encode("ab"), (std::vector<std::int32_t>{2}));
   try {
-    HfTokenizer t(dir);
+    ChatPrompt p(without_default);
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: chat_template lists named templates (tool_use) but "
@@ -439,6 +442,9 @@ TEST(HfTokenizer, NamedChatTemplatesTakeTheDefault) {
               std::string::npos)
         << e.what();
   }
+  std::ofstream(dir / "chat_template.jinja") << "J";
+  EXPECT_EQ(HfTokenizer(dir).chat_template(), "J");
+  EXPECT_EQ(HfTokenizer(dir).chat_template_problem(), "");
   fs::remove_all(dir);
 }
 

@@ -155,6 +155,11 @@ std::vector<VerifierCase> verifier_cases() {
       {"hedge with a sign", "The answer is 3 or -3.", "3", false},
       {"hedge with not", "The answer is 5 not 6", "5", false},
       {"hedge in the reference", "\\boxed{5}", "5 or 6", false},
+      // ... but words with a number that do not join a second answer are a unit or a reason.
+      {"a reason after the answer", "The answer is 42 because 6 times 7 is 42.", "42", true},
+      {"a unit with a number in it", "\\boxed{5 mol of CO2}", "5", true},
+      {"a unit squared as cm2", "The answer is 5 km2.", "5", true},
+      {"a rate", "\\boxed{100 m in 10 s}", "100", true},
 
       // ---- an arithmetic chain ends in its value; a verdict is not an answer
       {"arithmetic chain", "The answer is 3 + 4 = 7.", "7", true},
@@ -163,13 +168,16 @@ std::vector<VerifierCase> verifier_cases() {
       {"equation with a variable is no value", "\\boxed{2x = 6}", "6", false},
       {"a check after the answer", "The answer is 5. Let me verify the answer: 2 + 3 = 5.", "5", true},
       {"a verdict after the answer", "So x = 5, the answer is 5. I checked and the answer is correct.", "5", true},
-      {"a verdict alone is no answer", "I checked and the answer is correct.", "correct", false},
+      {"a verdict alone is the answer", "The answer is right.", "right", true},
+      {"a verdict alone is the answer, not the last number", "Angles 30, 60 and 90, so the answer is right.", "right",
+       true},
 
       // ---- a reasoning model's <think> block: the answer after it counts
       {"think box outranked by the answer after", "<think>\\boxed{5}</think> The answer is 6", "6", true},
       {"think box is not the answer", "<think>\\boxed{5}</think> The answer is 6", "5", false},
       {"answer after think", "<think>try 4, then 7</think>\n\\boxed{7}", "7", true},
       {"reasoning never closed", "<think>so it is \\boxed{7} maybe", "7", false},
+      {"reasoning opened again", "<think>a</think> \\boxed{5} <think> wait \\boxed{42}", "42", false},
       {"empty think block", "<think>\n\n</think>\n\nThe answer is 7.", "7", true},
 
       // ---- dollars and math delimiters

@@ -20,20 +20,33 @@ nlohmann::ordered_json template_variables(const Config& config) {
 
 }  // namespace
 
-JobChat::JobChat(const HfTokenizer& tokenizer, const Config& config)
-    : system_prompt_(config.rl.system_prompt), prompt_(tokenizer, template_variables(config)) {}
+JobChat::JobChat(const HfTokenizer& tokenizer, const Config& config) : system_prompt_(config.rl.system_prompt) {
+  if (config.rl.chat_template) prompt_ = std::make_unique<ChatPrompt>(tokenizer, template_variables(config));
+}
 
 std::string JobChat::render_user(const std::string& text) const {
   return render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}));
 }
 
 std::string JobChat::render(const nlohmann::ordered_json& messages) const {
-  const bool own_system = messages.is_array() && !messages.empty() && messages[0].is_object() &&
-                          messages[0].value("role", "") == "system";
-  if (system_prompt_.empty() || own_system) return prompt_.render(messages);
-  nlohmann::ordered_json all = nlohmann::ordered_json::array({{{"role", "system"}, {"content", system_prompt_}}});
+  if (!messages.is_array() || messages.empty())
+    throw InputError("field \"messages\" must be a non-empty array of messages");
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string())
+      throw InputError("every message needs a string \"role\" and a \"content\"");
+    if (!prompt_ && !m["content"].is_string())
+      throw InputError(fmt::format("a message's \"content\" must be a string without a chat template "
+                                   "(rl.chat_template = false), got {}",
+                                   m["content"].type_name()));
+  }
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  if (!system_prompt_.empty() && messages[0]["role"] != "system")   // a chat's own system message keeps it
+    all.push_back({{"role", "system"}, {"content", system_prompt_}});
   for (const auto& m : messages) all.push_back(m);
-  return prompt_.render(all);
+  if (prompt_) return prompt_->render(all);
+  std::string text;   // as the text task encodes a prompt without a chat template
+  for (const auto& m : all) text += m["content"].get<std::string>();
+  return text;
 }
 
 }  // namespace shardrl

@@ -77,8 +77,12 @@ int run_tokenize(const TokenizeArgs& args) {
                                    "tokenizer.json); pass --tokenizer DIR",
                                    args.config_path));
     const HfTokenizer tokenizer(dir);
-    std::optional<Renderer> render_chat;
-    if (args.chat || !args.file.empty()) render_chat.emplace(tokenizer, job);
+    // Built when a line first needs it: plain lines need no chat template.
+    std::optional<Renderer> renderer;
+    auto render_chat = [&](const nlohmann::ordered_json& messages, const std::string& where) {
+      if (!renderer) renderer.emplace(tokenizer, job);
+      return (*renderer)(messages, where);
+    };
     if (!args.decode.empty()) {
       std::vector<std::int32_t> ids;
       std::istringstream in(args.decode);
@@ -112,11 +116,11 @@ int run_tokenize(const TokenizeArgs& args) {
           throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
         }
         std::string text;
-        if (j.is_string()) text = args.chat ? (*render_chat)({{{"role", "user"}, {"content", j}}}, where)
+        if (j.is_string()) text = args.chat ? render_chat({{{"role", "user"}, {"content", j}}}, where)
                                             : j.get<std::string>();
-        else if (j.is_object() && j.contains("messages")) text = (*render_chat)(j["messages"], where);
+        else if (j.is_object() && j.contains("messages")) text = render_chat(j["messages"], where);
         else if (j.is_object() && j.contains("text") && j["text"].is_string())
-          text = args.chat ? (*render_chat)({{{"role", "user"}, {"content", j["text"]}}}, where)
+          text = args.chat ? render_chat({{{"role", "user"}, {"content", j["text"]}}}, where)
                            : j["text"].get<std::string>();
         else
           throw InputError(fmt::format("{}: expected a JSON string, or an object with \"text\" (a string) or "
@@ -126,7 +130,7 @@ int run_tokenize(const TokenizeArgs& args) {
       }
       return 0;
     }
-    const std::string text = args.chat ? (*render_chat)({{{"role", "user"}, {"content", args.text}}}, "--text")
+    const std::string text = args.chat ? render_chat({{{"role", "user"}, {"content", args.text}}}, "--text")
                                        : args.text;
     std::cout << ids_line(tokenizer.encode(text, args.add_special_tokens)) << "\n";
     return 0;

@@ -126,7 +126,7 @@ class GrpoLoop {
   // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
   // each followed by EOS (rl.eos_id).
   TrainStats warmup_step(std::int64_t step);
-  // Generate G completions (until rl.eos_id) for this rank's prompts of the iteration and score
+  // Generate G completions (until an end id: rl.eos_id, or the task's with its other_end_ids) for this rank's prompts of the iteration and score
   // them (rl.dynamic_sampling: in rounds, until the batch holds only informative groups or the
   // rounds run out). Advantages are the train phase's (they may need the KL). A pre-tokenized example with an id beyond model.vocab_size stops every
   // rank with an InputError naming its dataset line (the warm-up checks its examples alike).

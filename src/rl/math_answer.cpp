@@ -1,5 +1,5 @@
-// Final-answer extraction and normalisation (the rules are listed in math_answer.hpp). Every pass
-// over the text is linear, so a degenerate completion (100 KB of `\boxed{\boxed{...`) costs
+// Final-answer normalisation and comparison (the rules are listed in math_answer.hpp; extraction
+// is math_answer_extract.cpp). Every pass over the text is linear, so a degenerate answer costs
 // little; numbers are exact (rl/exact_number.cpp).
 #include "rl/math_answer.hpp"
 
@@ -17,213 +17,8 @@ using namespace math_text;
 
 namespace {
 
-// A final answer is short: longer ones are compared as trimmed text, which bounds the cost of
-// normalising whatever a degenerate completion put in a box.
-constexpr std::size_t kMaxAnswerBytes = 4096;
 // Tuples inside tuples are normalised element-wise this deep, then compared as text.
 constexpr int kMaxNestingDepth = 8;
-
-// ---- extraction -------------------------------------------------------------------------------
-
-// Cuts an answer at the end of its sentence: the first `.` `,` `;` followed by whitespace (or the
-// end), outside brackets and `$...$`, so "42." and "5, since ..." give the number while "3.14",
-// "1,234" and "(1, 2)" stay whole. Then trims spaces and markdown `*`.
-//
-// A single `$` delimits math by pandoc's rule (tex_math_dollars): the opening one has a
-// non-space character right after it, the closing one a non-space character right before it and
-// no digit right after it; `\$` is a dollar sign. A `$` that closes nothing is text: a price
-// ("$18, which she makes every day" gives 18, where toggling on every `$` kept the rest of the
-// line). `$$` toggles display math.
-std::string_view cut_at_sentence_end(std::string_view s) {
-  const auto escaped = [&](std::size_t i) { return i > 0 && s[i - 1] == '\\'; };
-  const auto closes_math = [&](std::size_t j) {
-    return s[j] == '$' && j > 0 && !escaped(j) && !is_space(s[j - 1]) && s[j - 1] != '$' &&
-           (j + 1 >= s.size() || (!is_digit(s[j + 1]) && s[j + 1] != '$'));
-  };
-  // next_close[i]: the first closing `$` at or after i (npos if none), in one backward pass.
-  std::vector<std::size_t> next_close(s.size() + 1, npos);
-  for (std::size_t j = s.size(); j-- > 0;) next_close[j] = closes_math(j) ? j : next_close[j + 1];
-  int depth = 0;
-  bool in_math = false, in_display = false;
-  std::size_t math_end = npos;   // the `$` that closes the inline math in progress
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c == '$' && !escaped(i)) {
-      if (i + 1 < s.size() && s[i + 1] == '$') {   // `$$`
-        in_display = !in_display;
-        ++i;
-        continue;
-      }
-      if (in_math && i == math_end) {
-        in_math = false;
-      } else if (!in_math && !in_display && i + 1 < s.size() && !is_space(s[i + 1]) &&
-                 next_close[i + 1] != npos) {
-        in_math = true;
-        math_end = next_close[i + 1];
-      }
-      continue;
-    }
-    if (c == '(' || c == '[' || c == '{') ++depth;
-    if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
-    const bool at_break = i + 1 == s.size() || is_space(s[i + 1]);
-    if (depth == 0 && !in_math && !in_display && at_break && (c == '.' || c == ',' || c == ';')) {
-      s = s.substr(0, i);
-      break;
-    }
-  }
-  while (!s.empty() && (is_space(s.front()) || s.front() == '*')) s.remove_prefix(1);
-  while (!s.empty() && (is_space(s.back()) || s.back() == '*')) s.remove_suffix(1);
-  return s;
-}
-
-// The line from `from` on, at most kMaxAnswerBytes of it: a phrase repeated along one long line
-// (a degenerate completion) must not make each occurrence scan to the end of the text.
-std::string_view rest_of_line(std::string_view text, std::size_t from) {
-  const std::string_view window = text.substr(from, kMaxAnswerBytes);
-  return window.substr(0, window.find('\n'));
-}
-
-std::optional<std::string> last_boxed(std::string_view text) {
-  const std::vector<std::size_t> close = match_braces(text);
-  // A view, copied once at the end: nested boxes would otherwise copy their contents again and
-  // again.
-  std::optional<std::string_view> found;
-  for (std::size_t at = text.find('\\'); at != npos; at = text.find('\\', at + 1)) {
-    const std::string_view name = command_name(text, at + 1);
-    if (name != "boxed" && name != "fbox") continue;
-    const std::size_t name_end = at + 1 + name.size();
-    std::size_t k = name_end;
-    while (k < text.size() && is_space(text[k])) ++k;
-    std::string_view content;
-    if (k < text.size() && text[k] == '{') {
-      if (close[k] == npos) continue;   // truncated
-      content = text.substr(k + 1, close[k] - k - 1);
-    } else if (k > name_end) {          // `\boxed 5`
-      std::size_t end = k;
-      while (end < text.size() && !is_space(text[end]) && text[end] != '$') ++end;
-      content = text.substr(k, end - k);
-    } else {
-      continue;
-    }
-    content = trim(content);
-    if (!content.empty()) found = content;
-  }
-  return found ? std::optional<std::string>(*found) : std::nullopt;
-}
-
-// No letter outside a command name: a number or a formula, not a markdown heading.
-bool looks_like_bare_answer(std::string_view s) {
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      i += command_name(s, i + 1).size();
-    } else if (is_letter(s[i])) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::optional<std::string> last_hashes(std::string_view text) {
-  for (std::size_t at = text.rfind("####"); at != npos; at = at == 0 ? npos : text.rfind("####", at - 1)) {
-    std::size_t run_begin = at;
-    while (run_begin > 0 && text[run_begin - 1] == '#') --run_begin;
-    // The whole line is checked, so a heading "#### 1. Totals" is not read as the answer 1.
-    const std::string_view line = rest_of_line(text, at + 4);
-    const std::string_view content = cut_at_sentence_end(line);
-    if (!content.empty() && looks_like_bare_answer(line)) return std::string(content);
-    if (run_begin == 0) break;
-    at = run_begin;   // the loop searches before the start of this run of '#'
-  }
-  return std::nullopt;
-}
-
-// "the answer is correct": a judgment of an answer given before, not an answer.
-bool is_a_verdict(std::string_view content) {
-  std::string word(trim(content));
-  std::transform(word.begin(), word.end(), word.begin(), to_lower);
-  for (const char* verdict : {"correct", "incorrect", "right", "wrong", "verified", "confirmed", "consistent",
-                              "reasonable", "valid", "not correct"})
-    if (word == verdict) return true;
-  return false;
-}
-
-std::optional<std::string> last_answer_phrase(std::string_view text) {
-  std::string lower(text);
-  std::transform(lower.begin(), lower.end(), lower.begin(), to_lower);
-  const std::string_view low(lower);
-  const auto skip = [&](std::size_t i, std::string_view chars) {
-    while (i < low.size() && chars.find(low[i]) != npos) ++i;
-    return i;
-  };
-  for (std::size_t at = low.rfind("answer"); at != npos; at = at == 0 ? npos : low.rfind("answer", at - 1)) {
-    if (at > 0 && is_letter(low[at - 1])) continue;
-    std::size_t i = skip(at + 6, " \t*");
-    if (i < low.size() && low[i] == ':') {
-      ++i;
-    } else if (low.substr(i, 2) == "is" && (i + 2 == low.size() || !is_letter(low[i + 2]))) {
-      i = skip(i + 2, " \t*");
-      if (i < low.size() && low[i] == ':') ++i;
-    } else {
-      continue;
-    }
-    i = skip(i, " \t*");
-    std::string_view line = trim(rest_of_line(text, i));
-    if (line.empty()) {   // "The answer is:\n\n42"
-      const std::size_t next = text.find_first_not_of(" \t\r\n\v\f*", i);
-      if (next != npos) line = rest_of_line(text, next);
-    }
-    const std::string_view content = cut_at_sentence_end(line);
-    if (!content.empty() && !is_a_verdict(content)) return std::string(content);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> last_number(std::string_view text) {
-  static constexpr std::string_view kUnicodeMinus = "\xE2\x88\x92";
-  std::optional<std::string> found;
-  const std::size_t n = text.size();
-  std::size_t i = 0;
-  while (i < n) {
-    if (!is_digit(text[i])) {
-      ++i;
-      continue;
-    }
-    const std::size_t begin = i;
-    while (i < n && is_digit(text[i])) ++i;
-    // Thousands groups: exactly three digits after each comma.
-    while (i + 3 < n && text[i] == ',' && is_digit(text[i + 1]) && is_digit(text[i + 2]) &&
-           is_digit(text[i + 3]) && (i + 4 == n || !is_digit(text[i + 4]))) {
-      i += 4;
-    }
-    if (i + 1 < n && text[i] == '.' && is_digit(text[i + 1])) {
-      ++i;
-      while (i < n && is_digit(text[i])) ++i;
-    }
-    if (i + 1 < n && (text[i] == 'e' || text[i] == 'E')) {   // 3.0e2, 1E-3
-      const std::size_t digits = i + 1 + ((text[i + 1] == '+' || text[i + 1] == '-') ? 1 : 0);
-      if (digits < n && is_digit(text[digits])) {
-        i = digits;
-        while (i < n && is_digit(text[i])) ++i;
-      }
-    }
-    if (i + 1 < n && text[i] == '/' && is_digit(text[i + 1])) {
-      ++i;
-      while (i < n && is_digit(text[i])) ++i;
-    }
-    // A minus is a sign unless it follows an operand ("10-5" is a difference).
-    const auto is_sign_at = [&](std::size_t sign_begin) {
-      return sign_begin == 0 || !(is_alnum(text[sign_begin - 1]) || text[sign_begin - 1] == ')');
-    };
-    const std::size_t minus_begin = begin >= kUnicodeMinus.size() ? begin - kUnicodeMinus.size() : npos;
-    const bool ascii_sign = begin >= 1 && text[begin - 1] == '-' && is_sign_at(begin - 1);
-    const bool unicode_sign = minus_begin != npos && text.substr(minus_begin, kUnicodeMinus.size()) == kUnicodeMinus &&
-                              is_sign_at(minus_begin);
-    std::string number(text.substr(begin, i - begin));
-    if (ascii_sign || unicode_sign) number.insert(0, "-");
-    found = std::move(number);
-  }
-  return found;
-}
 
 // ---- normalisation passes ---------------------------------------------------------------------
 
@@ -436,20 +231,27 @@ void drop_words_after_number(std::string& s) {
   const std::string_view tail = std::string_view(s).substr(i);
   const bool operators = tail.find_first_of("+=*<>") != npos || tail.find(" - ") != npos;
   const bool power_of_a_variable = tail.size() >= 2 && tail[1] == '^';
-  // A second number after the words is another answer, not a unit: "5 or 6", "2 and 3", "3 or
-  // -3" would otherwise grade as their first number (a hedge the policy could learn). Digits of
-  // a power or an index are the unit's (`5 cm^2`, `5 cm^{2}`, `3 m_1`).
-  bool another_number = false;
-  for (std::size_t k = 0; k < tail.size(); ++k) {
-    if ((tail[k] == '^' || tail[k] == '_') && k + 1 < tail.size()) {
-      const std::size_t close = tail[k + 1] == '{' ? closing_brace(tail, k + 1) : k + 1;
-      if (close == npos) break;
-      k = close;
-      continue;
+  // Words joining a second number ("5 or 6", "2 and 3", "3 or -3", "5 not 6") make a hedge, not
+  // a unit: graded as its first number, the policy could learn it. Other words before a number
+  // are a unit or a reason ("42 because 6 times 7 is 42", "12 eggs in 2 days"), and a digit stuck
+  // to a letter is the unit's (`cm2`, `CO2`).
+  bool connective = false, another_number = false;
+  for (std::size_t k = 0; k < tail.size();) {
+    if (is_letter(tail[k])) {
+      std::size_t end = k;
+      while (end < tail.size() && (is_letter(tail[end]) || is_digit(tail[end]))) ++end;
+      std::string word(tail.substr(k, end - k));
+      std::transform(word.begin(), word.end(), word.begin(), to_lower);
+      for (const char* joint : {"or", "and", "not", "nor", "to", "vs", "versus", "maybe", "either", "perhaps"})
+        connective |= word == joint;
+      k = end;
+    } else {
+      another_number |= is_digit(tail[k]) && (k == 0 || tail[k - 1] != '^') && (k == 0 || tail[k - 1] != '_');
+      ++k;
     }
-    another_number |= is_digit(tail[k]);
   }
-  if (operators || power_of_a_variable || another_number) return;
+  const bool hedge = connective && another_number;
+  if (operators || power_of_a_variable || hedge) return;
   s.erase(gap);
 }
 
@@ -585,35 +387,6 @@ std::string normalize_depth(std::string_view answer, int depth) {
 }
 
 }  // namespace
-
-bool is_well_formed(AnswerMarker marker) { return marker != AnswerMarker::last_number; }
-
-std::optional<FinalAnswer> find_final_answer(std::string_view completion) {
-  // A reasoning model's answer follows its reasoning: what the <think> block holds is scratch
-  // work (a \boxed{} tried there must not outrank the answer given after it), and a completion
-  // whose reasoning never closed (cut at max_new_tokens) gave no answer.
-  if (const std::size_t end = completion.rfind("</think>"); end != npos) {
-    completion.remove_prefix(end + std::string_view("</think>").size());
-  } else if (completion.find("<think>") != npos) {
-    return std::nullopt;
-  }
-  if (auto boxed = last_boxed(completion)) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
-  if (auto hashes = last_hashes(completion)) return FinalAnswer{std::move(*hashes), AnswerMarker::hashes};
-  if (auto phrase = last_answer_phrase(completion)) return FinalAnswer{std::move(*phrase), AnswerMarker::answer_phrase};
-  if (auto number = last_number(completion)) return FinalAnswer{std::move(*number), AnswerMarker::last_number};
-  return std::nullopt;
-}
-
-std::optional<std::string> extract_final_answer(std::string_view completion) {
-  std::optional<FinalAnswer> answer = find_final_answer(completion);
-  if (!answer) return std::nullopt;
-  return std::move(answer->text);
-}
-
-std::string_view reference_final_answer(std::string_view reference) {
-  const std::size_t at = reference.rfind("####");
-  return at == npos ? reference : trim(reference.substr(at + 4));
-}
 
 std::string normalize_answer(std::string_view answer) { return normalize_depth(answer, 0); }
 

@@ -3,8 +3,8 @@
 // (0.75 == 3/4 == \frac{3}{4}, 1/3 != 0.333); nothing overflows silently. Host-only, no state.
 //
 // Extraction (find_final_answer), from the text after the last `</think>` when there is one (a
-// reasoning model's scratch work is not its answer; with a `<think>` never closed there is no
-// answer), first rule that yields a non-empty answer:
+// reasoning model's scratch work is not its answer; with a `<think>` after it, or without one,
+// never closed, there is no answer), first rule that yields a non-empty answer:
 //   1. boxed         the last complete \boxed{...} or \fbox{...} (nested braces; `\{` `\}` are not
 //                    braces), or `\boxed x` (up to the next space or `$`). An unclosed one (a
 //                    truncated completion) is skipped.
@@ -16,7 +16,8 @@
 //                    empty), cut at the first `.` `,` `;` followed by a space or the end, outside
 //                    brackets and `$...$` (pandoc's rule: a `$` that closes nothing is a price,
 //                    text): "The answer is 42." -> "42", "The answer is $18, which ..." -> "$18";
-//                    a verdict ("the answer is correct") is passed over for the phrase before.
+//                    a verdict ("the answer is correct") is passed over for a phrase before it,
+//                    and is the answer where there is none.
 //   4. last_number   the last number in the text: digits, `1,234` groups, decimals, `1e3`, `a/b`,
 //                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`.
 // Rules 1-3 are a well-formed answer (TextReward's format bonus); rule 4 is a fallback.
@@ -29,11 +30,13 @@
 //   - `\text{}` `\textbf{}` `\mbox{}` `\mathrm{}` ... unwrapped: `\text{yes}` -> yes
 //   - a leading `x =` / `answer =` / `\theta =` (only when it is the one `=`)
 //   - words after a number, after a space: `5 apples`, `5\text{ cm}`, `10 m/s` -> the number;
-//     not when another number follows (`5 or 6`, `2 and 3` stay as written: a hedge is wrong)
+//     not when a connective joins another number (`5 or 6`, `2 and 3` stay as written: a hedge is
+//     wrong; `42 because 6 times 7 is 42`, `5 mol of CO2` are still 42 and 5)
 //   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`,
 //     `1 234`
 //   - all whitespace, except one space between two digits (`1 2` is not 12)
-//   - an arithmetic chain (`3+4=7`: no letter before the last `=`) becomes its last side's value
+//   - an arithmetic chain (`3+4=7`: only digits and operators before the last `=`) becomes its
+//     last side's value; the chain itself is not checked (`3+3=7` is 7)
 //   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed) becomes
 //     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
 //     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so

@@ -11,6 +11,9 @@
 namespace shardrl::math_text {
 
 constexpr std::size_t npos = std::string_view::npos;
+// A final answer is short: longer ones are compared as trimmed text, and an answer's line is
+// read this far, which bounds the cost of whatever a degenerate completion wrote.
+constexpr std::size_t kMaxAnswerBytes = 4096;
 
 inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 inline bool is_digit(char c) { return c >= '0' && c <= '9'; }

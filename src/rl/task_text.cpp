@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "rl/reward_command.hpp"
 #include "rl/task_common.hpp"
 #include "rl/text_reward.hpp"
+#include "rollout/stop_ids.hpp"
 #include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 
@@ -79,6 +81,7 @@ class TextTask final : public Task {
       } catch (const json::exception& e) {   // parse_error, or out_of_range for a number like 1e999
         throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
       }
+      if (!tokenizer_.chat_template_problem().empty()) throw InputError(tokenizer_.chat_template_problem());
       if (tokenizer_.chat_template().empty())
         throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template (and there is no "
                                      "chat_template.jinja); set rl.chat_template = false to encode prompts as they are",
@@ -153,10 +156,7 @@ class TextTask final : public Task {
   // The completion's text: its ids before the first end id, special tokens kept (a reward sees
   // what the model wrote).
   std::string completion_text(const std::vector<std::int32_t>& ids) const {
-    const auto end = std::find_if(ids.begin(), ids.end(), [&](std::int32_t id) {
-      return id == eos_ || std::find(other_end_ids_.begin(), other_end_ids_.end(), id) != other_end_ids_.end();
-    });
-    return tokenizer_.decode(std::vector<std::int32_t>(ids.begin(), end));
+    return tokenizer_.decode(StopIds(eos_, other_end_ids_, INT32_MAX).before_stop(ids));
   }
 
   TaskExample as_example(const TextRow& row) const {

@@ -42,7 +42,7 @@ struct Completion {
   std::vector<std::int32_t> tokens;   // generated tokens, EOS included when drawn
   std::vector<float> logp;            // log-probability of each under the model at the sampling temperature
   std::vector<float> entropy;         // entropy of the distribution each was drawn from (same temperature)
-  bool finished = false;              // ended with EOS (else: max_new_tokens reached)
+  bool finished = false;              // ended with one of its stop ids (else: max_new_tokens reached)
 };
 
 // What the last generate() did: the counts the tests and bench_rollout read.

@@ -8,6 +8,7 @@ namespace shardrl {
 namespace {
 
 const std::string& template_of(const HfTokenizer& t) {
+  if (!t.chat_template_problem().empty()) throw InputError(t.chat_template_problem());
   if (t.chat_template().empty())
     throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template (and there is no chat_template.jinja)",
                                  t.dir().string()));

@@ -157,17 +157,19 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
           found = true;
         }
       }
-      // (transformers takes "tool_use" when tools are passed; shardrl's prompts pass none.)
+      // (transformers takes "tool_use" when tools are passed; shardrl's prompts pass none.) Said
+      // when a template is asked for, as transformers does: encoding needs none.
       if (!found)
-        throw InputError(fmt::format("chat_template lists named templates ({}) but none named \"default\", the one "
-                                     "shardrl renders",
-                                     names));
+        chat_template_problem_ = fmt::format("{}: chat_template lists named templates ({}) but none named "
+                                             "\"default\", the one shardrl renders",
+                                             (dir / "tokenizer_config.json").string(), names);
     }
   });
   chat_template_origin_ = (dir / "tokenizer_config.json").string() + ": chat_template";
   if (const fs::path jinja = dir / "chat_template.jinja"; fs::exists(jinja)) {
     chat_template_ = read_input_file(jinja, "chat template");
     chat_template_origin_ = jinja.string();
+    chat_template_problem_.clear();
   }
   // Older directories name the special tokens in special_tokens_map.json only.
   if (bos_token_.empty() || eos_token_.empty())

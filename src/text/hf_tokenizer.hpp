@@ -56,6 +56,8 @@ class HfTokenizer {
   // shardrl's rollout (rollout/stop_ids.hpp) beside end_of_completion_id().
   const std::string& chat_template() const { return chat_template_; }
   const std::string& chat_template_origin() const { return chat_template_origin_; }
+  // Why there is no chat template when the files name some but not one shardrl renders ("" else).
+  const std::string& chat_template_problem() const { return chat_template_problem_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
   const std::vector<std::int32_t>& eos_ids() const { return eos_ids_; }
@@ -92,7 +94,7 @@ class HfTokenizer {
   std::vector<bool> special_by_id_;
   std::vector<PostItem> post_single_;                     // TemplateProcessing "single", or empty
   std::int32_t vocab_size_ = 0;
-  std::string chat_template_, chat_template_origin_, bos_token_, eos_token_;
+  std::string chat_template_, chat_template_origin_, chat_template_problem_, bos_token_, eos_token_;
   std::vector<std::int32_t> eos_ids_;
 };
 
