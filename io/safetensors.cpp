@@ -153,7 +153,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<StWr
     const std::size_t size = dtype_size(t.dtype);
     const float* values = t.values;
     if (t.fill) {
-      filled.assign(static_cast<std::size_t>(numel), 0.0f);
+      filled.resize(static_cast<std::size_t>(numel));   // fill writes every element
       t.fill(filled.data());
       values = filled.data();
     }

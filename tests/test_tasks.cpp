@@ -439,12 +439,12 @@ TEST(TaskText, ACompletionEndsAtEveryEndIdOfTheModel) {
 
   const auto task = make_task(o);
   EXPECT_EQ(task->eos_id(), 151645);
-  EXPECT_EQ(task->other_end_ids(), (std::vector<std::int32_t>{151645, 151643}));
+  EXPECT_EQ(task->end_ids(), (std::vector<std::int32_t>{151645, 151643}));
   const TaskExample ex = task->example(1, 0, 0);
   EXPECT_EQ(task->score_ids_batch({ex}, {completion}), std::vector<double>{1.0}) << "scored past <|endoftext|>";
   o.eos_id = 151645;
   const auto one_id = make_task(o);
-  EXPECT_TRUE(one_id->other_end_ids().empty());
+  EXPECT_EQ(one_id->end_ids(), std::vector<std::int32_t>{151645}) << "rl.eos_id alone";
   EXPECT_EQ(one_id->score_ids_batch({ex}, {completion}), std::vector<double>{0.0}) << "the last answer, 5, is wrong";
   fs::remove_all(dir);
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <iostream>
-#include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,7 +15,6 @@
 #include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "job/options.hpp"
-#include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 
 namespace shardrl {
@@ -27,26 +25,6 @@ std::string ids_line(const std::vector<std::int32_t>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) out += (i ? " " : "") + std::to_string(ids[i]);
   return out;
 }
-
-// Renders chats with the job's template variables and system prompt (job_chat.hpp) when there
-// is a job, else with the template's own defaults.
-class Renderer {
- public:
-  Renderer(const HfTokenizer& tokenizer, const std::optional<Config>& job) : tokenizer_(tokenizer) {
-    if (job) job_chat_ = std::make_unique<JobChat>(tokenizer, *job);
-  }
-  std::string operator()(const nlohmann::ordered_json& messages, const std::string& where) const {
-    try {
-      return job_chat_ ? job_chat_->render(messages) : ChatPrompt(tokenizer_).render(messages);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", where, e.what()));
-    }
-  }
-
- private:
-  const HfTokenizer& tokenizer_;
-  std::unique_ptr<JobChat> job_chat_;
-};
 
 }  // namespace
 
@@ -77,11 +55,17 @@ int run_tokenize(const TokenizeArgs& args) {
                                    "tokenizer.json); pass --tokenizer DIR",
                                    args.config_path));
     const HfTokenizer tokenizer(dir);
-    // Built when a line first needs it: plain lines need no chat template.
-    std::optional<Renderer> renderer;
+    // The job's rendering (job_chat.hpp), or without a job the template's own defaults (a default
+    // config's: no variables, no system prompt); built when a line first needs it, as plain lines
+    // need no chat template.
+    std::optional<JobChat> chat;
     auto render_chat = [&](const nlohmann::ordered_json& messages, const std::string& where) {
-      if (!renderer) renderer.emplace(tokenizer, job);
-      return (*renderer)(messages, where);
+      try {
+        if (!chat) chat.emplace(tokenizer, job ? *job : Config{});
+        return chat->render(messages);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: {}", where, e.what()));
+      }
     };
     if (!args.decode.empty()) {
       std::vector<std::int32_t> ids;

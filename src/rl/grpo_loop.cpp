@@ -101,8 +101,7 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
       micro_rows_(model.options().max_batch), seq_len_(model.options().max_seq_len),
       gen_len_(std::min(seq_len_ + 1, model.options().shape.max_seq_len)),
       eos_id_(options.eos_id >= 0 ? options.eos_id : task_->eos_id()),
-      stop_ids_(eos_id_, options.eos_id >= 0 ? std::vector<std::int32_t>{} : task_->other_end_ids(),
-                model.options().shape.vocab_size),
+      stop_ids_(eos_id_, task_->end_ids(), model.options().shape.vocab_size),
       pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
   // The same on every rank. (A generated task is refused earlier, by the config's checks.)
   if (!task_->pre_tokenized() && model.options().shape.vocab_size < tokenizer::kVocabSize)

@@ -126,9 +126,10 @@ class GrpoLoop {
   // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
   // each followed by EOS (rl.eos_id).
   TrainStats warmup_step(std::int64_t step);
-  // Generate G completions (until an end id: rl.eos_id, or the task's with its other_end_ids) for this rank's prompts of the iteration and score
-  // them (rl.dynamic_sampling: in rounds, until the batch holds only informative groups or the
-  // rounds run out). Advantages are the train phase's (they may need the KL). A pre-tokenized example with an id beyond model.vocab_size stops every
+  // Generate G completions (until an end id: rl.eos_id, or the task's end_ids) for this rank's
+  // prompts of the iteration and score them (rl.dynamic_sampling: in rounds, until the batch
+  // holds only informative groups or the rounds run out). Advantages are the train phase's (they
+  // may need the KL). A pre-tokenized example with an id beyond model.vocab_size stops every
   // rank with an InputError naming its dataset line (the warm-up checks its examples alike).
   RolloutBatch rollout(std::int64_t iteration);
   // The old (and reference) log-probabilities, the advantages, then K optimizer steps of the

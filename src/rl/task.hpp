@@ -63,10 +63,10 @@ class Task {
                                               const std::vector<std::vector<std::int32_t>>& completions) const;
   // The id that ends a completion when rl.eos_id is unset: the task's tokenizer's (-1: none).
   virtual std::int32_t eos_id() const { return -1; }
-  // The model's other ids that end a completion when rl.eos_id is unset (its
-  // generation_config.json's eos_token_id; rollout/stop_ids.hpp), in any order, eos_id() among
-  // them or not.
-  virtual std::vector<std::int32_t> other_end_ids() const { return {}; }
+  // Every id that ends a completion, eos_id() first: with rl.eos_id unset also the model's
+  // others (its generation_config.json's eos_token_id; rollout/stop_ids.hpp). Empty: eos_id()
+  // (or rl.eos_id) alone.
+  virtual std::vector<std::int32_t> end_ids() const { return {}; }
   // A generated task's longest prompt ("" for a dataset's task): what the job checks at start
   // against the rows and the generator.
   virtual std::string longest_prompt() const { return {}; }

@@ -88,9 +88,11 @@ class TextTask final : public Task {
                                      t.tokenizer_dir));
       chat_ = std::make_unique<ChatPrompt>(tokenizer_, std::move(variables));
     }
-    eos_ = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
-    if (o.eos_id < 0) other_end_ids_ = tokenizer_.eos_ids();   // rl.eos_id given: that id alone
-    if (eos_ < 0)
+    const std::int32_t eos = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
+    // rl.eos_id given: that id alone; else the tokenizer's and the generation config's (the
+    // vocabulary's bound is the loop's to apply).
+    stop_ = o.eos_id >= 0 ? StopIds(eos) : StopIds(eos, tokenizer_.eos_ids(), INT32_MAX);
+    if (eos < 0)
       throw InputError(fmt::format("the tokenizer in {} names no eos token (tokenizer_config.json eos_token, "
                                    "generation_config.json eos_token_id); set rl.eos_id",
                                    t.tokenizer_dir));
@@ -109,8 +111,8 @@ class TextTask final : public Task {
 
   std::string name() const override { return "text"; }
   bool pre_tokenized() const override { return true; }
-  std::int32_t eos_id() const override { return eos_; }
-  std::vector<std::int32_t> other_end_ids() const override { return other_end_ids_; }
+  std::int32_t eos_id() const override { return stop_.end_id(); }
+  std::vector<std::int32_t> end_ids() const override { return stop_.ids(); }
 
   TaskExample example(std::uint64_t seed, std::int64_t iteration, std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kTextSalt, seed, iteration, index);
@@ -156,7 +158,7 @@ class TextTask final : public Task {
   // The completion's text: its ids before the first end id, special tokens kept (a reward sees
   // what the model wrote).
   std::string completion_text(const std::vector<std::int32_t>& ids) const {
-    return tokenizer_.decode(StopIds(eos_, other_end_ids_, INT32_MAX).before_stop(ids));
+    return tokenizer_.decode(stop_.before_stop(ids));
   }
 
   TaskExample as_example(const TextRow& row) const {
@@ -272,8 +274,7 @@ class TextTask final : public Task {
   TextTaskOptions options_;
   HfTokenizer tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;   // rl.chat_template
-  std::int32_t eos_ = -1;
-  std::vector<std::int32_t> other_end_ids_;   // generation_config.json's, when rl.eos_id is unset
+  StopIds stop_ = -1;   // the end id (rl.eos_id or the tokenizer's eos), then the model's others
   std::vector<TextRow> train_, eval_;
   std::map<std::string, json> metadata_;   // by source "path:line"
   std::unique_ptr<TextReward> reward_;
