@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # An example reward command for shardrl (rl.reward = "command"): reward 1 when the completion's
 # last number equals the answer, minus a small penalty per character, so that among right
-# answers the shorter ones win. Python standard library only. (shardrl's pass_rate and
-# eval/pass@k count rewards of exactly 1: with this penalty they stay 0; watch reward_mean.)
+# answers the shorter ones win. Python standard library only. The reply's "pass" says which
+# answers were right: shardrl's pass_rate and eval/pass@k count those (without it they count
+# rewards of exactly 1, which this penalty never leaves).
 #
 # Use it with:
 #   [rl]
@@ -13,7 +14,8 @@
 #   stdin   one request per line:
 #           {"prompt": str, "completion": str, "answer": str, "metadata": {...}}
 #   stdout  one reply per request, in the same order, each on its own line:
-#           {"reward": <finite number>}        (extra keys are allowed and ignored)
+#           {"reward": <finite number>, "pass": true|false}
+#           ("pass" is optional; extra keys are allowed and ignored)
 #   stderr  forwarded to the job's log, line by line: print diagnostics there, never on stdout.
 # Flush stdout after each reply: the job allows each batch rl.reward_timeout_s seconds, and a
 # reply held in a buffer never arrives. A request never spans lines (JSON escapes newlines).
@@ -34,17 +36,18 @@ def parse_number(text):
         return None
 
 
-def reward(request):
+def correct(request):
     numbers = NUMBER.findall(request["completion"])
     expected = parse_number(request["answer"].strip())
-    correct = bool(numbers) and expected is not None and parse_number(numbers[-1]) == expected
-    return (1.0 if correct else 0.0) - PENALTY_PER_CHAR * len(request["completion"])
+    return bool(numbers) and expected is not None and parse_number(numbers[-1]) == expected
 
 
 def main():
     for line in sys.stdin:
         request = json.loads(line)
-        print(json.dumps({"reward": reward(request)}), flush=True)
+        right = correct(request)
+        reward = (1.0 if right else 0.0) - PENALTY_PER_CHAR * len(request["completion"])
+        print(json.dumps({"reward": reward, "pass": right}), flush=True)
 
 
 if __name__ == "__main__":

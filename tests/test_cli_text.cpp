@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_harness.hpp"
 
 namespace {
@@ -241,6 +243,38 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
                                "template_variables = '{\"enable_thinking\": false}'\nsystem_prompt = \"Be brief.\"\n");
   RunResult rendered = run_in(dir, mpirun(1) + " generate --config chat.toml --chat --prompt hi --n 1 --max-new-tokens 2");
   EXPECT_EQ(rendered.exit_code, 0) << rendered.out << rendered.err;
+}
+
+// A reward command's "pass" is what pass_rate, pass@1 and pass@k count: every reply here is
+// {"reward": 0.5, "pass": true}, so each is 1 where the reward is 0.5 (they counted rewards of
+// exactly 1 only, and were 0).
+TEST(Cli, AReplysPassIsWhatPassRateAndPassAtKCount) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  fs::path dir = test_dir();
+  ASSERT_EQ(make_math_data(dir, 2), "");
+  write(dir / "job.toml",
+        "[run]\nname = \"p\"\niterations = 1\n" + tiny_qwen3_model() +
+        "[train]\nmicro_batch_size = 4\nseq_len = 128\n[rollout]\nmax_new_tokens = 8\n"
+        "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\neval_dataset = \"data/eval.jsonl\"\n"
+        "reward = \"command\"\nreward_command = [\"/bin/sh\", \"" + std::string(SHARDRL_SOURCE_DIR) +
+        "/tests/reward_commands/half_reward_passes.sh\"]\n"
+        "template_variables = '{\"enable_thinking\": false}'\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
+        "sft_steps = 0\neval_interval = 1\neval_samples = 2\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("eval 2 prompts | pass@1 1.000 reward 0.500 | pass@2 1.000 mean@2 0.500"), std::string::npos)
+      << r.out;
+  const std::string metrics = slurp(dir / "runs" / "p" / "metrics.jsonl");
+  std::size_t iterations = 0;
+  for (std::size_t begin = 0, end; (end = metrics.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    const auto record = nlohmann::json::parse(metrics.substr(begin, end - begin));
+    if (!record.contains("pass_rate")) continue;
+    ++iterations;
+    EXPECT_EQ(record["reward_mean"].get<double>(), 0.5) << metrics;
+    EXPECT_EQ(record["pass_rate"].get<double>(), 1.0) << metrics;
+  }
+  EXPECT_EQ(iterations, 1u) << metrics;
 }
 
 // scancel or a preemption sends SIGTERM to every process of the job step. Until the train phase

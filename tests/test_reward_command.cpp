@@ -79,6 +79,13 @@ std::string input_error_of(Run run) {
   return "";
 }
 
+// The rewards of scored completions, in order.
+std::vector<double> rewards_of(const std::vector<Scored>& scored) {
+  std::vector<double> rewards;
+  for (const Scored& s : scored) rewards.push_back(s.reward);
+  return rewards;
+}
+
 // The process has been reaped: not even a zombie is left under its pid.
 bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
@@ -97,8 +104,20 @@ TEST(RewardCommand, ScoresABatchInOrder) {
   RewardCommand command({"python3", script("answer_as_reward.py")}, 30);
   const std::vector<RewardRequest> batch = {request("1"), request("-2.25"), request("0.001"),
                                             request("1e3", "x", 0.5), request("7", "y", -7)};
-  EXPECT_EQ(command.score(batch), (std::vector<double>{1, -2.25, 0.001, 1000.5, 0}));
+  EXPECT_EQ(rewards_of(command.score(batch)), (std::vector<double>{1, -2.25, 0.001, 1000.5, 0}));
   EXPECT_EQ(command.command_line(), "python3 " + script("answer_as_reward.py"));
+}
+
+// A reply's "pass" marks the completion a pass whatever its reward (a right answer with a length
+// penalty); without it a reward of exactly 1 passes.
+TEST(RewardCommand, AReplyMayMarkItsPass) {
+  REQUIRE_PYTHON3();
+  RewardCommand command({"python3", script("answer_as_reward.py")}, 30);
+  std::vector<RewardRequest> batch = {request("0.75"), request("1"), request("1"), request("0.999"), request("2")};
+  batch[0].metadata["pass"] = true;
+  batch[2].metadata["pass"] = false;
+  EXPECT_EQ(command.score(batch), (std::vector<Scored>{{0.75, true}, {1, true}, {1, false}, {0.999, false},
+                                                       {2, false}}));
 }
 
 TEST(RewardCommand, TextsArriveWhole) {
@@ -108,15 +127,15 @@ TEST(RewardCommand, TextsArriveWhole) {
   r.prompt = "two\nlines";                                   // 9 code points
   r.completion = "a \"quoted\"\tline\r\nthen \xc3\xa9 and \xff";   // invalid byte -> U+FFFD
   const double completion_code_points = 29;
-  EXPECT_EQ(command.score({r}), (std::vector<double>{9 + 1000 * completion_code_points}));
+  EXPECT_EQ(rewards_of(command.score({r})), (std::vector<double>{9 + 1000 * completion_code_points}));
 }
 
 TEST(RewardCommand, OneProcessServesManyBatches) {
   REQUIRE_PYTHON3();
   RewardCommand command({"python3", script("call_counter.py")}, 30);
-  EXPECT_EQ(command.score(requests(3)), (std::vector<double>{1, 2, 3}));
-  EXPECT_EQ(command.score({}), std::vector<double>{});
-  EXPECT_EQ(command.score(requests(2)), (std::vector<double>{4, 5}));
+  EXPECT_EQ(rewards_of(command.score(requests(3))), (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(rewards_of(command.score({})), std::vector<double>{});
+  EXPECT_EQ(rewards_of(command.score(requests(2))), (std::vector<double>{4, 5}));
 }
 
 // 2000 completions of 100 KB each way: far more than both pipes hold, with a command that
@@ -128,7 +147,7 @@ TEST(RewardCommand, BigBatchFillingBothPipesDoesNotDeadlock) {
   std::vector<RewardRequest> batch;
   for (std::size_t i = 0; i < count; ++i)
     batch.push_back(request("0", std::string(length + i, static_cast<char>('a' + i % 26))));
-  const std::vector<double> rewards = command.score(batch);
+  const std::vector<double> rewards = rewards_of(command.score(batch));
   ASSERT_EQ(rewards.size(), count);
   for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(rewards[i], static_cast<double>(length + i)) << i;
 }
@@ -153,7 +172,7 @@ TEST(RewardCommand, StderrGoesToTheLogLineByLine) {
   CapturedLog log;
   {
     RewardCommand command({"/bin/sh", script("stderr_lines.sh")}, 30);
-    EXPECT_EQ(command.score(requests(3)), (std::vector<double>{0, 1, 2}));
+    EXPECT_EQ(rewards_of(command.score(requests(3))), (std::vector<double>{0, 1, 2}));
   }   // destruction joins the forwarder: every line is logged by now
   EXPECT_EQ(log.text(),
             "warning reward command: starting up\n"
@@ -221,6 +240,8 @@ TEST(RewardCommand, BadRepliesNameProblemRequestAndLine) {
       {"{\"reward\": true}", "reply to request 1 of 3 (0-based): \"reward\" is a boolean, not a number"},
       {"[0.5]", "reply to request 1 of 3 (0-based) is a JSON array, not an object"},
       {"{\"reward\": 1, \"reward\": 0}", "reply to request 1 of 3 (0-based): key \"reward\" appears twice in one object"},
+      {"{\"reward\": 0.5, \"pass\": 1}", "reply to request 1 of 3 (0-based): \"pass\" is a number, not true or false"},
+      {"{\"reward\": 0.5, \"pass\": \"yes\"}", "reply to request 1 of 3 (0-based): \"pass\" is a string, not true or false"},
       {"", "reply to request 1 of 3 (0-based) is not JSON ("},
       // nlohmann::json 3.11 rejects a number that overflows a double ("number overflow");
       // a version that parsed it as inf would meet the finiteness check instead.
@@ -305,7 +326,7 @@ TEST(RewardCommand, DestructionReapsAPoliteCommandAtOnce) {
   const auto start = Clock::now();
   {
     RewardCommand command({"/bin/sh", script("polite.sh")}, 30);
-    pid = static_cast<pid_t>(command.score(requests(1)).at(0));
+    pid = static_cast<pid_t>(rewards_of(command.score(requests(1))).at(0));
     EXPECT_FALSE(process_gone(pid));
   }
   EXPECT_LT(seconds_since(start), 1.5);
@@ -316,7 +337,7 @@ TEST(RewardCommand, DestructionKillsACommandIgnoringEofAndSigterm) {
   pid_t pid = 0;
   std::optional<RewardCommand> command;
   command.emplace(std::vector<std::string>{"/bin/sh", script("stubborn.sh")}, 30);
-  pid = static_cast<pid_t>(command->score(requests(1)).at(0));
+  pid = static_cast<pid_t>(command->score(requests(1)).at(0).reward);
   const auto start = Clock::now();
   command.reset();
   const double elapsed = seconds_since(start);
@@ -329,17 +350,17 @@ TEST(RewardCommand, DestructionKillsACommandIgnoringEofAndSigterm) {
 // iteration, scoring included, then saves. The command must survive it.
 TEST(RewardCommand, TheJobsStopSignalsDoNotEndTheCommand) {
   RewardCommand command({"/bin/sh", script("polite.sh")}, 30);
-  const pid_t pid = static_cast<pid_t>(command.score(requests(1)).at(0));
+  const pid_t pid = static_cast<pid_t>(rewards_of(command.score(requests(1))).at(0));
   for (int signal : {SIGUSR1, SIGUSR2}) ASSERT_EQ(::kill(pid, signal), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(command.score(requests(2)), (std::vector<double>{double(pid), double(pid)}));
+  EXPECT_EQ(rewards_of(command.score(requests(2))), (std::vector<double>{double(pid), double(pid)}));
 }
 
 // A stray line that comes after a batch's replies would be taken as the next batch's first reply:
 // the next batch fails instead, naming it.
 TEST(RewardCommand, ALateExtraLineIsAnErrorNotTheNextReply) {
   RewardCommand command({"/bin/sh", script("late_extra_line.sh")}, 30);
-  EXPECT_EQ(command.score(requests(1)), std::vector<double>{1});
+  EXPECT_EQ(rewards_of(command.score(requests(1))), std::vector<double>{1});
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   const std::string message = input_error_of([&] { command.score(requests(1)); });
   EXPECT_NE(message.find("more output than requests: after the previous batch's last reply: \"{\"reward\": 2}"),
@@ -352,7 +373,7 @@ TEST(RewardCommand, DestructionEndsWhatTheCommandStarted) {
   pid_t child = 0;
   {
     RewardCommand command({"/bin/sh", script("leaves_a_child.sh")}, 30);
-    child = static_cast<pid_t>(command.score(requests(1)).at(0));
+    child = static_cast<pid_t>(rewards_of(command.score(requests(1))).at(0));
     ASSERT_GT(child, 0);
     EXPECT_FALSE(process_gone(child));
   }
@@ -370,16 +391,20 @@ TEST(RewardCommand, InheritsNoDescriptorOfTheJobButStdio) {
   ASSERT_GE(inheritable, 3);
   RewardCommand probe_stderr({"/bin/sh", script("open_descriptor.sh"), "2"}, 30);
   RewardCommand probe_job_fd({"/bin/sh", script("open_descriptor.sh"), std::to_string(inheritable)}, 30);
-  EXPECT_EQ(probe_stderr.score(requests(1)), std::vector<double>{1});
-  EXPECT_EQ(probe_job_fd.score(requests(1)), std::vector<double>{0});
+  EXPECT_EQ(rewards_of(probe_stderr.score(requests(1))), std::vector<double>{1});
+  EXPECT_EQ(rewards_of(probe_job_fd.score(requests(1))), std::vector<double>{0});
   ::close(inheritable);
 }
 
 TEST(RewardCommand, ExampleScriptRewardsTheLastNumber) {
   REQUIRE_PYTHON3();
   RewardCommand command({"python3", std::string(SHARDRL_SOURCE_DIR) + "/examples/reward_length.py"}, 30);
-  const std::vector<double> rewards =
+  const std::vector<Scored> scored =
       command.score({request("42", "6 times 7 is 42"), request("42", "42, no: 41"), request("3", "no idea")});
+  const std::vector<double> rewards = rewards_of(scored);
+  EXPECT_EQ(scored.at(0).pass, true) << "the right answer passes below a reward of 1";
+  EXPECT_EQ(scored.at(1).pass, false);
+  EXPECT_EQ(scored.at(2).pass, false);
   EXPECT_DOUBLE_EQ(rewards.at(0), 1.0 - 0.001 * 15);
   EXPECT_DOUBLE_EQ(rewards.at(1), 0.0 - 0.001 * 10);
   EXPECT_DOUBLE_EQ(rewards.at(2), 0.0 - 0.001 * 7);

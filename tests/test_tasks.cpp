@@ -441,11 +441,11 @@ TEST(TaskText, ACompletionEndsAtEveryEndIdOfTheModel) {
   EXPECT_EQ(task->eos_id(), 151645);
   EXPECT_EQ(task->end_ids(), (std::vector<std::int32_t>{151645, 151643}));
   const TaskExample ex = task->example(1, 0, 0);
-  EXPECT_EQ(task->score_ids_batch({ex}, {completion}), std::vector<double>{1.0}) << "scored past <|endoftext|>";
+  EXPECT_EQ(task->score_ids_batch({ex}, {completion}), (std::vector<Scored>{{1.0, true}})) << "scored past <|endoftext|>";
   o.eos_id = 151645;
   const auto one_id = make_task(o);
   EXPECT_EQ(one_id->end_ids(), std::vector<std::int32_t>{151645}) << "rl.eos_id alone";
-  EXPECT_EQ(one_id->score_ids_batch({ex}, {completion}), std::vector<double>{0.0}) << "the last answer, 5, is wrong";
+  EXPECT_EQ(one_id->score_ids_batch({ex}, {completion}), (std::vector<Scored>{{0.0, false}})) << "the last answer, 5, is wrong";
   fs::remove_all(dir);
 }
 

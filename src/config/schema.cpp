@@ -276,7 +276,8 @@ std::vector<KeyDef> build_schema() {
                     &Config::rl, &RlConfig::reward_pattern));
   s.push_back(field("rl", "reward_command", VK::string_list,
                     "`command`: the reward process's argv, e.g. [\"python3\", \"my_reward.py\"]; it reads one JSON "
-                    "request per line and answers {\"reward\": x} per line (docs/text-rl.md).",
+                    "request per line and answers {\"reward\": x} per line, optionally with \"pass\": true/false "
+                    "(docs/text-rl.md).",
                     &Config::rl, &RlConfig::reward_command));
   s.push_back(with_min(field("rl", "reward_timeout_s", VK::real, "`command`: seconds one batch of requests may take.",
                              &Config::rl, &RlConfig::reward_timeout_s),

@@ -68,8 +68,8 @@ struct EvalStats {
   std::int64_t prompts = 0;   // 0: the task has no eval split (nothing was run)
   int k = 0;                  // samples per prompt of pass@k and mean@k
   double reward_mean = 0;     // greedy completions' mean reward
-  double pass_at_1 = 0;       // fraction of prompts whose greedy completion scores 1
-  double pass_at_k = 0;       // fraction of prompts with a sample (of k) scoring 1
+  double pass_at_1 = 0;       // fraction of prompts whose greedy completion passes (rl/scored.hpp)
+  double pass_at_k = 0;       // fraction of prompts with a sample (of k) that passes
   double mean_at_k = 0;       // mean reward of the k samples
   double seconds = 0;
 };
@@ -168,11 +168,11 @@ class GrpoLoop {
   // The optimizer step after micro-batches 0..count-1 (eager, or the step's graph).
   void finish_step(const char* bucket, int count, const TokenObjective& objective);
   double sum_over_ranks(std::vector<double>& values);   // in place; returns values[0]
-  // Rewards of completions row by row (a pre-tokenized task's in one call).
-  std::vector<double> score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
+  // Rewards of completions row by row, with their passes (a pre-tokenized task's in one call).
+  std::vector<Scored> score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
   // score(), with a failure on any rank (a reward process that crashed there) stopping every rank
   // with its message. Collective.
-  std::vector<double> agreed_score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
+  std::vector<Scored> agreed_score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const;
   // One round of P prompts (draw-order indices round * P + position): this rank's share of each
   // minibatch, generated and scored. Adds reward, reward^2, passes, entropy and tokens of every
   // completion into sums[0..5).

@@ -91,13 +91,13 @@ std::vector<SampledGroup> GrpoLoop::draw_round(std::int64_t iteration, int round
       if (own[r]) out.push_back(std::move(drawn[r]));
   }
   leave_if_abandoned(cut_short, "rollout");
-  const std::vector<double> scores = agreed_score(examples, out);
+  const std::vector<Scored> scores = agreed_score(examples, out);
   for (std::size_t r = 0; r < out.size(); ++r) {
     SampledGroup& group = groups[r / static_cast<std::size_t>(group_)];
-    const double score = scores[r];
+    const double score = scores[r].reward;
     sums[0] += score;
     sums[1] += score * score;
-    sums[2] += score == 1.0 ? 1.0 : 0.0;
+    sums[2] += scores[r].pass ? 1.0 : 0.0;
     for (float h : out[r].entropy) sums[3] += h;
     sums[4] += static_cast<double>(out[r].tokens.size());
     const int length = static_cast<int>(out[r].tokens.size());
@@ -228,16 +228,16 @@ RolloutBatch GrpoLoop::rollout(std::int64_t iteration) {
   return b;
 }
 
-std::vector<double> GrpoLoop::score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const {
+std::vector<Scored> GrpoLoop::score(const std::vector<TaskExample>& examples, const std::vector<Completion>& out) const {
   if (task_->pre_tokenized()) {   // in one call: a reward process answers the whole batch
     std::vector<std::vector<std::int32_t>> completions;
     completions.reserve(out.size());
     for (const Completion& c : out) completions.push_back(c.tokens);
     return task_->score_ids_batch(examples, completions);
   }
-  std::vector<double> rewards;
+  std::vector<Scored> rewards;
   for (std::size_t r = 0; r < out.size(); ++r)
-    rewards.push_back(task_->score(examples[r], completion_text(out[r].tokens, stop_ids_)));
+    rewards.push_back(Scored::of(task_->score(examples[r], completion_text(out[r].tokens, stop_ids_))));
   return rewards;
 }
 
@@ -255,9 +255,9 @@ void GrpoLoop::leave_if_abandoned(bool cut_short, const char* what) const {
     throw RolloutAbandoned(fmt::format("{} given up: a stop was requested that leaves no time to finish it", what));
 }
 
-std::vector<double> GrpoLoop::agreed_score(const std::vector<TaskExample>& examples,
+std::vector<Scored> GrpoLoop::agreed_score(const std::vector<TaskExample>& examples,
                                            const std::vector<Completion>& out) const {
-  std::vector<double> rewards;
+  std::vector<Scored> rewards;
   // This rank's reward process or data.
   run_on_every_rank(comm_.host_comm(), [&] { rewards = score(examples, out); });
   return rewards;
@@ -307,7 +307,7 @@ EvalStats GrpoLoop::evaluate() {
                                    : generator_->max_rows();
     const std::int64_t calls = (most_rows + chunk - 1) / chunk;
     const std::int64_t my_rows = (end - begin) * per_prompt;
-    std::vector<double> rewards(static_cast<std::size_t>(my_rows));   // (prompt, sample) in order
+    std::vector<Scored> rewards(static_cast<std::size_t>(my_rows));   // (prompt, sample) in order
     ProgressMeter meter(greedy ? "evaluation (greedy)" : "evaluation (samples)", calls);
     for (std::int64_t call = 0, first = 0; call < calls; ++call, first += chunk, meter.advance()) {
       std::vector<GenerationRow> rows;
@@ -324,19 +324,19 @@ EvalStats GrpoLoop::evaluate() {
                                            stop_ids_)
                     : std::vector<Completion>{};
       leave_if_abandoned(generates && generator_->last_stats().abandoned, "evaluation");
-      const std::vector<double> scored = agreed_score(examples, out);
+      const std::vector<Scored> scored = agreed_score(examples, out);
       if (!scored.empty()) std::copy(scored.begin(), scored.end(), rewards.begin() + first);   // (a rank past its rows)
     }
     for (std::int64_t p = 0; p < my_rows; p += per_prompt) {
       bool any = false;
       for (int g = 0; g < per_prompt; ++g) {
-        const double r = rewards[static_cast<std::size_t>(p + g)];
-        any |= r == 1.0;
+        const Scored& r = rewards[static_cast<std::size_t>(p + g)];
+        any |= r.pass;
         if (greedy) {
-          sums[0] += r;
-          sums[1] += r == 1.0 ? 1.0 : 0.0;
+          sums[0] += r.reward;
+          sums[1] += r.pass ? 1.0 : 0.0;
         } else {
-          sums[3] += r;
+          sums[3] += r.reward;
         }
       }
       if (!greedy && any) sums[2] += 1.0;

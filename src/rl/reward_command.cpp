@@ -310,14 +310,14 @@ class RewardCommand::Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
-  std::vector<double> exchange(const std::vector<RewardRequest>& batch, double timeout_s,
+  std::vector<Scored> exchange(const std::vector<RewardRequest>& batch, double timeout_s,
                                const std::function<bool()>& give_up);
 
  private:
   [[noreturn]] void fail(const std::string& problem) const {
     throw InputError(fmt::format("reward command `{}`: {}", command_line_, problem));
   }
-  double parse_reply(std::string_view line, std::size_t index, std::size_t count) const;
+  Scored parse_reply(std::string_view line, std::size_t index, std::size_t count) const;
 
   std::string command_line_;
   ChildProcess child_;
@@ -331,7 +331,7 @@ std::string request_name(std::size_t index, std::size_t count) {
 }
 }  // namespace
 
-double RewardCommand::Process::parse_reply(std::string_view line, std::size_t index,
+Scored RewardCommand::Process::parse_reply(std::string_view line, std::size_t index,
                                            std::size_t count) const {
   const std::string where = "reply to " + request_name(index, count);
   const std::string quoted = "\"" + excerpt(line) + "\"";
@@ -351,13 +351,18 @@ double RewardCommand::Process::parse_reply(std::string_view line, std::size_t in
     fail(fmt::format("{}: \"reward\" is a {}, not a number: {}", where, reward->type_name(), quoted));
   const double value = reward->get<double>();
   if (!std::isfinite(value)) fail(fmt::format("{}: \"reward\" is not finite: {}", where, quoted));
-  return value;
+  const auto pass = reply.find("pass");
+  if (pass == reply.end()) return Scored::of(value);
+  // Said by the command: a boolean only (0/1 or "yes" would be a guess at what was meant).
+  if (!pass->is_boolean())
+    fail(fmt::format("{}: \"pass\" is a {}, not true or false: {}", where, pass->type_name(), quoted));
+  return Scored{value, pass->get<bool>()};
 }
 
 // Writes the batch and reads the replies at once: a command that answers each line before it
 // reads the next would otherwise block on a full stdout pipe while we block on its full stdin.
 // Requests are encoded a chunk at a time, so a batch never exists twice in memory.
-std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardRequest>& batch,
+std::vector<Scored> RewardCommand::Process::exchange(const std::vector<RewardRequest>& batch,
                                                      double timeout_s, const std::function<bool()>& give_up) {
   const std::size_t count = batch.size();
   // The timeout counts running time: a suspended job (core/running_time.hpp) stops the command
@@ -377,7 +382,7 @@ std::vector<double> RewardCommand::Process::exchange(const std::vector<RewardReq
                        excerpt(std::string(stray, static_cast<std::size_t>(got)))));
   }
 
-  std::vector<double> rewards;
+  std::vector<Scored> rewards;
   rewards.reserve(count);
   std::string outgoing;            // encoded requests not yet written, from outgoing_pos
   std::size_t outgoing_pos = 0, next_to_encode = 0;
@@ -516,7 +521,7 @@ RewardCommand::~RewardCommand() = default;
 RewardCommand::RewardCommand(RewardCommand&&) noexcept = default;
 RewardCommand& RewardCommand::operator=(RewardCommand&&) noexcept = default;
 
-std::vector<double> RewardCommand::score(const std::vector<RewardRequest>& batch) {
+std::vector<Scored> RewardCommand::score(const std::vector<RewardRequest>& batch) {
   if (!failure_.empty())
     throw InputError(fmt::format("reward command `{}` is unusable after an earlier error: {}", command_line_, failure_));
   SHARDRL_CHECK(process_ != nullptr, "RewardCommand used after it was moved from");

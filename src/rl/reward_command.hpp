@@ -5,7 +5,9 @@
 //
 // Protocol, per completion of a batch (one rollout's completions of this rank):
 //   request  {"prompt": str, "completion": str, "answer": str, "metadata": {...}}   (a line)
-//   reply    {"reward": number, ...}   extra keys are ignored; the reply ends with '\n'
+//   reply    {"reward": number, "pass": bool, ...}   the reply ends with '\n'; extra keys are
+//            ignored; "pass" is optional: whether the completion counts as a pass for pass_rate,
+//            pass@1 and pass@k (without it, a reward of exactly 1 passes)
 // The whole batch is written while replies are read (a script may answer each line before it
 // reads the next one: neither side's pipe can deadlock the other). The command's stderr goes to
 // the job's log, line by line, as warnings "reward command: <line>". The child starts in a
@@ -18,6 +20,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "rl/scored.hpp"
 
 namespace shardrl {
 
@@ -40,10 +44,11 @@ class RewardCommand {
   RewardCommand(const RewardCommand&) = delete;
   RewardCommand& operator=(const RewardCommand&) = delete;
 
-  // One reward per request, in order. InputError on a crash, a reply that is not JSON, has no
-  // finite numeric "reward", extra output, or the timeout. After a failure the process is out
+  // One reward per request, in order, with its pass (the reply's "pass", else reward == 1).
+  // InputError on a crash, a reply that is not JSON, has no finite numeric "reward" or a "pass"
+  // that is not a boolean, extra output, or the timeout. After a failure the process is out
   // of step with us, so every later call fails with the same error.
-  std::vector<double> score(const std::vector<RewardRequest>& batch);
+  std::vector<Scored> score(const std::vector<RewardRequest>& batch);
   // A check asked at least every kGiveUpPollMs while a batch waits for the command: when it
   // holds, the batch fails at once with an InputError saying so (a job stop that leaves no time
   // to wait for a command that lives on through it). Empty: never.

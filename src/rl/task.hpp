@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "rl/scored.hpp"
+
 namespace shardrl {
 
 struct TaskExample {
@@ -57,9 +59,10 @@ class Task {
   virtual double score(const TaskExample& ex, const std::string& completion) const = 0;
   // Whether example() returns pre-tokenized examples (then every one of them is).
   virtual bool pre_tokenized() const { return false; }
-  // The rewards of a batch of pre-tokenized completions, row by row: score_ids of each, unless
-  // the task scores a batch at once (a reward process answers a whole rollout's requests).
-  virtual std::vector<double> score_ids_batch(const std::vector<TaskExample>& examples,
+  // The rewards of a batch of pre-tokenized completions, row by row, and which pass: score_ids of
+  // each (a pass where it is 1), unless the task scores a batch at once (a reward process answers
+  // a whole rollout's requests, and may mark its passes).
+  virtual std::vector<Scored> score_ids_batch(const std::vector<TaskExample>& examples,
                                               const std::vector<std::vector<std::int32_t>>& completions) const;
   // The id that ends a completion when rl.eos_id is unset: the task's tokenizer's (-1: none).
   virtual std::int32_t eos_id() const { return -1; }

@@ -15,11 +15,11 @@ double Task::score_ids(const TaskExample&, const std::vector<std::int32_t>&) con
                                name()));
 }
 
-std::vector<double> Task::score_ids_batch(const std::vector<TaskExample>& examples,
+std::vector<Scored> Task::score_ids_batch(const std::vector<TaskExample>& examples,
                                           const std::vector<std::vector<std::int32_t>>& completions) const {
-  std::vector<double> rewards;
+  std::vector<Scored> rewards;
   rewards.reserve(examples.size());
-  for (std::size_t i = 0; i < examples.size(); ++i) rewards.push_back(score_ids(examples[i], completions[i]));
+  for (std::size_t i = 0; i < examples.size(); ++i) rewards.push_back(Scored::of(score_ids(examples[i], completions[i])));
   return rewards;
 }
 

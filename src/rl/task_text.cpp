@@ -134,15 +134,15 @@ class TextTask final : public Task {
   }
 
   double score_ids(const TaskExample& ex, const std::vector<std::int32_t>& completion) const override {
-    return score_ids_batch({ex}, {completion}).front();
+    return score_ids_batch({ex}, {completion}).front().reward;
   }
 
-  std::vector<double> score_ids_batch(const std::vector<TaskExample>& examples,
+  std::vector<Scored> score_ids_batch(const std::vector<TaskExample>& examples,
                                       const std::vector<std::vector<std::int32_t>>& completions) const override {
     std::vector<std::string> texts;
     texts.reserve(completions.size());
     for (const auto& c : completions) texts.push_back(completion_text(c));
-    std::vector<double> rewards;
+    std::vector<Scored> rewards;
     if (command_) {
       std::vector<RewardRequest> batch;
       for (std::size_t i = 0; i < examples.size(); ++i)
@@ -150,7 +150,7 @@ class TextTask final : public Task {
       std::lock_guard<std::mutex> lock(command_mutex_);   // one conversation with the process at a time
       return command_->score(batch);
     }
-    for (std::size_t i = 0; i < examples.size(); ++i) rewards.push_back(reward_->score(texts[i], examples[i].answer));
+    for (std::size_t i = 0; i < examples.size(); ++i) rewards.push_back(Scored::of(reward_->score(texts[i], examples[i].answer)));
     return rewards;
   }
 
