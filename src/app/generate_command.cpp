@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "app/cli.hpp"
-#include "app/job_chat.hpp"
 #include "app/job_config.hpp"
 #include "app/printable_line.hpp"
 #include "core/error.hpp"
@@ -27,6 +26,7 @@
 #include "mpi/host_exchange.hpp"
 #include "mpi/layout.hpp"
 #include "mpi/session.hpp"
+#include "rl/task_chat.hpp"
 #include "rl/task_prompt.hpp"
 #include "rl/tokenizer.hpp"
 #include "rollout/generator.hpp"
@@ -150,7 +150,7 @@ int run_generate(const GenerateArgs& args) {
         std::string text = prompt_text;
         // As the text task renders its prompts (Qwen3's enable_thinking, the system prompt), so
         // that the policy sees the form it was trained on.
-        if (args.chat) text = JobChat(*model_tokenizer, cfg).render_user(prompt_text);
+        if (args.chat) text = TaskChat(*model_tokenizer, chat_options(cfg)).render_user(prompt_text);
         prompt = model_tokenizer->encode(text);
         if (prompt.empty()) throw InputError("the prompt encodes to no tokens");
       } else {

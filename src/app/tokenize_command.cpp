@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "app/job_chat.hpp"
 #include "app/job_config.hpp"
 #include "app/printable_line.hpp"
 #include "core/error.hpp"
@@ -15,6 +14,7 @@
 #include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "job/options.hpp"
+#include "rl/task_chat.hpp"
 #include "text/hf_tokenizer.hpp"
 
 namespace shardrl {
@@ -55,13 +55,13 @@ int run_tokenize(const TokenizeArgs& args) {
                                    "tokenizer.json); pass --tokenizer DIR",
                                    args.config_path));
     const HfTokenizer tokenizer(dir);
-    // The job's rendering (job_chat.hpp), or without a job the template's own defaults (a default
-    // config's: no variables, no system prompt); built when a line first needs it, as plain lines
-    // need no chat template.
-    std::optional<JobChat> chat;
+    // The job's rendering (rl/task_chat.hpp), or without a job the template's own defaults (a
+    // default config's: no variables, no system prompt); built when a line first needs it, as
+    // plain lines need no chat template.
+    std::optional<TaskChat> chat;
     auto render_chat = [&](const nlohmann::ordered_json& messages, const std::string& where) {
       try {
-        if (!chat) chat.emplace(tokenizer, job ? *job : Config{});
+        if (!chat) chat.emplace(tokenizer, chat_options(job ? *job : Config{}));
         return chat->render(messages);
       } catch (const InputError& e) {
         throw InputError(fmt::format("{}: {}", where, e.what()));

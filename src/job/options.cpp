@@ -94,6 +94,14 @@ SamplingOptions sampling_options(const Config& c) {
   return o;
 }
 
+TextTaskOptions chat_options(const Config& c) {
+  TextTaskOptions t;
+  t.system_prompt = c.rl.system_prompt;
+  t.chat_template = c.rl.chat_template;
+  t.template_variables = c.rl.template_variables;
+  return t;
+}
+
 TaskOptions task_options(const Config& c) {
   TaskOptions o;
   o.name = c.rl.task;
@@ -103,14 +111,12 @@ TaskOptions task_options(const Config& c) {
   o.eos_id = c.rl.eos_id;
   if (c.rl.task == "text") {
     TextTaskOptions& t = o.text;
+    t = chat_options(c);
     t.tokenizer_dir = tokenizer_dir(c);
     t.eval_path = c.rl.eval_dataset;
     t.prompt_key = c.rl.prompt_key;
     t.answer_key = c.rl.answer_key;
     t.solution_key = c.rl.solution_key;
-    t.system_prompt = c.rl.system_prompt;
-    t.chat_template = c.rl.chat_template;
-    t.template_variables = c.rl.template_variables;
     // A prompt leaves room for a whole completion: the rollout takes prompt + completion tokens
     // up to train.seq_len + 1 (a training row's inputs and its last target) within the model's
     // max_seq_len (grpo_loop's gen_len); one less dropped prompts that fit.

@@ -35,6 +35,9 @@ SamplingOptions sampling_options(const Config& config);
 // How the rollout generates: rollout.engine, kv_cache_tokens, prefill_tokens, expert_parallel.
 EngineOptions engine_options(const Config& config);
 TaskOptions task_options(const Config& config);
+// How a job renders its prompts (rl.system_prompt, rl.chat_template, rl.template_variables; the
+// rest left default): what rl/task_chat.hpp reads, for generate --chat and tokenize --chat too.
+TextTaskOptions chat_options(const Config& config);
 // The id that ends a completion: rl.eos_id, or when it is unset the byte tokenizer's EOS, or -1
 // for the text task (its tokenizer's eos token: Task::eos_id()).
 std::int32_t eos_id(const Config& config);

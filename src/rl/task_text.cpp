@@ -23,10 +23,10 @@
 #include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/reward_command.hpp"
+#include "rl/task_chat.hpp"
 #include "rl/task_common.hpp"
 #include "rl/text_reward.hpp"
 #include "rollout/stop_ids.hpp"
-#include "text/chat_prompt.hpp"
 #include "text/hf_tokenizer.hpp"
 
 namespace shardrl::task_detail {
@@ -72,22 +72,9 @@ std::string answer_text(const json& v, const std::string& where, const std::stri
 
 class TextTask final : public Task {
  public:
-  explicit TextTask(const TaskOptions& o) : options_(o.text), tokenizer_(o.text.tokenizer_dir) {
+  explicit TextTask(const TaskOptions& o)
+      : options_(o.text), tokenizer_(o.text.tokenizer_dir), chat_(tokenizer_, o.text) {
     const TextTaskOptions& t = options_;
-    if (t.chat_template) {
-      json variables;
-      try {
-        variables = parse_bounded_json<json>(t.template_variables, "rl.template_variables");
-      } catch (const json::exception& e) {   // parse_error, or out_of_range for a number like 1e999
-        throw InputError(fmt::format("rl.template_variables is not valid JSON: {}", json_parse_message(e.what())));
-      }
-      if (!tokenizer_.chat_template_problem().empty()) throw InputError(tokenizer_.chat_template_problem());
-      if (tokenizer_.chat_template().empty())
-        throw InputError(fmt::format("{}/tokenizer_config.json has no chat_template (and there is no "
-                                     "chat_template.jinja); set rl.chat_template = false to encode prompts as they are",
-                                     t.tokenizer_dir));
-      chat_ = std::make_unique<ChatPrompt>(tokenizer_, std::move(variables));
-    }
     const std::int32_t eos = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
     // rl.eos_id given: that id alone; else the tokenizer's and the generation config's (the
     // vocabulary's bound is the loop's to apply).
@@ -194,43 +181,26 @@ class TextTask final : public Task {
         throw InputError(fmt::format("{}: not valid JSON: {}", where, json_parse_message(e.what())));
       }
       if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object, got {}", where, j.type_name()));
-      json messages = json::array();
-      if (!t.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", t.system_prompt}});
+      json messages;
       if (j.contains("messages")) {
-        if (!j["messages"].is_array() || j["messages"].empty())
-          throw InputError(fmt::format("{}: field \"messages\" must be a non-empty array of messages", where));
-        for (const json& m : j["messages"]) {
-          if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string())
-            throw InputError(fmt::format("{}: every message needs a string \"role\" and a \"content\"", where));
-          // Without a chat template the prompt is the contents joined: each must be text.
-          if (!chat_ && !m["content"].is_string())
-            throw InputError(fmt::format("{}: a message's \"content\" must be a string without a chat template "
-                                         "(rl.chat_template = false), got {}",
-                                         where, m["content"].type_name()));
-        }
-        // The line's own system message replaces rl.system_prompt.
-        if (!t.system_prompt.empty() && j["messages"][0]["role"] == "system") messages = json::array();
-        for (const json& m : j["messages"]) messages.push_back(m);
+        messages = j["messages"];
       } else {
         const auto p = j.find(t.prompt_key);
         if (p == j.end() || !p->is_string())
           throw InputError(fmt::format("{}: missing string field \"{}\" (or \"messages\")", where, t.prompt_key));
-        messages.push_back({{"role", "user"}, {"content", *p}});
+        messages = json::array({{{"role", "user"}, {"content", *p}}});
+      }
+      TextRow row;
+      // The messages' own problems and the template's refusal (raise_exception) name this line.
+      try {
+        row.prompt = chat_.render(messages);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{}: {}", where, e.what()));
       }
       const auto a = j.find(t.answer_key);
       if (a == j.end()) throw InputError(fmt::format("{}: missing field \"{}\"", where, t.answer_key));
-      TextRow row;
       row.answer = answer_text(*a, where, t.answer_key);
       row.source = where;
-      if (chat_) {
-        try {
-          row.prompt = chat_->render(messages);
-        } catch (const InputError& e) {   // the template's own refusal (raise_exception) of this line
-          throw InputError(fmt::format("{}: {}", where, e.what()));
-        }
-      } else {
-        for (const json& m : messages) row.prompt += m["content"].get<std::string>();   // text: checked above
-      }
       // The tokenizer's own refusal (a character it cannot encode) names this line too.
       const auto encode = [&](const std::string& text, const char* part) {
         try {
@@ -273,7 +243,7 @@ class TextTask final : public Task {
 
   TextTaskOptions options_;
   HfTokenizer tokenizer_;
-  std::unique_ptr<ChatPrompt> chat_;   // rl.chat_template
+  TaskChat chat_;   // the prompts' rendering (rl.chat_template, rl.system_prompt)
   StopIds stop_ = -1;   // the end id (rl.eos_id or the tokenizer's eos), then the model's others
   std::vector<TextRow> train_, eval_;
   std::map<std::string, json> metadata_;   // by source "path:line"
