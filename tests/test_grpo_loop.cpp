@@ -161,6 +161,13 @@ TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
           EXPECT_GE(job.loop.step_graphs()->captures(), 2);
           EXPECT_GT(job.loop.step_graphs()->replays(), c.rl.sft_steps - 1) << "no GRPO step was replayed";
         }
+        // The ranks' rows differ in length, but every rank steps in the same buckets: they
+        // capture and replay together.
+        int counts[2] = {job.loop.step_graphs()->captures(), job.loop.step_graphs()->replays()}, low[2], high[2];
+        MPI_Allreduce(counts, low, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(counts, high, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        EXPECT_EQ(low[0], high[0]) << "captures differ between ranks";
+        EXPECT_EQ(low[1], high[1]) << "replays differ between ranks";
       }
       EXPECT_EQ(warm_graph, warm_eager);
       for (int it = 0; it < kIterations; ++it) {

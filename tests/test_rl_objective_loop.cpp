@@ -181,9 +181,11 @@ TEST(RlObjective, MoeRowsAsLongAsTheLongestGiveTheFullRowsTrajectory) {
 }
 
 // The same with expert parallelism (each rank's experts take the other ranks' tokens), where
-// the ranks' rows differ in length: after a longer warm-up most completions are short, a few run
-// to 40 tokens, so a rank's rows are 32 or 64 positions as its own sequences need. The exchange
-// carries each rank's real tokens only; the trajectory is the full rows' to rounding.
+// the ranks' sequences differ in length: after a longer warm-up most completions are short, a few
+// run to 40 tokens, so a minibatch's rows are 32 or 64 positions as its longest sequence needs.
+// Every rank takes that length (the longest over the ranks: a captured step must be of the same
+// bucket on every rank), and its rows hold its own tokens, more or fewer than another rank's. The
+// exchange carries each rank's real tokens only; the trajectory is the full rows' to rounding.
 TEST(RlObjective, ExpertParallelRowsOfDifferentLengthsGiveTheFullRowsTrajectory) {
   Config c = small_moe_config();
   c.fsdp.expert_parallel = true;
@@ -192,8 +194,9 @@ TEST(RlObjective, ExpertParallelRowsOfDifferentLengthsGiveTheFullRowsTrajectory)
   c.rl.sft_steps = 15;
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  // Each iteration's last row length on every rank.
-  auto run_recording = [&](const Config& config, std::vector<std::vector<int>>& lengths) {
+  // Each iteration's last row length, and the tokens of the rank's sequences, on every rank.
+  auto run_recording = [&](const Config& config, std::vector<std::vector<int>>& lengths,
+                           std::vector<std::vector<int>>& tokens) {
     Job job(config, MPI_COMM_WORLD);
     job.warm_up();
     std::vector<Step> out;
@@ -203,14 +206,18 @@ TEST(RlObjective, ExpertParallelRowsOfDifferentLengthsGiveTheFullRowsTrajectory)
       const int mine = static_cast<int>(job.model.batch_seq_len());
       std::vector<int>& all = lengths.emplace_back(static_cast<std::size_t>(ranks));
       MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, MPI_COMM_WORLD);
+      int held = 0;
+      for (const Sequence& q : b.sequences) held += static_cast<int>(q.ids.size());
+      std::vector<int>& each = tokens.emplace_back(static_cast<std::size_t>(ranks));
+      MPI_Allgather(&held, 1, MPI_INT, each.data(), 1, MPI_INT, MPI_COMM_WORLD);
       out.push_back({std::move(b), t});
     }
     return out;
   };
-  std::vector<std::vector<int>> short_lengths, full_lengths;
-  const std::vector<Step> short_rows = run_recording(c, short_lengths);
+  std::vector<std::vector<int>> short_lengths, full_lengths, short_tokens, full_tokens;
+  const std::vector<Step> short_rows = run_recording(c, short_lengths, short_tokens);
   c.train.packing = false;
-  const std::vector<Step> full = run_recording(c, full_lengths);
+  const std::vector<Step> full = run_recording(c, full_lengths, full_tokens);
   expect_same_trajectory(short_rows, full);
   bool differ = false, shorter = false;
   for (int it = 0; it < 3; ++it) {
@@ -219,13 +226,14 @@ TEST(RlObjective, ExpertParallelRowsOfDifferentLengthsGiveTheFullRowsTrajectory)
       shorter |= short_lengths[it][r] < 64;
       EXPECT_EQ(full_lengths[it][r], 64) << "iteration " << it << ", rank " << r;
       EXPECT_EQ(short_lengths[it][r] % 32, 0) << "iteration " << it << ", rank " << r;
-      differ |= short_lengths[it][r] != short_lengths[it][0];
+      EXPECT_EQ(short_lengths[it][r], short_lengths[it][0]) << "iteration " << it << ": one row length on every rank";
+      differ |= short_tokens[it][r] != short_tokens[it][0];
     }
   }
   EXPECT_TRUE(shorter) << "no row shorter than the full rows: the short rows are not exercised";
   if (ranks > 1) {
-    EXPECT_TRUE(differ) << "the ranks' rows were alike in every iteration: the exchange of unequal token counts is "
-                           "not exercised";
+    EXPECT_TRUE(differ) << "the ranks held alike token counts in every iteration: the exchange of unequal token "
+                           "counts is not exercised";
   }
 }
 

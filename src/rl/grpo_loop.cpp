@@ -337,12 +337,18 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   // Every rank runs as many micro-batches as the rank that needs the most (each is a round of
   // collectives); the others' extra ones are padding.
   std::vector<PackedRows> layout;
-  std::vector<double> micro(minibatches_);
+  std::vector<double> row_len(minibatches_, seq_len_), micro(minibatches_);
+  for (int k = 0; k < minibatches_; ++k)
+    if (options_.short_rows)
+      row_len[k] = row_length(b.sequences, b.minibatch_begin[k], b.minibatch_begin[k + 1], kRowGranule, seq_len_);
+  // One row length on every rank, the one rank would use alone: with captured steps every rank's
+  // step is then of the same bucket, and they capture and replay together (a rank capturing while
+  // another ran its bucket's first, eager step would give NCCL registered buffers on one side of
+  // a collective only); and the eager job takes the captured one's shapes.
+  if (options_.short_rows) max_on_host(comm_.host_comm(), row_len);
   for (int k = 0; k < minibatches_; ++k) {
     const int first = b.minibatch_begin[k], end = b.minibatch_begin[k + 1];
-    const int row_len =
-        options_.short_rows ? row_length(b.sequences, first, end, kRowGranule, seq_len_) : seq_len_;
-    layout.push_back(pack_rows(b.sequences, first, end, row_len, options_.packing));
+    layout.push_back(pack_rows(b.sequences, first, end, static_cast<int>(row_len[k]), options_.packing));
     micro[k] = std::max(1, ceil_div(static_cast<std::int64_t>(layout[k].rows.size()), micro_rows_));
   }
   max_on_host(comm_.host_comm(), micro);

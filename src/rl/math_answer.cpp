@@ -351,6 +351,20 @@ std::optional<std::string> normalize_list(std::string_view s, int depth) {
   return out;
 }
 
+// Whether `sides` is numbers and operators only: digits, + - * / ^ ( ) . = and the braces and
+// commands of written arithmetic (\times, \cdot, \div, \frac, \sqrt).
+bool is_arithmetic(std::string_view sides) {
+  for (std::size_t i = 0; i < sides.size(); ++i) {
+    const char c = sides[i];
+    if (is_digit(c) || std::string_view("+-*/^().={}").find(c) != npos) continue;
+    if (c != '\\') return false;
+    const std::string_view name = command_name(sides, i + 1);
+    if (name != "times" && name != "cdot" && name != "div" && name != "frac" && name != "sqrt") return false;
+    i += name.size();
+  }
+  return true;
+}
+
 // The order matters: units are cut and thousands separators dropped while spaces still separate
 // tokens ("5 apples", and "1, 234" stays a list), numbers are parsed once no space is left.
 std::string normalize_depth(std::string_view answer, int depth) {
@@ -368,14 +382,10 @@ std::string normalize_depth(std::string_view answer, int depth) {
   drop_whitespace(s);
   strip_trailing_periods(s);
   if (std::optional<std::string> number = canonical_number(s)) return *number;
-  // An arithmetic chain ends in its value: "3+4=7" is 7 (a side with a letter, "2x=6", is an
-  // equation to solve, not a value, and stays as written).
+  // An arithmetic chain ends in its value: "3+4=7" and "3 \times 5 = 15" are 7 and 15 (a side
+  // with a letter, "2x=6", is an equation to solve, not a value, and stays as written).
   if (const std::size_t eq = s.rfind('='); eq != npos && eq > 0) {
-    const std::string_view sides(s.data(), eq);
-    const bool arithmetic = std::all_of(sides.begin(), sides.end(), [](char c) {
-      return is_digit(c) || std::string_view("+-*/^().=").find(c) != npos;
-    });
-    if (arithmetic) {
+    if (is_arithmetic(std::string_view(s.data(), eq))) {
       if (std::optional<std::string> value = canonical_number(std::string_view(s).substr(eq + 1))) return *value;
     }
   }

@@ -16,8 +16,9 @@
 //                    empty), cut at the first `.` `,` `;` followed by a space or the end, outside
 //                    brackets and `$...$` (pandoc's rule: a `$` that closes nothing is a price,
 //                    text): "The answer is 42." -> "42", "The answer is $18, which ..." -> "$18";
-//                    a verdict ("the answer is correct") is passed over for a phrase before it,
-//                    and is the answer where there is none.
+//                    a verdict ("the answer is correct", "... is indeed correct": no digit, only
+//                    verdicts and the words qualifying them) is passed over for a phrase before
+//                    it, and is the answer where there is none.
 //   4. last_number   the last number in the text: digits, `1,234` groups, decimals, `1e3`, `a/b`,
 //                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`.
 // Rules 1-3 are a well-formed answer (TextReward's format bonus); rule 4 is a fallback.
@@ -35,8 +36,9 @@
 //   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`,
 //     `1 234`
 //   - all whitespace, except one space between two digits (`1 2` is not 12)
-//   - an arithmetic chain (`3+4=7`: only digits and operators before the last `=`) becomes its
-//     last side's value; the chain itself is not checked (`3+3=7` is 7)
+//   - an arithmetic chain (`3+4=7`, `3 \times 5 = 15`: only digits, operators and `\times`
+//     `\cdot` `\div` `\frac` `\sqrt` before the last `=`) becomes its last side's value; the
+//     chain itself is not checked (`3+3=7` is 7)
 //   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed) becomes
 //     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
 //     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so

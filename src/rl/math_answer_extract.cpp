@@ -2,6 +2,7 @@
 // commits to. Every pass over the text is linear, so a degenerate completion (100 KB of
 // `\boxed{\boxed{...`) costs little.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 
@@ -128,14 +129,30 @@ std::optional<std::string> last_hashes(std::string_view text) {
   return std::nullopt;
 }
 
-// "the answer is correct": a judgment of an answer given before, not an answer.
+// "the answer is correct", "the answer is indeed correct": a judgment of an answer given before,
+// not an answer. Words only (no digit), a verdict among them and nothing but verdicts and the
+// words that qualify them ("the answer is right angle 90" is not one).
 bool is_a_verdict(std::string_view content) {
-  std::string word(trim(content));
-  std::transform(word.begin(), word.end(), word.begin(), to_lower);
-  for (const char* verdict : {"correct", "incorrect", "right", "wrong", "verified", "confirmed", "consistent",
-                              "reasonable", "valid", "not correct"})
-    if (word == verdict) return true;
-  return false;
+  static const std::array<std::string_view, 10> verdicts = {"correct", "incorrect", "right",      "wrong", "verified",
+                                                            "confirmed", "consistent", "reasonable", "valid",  "sound"};
+  static const std::array<std::string_view, 20> qualifiers = {
+      "indeed", "also", "definitely", "clearly", "certainly", "surely", "still", "now", "then", "thus",
+      "therefore", "so", "not", "actually", "fully", "again", "to", "be", "absolutely", "very"};
+  bool judged = false;
+  std::size_t i = 0;
+  while (i < content.size()) {
+    if (is_digit(content[i])) return false;
+    if (!is_letter(content[i])) {
+      ++i;
+      continue;
+    }
+    std::string word;
+    for (; i < content.size() && is_letter(content[i]); ++i) word += to_lower(content[i]);
+    const auto in = [&](const auto& list) { return std::find(list.begin(), list.end(), word) != list.end(); };
+    if (in(verdicts)) judged = true;
+    else if (!in(qualifiers)) return false;
+  }
+  return judged;
 }
 
 std::optional<std::string> last_answer_phrase(std::string_view text) {
