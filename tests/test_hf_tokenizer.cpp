@@ -199,6 +199,13 @@ TEST(HfTokenizer, UnsupportedComponentsAreNamedErrors) {
       {"post_processor", {{"type", "BertProcessing"}}, "unsupported post_processor type \"BertProcessing\""},
       {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}},
        "does not compile at offset"},
+      // A value of the wrong type is named with its part, without nlohmann's "[json.exception...]".
+      {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", 7}}}, {"behavior", "Isolated"}},
+       "tokenizer.json: pre_tokenizer: type must be string, but is number"},
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", 5}}, "model: \"merges\" must be an array, got number"},
+      {"model", {{"type", "BPE"}, {"vocab", {1, 2}}, {"merges", nlohmann::json::array()}},
+       "model: \"vocab\" must be an object, got array"},
+      {"post_processor", {{"type", "TemplateProcessing"}, {"single", 3}}, "tokenizer.json: post_processor: "},
   };
   for (const auto& [key, component, expected] : cases) {
     const fs::path dir = tokenizer_with(key, component);

@@ -35,6 +35,7 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
   if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"].get<double>() > 0)
     throw InputError(fmt::format("{}: BPE dropout is not supported (it makes encoding random)", at));
   const auto& vocab = spec.at("vocab");
+  if (!vocab.is_object()) throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
   std::int32_t largest = -1;
   const auto vocab_id = [&](const auto& it) { return token_id_from_json(it.value(), at + ": token " + excerpt(it.key())); };
   for (auto it = vocab.begin(); it != vocab.end(); ++it) largest = std::max(largest, vocab_id(it));
@@ -47,6 +48,8 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
   }
   // Merges are "a b" strings (older files) or ["a", "b"] pairs; their order is their rank.
   const auto& merges = spec.at("merges");
+  if (!merges.is_array())
+    throw InputError(fmt::format("{}: \"merges\" must be an array, got {}", at, merges.type_name()));
   merges_.reserve(merges.size());
   std::int32_t rank = 0;
   for (const auto& m : merges) {

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/input_file.hpp"
+#include "io/json_parse_message.hpp"
 #include "text/bpe_model.hpp"
 #include "text/normalizer.hpp"
 #include "text/pre_tokenizer.hpp"
@@ -51,17 +52,26 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
   const fs::path file = dir / "tokenizer.json";
   const json spec = read_json(file, "tokenizer file");
   const std::string origin = file.string();
+  // The part being read, for a value of the wrong type found inside it (nlohmann's message alone
+  // names neither the part nor the key).
+  const char* part = "the file";
   try {
+    if (!spec.is_object()) throw InputError(fmt::format("{}: expected a JSON object, got {}", origin, spec.type_name()));
+    part = "normalizer";
     normalizer_ = text::make_normalizer(spec.value("normalizer", json()), origin);
+    part = "pre_tokenizer";
     pre_tokenizer_ = text::make_pre_tokenizer(spec.value("pre_tokenizer", json()), origin);
+    part = "model";
     const json& model = spec.at("model");
     const std::string type = model.value("type", "BPE");   // older files leave out the BPE type
     if (type != "BPE")
       throw InputError(fmt::format("{}: unsupported model type \"{}\" (supported: BPE)", origin, type));
     model_ = std::make_unique<text::BpeModel>(model, origin);
+    part = "decoder";
     decoder_ = text::make_token_decoder(spec.value("decoder", json()), origin);
     vocab_size_ = model_->size();
 
+    part = "added_tokens";
     for (const json& a : spec.value("added_tokens", json::array())) {
       const std::string content = a.at("content").get<std::string>();
       // A token the model's vocabulary already has keeps the vocabulary's id, whatever the entry
@@ -121,9 +131,10 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
         }
       }
     };
+    part = "post_processor";
     post(spec.value("post_processor", json()));
   } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: {}", origin, e.what()));
+    throw InputError(fmt::format("{}: {}: {}", origin, part, json_parse_message(e.what())));
   }
 
   // The side files are read in their own try: a value of the wrong type (a null eos id, a
