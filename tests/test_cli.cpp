@@ -67,6 +67,13 @@ const BadConfig kBadConfigs[] = {
     {"run_name_with_slash", "[run]\nname = \"a/b\"\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:8: run.name: must contain only letters, digits, '-', '_' and '.', got \"a/b\"\n"},
+    {"key_outside_any_section", "seed = 3\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:1:8: 'seed' is outside any section; every key belongs to one (did you mean run.seed? put it under "
+     "[run])\n"},
+    {"unknown_key_outside_any_section", "bogus = 3\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:1:9: 'bogus' is outside any section; every key belongs to one\n"},
     {"section_not_a_table", "run = 3\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:1:7: 'run' must be a section [run], got an integer\n"},

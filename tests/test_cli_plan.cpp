@@ -52,6 +52,9 @@ TEST(Cli, PlanSaysWhetherAJobFits) {
                                            "--set train.cuda_graph=full --set model.attention=flash");
   EXPECT_EQ(gpu_keys.exit_code, 0) << gpu_keys.out << gpu_keys.err;
 
+  RunResult no_ranks = run_in(dir, llama + "--ranks 0");
+  EXPECT_EQ(no_ranks.exit_code, 2);
+  EXPECT_EQ(no_ranks.err.substr(0, no_ranks.err.find('\n')), "shardrl: --ranks: must be a whole number of at least 1, got 0");
   RunResult bad = run_in(dir, llama + "--gpu-memory 80XB");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err, "shardrl: --gpu-memory 80XB: a size such as 80GiB, 141GB or 512MiB\n");

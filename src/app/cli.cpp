@@ -59,6 +59,22 @@ std::thread::id g_main_thread;   // run_cli's: the one thread that makes MPI cal
 
 namespace {
 
+// A count of at least 1. (CLI11's PositiveNumber says "Value 0 not in range 0.000000 to
+// 179769313486231570814527...": what is wanted, not the double's range.)
+const CLI::Validator kAtLeastOne(
+    [](std::string& value) -> std::string {
+      std::size_t used = 0;
+      long long n = 0;
+      try {
+        n = std::stoll(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != value.size() || n < 1) return "must be a whole number of at least 1, got " + value;
+      return {};
+    },
+    "N >= 1");
+
 // Before MPI starts only the launcher's environment tells ranks apart; print usage errors once.
 bool is_first_launched_rank() {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
@@ -119,9 +135,9 @@ int run_cli(int argc, char** argv) {
   plan->add_option("--config", plan_args.config_path, "TOML configuration file")->required();
   plan->add_option("--set", plan_args.overrides, "Override one key (repeatable; later ones win)")
       ->type_name("SECTION.KEY=VALUE");
-  plan->add_option("--ranks", plan_args.ranks, "Ranks of the job (one per GPU)")->check(CLI::PositiveNumber);
+  plan->add_option("--ranks", plan_args.ranks, "Ranks of the job (one per GPU)")->check(kAtLeastOne);
   plan->add_option("--ranks-per-node", plan_args.ranks_per_node, "Ranks sharing a node's host memory (default: all)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   plan->add_option("--gpu-memory", plan_args.gpu_memory,
                    "Memory of one GPU, e.g. 80GiB (H100) or 141GB (H200); default: the job runs in host memory")
       ->type_name("SIZE");

@@ -10,6 +10,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "config/combinations.hpp"
@@ -233,6 +234,19 @@ void parse_toml(const std::string& text, const std::string& source_name, LoadedC
   for (auto&& [section_key, section_node] : root) {
     std::string section(section_key.str());
     std::string where = position(source_name, section_node.source());
+    if (std::find(sections.begin(), sections.end(), section) == sections.end() && !section_node.is_table()) {
+      // `seed = 3` at the top: a key outside any section. Name the sections that have it.
+      std::vector<std::string> owners;
+      for (const auto& d : config_schema())
+        if (d.key == section) owners.push_back(d.full_name());
+      std::string hint;
+      if (owners.size() == 1)
+        hint = fmt::format(" (did you mean {}? put it under [{}])", owners[0], owners[0].substr(0, owners[0].find('.')));
+      else if (!owners.empty())
+        hint = fmt::format(" (a key of {})", fmt::join(owners, ", "));
+      report(section_node, fmt::format("{}: '{}' is outside any section; every key belongs to one{}", where, section, hint));
+      continue;
+    }
     if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
       std::string best = closest_match(section, sections);
       report(section_node, fmt::format("{}: unknown section [{}]{}", where, section,
