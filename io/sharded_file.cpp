@@ -26,6 +26,17 @@ ShardedFileWriter::ShardedFileWriter(const std::filesystem::path& path, MPI_Comm
   SHARDRL_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   QuietHdf5 quiet;
+  // Every rank must see the file's directory: a rank that does not (a relative or node-local
+  // path) would leave the others waiting in the collective create for ever.
+  {
+    const std::filesystem::path dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    std::error_code ec;
+    agree_on_error(comm_, std::filesystem::is_directory(dir, ec)
+                              ? std::string()
+                              : fmt::format("{}: cannot create: rank {} of {} sees no directory {}: every rank must "
+                                            "see it at this path",
+                                            path_.string(), rank_, size_, dir.string()));
+  }
   H5Handle fapl = make_fapl(comm_, true);
   std::string error;
   const hid_t file = H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());

@@ -27,22 +27,15 @@
 #include "job/async_checkpoint_save.hpp"
 #include "job/job_checkpoint.hpp"
 #include "rl_test_job.hpp"
+#include "mpi_world.hpp"
 
 namespace shardrl {
 namespace {
 
 namespace fs = std::filesystem;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 // A fresh directory, named by rank 0 and known to every rank.
 fs::path fresh_dir(const std::string& what) {

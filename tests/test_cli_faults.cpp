@@ -52,4 +52,20 @@ TEST(Cli, HangingRankIsDetectedByTimeout) {
       << r.err;
 }
 
+// Ranks started in different working directories with a relative run.dir each see their own
+// runs/: the job stops at start, every rank, naming the rank (it trained until its first save,
+// then every rank hung in the collective create of the checkpoint).
+TEST(Cli, ARankThatSeesAnotherRunDirectoryStopsTheJobAtStart) {
+  fs::path dir = test_dir();
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  write(dir / "job.toml", "[run]\niterations = 2\n[checkpoint]\ninterval = 1\n");
+  RunResult r = run_in(dir, mpirun_in_two_dirs(dir / "a", dir / "b", " train --config " + (dir / "job.toml").string()));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_LT(r.seconds, 30.0);
+  EXPECT_NE(r.err.find("runs/shardrl: rank 1 of 2 (on "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("does not see the run directory rank 0 (on "), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "a" / "runs" / "shardrl" / "checkpoints")) << "nothing of the run was written";
+}
+
 }  // namespace

@@ -24,22 +24,15 @@
 #include "io/hdf5_check.hpp"
 #include "io/hdf5_handle.hpp"
 #include "io/sharded_file.hpp"
+#include "mpi_world.hpp"
 
 namespace shardrl {
 namespace {
 
 using Shape = std::vector<std::uint64_t>;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using test::world_rank;
+using test::world_size;
 
 // A file name shared by every rank (rank 0's pid: ctest may run np 1, 2, 4 at once).
 std::filesystem::path temp_file(const std::string& tag) {
@@ -543,17 +536,23 @@ TEST(ShardedFile, UnopenableFiles) {
   EXPECT_EQ(open_hdf5_objects(), objects_before);
   remove_on_rank0(truncated);
 
-  // A file that cannot be created: the same InputError everywhere (its reason is HDF5's).
-  const auto nowhere = temp_file("no_such_dir") / "x.h5";
+  // A file that cannot be created: the same InputError everywhere (its reason is HDF5's), here a
+  // directory in the file's place. (A directory that does not exist is named before HDF5 is
+  // asked: test_shared_directory.cpp.)
+  const auto taken = temp_file("taken_by_a_directory");
+  if (world_rank() == 0) std::filesystem::create_directories(taken);
+  MPI_Barrier(MPI_COMM_WORLD);
   std::string got;
   try {
-    ShardedFileWriter writer(nowhere, MPI_COMM_WORLD);
+    ShardedFileWriter writer(taken, MPI_COMM_WORLD);
   } catch (const InputError& e) {
     got = e.what();
   }
-  EXPECT_EQ(got.rfind(nowhere.string() + ": cannot create (", 0), 0u) << got;
+  EXPECT_EQ(got.rfind(taken.string() + ": cannot create (", 0), 0u) << got;
   EXPECT_EQ(got, rank0_text(got));
   EXPECT_EQ(open_hdf5_objects(), objects_before);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(taken);
 }
 
 TEST(ShardedFile, WriterDestroyedWithoutCloseLeavesNothingOpen) {

@@ -38,6 +38,7 @@
 #include "io/tensorboard_log.hpp"
 #include "io/rank_heartbeats.hpp"
 #include "io/run_lock.hpp"
+#include "io/shared_directory.hpp"
 #include "io/text_file.hpp"
 #include "mpi/communicator.hpp"
 #include "mpi/device.hpp"
@@ -164,6 +165,14 @@ int run_train(const TrainArgs& args) {
       return kExitUsage;
     }
     if (run_lock && !run_lock->warning().empty()) spdlog::warn("{}", run_lock->warning());
+    // Every rank writes the checkpoints there with the others: one that sees another directory
+    // stops the job now, not in the first save after hours of training.
+    try {
+      require_shared_directory(derived.run_dir, mpi.world());
+    } catch (const InputError& e) {
+      if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      return kExitUsage;
+    }
   }
   if (!args.trace.empty()) {   // written at the end: a path that cannot take it stops the job now
     std::string problem = rank == 0 ? trace_path_problem(args.trace) : std::string();
