@@ -16,6 +16,7 @@
 #include "io/checkpoint_dir.hpp"
 #include "io/text_file.hpp"
 #include "job/checkpoint_format.hpp"
+#include "job/job_checkpoint.hpp"
 #include "mpi/host_exchange.hpp"
 
 namespace shardrl {
@@ -169,19 +170,31 @@ std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& arg
 }
 
 void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed) {
-  std::string saved_text;
+  namespace f = checkpoint_format;
+  std::string saved_text, saved_task, saved_model;
+  std::int64_t saved_seed = 0;
   {
     const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint, world);
-    saved_text = in->read_string(checkpoint_format::kConfig);
+    saved_text = in->read_string(f::kConfig);
+    saved_seed = in->read_int64(f::kSeed);
+    saved_task = in->read_string(f::kTask);
+    saved_model = in->read_string(f::kModelSummary);
   }
-  const LoadedConfig saved = parse_saved_config(saved_text, checkpoint.string() + ":" + checkpoint_format::kConfig);
-  if (!saved.ok()) {   // written by a shardrl with another schema: nothing to compare key by key
-    spdlog::warn("the configuration saved in {} does not load in this shardrl ({}); its keys are not compared",
-                 checkpoint.string(), saved.errors.front());
-    return;
-  }
+  const LoadedConfig saved = parse_saved_config(saved_text, checkpoint.string() + ":" + f::kConfig);
   std::vector<std::string> breaking;
-  for (const ConfigChange& c : config_changes(saved.config, cfg)) {
+  if (!saved.ok()) {
+    // Written by a shardrl with another schema: its keys cannot be compared one by one, but what
+    // every checkpoint records beside them can (a run resumed with another seed, task or model
+    // went on silently before).
+    spdlog::warn("the configuration saved in {} does not load in this shardrl ({}); its keys are not compared, "
+                 "only the seed, the task and the model it records",
+                 checkpoint.string(), saved.errors.front());
+    const std::string model = model_summary(cfg);
+    if (saved_seed != cfg.run.seed) breaking.push_back(fmt::format("run.seed = {} -> {}", saved_seed, cfg.run.seed));
+    if (saved_task != cfg.rl.task) breaking.push_back(fmt::format("rl.task = {} -> {}", saved_task, cfg.rl.task));
+    if (saved_model != model) breaking.push_back(fmt::format("the model = {} -> {}", saved_model, model));
+  }
+  for (const ConfigChange& c : saved.ok() ? config_changes(saved.config, cfg) : std::vector<ConfigChange>{}) {
     // A key neither job reads (a run saved before such a key was refused at load, resumed
     // without it) changes nothing.
     const bool breaks = !c.keeps_trajectory && !c.read_by_neither;

@@ -82,14 +82,15 @@ void check_lora_base(ShardedFileReader& in, const std::filesystem::path& file, c
                                  file.string(), name(saved), name(now)));
 }
 
-std::string shape_summary(const ModelShape& s) {
-  return fmt::format("vocab_size={} d_model={} n_layers={} n_heads={} n_kv_heads={} head_dim={} d_ff={} "
-                     "qk_norm={} tie_embeddings={} max_seq_len={}",
-                     s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.d_ff, s.qk_norm,
-                     s.tie_embeddings, s.max_seq_len);
-}
-
 }  // namespace
+
+std::string model_summary(const Config& config) {
+  const ModelShape s = resolve_model_shape(config.model);
+  return fmt::format("{}: vocab_size={} d_model={} n_layers={} n_heads={} n_kv_heads={} head_dim={} d_ff={} "
+                     "qk_norm={} tie_embeddings={} max_seq_len={}",
+                     config.model.preset, s.vocab_size, s.d_model, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim,
+                     s.d_ff, s.qk_norm, s.tie_embeddings, s.max_seq_len);
+}
 
 std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Config& config) {
   const bool lora = config.lora.rank > 0;   // the adapters only; the base is the reference
@@ -116,7 +117,7 @@ CheckpointManifest checkpoint_manifest(const JobPosition& position, Policy& poli
               {f::kShardrlVersion, std::string(kVersion)},
               {f::kWorldSize, std::int64_t{world}},
               {f::kIteration, position.iterations_done},
-              {f::kModelSummary, config.model.preset + ": " + shape_summary(resolve_model_shape(config.model))},
+              {f::kModelSummary, model_summary(config)},
               {f::kConfig, config_toml}};
   if (trainer.lora()) {
     m.values.emplace_back(f::kLoraBase, policy.lora_base().description);

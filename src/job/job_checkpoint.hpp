@@ -84,6 +84,9 @@ JobPosition load_job_checkpoint(const std::filesystem::path& file, Policy& polic
 // it is complete: the one completeness check of resume and `inspect --verify`.
 std::vector<std::string> missing_tensors(const ShardedFileReader& in, const Config& config);
 
+// The model as a checkpoint records it (/meta/model): the preset and the resolved shape.
+std::string model_summary(const Config& config);
+
 // Collective. The policy's main weights alone from `file` (the optimizer state and counters stay
 // as they are): what `generate` samples from; with LoRA the adapters, over the base the trainer
 // was initialised with (refused unless it is the one they were trained over). Errors as

@@ -1,0 +1,75 @@
+// A checkpoint whose saved configuration this shardrl cannot parse (written by a newer one, with a
+// key this build does not know, or an older one, with a key since renamed): its keys cannot be
+// compared one by one, but the seed, the task and the model the checkpoint records beside them
+// are, so a resume that changes them is refused as any trajectory change is (it went on with a
+// warning only, and the resumed run silently left the uninterrupted one's course).
+#include <hdf5.h>
+
+#include <string>
+#include <vector>
+
+#include "cli_harness.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+// The checkpoint's /meta/config replaced by `text` (the dataset deleted and written again, as
+// the writer writes strings: fixed length, null-terminated, UTF-8).
+void set_config_text(const fs::path& file, const std::string& text) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << file;
+  ASSERT_GE(H5Ldelete(f, "/meta/config", H5P_DEFAULT), 0);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, text.size() + 1);
+  H5Tset_strpad(type, H5T_STR_NULLTERM);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t d = H5Dcreate2(f, "/meta/config", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.c_str()), 0);
+  H5Dclose(d);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(f);
+}
+
+std::string config_text(const fs::path& file) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/meta/config", H5P_DEFAULT);
+  hid_t type = H5Dget_type(d);
+  std::vector<char> text(H5Tget_size(type) + 1, '\0');
+  H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+  H5Tclose(type);
+  H5Dclose(d);
+  H5Fclose(f);
+  return std::string(text.data());
+}
+
+TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const fs::path saved = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  const fs::path file = dir / "from_a_newer_shardrl.h5";
+  fs::copy_file(saved, file, fs::copy_options::overwrite_existing);
+  set_config_text(file, "[future]\nkey = 1\n" + config_text(saved));
+  const std::string resume = mpirun(2) + " train --config job.toml --set run.iterations=2 --resume-from " +
+                             file.string() + " --set run.name=";
+  RunResult seed = run_in(dir, resume + "a --set run.seed=7");
+  EXPECT_EQ(seed.exit_code, 2) << seed.out << seed.err;
+  EXPECT_NE(seed.out.find("does not load in this shardrl"), std::string::npos) << seed.out;
+  EXPECT_NE(seed.err.find("changes the run's trajectory:\n  run.seed = 1234 -> 7\n"), std::string::npos) << seed.err;
+  RunResult model = run_in(dir, resume + "b --set model.preset=custom --set model.n_layers=3");
+  EXPECT_EQ(model.exit_code, 2) << model.out << model.err;
+  EXPECT_NE(model.err.find("changes the run's trajectory:\n  the model = tiny: "), std::string::npos) << model.err;
+  RunResult task = run_in(dir, resume + "c --set rl.task=add");
+  EXPECT_EQ(task.exit_code, 2) << task.out << task.err;
+  EXPECT_NE(task.err.find("  rl.task = sort -> add\n"), std::string::npos) << task.err;
+  RunResult same = run_in(dir, resume + "d");
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  RunResult allowed = run_in(dir, resume + "e --set run.seed=7 --allow-config-change");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+}
+
+}  // namespace
