@@ -102,6 +102,32 @@ TEST(MemoryPlan, IsALowerBoundOfTheLedgerThatSeesMostOfIt) {
   }
 }
 
+// What storing every layer adds to the train phase (activation recompute off against on): the
+// plan's terms and the arena's grow alike. With MoE layers each keeps its router's buffers and
+// its routed rows (the plan had only the shared ones, and said "fits" for a job that ran out of
+// memory). The difference isolates the per-layer terms from the fixed ones.
+TEST(MemoryPlan, StoredLayersGrowThePlanAsTheyGrowTheArena) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (const bool moe : {false, true}) {
+    Config c = moe ? small_moe_config() : small_config();
+    c.model.preset = "custom";
+    c.model.n_layers = 6;
+    if (moe) c.model.moe_every = 1;
+    double planned[2], arena[2];
+    for (const bool recompute : {false, true}) {
+      c.train.activation_recompute = recompute;
+      planned[recompute] = bytes_of(plan_memory(c, size, /*rl_loop=*/true).train);
+      Job job(c, MPI_COMM_WORLD);
+      arena[recompute] = double(job.arena.phase_bytes(Phase::train));
+    }
+    const double grown = arena[0] - arena[1], planned_growth = planned[0] - planned[1];
+    EXPECT_GT(grown, 0) << (moe ? "MoE" : "dense");
+    // (Within 2%: the plan's terms are formulas, not the arena's allocations one by one.)
+    EXPECT_NEAR(planned_growth, grown, 0.02 * grown) << (moe ? "MoE" : "dense");
+  }
+}
+
 // A fresh policy without the RL loop (generate, convert) plans only the train side.
 TEST(MemoryPlan, WithoutTheLoopPlansNoRolloutOrBatches) {
   const Config c = small_config();

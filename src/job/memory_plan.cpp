@@ -273,15 +273,24 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                                  N, T),
                      lookup_rows});
   if (d.moe_layers > 0) {
-    // Shared by the MoE layers (model/moe_layers.cpp): the experts' gradient rows, and with
-    // expert parallelism the exchange's buffers, for R rows: this rank's experts may receive every
-    // rank's routed rows.
-    const double R = (config.fsdp.expert_parallel ? N : 1) * T * m.shape.top_k, Fe = m.shape.d_ff_expert;
-    train.push_back({fmt::format("MoE: the experts' gradient rows{}: {:.4g} rows ({}train.micro_batch_size x "
-                                 "train.seq_len x model.top_k)",
-                                 config.fsdp.expert_parallel ? " and the expert exchange's buffers" : "", R,
-                                 config.fsdp.expert_parallel ? "ranks x " : ""),
-                     3 * R * Fe * es + (config.fsdp.expert_parallel ? (3 * R * d.D + 3 * R * Fe) * es + 2 * R * 4 : 0)});
+    // The MoE layers' buffers (model/moe_layers.cpp), for A = T x top_k routed rows. Each stored
+    // MoE layer (one with recompute) keeps its router's logits and probabilities, its routing
+    // (gate, expert, order, position), its routed rows in and out, and without expert parallelism
+    // the experts' products over them. Shared by the layers: the routed rows' and the router's
+    // gradients, and the experts' gradient rows for R rows (with expert parallelism this rank's
+    // experts may receive every rank's routed rows, and the exchange's buffers hold them); the
+    // experts' adapters' scratch.
+    const bool ep = config.fsdp.expert_parallel;
+    const double A = T * m.shape.top_k, E = m.shape.n_experts, Fe = m.shape.d_ff_expert;
+    const double R = (ep ? N : 1) * A, sets = config.train.activation_recompute ? 1 : d.moe_layers;
+    const double per_set = T * E * (es + 4) + A * 4 * 4 + 2 * A * d.D * es + (ep ? 0 : 3 * A * Fe * es);
+    const double lora = m.shape.lora.experts ? 2 * R * m.shape.lora.rank * es : 0;
+    train.push_back({fmt::format("MoE: {:.4g} stored layer(s)' router, routing and {:.4g} routed rows (train.micro_batch_size "
+                                 "x train.seq_len x model.top_k){}; the experts' gradient rows{}",
+                                 sets, A, ep ? "" : " and the experts' products over them",
+                                 ep ? " and the expert exchange's buffers, ranks x as many rows" : ""),
+                     sets * per_set + A * d.D * es + A * 4 + T * E * es + 3 * R * Fe * es + lora +
+                         (ep ? (3 * R * d.D + 3 * R * Fe) * es + 2 * R * 4 : 0)});
   }
   // Outside the arena: the batch's ids (tokens, targets, positions, cache slots) and the loop's
   // staging of the micro-batch.
