@@ -246,7 +246,9 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   write(dir / "d.toml", "[run]\nname = \"d\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
                         "[model]\npreset = \"custom\"\ninit_from = \"hf\"\nd_model = 32\nn_layers = 1\nn_heads = 2\n"
                         "n_kv_heads = 1\nhead_dim = 16\nd_ff = 48\n");
-  RunResult d = run_in(dir, mpirun_in_two_dirs(dir, dir / "elsewhere", " train --config " + (dir / "d.toml").string()));
+  // (The run directory absolute: every rank must see it, or the job stops naming it first.)
+  RunResult d = run_in(dir, mpirun_in_two_dirs(dir, dir / "elsewhere", " train --config " + (dir / "d.toml").string() +
+                                                                           " --set run.dir=" + (dir / "runs").string()));
   EXPECT_EQ(d.exit_code, 2) << d.out << d.err;
   EXPECT_NE(d.err.find("hf/config.json"), std::string::npos) << d.err;
   EXPECT_LT(d.seconds, 60.0);
