@@ -232,7 +232,7 @@ TEST(Checkpoint, InitFromHonoursTheJobsOwnOptions) {
   imported.train.gradient_accumulation_fusion = false;
   imported.model.init_from = dir.string();
   Job job(imported, MPI_COMM_WORLD);
-  job.policy.load_init_from(MPI_COMM_WORLD);
+  job.policy.load_init_from(MPI_COMM_WORLD, /*adapters=*/true);
   expect_bitwise(all_weights(job), source, "weights imported");
   EXPECT_EQ(job.model.compute_type_size(), 2u) << "bf16 compute on the imported path";
   job.loop.warmup_step(0);
@@ -259,7 +259,7 @@ TEST(Checkpoint, NonFiniteImportedWeightsAreRefused) {
     Job target(imported, MPI_COMM_WORLD);
     std::string error;
     try {
-      target.policy.load_init_from(MPI_COMM_WORLD);
+      target.policy.load_init_from(MPI_COMM_WORLD, /*adapters=*/true);
     } catch (const InputError& e) {
       error = e.what();
     }
@@ -292,7 +292,7 @@ TEST(Checkpoint, AnIndexNamingFilesOutsideTheDirectoryIsRefused) {
     Job job(imported, MPI_COMM_WORLD);
     std::string error;
     try {
-      job.policy.load_init_from(MPI_COMM_WORLD);
+      job.policy.load_init_from(MPI_COMM_WORLD, /*adapters=*/true);
     } catch (const InputError& e) {
       error = e.what();
     }

@@ -108,6 +108,13 @@ TEST(Cli, LoraOverAPretrainedBase) {
                                                "base_model.model."),
             2 * 7 * 2)
       << "A and B of the 7 targets in each of the tiny model's 2 layers";
+  // Only the fresh run reads lora.init_from: the resumed one takes its adapters from its
+  // checkpoint, with the PEFT directory gone (it was read again, and its absence stopped the job).
+  fs::rename(dir / "peft", dir / "peft_away");
+  RunResult resumed = run_in(dir, mpirun(2) + " train --config lora.toml --set run.name=imp --set run.iterations=1 "
+                                  "--set rl.sft_steps=0 --set model.init_from=" + base + " --set lora.init_from=peft");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  fs::rename(dir / "peft_away", dir / "peft");
 
   // The merged model, against the test's own fp64 merge of the base and the exported adapters.
   RunResult merged = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-safetensors merged --merged "
@@ -174,7 +181,8 @@ TEST(Cli, LoraOverAPretrainedBase) {
   fs::create_directories(dir / "elsewhere");
   RunResult one_sided = run_in(dir, mpirun_in_two_dirs(dir, dir / "elsewhere",
                                                        " train --config " + (dir / "lora.toml").string() +
-                                                           " --set run.name=bad3 --set run.iterations=0 "
+                                                           " --set run.name=bad3 --set run.iterations=0 --set run.dir=" +
+                                                           (dir / "runs").string() + " "
                                                            "--set model.init_from=" + base + " --set lora.init_from=peft"));
   EXPECT_EQ(one_sided.exit_code, 2) << one_sided.out << one_sided.err;
   EXPECT_NE(one_sided.err.find("peft/adapter_"), std::string::npos) << one_sided.err;

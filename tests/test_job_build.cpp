@@ -144,7 +144,7 @@ std::unique_ptr<Job> start_job(const Config& config, Start start, const fs::path
   Config imported = config;
   imported.model.init_from = (dir / "hf").string();
   auto job = std::make_unique<Job>(imported, MPI_COMM_WORLD);
-  job->policy.load_init_from(MPI_COMM_WORLD);
+  job->policy.load_init_from(MPI_COMM_WORLD, /*adapters=*/true);
   return job;
 }
 

@@ -122,7 +122,7 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                 cfg.comm.timeout_s);
   Policy policy(cfg, *comm);
-  if (policy.base_from_init_from()) policy.load_init_from(mpi.world());
+  if (policy.base_from_init_from()) policy.load_init_from(mpi.world(), /*adapters=*/false);   // the checkpoint's
   load_policy_weights(args.from, policy, mpi.world());
   const LoraShape& lora = policy.model().options().shape.lora;
   const std::vector<UnitSpec> base_units = model_units(base_shape);
@@ -273,7 +273,7 @@ int import_safetensors(const ConvertArgs& args, MpiSession& mpi) {
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                 cfg.comm.timeout_s);
   Policy policy(cfg, *comm);
-  policy.load_init_from(mpi.world());   // cfg.model.init_from is `dir`
+  policy.load_init_from(mpi.world(), /*adapters=*/true);   // cfg.model.init_from is `dir`
   // Saved as a job's checkpoint in a directory of its own beside `to` (checked absent), then moved there.
   const std::filesystem::path staging = to.string() + ".convert.d";
   save_job_checkpoint(staging, JobPosition{}, policy, to_toml(cfg), mpi.world());

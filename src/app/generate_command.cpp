@@ -208,7 +208,7 @@ int run_generate(const GenerateArgs& args) {
   try {
     // A LoRA checkpoint's base is model.init_from's, loaded first.
     if (!cfg.model.init_from.empty() && (args.checkpoint.empty() || policy.base_from_init_from()))
-      policy.load_init_from(mpi.world());
+      policy.load_init_from(mpi.world(), /*adapters=*/args.checkpoint.empty());
     if (!args.checkpoint.empty()) load_policy_weights(args.checkpoint, policy, mpi.world());
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";

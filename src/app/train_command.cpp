@@ -263,7 +263,7 @@ int run_train(const TrainArgs& args) {
     // model.init_from starts a fresh run; a LoRA job's base comes from it on resume too, before
     // the checkpoint, which holds the adapters only.
     if (!cfg.model.init_from.empty() && (from.empty() || policy->base_from_init_from())) {
-      policy->load_init_from(mpi.world());
+      policy->load_init_from(mpi.world(), /*adapters=*/from.empty());
       spdlog::info("{} from {}", policy->base_from_init_from() ? "frozen base" : "weights", cfg.model.init_from);
     }
     if (!from.empty()) {

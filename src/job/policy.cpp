@@ -105,12 +105,12 @@ GrpoLoop& Policy::loop() {
   return *loop_;
 }
 
-void Policy::load_init_from(MPI_Comm world) {
+void Policy::load_init_from(MPI_Comm world, bool adapters) {
   SHARDRL_CHECK(!config_.model.init_from.empty(), "load_init_from without model.init_from");
   const std::uint32_t checksum =
       load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape, world);
   lora_base_ = LoraBase{"model.init_from = " + config_.model.init_from, checksum};
-  if (!config_.lora.init_from.empty())
+  if (adapters && !config_.lora.init_from.empty())
     load_peft_adapters(config_.lora.init_from, trainer_, model_.units(), model_.options().shape.lora, world);
 }
 

@@ -59,9 +59,10 @@ class Policy {
 
   // Replaces the fresh weights with those of model.init_from's Hugging Face directory
   // (job/hf_weights.hpp); with LoRA that is the frozen base, and the adapters come from
-  // lora.init_from's PEFT directory where it is set (job/peft_adapter.hpp), else keep their fresh
-  // values. Collective over `world`, the ranks of the policy's communicator.
-  void load_init_from(MPI_Comm world);
+  // lora.init_from's PEFT directory where it is set and `adapters` (a fresh start: a checkpoint
+  // loaded after holds the adapters, and lora.init_from is not read again; job/peft_adapter.hpp),
+  // else keep their fresh values. Collective over `world`, the ranks of the policy's communicator.
+  void load_init_from(MPI_Comm world, bool adapters);
   // A LoRA job whose base is model.init_from's: it must be loaded before any checkpoint, which
   // holds the adapters only.
   bool base_from_init_from() const { return config_.lora.rank > 0 && !config_.model.init_from.empty(); }

@@ -121,7 +121,7 @@ int run(int argc, char** argv, MpiSession& mpi) {
     auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
                                   cfg.comm.timeout_s);
     Policy policy(cfg, *comm);
-    policy.load_init_from(mpi.world());
+    policy.load_init_from(mpi.world(), /*adapters=*/true);
     if (!args.save.empty())
       save_job_checkpoint(std::filesystem::path(args.save) / "checkpoints", JobPosition{}, policy, to_toml(cfg),
                           mpi.world());
