@@ -110,6 +110,30 @@ TEST(Cli, GenerateFromTokenIds) {
 // --task-input renders the input through the job's task: the same prompt, so the same draws, as
 // the task's own text with its newline; a prompt typed without the newline gets a note naming the
 // flag; the dataset tasks have no prompt form, and one prompt is given one way only.
+// A policy of a generated task (sort) imported from a directory that also holds a tokenizer.json
+// (a model exported with its tokenizer) still generates through the byte tokenizer it was
+// trained on: what the same weights draw fresh from the seed (it encoded the prompt with the
+// directory's tokenizer, into ids the policy never saw).
+TEST(Cli, GenerateKeepsTheByteTokenizerOfAGeneratedTask) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[run]\nseed = 3\nname = \"s\"\n[rl]\ntask = \"sort\"\nsft_steps = 0\n");
+  RunResult fresh = run_in(dir, shardrl_binary() + " train --config job.toml --set run.iterations=0");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  RunResult conv = run_in(dir, shardrl_binary() + " convert --from runs/s/checkpoints/iter_00000000.h5 "
+                                                  "--to-safetensors hf --dtype fp32");
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  // A byte-level BPE whose ids the tiny model's 259 do not reach beyond 'a' (id 300).
+  write(dir / "hf" / "tokenizer.json",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 300}, \"merges\": []}, \"pre_tokenizer\": "
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}}");
+  const std::string gen = shardrl_binary() + " generate --config job.toml --n 2 --max-new-tokens 8 --task-input \"3 1 2\"";
+  RunResult plain = run_in(dir, gen);
+  RunResult imported = run_in(dir, gen + " --set model.init_from=hf");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_EQ(imported.out, plain.out);
+}
+
 TEST(Cli, GenerateRendersTheTasksPromptForm) {
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\nseed = 3\n[rl]\ntask = \"sort\"\n");

@@ -134,7 +134,11 @@ int run_generate(const GenerateArgs& args) {
   // others, which would otherwise wait for it in the first collective.
   try {
     run_on_every_rank(mpi.world(), [&] {
-      if (const std::string dir = tokenizer_dir(cfg); !dir.empty()) {
+      // The generated tasks (sort, add, reverse) train on the byte tokenizer: a tokenizer.json
+      // beside model.init_from's weights encodes nothing such a policy saw (only model.tokenizer,
+      // named on purpose, overrides that).
+      const bool byte_task = has_prompt_form(cfg.rl.task) && cfg.model.tokenizer.empty();
+      if (const std::string dir = byte_task ? std::string() : tokenizer_dir(cfg); !dir.empty()) {
         model_tokenizer = std::make_unique<HfTokenizer>(dir);
         if (cfg.rl.eos_id < 0) {
           eos = model_tokenizer->end_of_completion_id();
