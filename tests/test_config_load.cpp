@@ -460,6 +460,16 @@ TEST(ConfigLoad, ObjectiveKeysAreReadOnlyWhereTheyApply) {
        "or 0"},
       {{"debug.fail_mode=\"hang\""},
        "--set debug.fail_mode=\"hang\": debug.fail_mode is not read with debug.fail_rank = -1 (no rank fails)"},
+      {{"rollout.top_k=5", "rollout.temperature=0"},
+       "--set rollout.top_k=5: rollout.top_k is not read with rollout.temperature = 0 (greedy decoding)"},
+      {{"rollout.top_p=0.9", "rollout.temperature=0"},
+       "--set rollout.top_p=0.9: rollout.top_p is not read with rollout.temperature = 0 (greedy decoding)"},
+      {{"model.init_std=0.1", "model.init_from=\"hf\""},
+       "--set model.init_std=0.1: model.init_std is not read with model.init_from (its weights replace every "
+       "initialised one)"},
+      {{"lora.rank=4", "model.init_from=\"hf\"", "lora.init=\"kaiming\"", "lora.init_from=\"peft\""},
+       "--set lora.init=\"kaiming\": lora.init is not read with lora.init_from (its adapters replace the initialised "
+       "ones)"},
       {{"rl.advantage_estimator=\"ppo\""},
        "--set rl.advantage_estimator=\"ppo\": rl.advantage_estimator: must be one of \"grpo\", \"dr_grpo\", \"rloo\", "
        "\"reinforce_plus_plus\", got \"ppo\""},
