@@ -32,6 +32,14 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
   EXPECT_EQ(bad.err,
             "shardrl: invalid configuration (1 problem):\n"
             "  --set rollout.top_p=1.5: rollout.top_p: must be <= 1.0, got 1.5\n");
+  // A run's rollout.tensor_parallel is train's: generate decodes the whole model on each rank, so
+  // one process samples what it samples without (it refused: 2 did not divide its 1 rank).
+  RunResult tensor_parallel = run_in(dir, cmd + " --set rollout.tensor_parallel=2");
+  EXPECT_EQ(tensor_parallel.exit_code, 0) << tensor_parallel.err;
+  const std::string warned = "rollout.tensor_parallel = 2 is train's rollout: generate decodes the whole model on each "
+                             "rank\n";
+  ASSERT_NE(tensor_parallel.out.find(warned), std::string::npos) << tensor_parallel.out;
+  EXPECT_EQ(tensor_parallel.out.substr(tensor_parallel.out.find(warned) + warned.size()), a.out);
 }
 
 // generate takes the rollout's keys as train's rollout does: an MoE model decoded with its experts

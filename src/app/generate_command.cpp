@@ -80,10 +80,13 @@ int run_generate(const GenerateArgs& args) {
       TrainArgs job;
       job.config_path = args.config_path;
       job.overrides = args.overrides;
-      loaded = read_job_config(mpi.world(), job, layout.world_size);
+      // (Not the rollout's tensor-parallel groups: generate decodes the whole model on each rank,
+      // so a run trained with rollout.tensor_parallel = 2 samples on one process.)
+      loaded = read_job_config(mpi.world(), job, layout.world_size, this_build(), /*tensor_parallel_groups=*/false);
     } else {
       loaded = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig),
-                                args.checkpoint + ":" + checkpoint_format::kConfig, args.overrides, layout.world_size);
+                                args.checkpoint + ":" + checkpoint_format::kConfig, args.overrides, layout.world_size,
+                                this_build(), /*tensor_parallel_groups=*/false);
     }
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";

@@ -337,14 +337,14 @@ LoadedConfig load_config(const std::string& toml_text, const std::string& source
   return out;
 }
 
-std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size) {
+std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size, bool tensor_parallel_groups) {
   std::vector<std::string> errors;
   const Config& c = loaded.config;
   if (c.debug.fail_rank >= world_size)
     errors.push_back(fmt::format("{}: debug.fail_rank = {} but the job has {} rank{} (0..{})",
                                  loaded.origin.at("debug.fail_rank"), c.debug.fail_rank,
                                  world_size, world_size == 1 ? "" : "s", world_size - 1));
-  if (world_size % c.rollout.tensor_parallel != 0)
+  if (tensor_parallel_groups && world_size % c.rollout.tensor_parallel != 0)
     errors.push_back(fmt::format("{}: rollout.tensor_parallel = {} does not divide the job's {} rank{}",
                                  loaded.origin.at("rollout.tensor_parallel"), c.rollout.tensor_parallel, world_size,
                                  world_size == 1 ? "" : "s"));

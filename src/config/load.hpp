@@ -23,7 +23,9 @@ LoadedConfig load_config(const std::string& toml_text, const std::string& source
                          const std::vector<std::string>& overrides, const BuildInfo& build);
 
 // Checks that need the job's shape (known once MPI is up, before any device work).
-std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size);
+// `tensor_parallel_groups`: the job splits its ranks into rollout.tensor_parallel groups (train;
+// not generate, which decodes the whole model on each rank whatever the run trained with).
+std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size, bool tensor_parallel_groups = true);
 
 DerivedConfig derive(const Config& config, const BuildInfo& build);
 
