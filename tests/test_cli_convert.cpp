@@ -61,6 +61,19 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
     H5Fclose(a);
     H5Fclose(b);
   }
+  // A model of 64 positions or fewer converts too: the conversion's completions leave room for a
+  // prompt (they were as long as the positions, and the job refused them).
+  fs::create_directories(dir / "hf_short");
+  for (const char* file : {"model.safetensors", "config.json"})
+    fs::copy_file(dir / "hf_fp32" / file, dir / "hf_short" / file, fs::copy_options::overwrite_existing);
+  std::string short_config = slurp(dir / "hf_short" / "config.json");
+  const std::size_t at = short_config.find("\"max_position_embeddings\": ");
+  ASSERT_NE(at, std::string::npos) << short_config;
+  short_config.replace(at, short_config.find_first_of(",}", at) - at, "\"max_position_embeddings\": 16");
+  write(dir / "hf_short" / "config.json", short_config);
+  RunResult short_back = run_in(dir, shardrl_binary() + " convert --from-safetensors " + (dir / "hf_short").string() +
+                                         " --to " + (dir / "short.h5").string());
+  EXPECT_EQ(short_back.exit_code, 0) << short_back.out << short_back.err;
   // A directory in the way of the import's staging (`<to>.convert.d`, removed whole at its end) is
   // refused, with what it holds untouched.
   fs::create_directories(dir / "staged.h5.convert.d");

@@ -209,11 +209,13 @@ std::string hf_job_config_toml(const std::filesystem::path& dir) {
     t += fmt::format("n_experts = {}\ntop_k = {}\nd_ff_expert = {}\nmoe_every = {}\n", s.n_experts, s.top_k,
                      s.d_ff_expert, s.moe_every);
   // A conversion trains nothing: small buffers, as long as the default completion (rollout.max_new_tokens
-  // = 64), which `generate` from the converted checkpoint draws.
-  const int seq_len = std::min(64, s.max_seq_len);
+  // = 64), which `generate` from the converted checkpoint draws; within a short model's positions
+  // a completion leaves room for a prompt of one token (a model of 64 positions or fewer was
+  // refused: "leaves no room for a prompt").
+  const int seq_len = std::min(64, s.max_seq_len), max_new = std::min(64, s.max_seq_len - 1);
   // The directory as a TOML string, quoted and escaped (a name may hold `"`, `\` or `\u0031`).
   t += fmt::format("init_from = {}\n[train]\nseq_len = {}\n", to_toml_literal(ConfigValue(dir.string())), seq_len);
-  if (seq_len < 64) t += fmt::format("[rollout]\nmax_new_tokens = {}\n", seq_len);
+  if (max_new < 64) t += fmt::format("[rollout]\nmax_new_tokens = {}\n", max_new);
   return t;
 }
 
