@@ -174,6 +174,38 @@ TEST(Generate, PagedEngineDrawsWhatTheStaticEngineDraws) {
   EXPECT_EQ(small.last_stats().kv_bytes * (16 * 40), fixed.last_stats().kv_bytes * (22 * 4));
 }
 
+// Edges of the paged engine's block sharing, against the static engine: a prompt whose prefix
+// fills two blocks exactly (nothing to copy), one whose prefix leaves its last block partly
+// filled and whose last sample to join (the one that takes that block over) stops at its first
+// token, and one of a single token (no prefix at all); completions of one token, and rows of
+// their own limits; through 2 slots, and through the smallest pool (rows preempted and
+// recomputed).
+TEST(Generate, PagedEngineEdgesDrawWhatTheStaticEngineDraws) {
+  GenerationRig rig;
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3, 4, 5, 6, 7, 8, 9}, {4, 5, 6}, {8}};
+  std::vector<GenerationRow> rows;
+  for (std::size_t p = 0; p < prompts.size(); ++p)
+    for (int g = 0; g < 3; ++g) rows.push_back(GenerationRow{prompts[p], static_cast<std::int64_t>(300 + p), g});
+  const SamplingOptions sampling{1.0f, 0, 1.0f};
+  Generator fixed(opts(rig.s, Precision::fp32, 9, 1), 9, 40, ExecSpace());
+  const auto open = fixed.generate(rig.weights, rows, sampling, 20, 9, 4, /*eos=*/-1);
+  const std::int32_t eos = open[5].tokens[0];   // the partly filled prompt's last sample ends at once
+  // Rows of their own limits (GenerationRow::max_new_tokens), below the call's.
+  rows[1].max_new_tokens = 2;
+  rows[7].max_new_tokens = 3;
+  for (const int max_new : {1, 20}) {
+    const auto want = fixed.generate(rig.weights, rows, sampling, max_new, 9, 4, eos);
+    ASSERT_EQ(want[5].tokens.size(), 1u);
+    EXPECT_LE(want[1].tokens.size(), 2u);
+    EXPECT_LE(want[7].tokens.size(), 3u);
+    for (const std::int64_t pool : {std::int64_t{0}, std::int64_t{1}}) {
+      Generator refilled(opts(rig.s, Precision::fp32, 2, 1), 2, 40, ExecSpace(), nullptr, paged(pool));
+      expect_same_completions(refilled.generate(rig.weights, rows, sampling, max_new, 9, 4, eos), want,
+                              "max_new_tokens " + std::to_string(max_new) + (pool ? ", smallest pool" : ""));
+    }
+  }
+}
+
 // Several end ids (the model's generation_config.json lists, rollout/stop_ids.hpp): each row's
 // completion is the run without any end id cut right after its first token that is one of
 // them (the draws depend on the keys, not on when rows leave), finished there, with both
