@@ -27,6 +27,11 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
   std::string first, line;
   std::getline(lines, first);
   while (std::getline(lines, line)) EXPECT_EQ(line, first);
+  // Greedy over a config that samples with top_k: the same greedy completions (top_k is not
+  // read; train would refuse it, generate takes the look).
+  RunResult greedy_top_k = run_in(dir, cmd + " --temperature 0 --top-k 5");
+  ASSERT_EQ(greedy_top_k.exit_code, 0) << greedy_top_k.err;
+  EXPECT_EQ(greedy_top_k.out, greedy.out);
   RunResult bad = run_in(dir, cmd + " --top-p 1.5");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err,

@@ -80,13 +80,14 @@ int run_generate(const GenerateArgs& args) {
       TrainArgs job;
       job.config_path = args.config_path;
       job.overrides = args.overrides;
-      // (Not the rollout's tensor-parallel groups: generate decodes the whole model on each rank,
-      // so a run trained with rollout.tensor_parallel = 2 samples on one process.)
-      loaded = read_job_config(mpi.world(), job, layout.world_size, this_build(), /*tensor_parallel_groups=*/false);
+      // Checked as a sampling job, not a training one: generate decodes the whole model on each
+      // rank (a run trained with rollout.tensor_parallel = 2 samples on one process), and
+      // --temperature 0 looks greedily at a policy whose config samples with top_k or top_p.
+      loaded = read_job_config(mpi.world(), job, layout.world_size, this_build(), /*trains=*/false);
     } else {
       loaded = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig),
                                 args.checkpoint + ":" + checkpoint_format::kConfig, args.overrides, layout.world_size,
-                                this_build(), /*tensor_parallel_groups=*/false);
+                                this_build(), /*trains=*/false);
     }
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";

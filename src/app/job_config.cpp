@@ -19,7 +19,7 @@
 namespace shardrl {
 
 LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_size, const BuildInfo& build,
-                             bool tensor_parallel_groups) {
+                             bool trains) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   std::string text, read_error;
@@ -38,7 +38,7 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   }
   broadcast_string(world, text, 0);
   LoadedConfig loaded =
-      parse_job_config(text, args.config_path, args.overrides, world_size, build, tensor_parallel_groups);
+      parse_job_config(text, args.config_path, args.overrides, world_size, build, trains);
   // model.init_from with preset = "custom" and no shape key given: the directory's config.json
   // gives the shape, as overrides (read on rank 0, like the file itself). The resolved config
   // then holds the shape, so a resumed job needs the directory no more.
@@ -77,7 +77,7 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
     return loaded;
   }
   overrides.insert(overrides.end(), from_json.begin(), from_json.end());
-  loaded = parse_job_config(text, args.config_path, overrides, world_size, build, tensor_parallel_groups);
+  loaded = parse_job_config(text, args.config_path, overrides, world_size, build, trains);
   for (const auto& k : model_shape_keys())
     if (loaded.origin.count("model." + k)) loaded.origin["model." + k] = json_path;
   // The shape's problems name config.json, not the overrides it was passed as (never typed).
@@ -91,10 +91,10 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
 
 LoadedConfig parse_job_config(const std::string& text, const std::string& source,
                               const std::vector<std::string>& overrides, int world_size, const BuildInfo& build,
-                              bool tensor_parallel_groups) {
+                              bool trains) {
   LoadedConfig loaded = load_config(text, source, overrides, build);
   if (loaded.ok())
-    for (auto& e : check_for_job(loaded, world_size, tensor_parallel_groups)) loaded.errors.push_back(std::move(e));
+    for (auto& e : check_for_job(loaded, world_size, trains)) loaded.errors.push_back(std::move(e));
   return loaded;
 }
 

@@ -12,13 +12,13 @@ namespace shardrl {
 // Collective. Returns the loaded config with every problem found (file, overrides, job shape).
 // `build`: the build whose rules the config is checked against (default: this one; `plan
 // --gpu-memory` checks a GPU build's config on a CPU login node).
-// `tensor_parallel_groups`: as check_for_job's (false for generate).
+// `trains`: as check_for_job's (false for generate).
 LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_size,
-                             const BuildInfo& build = this_build(), bool tensor_parallel_groups = true);
+                             const BuildInfo& build = this_build(), bool trains = true);
 // The same from TOML text every rank already has (e.g. a checkpoint's resolved config).
 LoadedConfig parse_job_config(const std::string& text, const std::string& source,
                               const std::vector<std::string>& overrides, int world_size,
-                              const BuildInfo& build = this_build(), bool tensor_parallel_groups = true);
+                              const BuildInfo& build = this_build(), bool trains = true);
 
 // Rank 0 prints "shardrl: invalid configuration (N problems):" and one line per problem.
 // The configuration a checkpoint saved, read back to be compared or to learn its model: the

@@ -68,14 +68,16 @@ std::vector<UnreadRule> unread_rules(const Config& c) {
   const ModelConfig model;
   const DebugConfig debug;
   const LoraConfig lora;
-  const bool greedy = c.rollout.temperature == 0;
   return {
-      {"rollout.top_k", c.rollout.top_k != rollout.top_k, greedy, "rollout.temperature = 0 (greedy decoding)"},
-      {"rollout.top_p", c.rollout.top_p != rollout.top_p, greedy, "rollout.temperature = 0 (greedy decoding)"},
       {"model.init_std", c.model.init_std != model.init_std, !c.model.init_from.empty(),
        "model.init_from (its weights replace every initialised one)"},
       {"lora.init", c.lora.init != lora.init, !c.lora.init_from.empty(),
        "lora.init_from (its adapters replace the initialised ones)"},
+      {"optim.decay_norms_and_embeddings", c.optim.decay_norms_and_embeddings != OptimConfig{}.decay_norms_and_embeddings,
+       c.lora.rank > 0, "lora.rank > 0 (only the adapters train)"},
+      {"model.cudnn_workspace_mib", c.model.cudnn_workspace_mib != model.cudnn_workspace_mib,
+       c.model.attention == AttentionChoice::gemm || c.model.attention == AttentionChoice::flash,
+       "model.attention = \"gemm\" or \"flash\" (it bounds cuDNN's attention)"},
       {"rollout.kv_cache_tokens", c.rollout.kv_cache_tokens != rollout.kv_cache_tokens,
        c.rollout.engine == RolloutEngine::static_batch, "rollout.engine = \"static\" (it sizes the paged engine's pool)"},
       {"rl.reward_timeout_s", c.rl.reward_timeout_s != rl.reward_timeout_s, text && c.rl.reward != "command",

@@ -337,14 +337,30 @@ LoadedConfig load_config(const std::string& toml_text, const std::string& source
   return out;
 }
 
-std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size, bool tensor_parallel_groups) {
+std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size, bool trains) {
   std::vector<std::string> errors;
   const Config& c = loaded.config;
+  const auto where = [&](const char* key) { return loaded.origin.at(key); };
+  if (trains && c.rollout.temperature == 0) {
+    // Greedy rollouts draw a prompt's samples alike: compared with each other, every advantage is 0.
+    if (c.rl.advantage_estimator != AdvantageEstimator::reinforce_plus_plus && c.rl.samples_per_prompt > 1)
+      errors.push_back(fmt::format(
+          "{}: rollout.temperature = 0 draws each prompt's samples alike (greedy), and rl.advantage_estimator = "
+          "\"grpo\", \"dr_grpo\" and \"rloo\" compare them with each other, so every advantage would be 0 and "
+          "nothing trained (sample at a temperature > 0, or use \"reinforce_plus_plus\", which whitens over the "
+          "batch)",
+          where("rollout.temperature")));
+    // (generate's --temperature 0 over a config that samples with them is a greedy look, not a job.)
+    for (const auto& [key, set] : {std::pair{"rollout.top_k", c.rollout.top_k != RolloutConfig{}.top_k},
+                                   std::pair{"rollout.top_p", c.rollout.top_p != RolloutConfig{}.top_p}})
+      if (set)
+        errors.push_back(fmt::format("{}: {} is not read with rollout.temperature = 0 (greedy decoding)", where(key), key));
+  }
   if (c.debug.fail_rank >= world_size)
     errors.push_back(fmt::format("{}: debug.fail_rank = {} but the job has {} rank{} (0..{})",
                                  loaded.origin.at("debug.fail_rank"), c.debug.fail_rank,
                                  world_size, world_size == 1 ? "" : "s", world_size - 1));
-  if (tensor_parallel_groups && world_size % c.rollout.tensor_parallel != 0)
+  if (trains && world_size % c.rollout.tensor_parallel != 0)
     errors.push_back(fmt::format("{}: rollout.tensor_parallel = {} does not divide the job's {} rank{}",
                                  loaded.origin.at("rollout.tensor_parallel"), c.rollout.tensor_parallel, world_size,
                                  world_size == 1 ? "" : "s"));

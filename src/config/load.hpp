@@ -23,9 +23,11 @@ LoadedConfig load_config(const std::string& toml_text, const std::string& source
                          const std::vector<std::string>& overrides, const BuildInfo& build);
 
 // Checks that need the job's shape (known once MPI is up, before any device work).
-// `tensor_parallel_groups`: the job splits its ranks into rollout.tensor_parallel groups (train;
-// not generate, which decodes the whole model on each rank whatever the run trained with).
-std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size, bool tensor_parallel_groups = true);
+// `trains`: the job trains (train, plan) rather than only sampling (generate, which decodes the
+// whole model on each rank whatever rollout.tensor_parallel the run trained with, and whose
+// --temperature 0 is a greedy look at a policy whose config samples): the rollout's
+// tensor-parallel groups, and settings under which a rollout trains nothing, are checked.
+std::vector<std::string> check_for_job(const LoadedConfig& loaded, int world_size, bool trains = true);
 
 DerivedConfig derive(const Config& config, const BuildInfo& build);
 
