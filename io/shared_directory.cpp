@@ -16,9 +16,10 @@
 namespace shardrl {
 namespace {
 
+// One word (the token's first): a host whose name cannot be read is "unknown-host".
 std::string host_name() {
   char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "an unknown host";
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "unknown-host";
   return name;
 }
 
@@ -44,12 +45,17 @@ void require_shared_directory(const std::filesystem::path& dir, MPI_Comm comm) {
     std::ofstream out(dir / name, std::ios::trunc);
     out << token;
     out.close();
-    if (!out) throw std::runtime_error(fmt::format("{}: cannot write the ranks' probe file {}", dir.string(), name));
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(dir / name, ignored);
+      throw std::runtime_error(fmt::format("{}: cannot write the ranks' probe file {}", dir.string(), name));
+    }
   });
   std::string problem;
   if (rank != 0) {
-    // NFS may show a file another client wrote a moment late (attribute caching).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    // A shared file system may show a file another client wrote a moment late (NFS attribute
+    // caching, a FUSE mount's stat cache): waited for only where it is not seen at once.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (read_all(dir / name) != token && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (read_all(dir / name) != token)

@@ -123,10 +123,11 @@ TEST(Cli, GenerateFromTokenIds) {
 // --task-input renders the input through the job's task: the same prompt, so the same draws, as
 // the task's own text with its newline; a prompt typed without the newline gets a note naming the
 // flag; the dataset tasks have no prompt form, and one prompt is given one way only.
-// A policy of a generated task (sort) imported from a directory that also holds a tokenizer.json
-// (a model exported with its tokenizer) still generates through the byte tokenizer it was
-// trained on: what the same weights draw fresh from the seed (it encoded the prompt with the
-// directory's tokenizer, into ids the policy never saw).
+// A generated task's prompt (--task-input) from a policy imported from a directory that also
+// holds a tokenizer.json (a model exported with its tokenizer) goes through the byte tokenizer
+// the task trains on: what the same weights draw fresh from the seed (it was encoded with the
+// directory's tokenizer, into ids the policy never saw). A --prompt is the model's own text,
+// encoded with the directory's tokenizer (a converted Hugging Face model keeps the default task).
 TEST(Cli, GenerateKeepsTheByteTokenizerOfAGeneratedTask) {
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\nseed = 3\nname = \"s\"\n[rl]\ntask = \"sort\"\nsft_steps = 0\n");
@@ -145,6 +146,11 @@ TEST(Cli, GenerateKeepsTheByteTokenizerOfAGeneratedTask) {
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(imported.exit_code, 0) << imported.err;
   EXPECT_EQ(imported.out, plain.out);
+  // 'a' is id 300 in the directory's tokenizer, beyond the tiny model's vocabulary: refused as such.
+  RunResult text = run_in(dir, shardrl_binary() + " generate --config job.toml --n 1 --max-new-tokens 4 --prompt a "
+                                                  "--set model.init_from=hf");
+  EXPECT_EQ(text.exit_code, 2) << text.out;
+  EXPECT_NE(text.err.find("300"), std::string::npos) << text.err;
 }
 
 TEST(Cli, GenerateRendersTheTasksPromptForm) {

@@ -72,4 +72,28 @@ TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
   EXPECT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
 }
 
+// A checkpoint whose config holds a setting that this shardrl refuses at load as having no effect
+// (a rule newer than the run, here cuDNN's workspace with gemm attention): generate --checkpoint
+// samples from it (it read the saved config as a new job's and refused it).
+TEST(Cli, GenerateFromACheckpointTakesASettingItsRunTook) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const fs::path saved = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  const fs::path file = dir / "older.h5";
+  fs::copy_file(saved, file, fs::copy_options::overwrite_existing);
+  std::string text = config_text(saved);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"cudnn_workspace_mib = 1024", "cudnn_workspace_mib = 64"},
+                                 {"attention = \"auto\"", "attention = \"gemm\""}}) {
+    const std::size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in\n" << text;
+    text.replace(at, from.size(), to);
+  }
+  set_config_text(file, text);
+  RunResult gen = run_in(dir, shardrl_binary() + " generate --checkpoint " + file.string() +
+                                  " --prompt x --n 1 --max-new-tokens 4");
+  EXPECT_EQ(gen.exit_code, 0) << gen.out << gen.err;
+}
+
 }  // namespace

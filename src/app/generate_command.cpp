@@ -85,9 +85,13 @@ int run_generate(const GenerateArgs& args) {
       // --temperature 0 looks greedily at a policy whose config samples with top_k or top_p.
       loaded = read_job_config(mpi.world(), job, layout.world_size, this_build(), /*trains=*/false);
     } else {
+      // A checkpoint's config, which its run took: this build's rules, not the refusal of
+      // settings without effect added since (an older run's would be refused).
+      BuildInfo build = this_build();
+      build.saved_run = true;
       loaded = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig),
                                 args.checkpoint + ":" + checkpoint_format::kConfig, args.overrides, layout.world_size,
-                                this_build(), /*trains=*/false);
+                                build, /*trains=*/false);
     }
   } catch (const InputError& e) {
     if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
@@ -138,10 +142,11 @@ int run_generate(const GenerateArgs& args) {
   // others, which would otherwise wait for it in the first collective.
   try {
     run_on_every_rank(mpi.world(), [&] {
-      // The generated tasks (sort, add, reverse) train on the byte tokenizer: a tokenizer.json
-      // beside model.init_from's weights encodes nothing such a policy saw (only model.tokenizer,
-      // named on purpose, overrides that).
-      const bool byte_task = has_prompt_form(cfg.rl.task) && cfg.model.tokenizer.empty();
+      // --task-input renders a generated task's prompt (sort, add, reverse), which the task
+      // encodes with the byte tokenizer: a tokenizer.json beside model.init_from's weights
+      // encodes nothing such a policy saw. A --prompt is the model's own text (a converted
+      // Hugging Face model keeps the default task), encoded with the model's tokenizer.
+      const bool byte_task = !args.task_input.empty();
       if (const std::string dir = byte_task ? std::string() : tokenizer_dir(cfg); !dir.empty()) {
         model_tokenizer = std::make_unique<HfTokenizer>(dir);
         if (cfg.rl.eos_id < 0) {

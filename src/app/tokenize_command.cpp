@@ -36,7 +36,8 @@ int run_tokenize(const TokenizeArgs& args) {
     train.overrides = args.overrides;
     LoadedConfig loaded;
     try {
-      loaded = read_job_config(MPI_COMM_WORLD, train, /*world_size=*/1);
+      // Its prompts rendered, nothing trained: not checked as a training job.
+      loaded = read_job_config(MPI_COMM_WORLD, train, /*world_size=*/1, this_build(), /*trains=*/false);
     } catch (const InputError& e) {
       std::cerr << "shardrl: " << e.what() << "\n";
       return kExitUsage;

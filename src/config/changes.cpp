@@ -13,17 +13,16 @@ namespace {
 // place, checkpointing, communication and debugging, and the ways of running the same step that
 // tests prove bit-identical (CUDA graphs, resharding after forward); the evaluation (its draws
 // are keyed apart from the iterations' and change no state) and the reward command's timeout.
-// model.init_from only seeds a fresh run (a LoRA run's base is checked by its checksum instead),
-// unless it is the text task's tokenizer (its vocabulary, chat template and end ids encode the
-// prompts and end the completions); lora.init_from only seeds a fresh run.
-bool keeps_trajectory(const KeyDef& d, const Config& before, const Config& after) {
+// model.init_from and lora.init_from only seed a fresh run (a LoRA run's base is checked by its
+// checksum instead). (model.init_from is also the text task's tokenizer where model.tokenizer is
+// unset; its path changes when a job copies the model to node scratch, so the path is no test
+// of it: a fingerprint of the tokenizer saved in the checkpoint would be.)
+bool keeps_trajectory(const KeyDef& d) {
   static const std::set<std::string> sections{"checkpoint", "comm", "debug"};
   static const std::set<std::string> keys{"run.iterations",  "run.name",        "run.dir",
                                           "train.cuda_graph", "rollout.cuda_graph", "fsdp.reshard_after_forward",
                                           "model.init_from",  "lora.init_from",  "rl.eval_interval",
                                           "rl.eval_samples",  "rl.eval_dataset", "rl.reward_timeout_s"};
-  const auto tokenizer_from_init = [](const Config& c) { return c.rl.task == "text" && c.model.tokenizer.empty(); };
-  if (d.full_name() == "model.init_from" && (tokenizer_from_init(before) || tokenizer_from_init(after))) return false;
   return sections.count(d.section) > 0 || keys.count(d.full_name()) > 0;
 }
 
@@ -38,7 +37,7 @@ std::vector<ConfigChange> config_changes(const Config& before, const Config& aft
   for (const KeyDef& d : config_schema()) {
     const std::string a = to_toml_literal(d.get(before)), b = to_toml_literal(d.get(after));
     if (a != b)
-      out.push_back({d.full_name(), a, b, keeps_trajectory(d, before, after),
+      out.push_back({d.full_name(), a, b, keeps_trajectory(d),
                      unread(unread_before, d.full_name()) && unread(unread_after, d.full_name())});
   }
   return out;

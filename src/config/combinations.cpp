@@ -315,7 +315,7 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     out.errors.push_back(fmt::format("{}: rl.eos_id = {} is outside the model's vocabulary (model.vocab_size = {})",
                                      where("rl.eos_id"), c.rl.eos_id, shape.vocab_size));
   check_objective_choices(c, where, out.errors);
-  if (!build.any) check_settings_without_effect(c, where, out.errors);
+  if (!build.any && !build.saved_run) check_settings_without_effect(c, where, out.errors);
   if (c.rl.prompts_per_iteration % c.rl.minibatches != 0)
     out.errors.push_back(fmt::format("{}: rl.minibatches = {} does not divide rl.prompts_per_iteration = {}",
                                      where("rl.minibatches"), c.rl.minibatches, c.rl.prompts_per_iteration));

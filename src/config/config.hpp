@@ -231,6 +231,9 @@ struct BuildInfo {
   // A saved config, read on any build: what a CPU build or a GPU build alone allows is allowed
   // (the saving job's build took it), so no setting is refused for the build.
   bool any = false;
+  // A saved config run again on this build (generate --checkpoint): this build's rules, not the
+  // refusal of settings without effect, which may be newer than the run.
+  bool saved_run = false;
 };
 BuildInfo this_build();
 

@@ -234,7 +234,8 @@ void parse_toml(const std::string& text, const std::string& source_name, LoadedC
   for (auto&& [section_key, section_node] : root) {
     std::string section(section_key.str());
     std::string where = position(source_name, section_node.source());
-    if (std::find(sections.begin(), sections.end(), section) == sections.end() && !section_node.is_table()) {
+    if (std::find(sections.begin(), sections.end(), section) == sections.end() && !section_node.is_table() &&
+        !section_node.is_array_of_tables()) {
       // `seed = 3` at the top: a key outside any section. Name the sections that have it.
       std::vector<std::string> owners;
       for (const auto& d : config_schema())
