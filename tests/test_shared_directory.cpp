@@ -65,7 +65,8 @@ TEST(SharedDirectory, ARankSeeingAnotherDirectoryStopsEveryRankNamingIt) {
   const auto start = std::chrono::steady_clock::now();
   const std::string message =
       input_error_of([&] { require_shared_directory(last ? other : shared, MPI_COMM_WORLD); });
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  // (10 s of it the wait for a slow file system to show the probe.)
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
   const std::string expected = fmt::format("{}: rank {} of {} (on ", (last ? other : shared).string(),
                                            world_size() - 1, world_size());
   // Every rank throws the last rank's message (it names its own path).
