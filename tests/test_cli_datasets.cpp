@@ -1,6 +1,7 @@
 // A job's prompt dataset, bad from the command line: a malformed line and a pre-tokenized line
 // of the wrong kind or beyond the vocabulary are named by file and line; a file only some ranks can
-// read stops every rank with its cause. Each exits 2.
+// read stops every rank with its cause. Each exits 2. A resume over other examples than the
+// checkpoint's is refused whatever the path; the same examples elsewhere resume.
 #include "cli_harness.hpp"
 
 namespace {
@@ -74,6 +75,46 @@ TEST(Cli, ADatasetOneRankCannotReadStopsEveryRankWithItsCause) {
     EXPECT_NE(r.err.find("cannot read dataset 'data.jsonl'"), std::string::npos) << engine << "\n" << r.err;
     EXPECT_LT(r.seconds, 60.0) << engine;
   }
+}
+
+// The checkpoint records the task's examples' checksum (/data/task_checksum) and a resume compares
+// it: a dataset edited in place (the same path) is refused with both checksums, exit 2 (it resumed
+// silently over other examples); the same lines copied elsewhere (a requeued job's node scratch)
+// resume though rl.dataset changed (a path change was refused); --allow-config-change takes the
+// edited file.
+TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
+  fs::path dir = test_dir();
+  const std::string lines = "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"cd\", \"answer\": \"dc\"}\n";
+  write(dir / "job.toml", "[run]\nname = \"ds\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n[rl]\n"
+                          "task = \"jsonl\"\ndataset = \"data.jsonl\"\nprompts_per_iteration = 4\nsamples_per_prompt = 2\n");
+  write(dir / "data.jsonl", lines);
+  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  RunResult shown = run_in(dir, mpirun(1) + " inspect runs/ds/checkpoints/iter_00000001.h5");
+  ASSERT_EQ(shown.exit_code, 0) << shown.out << shown.err;
+  const std::size_t at = shown.out.find("task jsonl (examples' checksum ");
+  ASSERT_NE(at, std::string::npos) << shown.out;
+  const std::string saved = shown.out.substr(at + 31, 8);
+
+  write(dir / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"a\"}\n{\"prompt\": \"cd\", \"answer\": \"dc\"}\n");
+  const std::string resume = mpirun(2) + " train --config job.toml --set run.iterations=2";
+  RunResult edited = run_in(dir, resume);
+  EXPECT_EQ(edited.exit_code, 2) << edited.out << edited.err;
+  EXPECT_NE(edited.err.find("changes the run's trajectory:\n  the task's examples (rl.dataset's lines as rendered and "
+                            "encoded: the dataset, the tokenizer, the chat template) = checksum " + saved + " -> "),
+            std::string::npos)
+      << edited.err;
+
+  fs::create_directories(dir / "scratch");
+  write(dir / "scratch" / "data.jsonl", lines);
+  RunResult moved = run_in(dir, resume + " --set rl.dataset=scratch/data.jsonl");
+  EXPECT_EQ(moved.exit_code, 0) << moved.out << moved.err;
+  EXPECT_NE(moved.out.find("rl.dataset = \"data.jsonl\" -> \"scratch/data.jsonl\" (the same examples: the task's "
+                           "checksum is the checkpoint's)"),
+            std::string::npos)
+      << moved.out;
+  RunResult allowed = run_in(dir, resume + " --set run.iterations=3 --allow-config-change");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
 }
 
 }  // namespace

@@ -476,16 +476,28 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   EXPECT_NE(all_dropped.err.find("has no usable example (1 dropped as longer than 49 tokens)"), std::string::npos)
       << all_dropped.err;
 
-  // An eval prompt whose ids the model's vocabulary lacks is named by its file and line, exit 2,
-  // like a training prompt (it was an internal check on the rank that held it, exit 1).
-  write(dir / "e.jsonl", "{\"prompt\": \"3+3?\", \"answer\": 6}\n");
+  // A prompt whose ids the model's vocabulary lacks is named by its file and line when the job
+  // starts, exit 2: a training line (the chat template's <|im_start|> is 151644), and an eval
+  // line (it was an internal check on the rank that held it, exit 1, then named only at the first
+  // evaluation). Without the template the training line's ids are all under 1 000.
+  write(dir / "e.jsonl", "{\"prompt\": \"What is the capital of France?\", \"answer\": 6}\n");
   write(dir / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": 2}\n");
-  RunResult eval_ids = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set "
-                                               "model.vocab_size=1000 --set rl.eval_dataset=e.jsonl --set "
-                                               "rl.eval_interval=1 --set rl.sft_steps=0 --set rl.eos_id=5");
+  const std::string small_vocabulary = mpirun(2) + " train --config job.toml --no-resume --overwrite --set "
+                                                   "model.vocab_size=1000 --set rl.sft_steps=0 --set rl.eos_id=5";
+  RunResult train_ids = run_in(dir, small_vocabulary);
+  EXPECT_EQ(train_ids.exit_code, 2) << train_ids.out << train_ids.err;
+  EXPECT_NE(train_ids.err.find("d.jsonl:1: field \"prompt_ids\" element 0 is id 151644, outside the model's "
+                               "vocabulary (model.vocab_size = 1000; every line is checked when the job starts)"),
+            std::string::npos)
+      << train_ids.err;
+  RunResult eval_ids = run_in(dir, small_vocabulary + " --set rl.chat_template=false --set rl.eval_dataset=e.jsonl "
+                                                      "--set rl.eval_interval=1");
   EXPECT_EQ(eval_ids.exit_code, 2) << eval_ids.out << eval_ids.err;
-  EXPECT_NE(eval_ids.err.find("e.jsonl:1: field \"prompt_ids\" element 0 is id"), std::string::npos) << eval_ids.err;
-  EXPECT_NE(eval_ids.err.find("(model.vocab_size = 1000; eval prompt 0)"), std::string::npos) << eval_ids.err;
+  EXPECT_NE(eval_ids.err.find("e.jsonl:1: field \"prompt_ids\" element "), std::string::npos) << eval_ids.err;
+  EXPECT_NE(eval_ids.err.find("(model.vocab_size = 1000; every eval line is checked when the job starts)"),
+            std::string::npos)
+      << eval_ids.err;
+  EXPECT_EQ(eval_ids.out.find("iter 1/"), std::string::npos) << "stopped before any iteration: " << eval_ids.out;
   // The tokenizer's end-of-completion id (<|im_end|>, 151645) past model.vocab_size: named when the
   // job starts (it ended completions, padded rows and targeted the warm-up past the embedding).
   RunResult eos = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set model.vocab_size=151643");

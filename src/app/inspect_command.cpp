@@ -34,7 +34,10 @@ int run_inspect(const InspectArgs& args) {
     out += fmt::format("  iterations done {}, warm-up steps done {}, optimizer steps {} ({} skipped), seed {}\n",
                        in.read_int64(f::kIterationsDone), in.read_int64(f::kWarmupStepsDone),
                        in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped), in.read_int64(f::kSeed));
-    out += fmt::format("  task {}; model {}\n", in.read_string(f::kTask), in.read_string(f::kModelSummary));
+    out += fmt::format("  task {}{}; model {}\n", in.read_string(f::kTask),
+                       in.has(f::kTaskChecksum) ? fmt::format(" (examples' checksum {:08x})", in.read_int64(f::kTaskChecksum))
+                                                : "",
+                       in.read_string(f::kModelSummary));
     std::size_t tensors = 0;
     std::string table;
     for (const std::string& name : in.datasets())

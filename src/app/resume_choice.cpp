@@ -169,16 +169,18 @@ std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& arg
   return found;
 }
 
-void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed) {
+void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoint, const Config& cfg, bool allowed,
+                          std::int64_t task_checksum) {
   namespace f = checkpoint_format;
   std::string saved_text, saved_task, saved_model;
-  std::int64_t saved_seed = 0;
+  std::int64_t saved_seed = 0, saved_checksum = -1;
   {
     const std::unique_ptr<ShardedFileReader> in = open_checkpoint(checkpoint, world);
     saved_text = in->read_string(f::kConfig);
     saved_seed = in->read_int64(f::kSeed);
     saved_task = in->read_string(f::kTask);
     saved_model = in->read_string(f::kModelSummary);
+    if (in->has(f::kTaskChecksum)) saved_checksum = in->read_int64(f::kTaskChecksum);
   }
   const LoadedConfig saved = parse_saved_config(saved_text, checkpoint.string() + ":" + f::kConfig);
   std::vector<std::string> breaking;
@@ -194,12 +196,24 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
     if (saved_task != cfg.rl.task) breaking.push_back(fmt::format("rl.task = {} -> {}", saved_task, cfg.rl.task));
     if (saved_model != model) breaking.push_back(fmt::format("the model = {} -> {}", saved_model, model));
   }
+  // The examples as the task renders and encodes them: the dataset's lines, the tokenizer, the
+  // chat template and the prompts' settings, wherever their files are now.
+  const bool same_examples = saved_checksum >= 0 && saved_checksum == task_checksum;
+  if (saved_checksum >= 0 && task_checksum >= 0 && !same_examples)
+    breaking.push_back(fmt::format("the task's examples (rl.dataset's lines as rendered and encoded: the dataset, the "
+                                   "tokenizer, the chat template) = checksum {:08x} -> {:08x}",
+                                   saved_checksum, task_checksum));
   for (const ConfigChange& c : saved.ok() ? config_changes(saved.config, cfg) : std::vector<ConfigChange>{}) {
     // A key neither job reads (a run saved before such a key was refused at load, resumed
-    // without it) changes nothing.
-    const bool breaks = !c.keeps_trajectory && !c.read_by_neither;
+    // without it) changes nothing; a file's place, nothing where what the task reads from it is
+    // the same (a requeued job's copy in node scratch).
+    const bool moved = same_examples && (c.key == "rl.dataset" || c.key == "model.tokenizer");
+    const bool breaks = !c.keeps_trajectory && !c.read_by_neither && !moved;
     spdlog::info("config change since {}: {} = {} -> {}{}", checkpoint.filename().string(), c.key, c.before, c.after,
-                 c.read_by_neither ? " (read by neither job)" : breaks ? " (changes the run's trajectory)" : "");
+                 c.read_by_neither ? " (read by neither job)"
+                 : moved          ? " (the same examples: the task's checksum is the checkpoint's)"
+                 : breaks         ? " (changes the run's trajectory)"
+                                  : "");
     if (breaks) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
   }
   if (breaking.empty() || allowed) return;

@@ -259,7 +259,7 @@ int run_train(const TrainArgs& args) {
     watch_storage("loading the run's start (its checkpoint, model.init_from)", "load");
     const TrainArgs start_args = start_options(mpi.world(), rank, args, derived.run_dir);
     const std::filesystem::path from = resume_path(mpi.world(), rank, start_args, derived.run_dir);
-    if (!from.empty()) check_config_changes(mpi.world(), from, cfg, args.allow_config_change);
+    if (!from.empty()) check_config_changes(mpi.world(), from, cfg, args.allow_config_change, policy->task_checksum());
     // model.init_from starts a fresh run; a LoRA job's base comes from it on resume too, before
     // the checkpoint, which holds the adapters only.
     if (!cfg.model.init_from.empty() && (from.empty() || policy->base_from_init_from())) {

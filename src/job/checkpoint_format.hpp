@@ -38,6 +38,9 @@ inline constexpr const char* kLoraBaseChecksum = "/meta/lora_base_checksum";
 inline constexpr const char* kSeed = "/rng/seed";
 inline constexpr const char* kRngScheme = "/rng/scheme";
 inline constexpr const char* kTask = "/data/task";
+// A dataset task's fingerprint (rl/task_checksum.hpp), what a resume compares: absent for a
+// generated task, a checkpoint written without the RL loop (convert), and older checkpoints.
+inline constexpr const char* kTaskChecksum = "/data/task_checksum";
 inline constexpr const char* kIterationsDone = "/data/iterations_done";
 inline constexpr const char* kWarmupStepsDone = "/data/warmup_steps_done";
 inline constexpr const char* kOptimStep = "/optim/step";

@@ -56,6 +56,8 @@ class Policy {
   ShardedTrainer& trainer() { return trainer_; }
   // The RL loop (PolicyUse::rl_loop only).
   GrpoLoop& loop();
+  // The RL loop's task fingerprint (GrpoLoop::task_checksum), -1 without the loop.
+  std::int64_t task_checksum() const { return loop_ ? loop_->task_checksum() : -1; }
 
   // Replaces the fresh weights with those of model.init_from's Hugging Face directory
   // (job/hf_weights.hpp); with LoRA that is the frozen base, and the adapters come from

@@ -16,6 +16,7 @@
 #include "rl/advantage.hpp"
 #include "rl/grpo_objective.hpp"
 #include "rl/grpo_loop_internal.hpp"
+#include "rl/task_checksum.hpp"
 #include "rollout/batch_split.hpp"
 #include "rollout/comm_tensor_parallel.hpp"
 
@@ -127,6 +128,14 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
     check_ids_in_vocabulary(ex, model.options().shape.vocab_size, "every line is checked when the job starts");
     checked_prompt(ex, "its prompt (every line is checked when the job starts)");
   });
+  // The eval split's too: a prompt the model cannot take stops every rank alike at the start, not
+  // at the first evaluation after iterations of compute.
+  for (std::int64_t i = 0; i < task_->eval_count(); ++i) {
+    const TaskExample ex = task_->eval_example(i);
+    check_ids_in_vocabulary(ex, model.options().shape.vocab_size, "every eval line is checked when the job starts");
+    checked_prompt(ex, "its eval prompt (every eval line is checked when the job starts)");
+  }
+  task_checksum_ = shardrl::task_checksum(*task_);
   // A generated task's longest prompt, likewise (the warm-up ran before the first rollout found it).
   if (TaskExample longest; !(longest.prompt = task_->longest_prompt()).empty())
     checked_prompt(longest, fmt::format("the longest prompt of rl.task = \"{}\" at rl.difficulty = {}",

@@ -159,6 +159,9 @@ class GrpoLoop {
   const GenerationStats& last_generation() const { return generator_->last_stats(); }
   // The captured train steps (train.cuda_graph = "full"), else null.
   const TrainStepGraphs* step_graphs() const { return step_graphs_.get(); }
+  // The task's fingerprint (rl/task_checksum.hpp; -1 for a generated task): what a checkpoint
+  // records and a resume compares. Computed once, at construction.
+  std::int64_t task_checksum() const { return task_checksum_; }
 
  private:
   struct Staging;
@@ -200,6 +203,7 @@ class GrpoLoop {
   Communicator& comm_;
   PhaseArena& arena_;
   std::unique_ptr<Task> task_;
+  std::int64_t task_checksum_ = -1;
   int prompts_per_minibatch_, group_, minibatches_, micro_rows_, seq_len_, gen_len_;
   std::int32_t eos_id_;   // rl.eos_id, or the task's (the byte tokenizer's EOS) when unset
   StopIds stop_ids_;      // eos_id_, and the task's other end ids in the vocabulary

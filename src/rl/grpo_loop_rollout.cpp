@@ -281,13 +281,7 @@ EvalStats GrpoLoop::evaluate() {
   const bool counts = comm_.rank() % T == 0;
   const auto [begin, end] = prompts_of_rank(e.prompts, comm_.size() / T, comm_.rank() / T);
   const int max_new = options_.max_new_tokens;
-  // Every rank checks every eval prompt's ids and length first, so a prompt the model cannot take
-  // stops all ranks alike, not only the one that holds it while the others wait in a collective.
-  for (std::int64_t i = 0; i < e.prompts; ++i) {
-    const TaskExample ex = task_->eval_example(i);
-    check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, fmt::format("eval prompt {}", i));
-    checked_prompt(ex, fmt::format("eval prompt {}", i));
-  }
+  // (Every eval prompt's ids and length were checked on every rank when the job started.)
   std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
   // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
   for (const bool greedy : {true, false}) {

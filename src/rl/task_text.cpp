@@ -106,6 +106,10 @@ class TextTask final : public Task {
     return as_example(train_[uniform_below(engine, train_.size())]);
   }
 
+  void for_each_dataset_example(const std::function<void(const TaskExample&)>& f) const override {
+    for (const TextRow& row : train_) f(as_example(row));
+  }
+
   std::int64_t eval_count() const override { return static_cast<std::int64_t>(eval_.size()); }
   void give_up_scoring_when(std::function<bool()> check) override {
     if (command_) command_->give_up_when(std::move(check));
