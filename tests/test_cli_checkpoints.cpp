@@ -437,8 +437,9 @@ void set_int64(const fs::path& file, const char* name, std::int64_t value) {
 }
 
 // One completeness check for resume and `inspect --verify`: a checkpoint missing a tensor its job
-// needs, of another format version, or with counters out of range is refused by both, naming the
-// file and what is wrong (inspect --verify passed such files before).
+// needs, of another format version, with counters out of range, or with a counter in range but
+// not the one saved (the metadata's checksum) is refused by both, naming the file and what is
+// wrong (inspect --verify passed such files before; the last one resumed with its warm-up cut).
 TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
@@ -466,6 +467,8 @@ TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
        "/optim/step = -9223372036854775808 is not a value a checkpoint holds"},
       {"iteration", [](const fs::path& f) { set_int64(f, "/meta/iteration", 7); },
        "/data/iterations_done = 1 is not a value a checkpoint holds (/meta/iteration = 7)"},
+      {"counter", [](const fs::path& f) { set_int64(f, "/data/warmup_steps_done", 1); },
+       "damaged checkpoint: its scalars and strings (/meta/format_version, "},
   };
   for (const Damage& d : damages) {
     const fs::path file = dir / (std::string(d.name) + ".h5");
@@ -482,10 +485,14 @@ TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
   RunResult intact = run_in(dir, shardrl_binary() + " inspect " + good.string() + " --verify");
   EXPECT_EQ(intact.exit_code, 0) << intact.err;
   // Skipped steps are not counted among the steps: a run whose non-finite steps outnumber its
-  // taken ones (a diverging warm-up) saved checkpoints that inspect and resume refused.
+  // taken ones (a diverging warm-up) saved checkpoints that inspect and resume refused. (The
+  // file's checksum is removed with the change, as in a checkpoint written before it existed.)
   const fs::path skipping = dir / "skipping.h5";
   fs::copy_file(good, skipping, fs::copy_options::overwrite_existing);
   set_int64(skipping, "/optim/skipped", 1000);
+  hid_t h = H5Fopen(skipping.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(h, "/meta/checksum", H5P_DEFAULT), 0);
+  H5Fclose(h);
   RunResult inspect = run_in(dir, shardrl_binary() + " inspect " + skipping.string() + " --verify");
   EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
   RunResult resume = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --set run.name=branch "

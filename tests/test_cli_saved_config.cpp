@@ -9,13 +9,47 @@
 #include <vector>
 
 #include "cli_harness.hpp"
+#include "job/checkpoint_format.hpp"
 
 namespace {
 
 using namespace cli_test;
+namespace checkpoint_format = shardrl::checkpoint_format;
+
+std::string read_text(hid_t f, const char* name) {
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  hid_t type = H5Dget_type(d);
+  std::vector<char> text(H5Tget_size(type) + 1, '\0');
+  H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+  H5Tclose(type);
+  H5Dclose(d);
+  return std::string(text.data());
+}
+
+// The metadata checksum recomputed from the file's values and written over the old one, as the
+// shardrl that wrote such a config would have written it.
+void reseal(hid_t f) {
+  std::vector<std::pair<std::string, checkpoint_format::MetadataValue>> values;
+  for (const checkpoint_format::MetadataName& m : checkpoint_format::metadata_names()) {
+    if (H5Lexists(f, m.name, H5P_DEFAULT) <= 0) continue;
+    if (m.text) {
+      values.emplace_back(m.name, read_text(f, m.name));
+    } else {
+      std::int64_t v = 0;
+      hid_t d = H5Dopen2(f, m.name, H5P_DEFAULT);
+      H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v);
+      H5Dclose(d);
+      values.emplace_back(m.name, v);
+    }
+  }
+  const std::int64_t checksum = checkpoint_format::metadata_checksum(values);
+  hid_t d = H5Dopen2(f, checkpoint_format::kMetadataChecksum, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &checksum), 0);
+  H5Dclose(d);
+}
 
 // The checkpoint's /meta/config replaced by `text` (the dataset deleted and written again, as
-// the writer writes strings: fixed length, null-terminated, UTF-8).
+// the writer writes strings: fixed length, null-terminated, UTF-8), the metadata resealed.
 void set_config_text(const fs::path& file, const std::string& text) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0) << file;
@@ -30,19 +64,15 @@ void set_config_text(const fs::path& file, const std::string& text) {
   H5Dclose(d);
   H5Sclose(space);
   H5Tclose(type);
+  reseal(f);
   H5Fclose(f);
 }
 
 std::string config_text(const fs::path& file) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  hid_t d = H5Dopen2(f, "/meta/config", H5P_DEFAULT);
-  hid_t type = H5Dget_type(d);
-  std::vector<char> text(H5Tget_size(type) + 1, '\0');
-  H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
-  H5Tclose(type);
-  H5Dclose(d);
+  std::string text = read_text(f, "/meta/config");
   H5Fclose(f);
-  return std::string(text.data());
+  return text;
 }
 
 TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {

@@ -1,11 +1,56 @@
 #include "job/checkpoint_format.hpp"
 
 #include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <iterator>
 
 #include "core/error.hpp"
 
 namespace shardrl {
 namespace checkpoint_format {
+namespace {
+
+constexpr MetadataName kMetadata[] = {
+    {kFormatVersion, false}, {kShardrlVersion, true},   {kWorldSize, false},       {kIteration, false},
+    {kModelSummary, true},   {kConfig, true},           {kLoraBase, true},         {kLoraBaseChecksum, false},
+    {kSeed, false},          {kRngScheme, true},        {kTask, true},             {kTaskChecksum, false},
+    {kIterationsDone, false}, {kWarmupStepsDone, false}, {kOptimStep, false},      {kOptimSkipped, false},
+    {kOptimScheduleStart, false}};
+
+void add_crc(uLong& crc, const void* data, std::size_t bytes) {
+  crc = crc32(crc, static_cast<const Bytef*>(data), static_cast<uInt>(bytes));
+}
+void add_crc(uLong& crc, std::int64_t v) {
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(v) >> (8 * i));
+  add_crc(crc, le, sizeof le);
+}
+void add_crc(uLong& crc, const std::string& s) {
+  add_crc(crc, static_cast<std::int64_t>(s.size()));
+  add_crc(crc, s.data(), s.size());
+}
+
+}  // namespace
+
+std::vector<MetadataName> metadata_names() { return {std::begin(kMetadata), std::end(kMetadata)}; }
+
+std::int64_t metadata_checksum(const std::vector<std::pair<std::string, MetadataValue>>& values) {
+  // A value the list above lacks would go unchecked: a new scalar is added there too.
+  for (const auto& v : values)
+    SHARDRL_CHECK(std::any_of(std::begin(kMetadata), std::end(kMetadata), [&](const MetadataName& m) { return v.first == m.name; }),
+                  fmt::format("checkpoint metadata {} is not among those its checksum covers", v.first));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const MetadataName& m : kMetadata) {
+    const auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == m.name; });
+    if (it == values.end()) continue;
+    add_crc(crc, std::string(m.name));
+    if (const auto* s = std::get_if<std::string>(&it->second)) add_crc(crc, *s);
+    else add_crc(crc, std::get<std::int64_t>(it->second));
+  }
+  return static_cast<std::int64_t>(crc);
+}
 
 bool is_tensor(const std::string& name) {
   for (const char* group : {kModel, kExpAvg, kExpAvgSq, kReference})
@@ -35,7 +80,8 @@ std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& 
     if (!in->has(name))
       throw InputError(fmt::format("{}: incomplete checkpoint: no {} (every checkpoint of format version {} has it)",
                                    where, name, f::kVersion));
-  // The counters carry no checksum: each must be in its range and agree with the others.
+  // Each counter must be in its range and agree with the others (named one by one), and all of
+  // them match the checksum the writer recorded (a value in range but not the one saved).
   auto bad = [&](const char* name, std::int64_t value, const std::string& rule) {
     return InputError(fmt::format("{}: {} = {} is not a value a checkpoint holds ({})", where, name, value, rule));
   };
@@ -52,6 +98,20 @@ std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& 
   if (in->has(f::kOptimScheduleStart)) {
     const std::int64_t start = in->read_int64(f::kOptimScheduleStart);
     if (start < 0 || start > step) throw bad(f::kOptimScheduleStart, start, fmt::format("0 .. {}", step));
+  }
+  if (in->has(f::kMetadataChecksum)) {
+    std::vector<std::pair<std::string, f::MetadataValue>> values;
+    for (const f::MetadataName& m : f::kMetadata)
+      if (in->has(m.name))
+        values.emplace_back(m.name, m.text ? f::MetadataValue(in->read_string(m.name)) : f::MetadataValue(in->read_int64(m.name)));
+    const std::int64_t saved = in->read_int64(f::kMetadataChecksum), now = f::metadata_checksum(values);
+    if (saved != now) {
+      std::string names;
+      for (const auto& v : values) names += (names.empty() ? "" : ", ") + v.first;
+      throw InputError(fmt::format("{}: damaged checkpoint: its scalars and strings ({}) fail their checksum (recorded "
+                                   "{:08x}, computed {:08x})",
+                                   where, names, saved, now));
+    }
   }
   return in;
 }

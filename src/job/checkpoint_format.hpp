@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "io/sharded_file.hpp"
 
@@ -48,6 +51,25 @@ inline constexpr const char* kOptimSkipped = "/optim/skipped";
 // The steps before the learning-rate schedule's first (the supervised warm-up's): absent from
 // checkpoints written before it existed, whose schedule ran from the first step.
 inline constexpr const char* kOptimScheduleStart = "/optim/schedule_start";
+// zlib's CRC-32 over the scalars and strings above that the file holds (metadata_checksum): the
+// counters that place a resumed run (a flipped bit in /optim/step moves its learning rate) are
+// checked as the tensors are. Absent from checkpoints written before it existed.
+inline constexpr const char* kMetadataChecksum = "/meta/checksum";
+
+// Every scalar and string a checkpoint may hold (all those above but the checksum), in the
+// checksum's order; `text` for a string.
+struct MetadataName {
+  const char* name;
+  bool text;
+};
+std::vector<MetadataName> metadata_names();
+
+// A scalar or string of the file, by name.
+using MetadataValue = std::variant<std::string, std::int64_t>;
+// The checksum of `values` (any order; every name among the scalars and strings above, except the
+// checksum itself): each name and value in the order of the names above, a name after its
+// length, a value as its bytes (a string after its length, an int64 as 8 bytes little-endian).
+std::int64_t metadata_checksum(const std::vector<std::pair<std::string, MetadataValue>>& values);
 
 // Whether `name` is a per-parameter tensor of one of the groups above.
 bool is_tensor(const std::string& name);
@@ -56,8 +78,8 @@ bool is_tensor(const std::string& name);
 
 // Collective. Opens `path` as a job checkpoint. InputError naming the file when it is an
 // uncommitted `.partial` file, cannot be opened, is not a shardrl checkpoint (no format version),
-// has a format version this build does not read, or lacks any of the scalars and strings every
-// checkpoint holds.
+// has a format version this build does not read, lacks any of the scalars and strings every
+// checkpoint holds, holds a counter out of its range, or fails its metadata checksum.
 std::unique_ptr<ShardedFileReader> open_checkpoint(const std::filesystem::path& path, MPI_Comm comm);
 
 }  // namespace shardrl

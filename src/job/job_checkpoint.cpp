@@ -135,6 +135,7 @@ CheckpointManifest checkpoint_manifest(const JobPosition& position, Policy& poli
                    {f::kOptimSkipped, steps.skipped},
                    {f::kOptimScheduleStart, steps.schedule_start}});
   if (policy.task_checksum() >= 0) m.values.emplace_back(f::kTaskChecksum, policy.task_checksum());
+  m.values.emplace_back(f::kMetadataChecksum, f::metadata_checksum(m.values));   // last: over all of the above
   for (const StateGroup& g : state_groups(trainer))
     for (int u = 0; u < static_cast<int>(units.size()); ++u) {
       CheckpointManifest::Slice slice{u, g.state, trainer.state_elements(u, g.state), {}};
