@@ -71,6 +71,15 @@ TEST(Cli, TokenizeEncodesDecodesAndRendersChats) {
   RunResult no_dir = run_in(dir, shardrl_binary() + " tokenize --tokenizer nowhere --text x");
   EXPECT_EQ(no_dir.exit_code, 2);
   EXPECT_NE(no_dir.err.find("nowhere/tokenizer.json"), std::string::npos) << no_dir.err;
+  // A tokenizer without a chat template: --chat names what to do on this command line (it
+  // said to set rl.chat_template, a key of a job there is none of).
+  fs::create_directories(dir / "bare");
+  fs::copy_file(qwen3_dir() / "tokenizer.json", dir / "bare" / "tokenizer.json");
+  RunResult no_template = run_in(dir, shardrl_binary() + " tokenize --tokenizer bare --text hi --chat");
+  EXPECT_EQ(no_template.exit_code, 2);
+  EXPECT_EQ(no_template.err, "shardrl: --text: bare has no chat template (tokenizer_config.json's chat_template, "
+                             "chat_template.jinja) to render --chat; tokenize the text as it is (without --chat, a "
+                             "line's \"text\" instead of its \"messages\")\n");
 
   // --config: the job's tokenizer, and with --chat its template variables and system prompt, as
   // the text task renders its prompts (without them --chat showed a prompt the policy never
@@ -104,6 +113,13 @@ TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {
   RunResult wrong = run_in(dir, shardrl_binary() + " score --reward math --answer 3/4 --format-reward 0.1 "
                                                    "--completion 'The answer is 0.7.'");
   EXPECT_EQ(wrong.out, "final answer: 0.7\nreward: 0.1\n") << wrong.err;
+  // LaTeX as written (its backslashes were doubled), and escaped whole where a byte needs it.
+  RunResult latex = run_in(dir, shardrl_binary() + " score --reward math --answer 0.5 --completion "
+                                                   "'so \\boxed{\\frac{1}{2}}'");
+  EXPECT_EQ(latex.out, "final answer: \\frac{1}{2}\nreward: 1\n") << latex.err;
+  RunResult control = run_in(dir, shardrl_binary() + " score --reward math --answer 0.5 --completion "
+                                                     "\"$(printf 'so \\\\boxed{\\\\frac{1}{2}\\001}')\"");
+  EXPECT_EQ(control.out.rfind("final answer: \\\\frac{1}{2}\\x01\n", 0), 0u) << control.out << control.err;
   RunResult regex = run_in(dir, shardrl_binary() + " score --reward regex --pattern 'ANSWER: (\\d+)' --answer 12 "
                                                    "--completion 'ANSWER: 12'");
   EXPECT_EQ(regex.out, "reward: 1\n") << regex.err;

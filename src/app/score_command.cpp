@@ -10,6 +10,18 @@
 #include "rl/text_reward.hpp"
 
 namespace shardrl {
+namespace {
+
+// The answer as read: as it is where it needs no escape but its backslashes (LaTeX's \frac reads
+// as written, not \\frac), else escaped whole, so that each escape is unambiguous.
+std::string shown_answer(const std::string& answer) {
+  std::string doubled;
+  for (char c : answer) doubled += c == '\\' ? std::string("\\\\") : std::string(1, c);
+  const std::string escaped = printable_line(answer);
+  return escaped == doubled ? answer : escaped;
+}
+
+}  // namespace
 
 int run_score(const ScoreArgs& args) {
   try {
@@ -20,7 +32,7 @@ int run_score(const ScoreArgs& args) {
     const TextReward reward(options);
     if (options.kind == TextRewardKind::math) {
       const auto found = extract_final_answer(args.completion);
-      std::cout << "final answer: " << (found ? printable_line(*found) : std::string("(none)")) << "\n";
+      std::cout << "final answer: " << (found ? shown_answer(*found) : std::string("(none)")) << "\n";
     }
     std::cout << fmt::format("reward: {}", reward.score(args.completion, args.answer)) << "\n";
     return 0;

@@ -62,6 +62,12 @@ int run_tokenize(const TokenizeArgs& args) {
     std::optional<TaskChat> chat;
     auto render_chat = [&](const nlohmann::ordered_json& messages, const std::string& where) {
       try {
+        // Without a job there is no rl.chat_template to set: the remedy is the command's own.
+        if (!job && tokenizer.chat_template().empty() && tokenizer.chat_template_problem().empty())
+          throw InputError(fmt::format("{} has no chat template (tokenizer_config.json's chat_template, "
+                                       "chat_template.jinja) to render {}; tokenize the text as it is (without "
+                                       "--chat, a line's \"text\" instead of its \"messages\")",
+                                       dir, args.chat ? "--chat" : "a chat's \"messages\""));
         if (!chat) chat.emplace(tokenizer, chat_options(job ? *job : Config{}));
         return chat->render(messages);
       } catch (const InputError& e) {
