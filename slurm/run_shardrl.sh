@@ -153,7 +153,9 @@ case $status in
   0) log "finished" ;;
   3)
     if [[ $warned -eq 0 ]]; then
-      log "stopped by SIGTERM after saving a checkpoint: not requeued (resubmit to continue)"
+      # A preemption with PreemptMode=REQUEUE is requeued by Slurm itself; scancel and the hard
+      # limit are not.
+      log "stopped by SIGTERM after saving a checkpoint: not requeued by this script (a preemption that Slurm requeues resumes from it; else resubmit to continue)"
     elif ((restarts >= ${SHARDRL_MAX_REQUEUES:-100})); then
       log "stopped after saving a checkpoint; not requeued: the job has been requeued $restarts times (SHARDRL_MAX_REQUEUES)"
     elif scontrol requeue "$SLURM_JOB_ID"; then

@@ -233,8 +233,10 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
 }
 
 // --resume-from another run's checkpoint into a run that holds its own at the same iteration: a
-// save before the first iteration ends (a stop) would replace the run's own file, so it is
-// refused like a later one, and --overwrite deletes it first.
+// save before the first iteration ends (a stop) would replace the run's own file, and the run's
+// files would join two courses (its checkpoints and metrics before the iteration resumed at,
+// which `report` and TensorBoard drew as one run), so it is refused, and --overwrite deletes the
+// run's checkpoints and metrics first.
 TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
@@ -248,13 +250,23 @@ TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
                              "--resume-from runs/ck/checkpoints/iter_00000002.h5";
   RunResult refused = run_in(dir, mpirun(2) + branch);
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
-  EXPECT_NE(refused.err.find("already holds 1 same or later checkpoint(s), the newest iter_00000002.h5"),
+  EXPECT_NE(refused.err.find("is not one of this run's checkpoints, and the run directory runs/other already holds "
+                             "another course's history (2 checkpoint(s), the newest iter_00000002.h5, and 2 metrics "
+                             "record(s) before iteration 2)"),
             std::string::npos)
       << refused.err;
   EXPECT_EQ(slurp(own), own_bytes);
   RunResult own_file = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set run.iterations=3 "
                                                "--resume-from runs/other/checkpoints/iter_00000002.h5");
   EXPECT_EQ(own_file.exit_code, 0) << "the run's own file at that iteration is no conflict: " << own_file.err;
+  RunResult overwritten = run_in(dir, mpirun(2) + branch + " --set run.iterations=4 --overwrite");
+  EXPECT_EQ(overwritten.exit_code, 0) << overwritten.out << overwritten.err;
+  EXPECT_NE(overwritten.out.find("--overwrite: deleted 3 checkpoint(s) and the metrics of runs/other (another "
+                                 "course's history)"),
+            std::string::npos)
+      << overwritten.out;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "other" / "metrics.jsonl"), (std::vector<std::int64_t>{2, 3}))
+      << "the course resumed alone";
 }
 
 // --requeued (slurm/run_shardrl.sh passes it to every run of a job after the first): a run whose
@@ -298,13 +310,22 @@ TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
 
   // A run directory holding an older course's checkpoint (iteration 1, saved by no run of this
   // job): the requeued run whose first run stopped before taking its options takes them now, not
-  // that checkpoint; and a --no-resume --overwrite start deletes it as asked.
+  // that checkpoint (with --overwrite, which another course's history needs); and a --no-resume
+  // --overwrite start deletes it as asked.
   RunResult older = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older --set run.iterations=1");
   ASSERT_EQ(older.exit_code, 0) << older.out << older.err;
-  RunResult onto_older = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older --resume-from " + from +
-                                         " --requeued --set run.iterations=3");
+  const std::string onto = " train --config job.toml --set run.name=older --resume-from " + from +
+                           " --requeued --set run.iterations=3";
+  RunResult mixed = run_in(dir, mpirun(2) + onto);
+  EXPECT_EQ(mixed.exit_code, 2) << mixed.out << mixed.err;
+  EXPECT_NE(mixed.err.find("already holds another course's history (1 checkpoint(s), the newest iter_00000001.h5, "
+                           "and 1 metrics record(s) before iteration 2)"),
+            std::string::npos)
+      << mixed.err;
+  RunResult onto_older = run_in(dir, mpirun(2) + onto + " --overwrite");
   ASSERT_EQ(onto_older.exit_code, 0) << onto_older.out << onto_older.err;
   EXPECT_NE(onto_older.out.find("resumed from " + from + ": 2 iterations"), std::string::npos) << onto_older.out;
+  EXPECT_EQ(metric_iterations(dir / "runs" / "older" / "metrics.jsonl"), (std::vector<std::int64_t>{2}));
   RunResult older2 = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older2 --set run.iterations=2");
   ASSERT_EQ(older2.exit_code, 0) << older2.out << older2.err;
   RunResult afresh = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=older2 --no-resume --overwrite "

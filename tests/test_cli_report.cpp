@@ -27,7 +27,7 @@ TEST(Cli, ReportSummarisesARun) {
   EXPECT_TRUE(fs::exists(dir / "runs/r/report_curves.png"));
   EXPECT_NE(md.find("| rollout | "), std::string::npos) << md;
   EXPECT_NE(md.find("| `iter_00000002.h5` | 2 | "), std::string::npos) << md;
-  EXPECT_NE(md.find("| `iter_00000003.h5` | 3 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("| `iter_00000003.h5` (a resume starts here) | 3 | "), std::string::npos) << md;
   EXPECT_EQ(md.find("fail"), std::string::npos) << md;
 
   // Bytes flipped inside the earlier checkpoint (most of it is tensor data): it fails its checksums
@@ -91,6 +91,40 @@ TEST(Cli, ReportSummarisesARun) {
   EXPECT_NE(v.find("| train | 5 |"), std::string::npos) << v;
   EXPECT_NE(v.find("| evaluation (2 of them) | 6 |"), std::string::npos) << v;
   EXPECT_NE(v.find("| `eval/pass@1` | 0.2 | 0.5 | 0.5 | 3 |"), std::string::npos) << v;
+
+  // A run that diverged: its last values are null and its steps skipped, and the report says so
+  // (it showed the last finite value as the last and nothing of the skipped steps); a `|` in a
+  // config value is escaped (it split the table's cell); a broken `latest` is said (a resume
+  // would stop there), and the checkpoint a resume takes is marked.
+  fs::create_directories(dir / "runs/n/checkpoints");
+  write(dir / "runs/n/config.toml", "[run]\ndir = \"a|b\"\n");
+  write(dir / "runs/n/metrics.jsonl",
+        "{\"iteration\": 0, \"reward_mean\": 0.1, \"loss\": 0.5, \"skipped_steps\": 0, \"rollout_s\": 1}\n"
+        "{\"iteration\": 1, \"reward_mean\": 0.4, \"loss\": null, \"skipped_steps\": 1, \"rollout_s\": 1}\n"
+        "{\"iteration\": 2, \"reward_mean\": null, \"loss\": null, \"skipped_steps\": 2, \"rollout_s\": 1}\n");
+  fs::copy_file(dir / "runs/r/checkpoints/iter_00000002.h5", dir / "runs/n/checkpoints/iter_00000002.h5");
+  write(dir / "runs/n/checkpoints/latest", "garbage\n");
+  RunResult diverged = run_in(dir, shardrl_binary() + " report runs/n");
+  ASSERT_EQ(diverged.exit_code, 0) << diverged.err;
+  const std::string n = slurp(dir / "runs/n/report.md");
+  EXPECT_NE(n.find("| `reward_mean` | 0.1 | null | 0.4 | 1 |"), std::string::npos) << n;
+  EXPECT_NE(n.find("**3 optimizer step(s) skipped** for non-finite gradients (`skipped_steps`), in 2 iteration(s), "
+                   "the last at iteration 2."),
+            std::string::npos)
+      << n;
+  EXPECT_NE(n.find("**Non-finite values** (null in `metrics.jsonl`): `reward_mean` in 1 record(s) from iteration 2; "
+                   "`loss` in 2 record(s) from iteration 1."),
+            std::string::npos)
+      << n;
+  EXPECT_NE(n.find("| `run.dir` | `\"a\\|b\"` | `\"runs\"` |"), std::string::npos) << n;
+  EXPECT_NE(n.find("**`latest` is unusable**: "), std::string::npos) << n;
+  fs::remove(dir / "runs/n/checkpoints/latest");
+  ASSERT_EQ(run_in(dir, shardrl_binary() + " report runs/n").exit_code, 0);
+  const std::string no_latest = slurp(dir / "runs/n/report.md");
+  EXPECT_NE(no_latest.find("There is no `latest`: a resume takes the newest committed checkpoint, `iter_00000002.h5`."),
+            std::string::npos)
+      << no_latest;
+  EXPECT_NE(no_latest.find("| `iter_00000002.h5` (a resume starts here) | 2 | "), std::string::npos) << no_latest;
 
   // A record without its iteration is named by file and line (`{}` crashed the report).
   fs::create_directories(dir / "runs/e");

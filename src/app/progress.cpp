@@ -7,18 +7,22 @@
 namespace shardrl {
 namespace {
 
-std::string duration(double s) {
-  if (s < 60) return fmt::format("{:.0f}s", s);
-  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
-  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
-}
-
 std::string rate(double tokens, double seconds) {
   const double r = seconds > 0 ? tokens / seconds : 0;
   return r >= 1e4 ? fmt::format("{:.1f}k", r / 1e3) : fmt::format("{:.0f}", r);
 }
 
 }  // namespace
+
+std::string duration_text(double seconds) {
+  // Rounded once, then split: rounding each part alone printed 119.6 s as "1m60s".
+  if (!(seconds > 0)) return "0s";
+  const long long s = std::llround(seconds);
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  const long long m = std::llround(seconds / 60);
+  return fmt::format("{}h{:02}m", m / 60, m % 60);
+}
 
 std::string progress_line(const IterationReport& r) {
   const RolloutBatch& b = r.rollout;
@@ -28,7 +32,7 @@ std::string progress_line(const IterationReport& r) {
       "rollout {} tok/s {:.2f}s | train {} tok/s {:.2f}s | eta {}",
       r.iteration + 1, r.total, b.reward_mean, b.pass_rate, b.response_len_mean, t.loss, t.kl, t.clip_frac,
       t.grad_norm, t.skipped ? fmt::format(" ({} skipped)", t.skipped) : "", rate(b.tokens, b.seconds), b.seconds,
-      rate(t.tokens, t.seconds), t.seconds, duration(r.eta_s));
+      rate(t.tokens, t.seconds), t.seconds, duration_text(r.eta_s));
 }
 
 std::vector<std::pair<std::string, double>> metrics_record(const IterationReport& r) {

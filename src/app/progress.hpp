@@ -23,6 +23,8 @@ struct IterationReport {
 };
 
 std::string progress_line(const IterationReport& r);
+// A time left as the progress line shows it: "45s", "1m05s", "2h03m" (0s for none).
+std::string duration_text(double seconds);
 std::vector<std::pair<std::string, double>> metrics_record(const IterationReport& r);
 // The eval/* fields of a record: eval/reward_mean, eval/pass@1, eval/pass@k, eval/mean@k.
 std::vector<std::pair<std::string, double>> eval_fields(const EvalStats& e);

@@ -33,12 +33,24 @@ std::string number(double v) {
   return fmt::format("{:.4g}", v);
 }
 
-// The values of one field over the records that have it (finite), with their iterations.
-std::vector<std::pair<double, double>> series(const std::vector<Record>& records, const std::string& field) {
+// The values of one field over the records that have it, with their iterations: the finite ones,
+// or all of them (a null, a non-finite value, read as NaN).
+std::vector<std::pair<double, double>> series(const std::vector<Record>& records, const std::string& field,
+                                              bool finite_only = true) {
   std::vector<std::pair<double, double>> out;
   for (const auto& r : records)
     for (const auto& [k, v] : r)
-      if (k == field && std::isfinite(v)) out.emplace_back(r.front().second, v);
+      if (k == field && (std::isfinite(v) || !finite_only)) out.emplace_back(r.front().second, v);
+  return out;
+}
+
+// A value of the progress table: a null (non-finite) one said as such, not left out.
+std::string value_text(double v) { return std::isfinite(v) ? number(v) : "null"; }
+
+// A Markdown table cell's text: a `|` ends a cell even inside backticks.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
   return out;
 }
 
@@ -53,7 +65,7 @@ std::string config_section(const fs::path& run) {
   std::string out = "## Configuration\n\nWhat `config.toml` sets differently from the defaults:\n\n"
                     "| key | this run | default |\n| --- | --- | --- |\n";
   const std::vector<ConfigChange> changes = config_changes(Config{}, loaded.config);
-  for (const auto& c : changes) out += fmt::format("| `{}` | `{}` | `{}` |\n", c.key, c.after, c.before);
+  for (const auto& c : changes) out += fmt::format("| `{}` | `{}` | `{}` |\n", c.key, cell(c.after), cell(c.before));
   if (changes.empty()) out += "| (none) | | |\n";
   return out + "\n";
 }
@@ -77,20 +89,61 @@ std::string progress_section(const std::vector<Record>& records) {
     out += fmt::format("{} iteration(s), {} to {}", iterations.size(), number(iterations.front().front().second),
                        number(iterations.back().front().second));
   if (final_eval > 0) out += fmt::format("{}a final evaluation", iterations.empty() ? "" : ", and ");
-  out += ".\n\n| metric | first | last | best | at iteration |\n| --- | --- | --- | --- | --- |\n";
+  // Iterations as metrics.jsonl numbers them; an evaluation's fields in an iteration's record
+  // were measured before that iteration's rollout.
+  out += ".\n\nIterations are numbered from 0 as in `metrics.jsonl` (the progress lines count from 1); an "
+         "`eval/` value at iteration i was measured before iteration i.\n\n"
+         "| metric | first | last | best | at iteration |\n| --- | --- | --- | --- | --- |\n";
   // Higher is better for these; the curves show the rest.
   std::vector<std::string> fields = {"reward_mean", "pass_rate"};
   for (const auto& r : records)
     for (const auto& [k, v] : r)
       if (k.rfind("eval/", 0) == 0 && std::find(fields.begin(), fields.end(), k) == fields.end()) fields.push_back(k);
   for (const std::string& f : fields) {
-    const auto s = series(records, f);
-    if (s.empty()) continue;
-    const auto best = std::max_element(s.begin(), s.end(), [](auto a, auto b) { return a.second < b.second; });
-    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", f, number(s.front().second), number(s.back().second),
-                       number(best->second), number(best->first));
+    const auto all = series(records, f, /*finite_only=*/false), s = series(records, f);
+    if (all.empty()) continue;
+    // First and last as recorded (a diverged run's last value is null, not its last finite one).
+    std::string best = "null | ";
+    if (!s.empty()) {
+      const auto at = std::max_element(s.begin(), s.end(), [](auto a, auto b) { return a.second < b.second; });
+      best = fmt::format("{} | {}", number(at->second), number(at->first));
+    }
+    out += fmt::format("| `{}` | {} | {} | {} |\n", f, value_text(all.front().second), value_text(all.back().second),
+                       best);
   }
-  return out + "\n";
+  out += "\n";
+  // What a healthy-looking table would hide: steps skipped for non-finite gradients, and fields
+  // recorded as null.
+  const auto skipped = series(iterations, "skipped_steps");
+  double skipped_total = 0, skipped_last = -1;
+  std::size_t skipping = 0;
+  for (const auto& [it, v] : skipped)
+    if (v > 0) {
+      skipped_total += v;
+      skipped_last = it;
+      ++skipping;
+    }
+  if (skipped_total > 0)
+    out += fmt::format("**{} optimizer step(s) skipped** for non-finite gradients (`skipped_steps`), in {} "
+                       "iteration(s), the last at iteration {}.\n\n",
+                       number(skipped_total), skipping, number(skipped_last));
+  std::vector<std::string> fields_seen;
+  for (const auto& r : records)
+    for (const auto& [k, v] : r)
+      if (k != "iteration" && std::find(fields_seen.begin(), fields_seen.end(), k) == fields_seen.end())
+        fields_seen.push_back(k);
+  std::string nulls;
+  for (const std::string& f : fields_seen) {
+    const auto all = series(records, f, /*finite_only=*/false);
+    std::size_t n = 0;
+    double first = 0;
+    for (const auto& [it, v] : all)
+      if (!std::isfinite(v) && n++ == 0) first = it;
+    if (n > 0) nulls += fmt::format("{}`{}` in {} record(s) from iteration {}", nulls.empty() ? "" : "; ", f, n,
+                                    number(first));
+  }
+  if (!nulls.empty()) out += "**Non-finite values** (null in `metrics.jsonl`): " + nulls + ".\n\n";
+  return out;
 }
 
 std::string throughput_section(const std::vector<Record>& records) {
@@ -125,17 +178,34 @@ std::string checkpoints_section(const fs::path& run, MPI_Comm comm) {
   std::vector<fs::path> found;
   if (fs::is_directory(dir)) found = committed_checkpoints(dir);
   if (found.empty()) return out + "None in `checkpoints/`.\n\n";
+  // The one a resume takes: what `latest` names, else (none) the newest committed file; a
+  // `latest` that does not resolve stops a resume, said here rather than at the next start.
+  fs::path latest;
+  try {
+    latest = latest_checkpoint(dir);
+    if (latest.empty()) {
+      latest = found.back();
+      out += fmt::format("There is no `latest`: a resume takes the newest committed checkpoint, `{}`.\n\n",
+                         latest.filename().string());
+    }
+  } catch (const std::exception& e) {   // InputError, or the file system's own
+    out += fmt::format("**`latest` is unusable**: {}. A resume stops there; `--resume-from` names a checkpoint.\n\n",
+                       e.what());
+  }
   out += "| checkpoint | iterations done | tensors | checksums |\n| --- | --- | --- | --- |\n";
   for (const fs::path& p : found) {
+    std::error_code ec;
+    const std::string shown = fmt::format("`{}`{}", p.filename().string(),
+                                         !latest.empty() && fs::equivalent(p, latest, ec) ? " (a resume starts here)" : "");
     try {
       const auto opened = open_checkpoint(p.string(), comm);
       std::size_t tensors = 0;
       for (const std::string& name : opened->datasets()) tensors += f::is_tensor(name) ? 1 : 0;
       const std::vector<std::string> bad = opened->verify_all(f::is_tensor);
-      out += fmt::format("| `{}` | {} | {} | {} |\n", p.filename().string(), opened->read_int64(f::kIterationsDone),
-                         tensors, bad.empty() ? "all verified" : fmt::format("**{} fail**", bad.size()));
+      out += fmt::format("| {} | {} | {} | {} |\n", shown, opened->read_int64(f::kIterationsDone), tensors,
+                         bad.empty() ? "all verified" : fmt::format("**{} fail**", bad.size()));
     } catch (const InputError& e) {
-      out += fmt::format("| `{}` | | | **unreadable**: {} |\n", p.filename().string(), e.what());
+      out += fmt::format("| {} | | | **unreadable**: {} |\n", shown, cell(e.what()));
     }
   }
   return out + "\n";

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_dir.hpp"
+#include "io/metrics_log.hpp"
 #include "io/text_file.hpp"
 #include "job/checkpoint_format.hpp"
 #include "job/job_checkpoint.hpp"
@@ -21,12 +22,39 @@
 
 namespace shardrl {
 
-void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
-                                std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
+void leave_no_other_course(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
+                           std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
+  std::error_code ec;
+  if (!std::filesystem::equivalent(from.parent_path(), checkpoints, ec)) {
+    // Another run's checkpoint (or a copy elsewhere): whatever this run holds is another course.
+    const std::vector<std::filesystem::path> held = committed_checkpoints(checkpoints);
+    const std::filesystem::path metrics_file = run_dir / "metrics.jsonl";
+    std::size_t before = 0;
+    if (std::filesystem::exists(metrics_file, ec))
+      for (const auto& record : read_metrics(metrics_file))
+        if (record.front().second < static_cast<double>(resumed_at)) ++before;
+    if (!held.empty() || before > 0) {
+      const std::string what =
+          fmt::format("{}{}{}", held.empty() ? "" : fmt::format("{} checkpoint(s), the newest {}", held.size(),
+                                                                held.back().filename().string()),
+                      !held.empty() && before > 0 ? ", and " : "",
+                      before == 0 ? "" : fmt::format("{} metrics record(s) before iteration {}", before, resumed_at));
+      if (!overwrite)
+        throw InputError(fmt::format(
+            "--resume-from {} (iteration {}) is not one of this run's checkpoints, and the run directory {} already "
+            "holds another course's history ({}), which the resumed run would continue as its own; choose another "
+            "run.name to branch from it, or add --overwrite to delete them",
+            from.string(), resumed_at, run_dir.string(), what));
+      const std::size_t deleted = delete_checkpoints_after(checkpoints, -1);
+      std::filesystem::remove(metrics_file);
+      spdlog::warn("--overwrite: deleted {} checkpoint(s) and the metrics of {} (another course's history)", deleted,
+                   run_dir.string());
+      return;
+    }
+  }
   // The run's own checkpoint at the iteration resumed at counts too where `from` is another file
   // (another run's): a save before the first iteration ends (a stop) would replace it.
   std::int64_t after = resumed_at;
-  std::error_code ec;
   const std::filesystem::path own = checkpoint_path(checkpoints, resumed_at);
   if (std::filesystem::is_regular_file(own, ec) && !std::filesystem::equivalent(own, from, ec)) after = resumed_at - 1;
   const std::vector<std::filesystem::path> later = committed_checkpoints_after(checkpoints, after);

@@ -13,10 +13,14 @@
 
 namespace shardrl {
 
-// --resume-from a checkpoint earlier than the run's newest: the job would write its own iter_N
-// files over the committed ones of the course it leaves, and drop their metrics. Refused unless
-// --overwrite, which deletes those checkpoints first. Rank 0 only (run_on_root).
-void leave_no_later_checkpoints(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
+// --resume-from leaves no other course's files in the run: a checkpoint earlier than the run's
+// newest (the job would write its own iter_N files over the committed ones of the course it
+// leaves, and drop their metrics), or a checkpoint that is not one of the run's own into a run
+// that has a history before it (checkpoints, or metrics records before the iteration resumed at:
+// the run's files would join two courses, and `report` and TensorBoard draw them as one). Refused
+// unless --overwrite, which deletes those checkpoints (and in the second case all of the run's
+// checkpoints and its metrics) first. Rank 0 only (run_on_root).
+void leave_no_other_course(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
                                 std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir);
 
 // The start options a job acts on. A requeued run (--requeued: slurm/run_shardrl.sh passes it on

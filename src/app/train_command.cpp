@@ -273,7 +273,7 @@ int run_train(const TrainArgs& args) {
                    position.iterations_done, position.warmup_steps_done);
       if (!start_args.resume_from.empty())
         run_on_root(mpi.world(), 0, [&] {
-          leave_no_later_checkpoints(checkpoints, from, position.iterations_done, start_args.overwrite, derived.run_dir);
+          leave_no_other_course(checkpoints, from, position.iterations_done, start_args.overwrite, derived.run_dir);
         });
     }
     note_start_options(mpi.world(), start_args, derived.run_dir, position.iterations_done);   // for a requeue
