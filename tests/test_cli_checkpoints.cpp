@@ -259,6 +259,16 @@ TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
   RunResult own_file = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=other --set run.iterations=3 "
                                                "--resume-from runs/other/checkpoints/iter_00000002.h5");
   EXPECT_EQ(own_file.exit_code, 0) << "the run's own file at that iteration is no conflict: " << own_file.err;
+  // Named bare from inside the run's checkpoints, it is the run's own, earlier than its newest
+  // (iter_00000003.h5 now): refused as such, not taken for another run's (whose --overwrite
+  // would delete every checkpoint and the metrics).
+  RunResult bare = run_in(dir / "runs" / "other" / "checkpoints",
+                          mpirun(2) + " train --config " + (dir / "job.toml").string() + " --set run.dir=" +
+                              (dir / "runs").string() + " --set run.name=other --set run.iterations=3 "
+                              "--resume-from iter_00000002.h5");
+  EXPECT_EQ(bare.exit_code, 2) << bare.out << bare.err;
+  EXPECT_NE(bare.err.find("already holds 1 later checkpoint(s), the newest iter_00000003.h5"), std::string::npos)
+      << bare.err;
   RunResult overwritten = run_in(dir, mpirun(2) + branch + " --set run.iterations=4 --overwrite");
   EXPECT_EQ(overwritten.exit_code, 0) << overwritten.out << overwritten.err;
   EXPECT_NE(overwritten.out.find("--overwrite: deleted 3 checkpoint(s) and the metrics of runs/other (another "

@@ -77,11 +77,11 @@ TEST(Cli, ADatasetOneRankCannotReadStopsEveryRankWithItsCause) {
   }
 }
 
-// The checkpoint records the task's examples' checksum (/data/task_checksum) and a resume compares
+// The checkpoint records the task's files' checksum (/data/task_checksum) and a resume compares
 // it: a dataset edited in place (the same path) is refused with both checksums, exit 2 (it resumed
 // silently over other examples); the same lines copied elsewhere (a requeued job's node scratch)
 // resume though rl.dataset changed (a path change was refused); --allow-config-change takes the
-// edited file.
+// edited file. Ranks whose copies differ stop at the start.
 TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
   fs::path dir = test_dir();
   const std::string lines = "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"cd\", \"answer\": \"dc\"}\n";
@@ -92,16 +92,16 @@ TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
   RunResult shown = run_in(dir, mpirun(1) + " inspect runs/ds/checkpoints/iter_00000001.h5");
   ASSERT_EQ(shown.exit_code, 0) << shown.out << shown.err;
-  const std::size_t at = shown.out.find("task jsonl (examples' checksum ");
+  const std::size_t at = shown.out.find("task jsonl (files' checksum ");
   ASSERT_NE(at, std::string::npos) << shown.out;
-  const std::string saved = shown.out.substr(at + 31, 8);
+  const std::string saved = shown.out.substr(at + 28, 8);
 
   write(dir / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"a\"}\n{\"prompt\": \"cd\", \"answer\": \"dc\"}\n");
   const std::string resume = mpirun(2) + " train --config job.toml --set run.iterations=2";
   RunResult edited = run_in(dir, resume);
   EXPECT_EQ(edited.exit_code, 2) << edited.out << edited.err;
-  EXPECT_NE(edited.err.find("changes the run's trajectory:\n  the task's examples (rl.dataset's lines as rendered and "
-                            "encoded: the dataset, the tokenizer, the chat template) = checksum " + saved + " -> "),
+  EXPECT_NE(edited.err.find("changes the run's trajectory:\n  the task's files (rl.dataset, and the text task's "
+                            "tokenizer and chat template) = checksum " + saved + " -> "),
             std::string::npos)
       << edited.err;
 
@@ -109,12 +109,26 @@ TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
   write(dir / "scratch" / "data.jsonl", lines);
   RunResult moved = run_in(dir, resume + " --set rl.dataset=scratch/data.jsonl");
   EXPECT_EQ(moved.exit_code, 0) << moved.out << moved.err;
-  EXPECT_NE(moved.out.find("rl.dataset = \"data.jsonl\" -> \"scratch/data.jsonl\" (the same examples: the task's "
+  EXPECT_NE(moved.out.find("rl.dataset = \"data.jsonl\" -> \"scratch/data.jsonl\" (the same files: the task's "
                            "checksum is the checkpoint's)"),
             std::string::npos)
       << moved.out;
   RunResult allowed = run_in(dir, resume + " --set run.iterations=3 --allow-config-change");
   EXPECT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+
+  // Ranks that read different copies (rank 1's node-local copy stale: here its own directory's
+  // data.jsonl) stop at the start with both checksums, exit 2 (they trained on different examples).
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  write(dir / "a" / "data.jsonl", lines);
+  write(dir / "b" / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n");
+  const std::string job = " train --config " + (dir / "job.toml").string() + " --set run.dir=" +
+                          (dir / "split").string() + " --set run.iterations=1";
+  RunResult split = run_in(dir, mpirun_in_two_dirs(dir / "a", dir / "b", job));
+  EXPECT_EQ(split.exit_code, 2) << split.out << split.err;
+  EXPECT_NE(split.err.find("rank 1 read other task files than rank 0 (their checksums "), std::string::npos)
+      << split.err;
+  EXPECT_FALSE(fs::exists(dir / "split" / "ds" / "checkpoints")) << "stopped before any save";
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ int run_inspect(const InspectArgs& args) {
                        in.read_int64(f::kIterationsDone), in.read_int64(f::kWarmupStepsDone),
                        in.read_int64(f::kOptimStep), in.read_int64(f::kOptimSkipped), in.read_int64(f::kSeed));
     out += fmt::format("  task {}{}; model {}\n", in.read_string(f::kTask),
-                       in.has(f::kTaskChecksum) ? fmt::format(" (examples' checksum {:08x})", in.read_int64(f::kTaskChecksum))
+                       in.has(f::kTaskChecksum) ? fmt::format(" (files' checksum {:08x})", in.read_int64(f::kTaskChecksum))
                                                 : "",
                        in.read_string(f::kModelSummary));
     std::size_t tensors = 0;

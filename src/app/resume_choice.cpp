@@ -25,7 +25,9 @@ namespace shardrl {
 void leave_no_other_course(const std::filesystem::path& checkpoints, const std::filesystem::path& from,
                            std::int64_t resumed_at, bool overwrite, const std::filesystem::path& run_dir) {
   std::error_code ec;
-  if (!std::filesystem::equivalent(from.parent_path(), checkpoints, ec)) {
+  // Where the file is (a bare name, or a link into the run's checkpoints, resolved).
+  const std::filesystem::path from_dir = std::filesystem::weakly_canonical(std::filesystem::absolute(from), ec).parent_path();
+  if (!std::filesystem::equivalent(from_dir, checkpoints, ec)) {
     // Another run's checkpoint (or a copy elsewhere): whatever this run holds is another course.
     const std::vector<std::filesystem::path> held = committed_checkpoints(checkpoints);
     const std::filesystem::path metrics_file = run_dir / "metrics.jsonl";
@@ -224,12 +226,11 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
     if (saved_task != cfg.rl.task) breaking.push_back(fmt::format("rl.task = {} -> {}", saved_task, cfg.rl.task));
     if (saved_model != model) breaking.push_back(fmt::format("the model = {} -> {}", saved_model, model));
   }
-  // The examples as the task renders and encodes them: the dataset's lines, the tokenizer, the
-  // chat template and the prompts' settings, wherever their files are now.
+  // The task's files (the dataset, the tokenizer's and the template's), wherever they are now.
   const bool same_examples = saved_checksum >= 0 && saved_checksum == task_checksum;
   if (saved_checksum >= 0 && task_checksum >= 0 && !same_examples)
-    breaking.push_back(fmt::format("the task's examples (rl.dataset's lines as rendered and encoded: the dataset, the "
-                                   "tokenizer, the chat template) = checksum {:08x} -> {:08x}",
+    breaking.push_back(fmt::format("the task's files (rl.dataset, and the text task's tokenizer and chat template) = "
+                                   "checksum {:08x} -> {:08x}",
                                    saved_checksum, task_checksum));
   for (const ConfigChange& c : saved.ok() ? config_changes(saved.config, cfg) : std::vector<ConfigChange>{}) {
     // A key neither job reads (a run saved before such a key was refused at load, resumed
@@ -239,7 +240,7 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
     const bool breaks = !c.keeps_trajectory && !c.read_by_neither && !moved;
     spdlog::info("config change since {}: {} = {} -> {}{}", checkpoint.filename().string(), c.key, c.before, c.after,
                  c.read_by_neither ? " (read by neither job)"
-                 : moved          ? " (the same examples: the task's checksum is the checkpoint's)"
+                 : moved          ? " (the same files: the task's checksum is the checkpoint's)"
                  : breaks         ? " (changes the run's trajectory)"
                                   : "");
     if (breaks) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));

@@ -46,7 +46,7 @@ std::filesystem::path resume_path(MPI_Comm world, int rank, const TrainArgs& arg
 
 // A resumed run continues exactly only if nothing that shapes it changed: every key that differs
 // from the checkpoint's configuration is listed; those that change the trajectory stop the job
-// unless `allowed` (--allow-config-change). A dataset task's examples are compared by their
+// unless `allowed` (--allow-config-change). A dataset task's files are compared by their
 // fingerprint (`task_checksum`, rl/task_checksum.hpp; -1 for none) where the checkpoint records
 // one: another one changes the trajectory whatever the paths, and where they are the same,
 // rl.dataset and model.tokenizer (the files' places) may change. Collective.

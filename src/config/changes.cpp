@@ -16,7 +16,7 @@ namespace {
 // model.init_from and lora.init_from only seed a fresh run (a LoRA run's base is checked by its
 // checksum instead). (model.init_from is also the text task's tokenizer where model.tokenizer is
 // unset; its path changes when a job copies the model to node scratch, so the path is no test
-// of it: the task's examples are compared by their checksum instead, app/resume_choice.hpp.)
+// of it: the task's files are compared by their checksum instead, app/resume_choice.hpp.)
 bool keeps_trajectory(const KeyDef& d) {
   static const std::set<std::string> sections{"checkpoint", "comm", "debug"};
   static const std::set<std::string> keys{"run.iterations",  "run.name",        "run.dir",

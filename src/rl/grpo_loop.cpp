@@ -135,7 +135,18 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
     check_ids_in_vocabulary(ex, model.options().shape.vocab_size, "every eval line is checked when the job starts");
     checked_prompt(ex, "its eval prompt (every eval line is checked when the job starts)");
   }
-  task_checksum_ = shardrl::task_checksum(*task_);
+  // Every rank read its own copy of the task's files (a node-local copy may be stale): they must
+  // be the same, or the ranks would train on different examples and the checkpoint record one
+  // rank's. A rank whose copy differs is named on every rank.
+  run_on_every_rank(comm.host_comm(), [&] { task_checksum_ = shardrl::task_checksum(*task_); });
+  std::vector<std::int64_t> checksums(static_cast<std::size_t>(comm.size()));
+  MPI_Allgather(&task_checksum_, 1, MPI_INT64_T, checksums.data(), 1, MPI_INT64_T, comm.host_comm());
+  for (std::size_t r = 1; r < checksums.size(); ++r)
+    if (checksums[r] != checksums[0])
+      throw InputError(fmt::format("rank {} read other task files than rank 0 (their checksums {:08x} and {:08x}: "
+                                   "the dataset{}): every rank must read the same files (a stale node-local copy?)",
+                                   r, checksums[r], checksums[0],
+                                   options.task.name == "text" ? " or the tokenizer's files" : " file"));
   // A generated task's longest prompt, likewise (the warm-up ran before the first rollout found it).
   if (TaskExample longest; !(longest.prompt = task_->longest_prompt()).empty())
     checked_prompt(longest, fmt::format("the longest prompt of rl.task = \"{}\" at rl.difficulty = {}",

@@ -159,8 +159,9 @@ class GrpoLoop {
   const GenerationStats& last_generation() const { return generator_->last_stats(); }
   // The captured train steps (train.cuda_graph = "full"), else null.
   const TrainStepGraphs* step_graphs() const { return step_graphs_.get(); }
-  // The task's fingerprint (rl/task_checksum.hpp; -1 for a generated task): what a checkpoint
-  // records and a resume compares. Computed once, at construction.
+  // The task files' fingerprint (rl/task_checksum.hpp; -1 for a generated task): what a
+  // checkpoint records and a resume compares. Computed once, at construction, where the ranks'
+  // values are checked to agree.
   std::int64_t task_checksum() const { return task_checksum_; }
 
  private:

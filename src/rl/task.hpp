@@ -70,6 +70,14 @@ class Task {
   // others (its generation_config.json's eos_token_id; rollout/stop_ids.hpp). Empty: eos_id()
   // (or rl.eos_id) alone.
   virtual std::vector<std::int32_t> end_ids() const { return {}; }
+  // The files a dataset's task is made of, each with its role ("dataset", or the tokenizer's and
+  // template's file names), in a fixed order: what its checksum covers (rl/task_checksum.hpp).
+  // None for a generated task.
+  struct InputFile {
+    std::string role;
+    std::string path;
+  };
+  virtual std::vector<InputFile> input_files() const { return {}; }
   // A generated task's longest prompt ("" for a dataset's task): what the job checks at start
   // against the rows and the generator.
   virtual std::string longest_prompt() const { return {}; }

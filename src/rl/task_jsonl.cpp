@@ -152,9 +152,11 @@ void check_eos_for(const Dataset& dataset, const std::string& path, std::int64_t
 
 class JsonlTask final : public Task {
  public:
-  JsonlTask(Dataset dataset, std::int32_t eos_id) : dataset_(std::move(dataset)), eos_id_(eos_id) {}
+  JsonlTask(Dataset dataset, std::string path, std::int32_t eos_id)
+      : dataset_(std::move(dataset)), path_(std::move(path)), eos_id_(eos_id) {}
 
   std::string name() const override { return "jsonl"; }
+  std::vector<InputFile> input_files() const override { return {{"dataset", path_}}; }
 
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
@@ -193,6 +195,7 @@ class JsonlTask final : public Task {
     return ex;
   }
   Dataset dataset_;
+  std::string path_;
   std::int32_t eos_id_;   // -1 for a text dataset (unused)
 };
 
@@ -202,7 +205,7 @@ std::unique_ptr<Task> make_jsonl_task(const std::string& dataset_path, std::int6
   Dataset dataset = load_dataset(dataset_path);
   check_eos_for(dataset, dataset_path, eos_id);
   const auto eos = dataset.pre_tokenized ? static_cast<std::int32_t>(eos_id) : std::int32_t{-1};
-  return std::make_unique<JsonlTask>(std::move(dataset), eos);
+  return std::make_unique<JsonlTask>(std::move(dataset), dataset_path, eos);
 }
 
 }  // namespace shardrl::task_detail

@@ -73,7 +73,7 @@ std::string answer_text(const json& v, const std::string& where, const std::stri
 class TextTask final : public Task {
  public:
   explicit TextTask(const TaskOptions& o)
-      : options_(o.text), tokenizer_(o.text.tokenizer_dir), chat_(tokenizer_, o.text) {
+      : options_(o.text), dataset_path_(o.dataset_path), tokenizer_(o.text.tokenizer_dir), chat_(tokenizer_, o.text) {
     const TextTaskOptions& t = options_;
     const std::int32_t eos = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
     // rl.eos_id given: that id alone; else the tokenizer's and the generation config's (the
@@ -108,6 +108,13 @@ class TextTask final : public Task {
 
   void for_each_dataset_example(const std::function<void(const TaskExample&)>& f) const override {
     for (const TextRow& row : train_) f(as_example(row));
+  }
+  // The lines (their other fields, which a reward command reads, too) and what renders and
+  // encodes them: not the prompts as rendered, which a template may date (strftime_now).
+  std::vector<InputFile> input_files() const override {
+    std::vector<InputFile> files{{"dataset", dataset_path_}};
+    for (const auto& f : tokenizer_.files()) files.push_back({f.filename().string(), f.string()});
+    return files;
   }
 
   std::int64_t eval_count() const override { return static_cast<std::int64_t>(eval_.size()); }
@@ -246,6 +253,7 @@ class TextTask final : public Task {
   }
 
   TextTaskOptions options_;
+  std::string dataset_path_;
   HfTokenizer tokenizer_;
   TaskChat chat_;   // the prompts' rendering (rl.chat_template, rl.system_prompt)
   StopIds stop_ = -1;   // the end id (rl.eos_id or the tokenizer's eos), then the model's others

@@ -51,6 +51,7 @@ std::pair<char32_t, std::size_t> code_point_at(const std::string& text, std::siz
 HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
   const fs::path file = dir / "tokenizer.json";
   const json spec = read_json(file, "tokenizer file");
+  files_.push_back(file);
   const std::string origin = file.string();
   // The part being read, for a value of the wrong type found inside it (nlohmann's message alone
   // names neither the part nor the key).
@@ -139,9 +140,10 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
 
   // The side files are read in their own try: a value of the wrong type (a null eos id, a
   // non-object file) is the file's error, named with it, not an unexpected one.
-  const auto read_side_file = [](const fs::path& side, const char* what, auto&& use) {
+  const auto read_side_file = [this](const fs::path& side, const char* what, auto&& use) {
     if (!fs::exists(side)) return;
     const json j = read_json(side, what);
+    files_.push_back(side);
     try {
       if (!j.is_object()) throw InputError(fmt::format("expected a JSON object, got {}", j.type_name()));
       use(j);
@@ -179,6 +181,7 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
   chat_template_origin_ = (dir / "tokenizer_config.json").string() + ": chat_template";
   if (const fs::path jinja = dir / "chat_template.jinja"; fs::exists(jinja)) {
     chat_template_ = read_input_file(jinja, "chat template");
+    files_.push_back(jinja);
     chat_template_origin_ = jinja.string();
     chat_template_problem_.clear();
   }

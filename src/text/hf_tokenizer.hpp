@@ -65,6 +65,8 @@ class HfTokenizer {
   // Llama 3 Instruct's <|eot_id|>), else the first of eos_ids(), else -1.
   std::int32_t end_of_completion_id() const;
   const std::filesystem::path& dir() const { return dir_; }
+  // The files read, tokenizer.json first: what the tokenizer and its template are made of.
+  const std::vector<std::filesystem::path>& files() const { return files_; }
 
  private:
   struct AddedToken {
@@ -84,6 +86,7 @@ class HfTokenizer {
   void encode_plain(std::string piece, bool at_start, std::vector<std::int32_t>& ids) const;
 
   std::filesystem::path dir_;
+  std::vector<std::filesystem::path> files_;
   std::unique_ptr<text::Normalizer> normalizer_;
   std::unique_ptr<text::PreTokenizer> pre_tokenizer_;
   std::unique_ptr<text::BpeModel> model_;
