@@ -167,22 +167,34 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   EXPECT_FALSE(fs::exists(dir / "hf_moe" / "model.safetensors.partial"));
 }
 
-// An export carries what transformers needs beside the weights: the run's tokenizer files and
-// generation_config.json from its model directory, copied byte for byte, and config.json's
-// special-token ids as that directory's config.json has them (eos_token_id a list there), so
-// AutoTokenizer loads and generate() stops where the model's own directory says. A run on the
-// byte tokenizer exports its end id and says it has no tokenizer files.
+// An export carries what transformers needs beside the weights: the run's tokenizer files from
+// its model directory, copied byte for byte; config.json's special-token ids as that directory's
+// config.json has them (eos_token_id a list there) and its generation_config.json (which
+// generate() and vLLM read instead of config.json's ids), each with the run's end id joined (it
+// was copied without it, so generate() ran past the end the policy learned); the base's context
+// length where the run set a shorter one. A run on the byte tokenizer exports its end id and says
+// it has no tokenizer files; a checkpoint that took no step has learned no end id (257 is a real
+// vocabulary's token).
 TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
-  const std::string no_steps = " --set run.iterations=0 --set rl.sft_steps=0";
-  ASSERT_EQ(run_in(dir, mpirun(2) + " train --config job.toml" + no_steps).exit_code, 0);
+  const std::string one_step = " --set run.iterations=0 --set rl.sft_steps=1";
+  ASSERT_EQ(run_in(dir, mpirun(2) + " train --config job.toml" + one_step).exit_code, 0);
   RunResult bytes = run_in(dir, shardrl_binary() + " convert --from runs/ck/checkpoints/iter_00000000.h5 "
                                                    "--to-safetensors hf_bytes");
   ASSERT_EQ(bytes.exit_code, 0) << bytes.err;
   EXPECT_NE(slurp(dir / "hf_bytes" / "config.json").find("\"eos_token_id\": 257"), std::string::npos);
   EXPECT_NE(bytes.out.find("note: the run used shardrl's byte tokenizer"), std::string::npos) << bytes.out;
   EXPECT_FALSE(fs::exists(dir / "hf_bytes" / "tokenizer.json"));
+  ASSERT_EQ(run_in(dir, mpirun(2) + " train --config job.toml --set run.name=untrained --set run.iterations=0 "
+                                    "--set rl.sft_steps=0")
+                .exit_code,
+            0);
+  RunResult untrained = run_in(dir, shardrl_binary() + " convert --from runs/untrained/checkpoints/iter_00000000.h5 "
+                                                       "--to-safetensors hf_untrained");
+  ASSERT_EQ(untrained.exit_code, 0) << untrained.err;
+  EXPECT_EQ(slurp(dir / "hf_untrained" / "config.json").find("eos_token_id"), std::string::npos)
+      << "no step taken, no end id learned";
 
   // A model directory with its tokenizer (stand-in files: the byte task never reads them).
   const fs::path base = dir / "base";
@@ -197,19 +209,31 @@ TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
       {"tokenizer_config.json", "{\"chat_template\": \"{{ messages }}\"}\n"},
       {"generation_config.json", "{\"eos_token_id\": [2, 7]}\n"}};
   for (const auto& [name, text] : files) write(base / name, text);
+  // The run's context shorter than the base's.
+  const auto positions = [](const std::string& json) {
+    const std::size_t at = json.find("\"max_position_embeddings\": ");
+    return at == std::string::npos ? std::string() : json.substr(at, json.find_first_of(",}", at) - at);
+  };
+  ASSERT_NE(positions(config), "\"max_position_embeddings\": 48");
   ASSERT_EQ(run_in(dir, mpirun(2) + " train --config job.toml --set run.name=tok --set model.init_from=" +
-                            base.string() + no_steps)
+                            base.string() + one_step + " --set model.preset=custom --set model.max_seq_len=48")
                 .exit_code,
             0);
   const std::string from = " convert --from runs/tok/checkpoints/iter_00000000.h5 --to-safetensors ";
   RunResult out = run_in(dir, shardrl_binary() + from + "hf_tok");
   ASSERT_EQ(out.exit_code, 0) << out.err;
-  for (const auto& [name, text] : files) EXPECT_EQ(slurp(dir / "hf_tok" / name), text) << name;
+  for (const auto& [name, text] : files) {
+    if (name == "generation_config.json") continue;   // joined with the run's end id (below)
+    EXPECT_EQ(slurp(dir / "hf_tok" / name), text) << name;
+  }
   const std::string exported = slurp(dir / "hf_tok" / "config.json");
   EXPECT_NE(exported.find("\"bos_token_id\": 1,"), std::string::npos) << exported;
   // The base's end ids and the run's own (the byte tokenizer's 257 here), which the policy ends at.
   EXPECT_NE(exported.find("\"eos_token_id\": [\n    2,\n    7,\n    257\n  ]"), std::string::npos) << exported;
-  EXPECT_NE(out.out.find("tokenizer.json, tokenizer_config.json, generation_config.json copied"), std::string::npos)
+  EXPECT_EQ(slurp(dir / "hf_tok" / "generation_config.json"), "{\n  \"eos_token_id\": [\n    2,\n    7,\n    257\n  ]\n}\n");
+  EXPECT_EQ(positions(exported), positions(config)) << "the base's context, not the run's 48";
+  EXPECT_NE(out.out.find("tokenizer.json, tokenizer_config.json copied"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("generation_config.json from model.init_from's, with the run's end id"), std::string::npos)
       << out.out;
   // A tokenizer file already in the output directory is not replaced without --force.
   fs::create_directories(dir / "hf_taken");

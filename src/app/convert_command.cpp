@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <climits>
+
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -68,7 +70,11 @@ std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape, 
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
-  return hf_config_json(shape, args.dtype == "bf16" ? "bfloat16" : "float32", companions.token_ids_json);
+  // The base's context length where the run's was set shorter (the weights do not depend on it).
+  ModelShape exported = shape;
+  if (companions.base_max_positions > shape.max_seq_len && companions.base_max_positions <= INT32_MAX)
+    exported.max_seq_len = static_cast<int>(companions.base_max_positions);
+  return hf_config_json(exported, args.dtype == "bf16" ? "bfloat16" : "float32", companions.token_ids_json);
 }
 
 // Puts the values of parameter `p` of unit `unit` (an index into the units) in `out`. The
@@ -109,12 +115,12 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
 // policy built as the run built it (its base from model.init_from, checked against the
 // checkpoint's record, or its seeded random one), the adapters loaded, then every adapted weight
 // W + (alpha / rank) B A, summed in fp64 from the fp32 adapters and the base.
-int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg) {
+int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg, bool trained) {
   // Only the weights are needed: no batch beyond one token (the activations sized by it).
   cfg.train.micro_batch_size = 1;
   cfg.train.seq_len = 1;
   const ModelShape base_shape = resolve_model_shape(cfg.model);
-  const HfCompanions companions = hf_companions(cfg);
+  const HfCompanions companions = hf_companions(cfg, trained);
   const std::string config_json = checked_hf_config(args, base_shape, companions);
   const ProcessLayout layout = ProcessLayout::discover(mpi.world());
   const DeviceBinding device = bind_device(layout);
@@ -179,14 +185,19 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
     throw InputError(fmt::format("--merged: {} is not a LoRA run's checkpoint (lora.rank = 0): --to-safetensors "
                                  "alone exports its model",
                                  args.from));
+  // Steps taken (not a checkpoint `convert --from-safetensors` wrote): the run has an end id it
+  // learned.
+  const bool trained = source->file->read_int64(checkpoint_format::kIterationsDone) +
+                           source->file->read_int64(checkpoint_format::kWarmupStepsDone) >
+                       0;
   if (lora) {
     const Config cfg = loaded.config;
     source.reset();   // the policy opens the checkpoint again, collectively
-    return export_merged(args, mpi, cfg);
+    return export_merged(args, mpi, cfg, trained);
   }
   ShardedFileReader& checkpoint = *source->file;
   const ModelShape shape = resolve_model_shape(loaded.config.model);
-  const HfCompanions companions = hf_companions(loaded.config);
+  const HfCompanions companions = hf_companions(loaded.config, trained);
   const std::string config_json = checked_hf_config(args, shape, companions);
   const std::vector<UnitSpec> units = model_units(shape);
   // Each parameter whole, read when the writer reaches it (the file's data follow the model's

@@ -18,15 +18,25 @@ namespace shardrl {
 struct HfCompanions {
   std::vector<std::filesystem::path> files;   // copied into the export under their own names
   // config.json's bos_token_id, eos_token_id and pad_token_id, as a JSON object: model.init_from's
-  // config.json's values verbatim (Llama 3.1's eos_token_id is a list), else the run's end id
-  // (rl.eos_id, or the byte tokenizer's); "{}" when neither is known.
+  // config.json's values (Llama 3.1's eos_token_id is a list), with the run's end id joined to
+  // its eos_token_id; "{}" when neither is known.
   std::string token_ids_json = "{}";
+  // model.init_from's generation_config.json with the run's end id joined to its eos_token_id
+  // (what transformers' generate() and vLLM stop at: config.json's ids are not read where this
+  // file exists); "" when the base has none.
+  std::string generation_config_json;
+  // model.init_from's max_position_embeddings (0: none): the export keeps the larger of it and
+  // the run's model.max_seq_len, which a run may set shorter than its base's.
+  std::int64_t base_max_positions = 0;
   std::vector<std::string> notes;   // what could not be carried over, and why
 };
 
 // The companions of the run `config` (a checkpoint's record of it) as its directories hold
-// them now; a directory moved or gone since leaves a note, not an error.
-HfCompanions hf_companions(const Config& config);
+// them now; a directory moved or gone since leaves a note, not an error. `trained`: the
+// checkpoint holds steps the run took (not one `convert --from-safetensors` wrote). The run's end
+// id is rl.eos_id, or, for a run that trained on the byte tokenizer's tasks, that tokenizer's
+// end id; an untrained checkpoint has learned none (a real vocabulary's id 257 is a token).
+HfCompanions hf_companions(const Config& config, bool trained);
 
 // The names an export writes besides model.safetensors and config.json.
 std::vector<std::string> companion_names(const HfCompanions& companions);
