@@ -274,6 +274,13 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   ASSERT_EQ(first.header().tensors.size(), second.header().tensors.size());
   for (const shardrl::StTensor& t : first.header().tensors)
     EXPECT_EQ(first.read_f32(t.name), second.read_f32(t.name)) << t.name;
+  // An index beside model.safetensors (transformers loads the file, the index's shards were read
+  // here): refused, naming both.
+  write(dir / "hf_again" / "model.safetensors.index.json", "{\"weight_map\": {}}");
+  RunResult both = run_in(dir, mpirun(2) + " train --config b.toml --set run.name=both --set model.init_from=hf_again");
+  EXPECT_EQ(both.exit_code, 2) << both.out << both.err;
+  EXPECT_NE(both.err.find("hf_again holds both model.safetensors and model.safetensors.index.json"), std::string::npos)
+      << both.err;
 
   // A directory only rank 0 can see (a relative path, rank 1 started elsewhere), with the shape
   // keys given so that nothing reads config.json before the weights' load: rank 1's failure to

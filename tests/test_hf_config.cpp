@@ -118,6 +118,27 @@ TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
   const std::string no_heads = refusal(R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 64,
       "num_hidden_layers": 1, "num_attention_heads": 0, "intermediate_size": 16, "max_position_embeddings": 8})");
   EXPECT_NE(no_heads.find("num_attention_heads = 0"), std::string::npos) << no_heads;
+  // RoPE parameters per layer type (transformers 5) were read as plain RoPE at theta 10 000, and a
+  // partial rotation as a whole one: refused.
+  const std::string per_type = refusal("{" + kQwen3Body +
+                                       R"(, "rope_parameters": {"full_attention": {"rope_type": "default",
+                                           "rope_theta": 500000.0}}})");
+  EXPECT_NE(per_type.find("rope_parameters.full_attention: RoPE parameters per layer type are not read"),
+            std::string::npos)
+      << per_type;
+  const std::string partial = refusal("{" + kQwen3Body + R"(, "rope_parameters": {"rope_type": "default",
+      "rope_theta": 10000.0, "partial_rotary_factor": 0.5}})");
+  EXPECT_NE(partial.find("rope_parameters.partial_rotary_factor: shardrl rotates the whole head"), std::string::npos)
+      << partial;
+  // Qwen3 without head_dim or num_key_value_heads: transformers takes fixed defaults (128, 32),
+  // which hidden_size / heads and the query heads were not.
+  for (const char* key : {"\"head_dim\": 32, ", "\"num_key_value_heads\": 4, "}) {
+    std::string body = kQwen3Body;
+    body.erase(body.find(key), std::string(key).size());
+    const std::string missing_key = refusal("{" + body + "}");
+    EXPECT_NE(missing_key.find(" missing: transformers' qwen3 then takes a fixed default"), std::string::npos)
+        << key << missing_key;
+  }
   // Keys of the wrong type (null included) are named, as InputErrors (nlohmann's value() threw its
   // own type_error for them, an unexpected error without the file).
   const std::string tied = refusal("{" + kQwen3Body.substr(0, kQwen3Body.find("\"tie_word")) +

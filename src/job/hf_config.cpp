@@ -138,6 +138,14 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     if (!j.contains(key) || j[key].is_null()) continue;
     const nlohmann::json& r = j[key];
     if (!r.is_object()) fail(std::string(key) + ": not an object");
+    // Parameters per layer type ({"full_attention": {...}, "sliding_attention": {...}}) or a
+    // partial rotation would be read as plain RoPE at the default theta: refused.
+    for (auto it = r.begin(); it != r.end(); ++it)
+      if (it.value().is_object())
+        fail(std::string(key) + "." + it.key() + ": RoPE parameters per layer type are not read by shardrl");
+    if (r.contains("partial_rotary_factor") && !(r["partial_rotary_factor"].is_number() &&
+                                                 r["partial_rotary_factor"].get<double>() == 1.0))
+      fail(std::string(key) + ".partial_rotary_factor: shardrl rotates the whole head");
     const std::string rope_type =
         text_or(r, std::string(key) + ".", "rope_type", text_or(r, std::string(key) + ".", "type", "default"));
     if (rope_type == "llama3") {
@@ -162,6 +170,13 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   s.n_layers = integer("num_hidden_layers");
   s.n_heads = integer("num_attention_heads");
   if (s.n_heads == 0) fail("num_attention_heads = 0: a model needs at least one attention head");
+  // Where a key is missing transformers takes its class's default: Llama's are derived from the
+  // model's width and heads, as here; Qwen3's are fixed numbers (32 key/value heads, head_dim
+  // 128) that shardrl does not guess.
+  if (type == "qwen3" || type == "qwen3_moe")
+    for (const char* key : {"num_key_value_heads", "head_dim"})
+      if (!j.contains(key) || j[key].is_null())
+        fail(std::string(key) + " missing: transformers' " + type + " then takes a fixed default; write the model's");
   s.n_kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : s.n_heads;
   s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim") : s.d_model / s.n_heads;
   s.d_ff = integer("intermediate_size");

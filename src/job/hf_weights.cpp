@@ -80,6 +80,12 @@ std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& 
     std::map<std::string, std::filesystem::path> file_of;
     const std::filesystem::path index = dir / "model.safetensors.index.json";
     const bool indexed = std::filesystem::exists(index);
+    // Both: transformers loads model.safetensors and shardrl would read the index's shards, so a
+    // stale one of them would give the two different weights.
+    if (indexed && std::filesystem::exists(dir / "model.safetensors"))
+      throw InputError(fmt::format("{} holds both model.safetensors and model.safetensors.index.json (transformers "
+                                   "loads the first, the index's shards would be read here): remove the stale one",
+                                   dir.string()));
     if (indexed) {
       nlohmann::json j;
       try {
