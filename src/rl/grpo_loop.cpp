@@ -104,6 +104,19 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
       eos_id_(options.eos_id >= 0 ? options.eos_id : task_->eos_id()),
       stop_ids_(eos_id_, task_->end_ids(), model.options().shape.vocab_size),
       pad_id_(task_->pre_tokenized() ? eos_id_ : tokenizer::kPad) {
+  // Every rank read its own copy of the task's files (a node-local copy may be stale): they must
+  // be the same, or the ranks would train on different examples and the checkpoint record one
+  // rank's. A rank whose copy differs is named on every rank, before the checks below (which a
+  // differing copy could fail on one rank alone).
+  run_on_every_rank(comm.host_comm(), [&] { task_checksum_ = shardrl::task_checksum(*task_); });
+  std::vector<std::int64_t> checksums(static_cast<std::size_t>(comm.size()));
+  MPI_Allgather(&task_checksum_, 1, MPI_INT64_T, checksums.data(), 1, MPI_INT64_T, comm.host_comm());
+  for (std::size_t r = 1; r < checksums.size(); ++r)
+    if (checksums[r] != checksums[0])
+      throw InputError(fmt::format("rank {} read other task files than rank 0 (their checksums {:08x} and {:08x}: "
+                                   "the dataset{}): every rank must read the same files (a stale node-local copy?)",
+                                   r, checksums[r], checksums[0],
+                                   options.task.name == "text" ? " or the tokenizer's files" : " file"));
   // The same on every rank. (A generated task is refused earlier, by the config's checks.)
   if (!task_->pre_tokenized() && model.options().shape.vocab_size < tokenizer::kVocabSize)
     throw InputError(fmt::format(
@@ -135,18 +148,6 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
     check_ids_in_vocabulary(ex, model.options().shape.vocab_size, "every eval line is checked when the job starts");
     checked_prompt(ex, "its eval prompt (every eval line is checked when the job starts)");
   }
-  // Every rank read its own copy of the task's files (a node-local copy may be stale): they must
-  // be the same, or the ranks would train on different examples and the checkpoint record one
-  // rank's. A rank whose copy differs is named on every rank.
-  run_on_every_rank(comm.host_comm(), [&] { task_checksum_ = shardrl::task_checksum(*task_); });
-  std::vector<std::int64_t> checksums(static_cast<std::size_t>(comm.size()));
-  MPI_Allgather(&task_checksum_, 1, MPI_INT64_T, checksums.data(), 1, MPI_INT64_T, comm.host_comm());
-  for (std::size_t r = 1; r < checksums.size(); ++r)
-    if (checksums[r] != checksums[0])
-      throw InputError(fmt::format("rank {} read other task files than rank 0 (their checksums {:08x} and {:08x}: "
-                                   "the dataset{}): every rank must read the same files (a stale node-local copy?)",
-                                   r, checksums[r], checksums[0],
-                                   options.task.name == "text" ? " or the tokenizer's files" : " file"));
   // A generated task's longest prompt, likewise (the warm-up ran before the first rollout found it).
   if (TaskExample longest; !(longest.prompt = task_->longest_prompt()).empty())
     checked_prompt(longest, fmt::format("the longest prompt of rl.task = \"{}\" at rl.difficulty = {}",
