@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +77,14 @@ inline RunResult run_in(const fs::path& dir, const std::string& args) {
   r.out = slurp(dir / "stdout.txt");
   r.err = slurp(dir / "stderr.txt");
   return r;
+}
+
+// The iterations of a run's metrics.jsonl, record by record (each record starts with it).
+inline std::vector<std::int64_t> metric_iterations(const fs::path& file) {
+  std::vector<std::int64_t> its;
+  std::istringstream in(slurp(file));
+  for (std::string line; std::getline(in, line);) its.push_back(std::stoll(line.substr(line.find(':') + 1)));
+  return its;
 }
 
 inline std::string shardrl_binary() { return SHARDRL_BINARY; }

@@ -75,12 +75,22 @@ std::string config_text(const fs::path& file) {
   return text;
 }
 
-TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
-  fs::path dir = test_dir();
+// The checkpoint of a one-iteration run of kCheckpointJob in `dir` (its job.toml), or empty with
+// the failure reported.
+fs::path trained_checkpoint(const fs::path& dir) {
   write(dir / "job.toml", kCheckpointJob);
   RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
-  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  const fs::path saved = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  if (first.exit_code != 0) {
+    ADD_FAILURE() << first.out << first.err;
+    return {};
+  }
+  return dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+}
+
+TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
+  fs::path dir = test_dir();
+  const fs::path saved = trained_checkpoint(dir);
+  ASSERT_FALSE(saved.empty());
   const fs::path file = dir / "from_a_newer_shardrl.h5";
   fs::copy_file(saved, file, fs::copy_options::overwrite_existing);
   set_config_text(file, "[future]\nkey = 1\n" + config_text(saved));
@@ -107,10 +117,8 @@ TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
 // samples from it (it read the saved config as a new job's and refused it).
 TEST(Cli, GenerateFromACheckpointTakesASettingItsRunTook) {
   fs::path dir = test_dir();
-  write(dir / "job.toml", kCheckpointJob);
-  RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
-  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  const fs::path saved = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
+  const fs::path saved = trained_checkpoint(dir);
+  ASSERT_FALSE(saved.empty());
   const fs::path file = dir / "older.h5";
   fs::copy_file(saved, file, fs::copy_options::overwrite_existing);
   std::string text = config_text(saved);

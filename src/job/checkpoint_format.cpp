@@ -1,12 +1,12 @@
 #include "job/checkpoint_format.hpp"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <iterator>
 
 #include "core/error.hpp"
+#include "io/field_crc.hpp"
 
 namespace shardrl {
 namespace checkpoint_format {
@@ -19,19 +19,6 @@ constexpr MetadataName kMetadata[] = {
     {kIterationsDone, false}, {kWarmupStepsDone, false}, {kOptimStep, false},      {kOptimSkipped, false},
     {kOptimScheduleStart, false}};
 
-void add_crc(uLong& crc, const void* data, std::size_t bytes) {
-  crc = crc32(crc, static_cast<const Bytef*>(data), static_cast<uInt>(bytes));
-}
-void add_crc(uLong& crc, std::int64_t v) {
-  unsigned char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(v) >> (8 * i));
-  add_crc(crc, le, sizeof le);
-}
-void add_crc(uLong& crc, const std::string& s) {
-  add_crc(crc, static_cast<std::int64_t>(s.size()));
-  add_crc(crc, s.data(), s.size());
-}
-
 }  // namespace
 
 std::vector<MetadataName> metadata_names() { return {std::begin(kMetadata), std::end(kMetadata)}; }
@@ -41,15 +28,15 @@ std::int64_t metadata_checksum(const std::vector<std::pair<std::string, Metadata
   for (const auto& v : values)
     SHARDRL_CHECK(std::any_of(std::begin(kMetadata), std::end(kMetadata), [&](const MetadataName& m) { return v.first == m.name; }),
                   fmt::format("checkpoint metadata {} is not among those its checksum covers", v.first));
-  uLong crc = crc32(0L, Z_NULL, 0);
+  FieldCrc crc;
   for (const MetadataName& m : kMetadata) {
     const auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == m.name; });
     if (it == values.end()) continue;
-    add_crc(crc, std::string(m.name));
-    if (const auto* s = std::get_if<std::string>(&it->second)) add_crc(crc, *s);
-    else add_crc(crc, std::get<std::int64_t>(it->second));
+    crc.add(std::string_view(m.name));
+    if (const auto* s = std::get_if<std::string>(&it->second)) crc.add(std::string_view(*s));
+    else crc.add(std::get<std::int64_t>(it->second));
   }
-  return static_cast<std::int64_t>(crc);
+  return crc.value();
 }
 
 bool is_tensor(const std::string& name) {
