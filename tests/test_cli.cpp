@@ -332,9 +332,10 @@ TEST(Cli, JobTrainsAndWritesResolvedConfig) {
 }
 
 // The main job, shortened: a short warm-up leaves the policy mostly wrong, then RL alone lifts
-// the mean reward (fraction of exactly sorted lists) from below 0.3 to above 0.8 within 150
+// the mean reward (fraction of exactly sorted lists) from below 0.3 to above 0.8 within 120
 // iterations, with each advantage estimator (rl.advantage_estimator) on the same budget and
-// learning rate.
+// learning rate (on the CPU machine each estimator's last 20 iterations averaged 0.85-0.88 at 120
+// and at 150).
 // Every iteration's reward_mean in a run's metrics.jsonl, in order.
 std::vector<double> reward_means(const fs::path& file) {
   std::istringstream metrics(slurp(file));
@@ -352,14 +353,14 @@ class ShortQuickstart : public ::testing::TestWithParam<std::string> {};
 TEST_P(ShortQuickstart, RaisesTheRewardByRl) {
   const std::string estimator = GetParam();
   fs::path dir = test_dir();
-  std::string sets = " --set run.dir=runs --set rl.sft_steps=60 --set run.iterations=150 --set "
+  std::string sets = " --set run.dir=runs --set rl.sft_steps=60 --set run.iterations=120 --set "
                      "'rl.advantage_estimator=\"" + estimator + "\"'";
   if (estimator == "dr_grpo") sets += " --set 'rl.loss_aggregation=\"constant\"'";
   RunResult r = run_in(dir, mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
                                 "/configs/quickstart.toml" + sets);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::vector<double> reward = reward_means(dir / "runs" / "quickstart" / "metrics.jsonl");
-  ASSERT_EQ(reward.size(), 150u);
+  ASSERT_EQ(reward.size(), 120u);
   double last = 0;
   for (std::size_t i = reward.size() - 20; i < reward.size(); ++i) last += reward[i] / 20;
   EXPECT_LT(reward.front(), 0.3);
@@ -371,19 +372,20 @@ INSTANTIATE_TEST_SUITE_P(Cli, ShortQuickstart,
                          [](const ::testing::TestParamInfo<std::string>& estimator) { return estimator.param; });
 
 // LoRA learns the quickstart's task on 2 ranks: rank 8 on every linear layer of the tiny model,
-// its base frozen. The base is random (an init_from base is not wired yet), drawn with
-// model.init_std = 0.5: at the default 0.02 a frozen random head under a frozen final norm
-// bounds every logit near zero, and no adapter lifts the warm-up's loss below ~4.3. Adapters
-// learn faster than full weights, as with PEFT: the warm-up and RL rates are raised.
+// its base frozen. The base is random (Cli.LoraOverAPretrainedBase trains over an imported one),
+// drawn with model.init_std = 0.5: at the default 0.02 a frozen random head under a frozen final
+// norm bounds every logit near zero, and no adapter lifts the warm-up's loss below ~4.3. Adapters
+// learn faster than full weights, as with PEFT: the warm-up and RL rates are raised. 120
+// iterations, not the quickstart's 200: the last 20 averaged 0.94 at 120 and 0.93 at 200.
 TEST(Cli, LoraQuickstartReachesTheTargetReward) {
   fs::path dir = test_dir();
   RunResult r = run_in(dir, mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
                                 "/configs/quickstart.toml --set run.dir=runs --set lora.rank=8 --set model.init_std=0.5 "
-                                "--set rl.sft_lr=1e-2 --set optim.lr=2e-3");
+                                "--set rl.sft_lr=1e-2 --set optim.lr=2e-3 --set run.iterations=120");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("lora.rank                           8"), std::string::npos) << r.out;
   const std::vector<double> reward = reward_means(dir / "runs" / "quickstart" / "metrics.jsonl");
-  ASSERT_EQ(reward.size(), 200u);
+  ASSERT_EQ(reward.size(), 120u);
   double last = 0;
   for (std::size_t i = reward.size() - 20; i < reward.size(); ++i) last += reward[i] / 20;
   EXPECT_GT(last, 0.9) << "mean reward of the last 20 iterations";

@@ -456,11 +456,14 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
                           "[train]\nmicro_batch_size = 4\nseq_len = 64\n[rollout]\nmax_new_tokens = 16\n"
                           "[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n";
   write(dir / "job.toml", job);
-  auto run_with = [&](const std::string& lines) {
+  // Two ranks where the test is that every rank stops (the first refusal, the long prompts); one
+  // rank, without mpirun's start-up, for the other lines' messages (the same check on each rank).
+  auto run_with = [&](const std::string& lines, int ranks = 1) {
     write(dir / "d.jsonl", lines);
-    return run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite");
+    const std::string launch = ranks == 1 ? shardrl_binary() : mpirun(ranks);
+    return run_in(dir, launch + " train --config job.toml --no-resume --overwrite");
   };
-  RunResult missing = run_with("{\"prompt\": \"1+1?\", \"answer\": \"2\"}\n{\"prompt\": \"2+2?\"}\n");
+  RunResult missing = run_with("{\"prompt\": \"1+1?\", \"answer\": \"2\"}\n{\"prompt\": \"2+2?\"}\n", 2);
   EXPECT_EQ(missing.exit_code, 2) << missing.out << missing.err;
   EXPECT_NE(missing.err.find("d.jsonl:2: missing field \"answer\""), std::string::npos) << missing.err;
   RunResult bad_json = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{oops\n");
@@ -484,10 +487,10 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   std::string long_prompt(400, 'x');
   for (std::size_t i = 0; i < long_prompt.size(); i += 2) long_prompt[i] = ' ';
   RunResult dropped = run_with("{\"prompt\": \"1+1?\", \"answer\": 2}\n{\"prompt\": \"" + long_prompt +
-                               "\", \"answer\": 1}\n");
+                               "\", \"answer\": 1}\n", 2);
   EXPECT_EQ(dropped.exit_code, 0) << dropped.out << dropped.err;
   EXPECT_NE(dropped.out.find("dropped 1 prompt(s) longer than 49 tokens"), std::string::npos) << dropped.out;
-  RunResult all_dropped = run_with("{\"prompt\": \"" + long_prompt + "\", \"answer\": 1}\n");
+  RunResult all_dropped = run_with("{\"prompt\": \"" + long_prompt + "\", \"answer\": 1}\n", 2);
   EXPECT_EQ(all_dropped.exit_code, 2);
   EXPECT_NE(all_dropped.err.find("has no usable example (1 dropped as longer than 49 tokens)"), std::string::npos)
       << all_dropped.err;
@@ -546,7 +549,7 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
   };
   for (const auto& k : refused_lines) {
     write(dir / "d.jsonl", std::string(k.line) + "\n");
-    RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite" + k.sets);
+    RunResult r = run_in(dir, shardrl_binary() + " train --config job.toml --no-resume --overwrite" + k.sets);
     EXPECT_EQ(r.exit_code, 2) << k.line << r.out << r.err;
     EXPECT_NE(r.err.find(k.message), std::string::npos) << k.line << ": " << r.err;
   }
