@@ -113,9 +113,19 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   EXPECT_EQ(over_index.exit_code, 2) << over_index.out;
   EXPECT_NE(over_index.err.find("model.safetensors.index.json' exists; pass --force"), std::string::npos)
       << over_index.err;
+  // The files are written into a staging folder inside the directory and moved in together at the
+  // end; one left by an export that was killed part way is removed, said, and not exported.
+  fs::create_directories(sharded / ".shardrl-export.partial");
+  write(sharded / ".shardrl-export.partial" / "model.safetensors", "half a file");
   RunResult over_index_forced = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() +
                                                 " --to-safetensors " + sharded.string() + " --force");
   EXPECT_EQ(over_index_forced.exit_code, 0) << over_index_forced.err;
+  EXPECT_NE(over_index_forced.out.find("note: removed " + (sharded / ".shardrl-export.partial").string() +
+                                       ", left by an export that was stopped"),
+            std::string::npos)
+      << over_index_forced.out;
+  EXPECT_FALSE(fs::exists(sharded / ".shardrl-export.partial"));
+  EXPECT_FALSE(fs::exists(dir / "hf_fp32" / ".shardrl-export.partial"));
   EXPECT_FALSE(fs::exists(sharded / "model.safetensors.index.json"));
   EXPECT_FALSE(fs::exists(sharded / "model-00001-of-00001.safetensors"));
   EXPECT_TRUE(fs::exists(sharded / "model.safetensors"));

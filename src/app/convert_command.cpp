@@ -17,6 +17,7 @@
 #include "core/kokkos.hpp"
 #include "io/checkpoint_dir.hpp"
 #include "io/safetensors.hpp"
+#include "io/staged_directory.hpp"
 #include "io/text_file.hpp"
 #include "model/param_spec.hpp"
 #include "mpi/communicator.hpp"
@@ -57,6 +58,12 @@ std::optional<ExportSource> open_export_source(const char* flag, const std::stri
   return source;
 }
 
+// Said where an export's staging folder was left by one that was stopped (and is now removed).
+void note_stale_staging(const StagedDirectory& staged) {
+  if (staged.stale_removed())
+    std::cout << fmt::format("note: removed {}, left by an export that was stopped\n", staged.staging().string());
+}
+
 // The config.json of an export of `shape`, once nothing stands in its way: the outputs it would
 // replace (refused without --force) and a shape transformers would compute otherwise
 // (hf_config_json refuses it). Called before the weights are read: a refusal after an export's
@@ -92,10 +99,15 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
       tensors.push_back({p.name, p.shape, bf16 ? StDtype::bf16 : StDtype::f32, nullptr,
                          [&values, u, &p](float* out) { values(u, p, out); }});
   const std::filesystem::path dir(args.to_safetensors);
-  write_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-  write_text_atomically(dir / "config.json", config_json);
+  StagedDirectory staged(dir);   // the files replace those of the same names together, at the end
+  note_stale_staging(staged);
+  write_safetensors(staged.staging() / "model.safetensors", tensors,
+                    {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
+  write_text_atomically(staged.staging() / "config.json", config_json);
+  write_hf_companions(companions, staged.staging());
+  staged.commit("config.json");
   // A sharded model left there (its index and shards) would be what importers read, shardrl's
-  // included, instead of the new model.safetensors: --force removes it, once the new one is written.
+  // included, instead of the new model.safetensors: --force removes it, once the new one is in place.
   if (std::filesystem::exists(dir / "model.safetensors.index.json")) {
     std::filesystem::remove(dir / "model.safetensors.index.json");
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
@@ -108,7 +120,6 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
   }
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
-  write_hf_companions(companions, dir);
 }
 
 // A LoRA run's checkpoint -> its merged model as a Hugging Face directory, on one process: the
@@ -244,9 +255,13 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
   for (std::size_t i = 0; i < adapters.size(); ++i)
     tensors.push_back({peft_tensor_name(adapters[i]->name), adapters[i]->shape, bf16 ? StDtype::bf16 : StDtype::f32,
                        values[i].data()});
-  std::filesystem::create_directories(dir);
-  write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-  write_text_atomically(dir / "adapter_config.json", peft_adapter_config_json(shape.lora, loaded.config.model.init_from));
+  StagedDirectory staged(dir);   // both files replace those of the same names together, at the end
+  note_stale_staging(staged);
+  write_safetensors(staged.staging() / "adapter_model.safetensors", tensors,
+                    {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
+  write_text_atomically(staged.staging() / "adapter_config.json",
+                        peft_adapter_config_json(shape.lora, loaded.config.model.init_from));
+  staged.commit("adapter_config.json");
   std::cout << fmt::format("{} adapter tensors ({} parameters, rank {}, {}) -> {}\n", tensors.size(),
                            shape.adapter_count(), shape.lora.rank, bf16 ? "BF16" : "F32", dir.string());
   return 0;
