@@ -54,22 +54,6 @@ std::string event(std::int64_t step, double wall_time, const std::string* file_v
   return e;
 }
 
-// Event { ... oneof what { SessionLog session_log = 7; } }, SessionLog { SessionStatus status = 1; }
-// with status START (1), at step 0: a TensorBoard already showing the run drops every point it
-// loaded from the run's earlier event files (steps >= 0) when it reads this one, which holds them
-// again, so a resume from an earlier checkpoint does not leave the abandoned iterations beside the
-// new ones (TensorBoard's purge on restart; PyTorch's SummaryWriter(purge_step=) writes the same).
-std::string session_start_event(double wall_time) {
-  std::string log, e;
-  key(log, 1, 0);
-  varint(log, 1);
-  fixed_field(e, 1, wall_time);
-  key(e, 2, 0);
-  varint(e, 0);
-  bytes_field(e, 7, log);
-  return e;
-}
-
 // tensorflow/core/framework/summary.proto: Summary { repeated Value value = 1; }
 // Value { string tag = 1; float simple_value = 2; TensorProto tensor = 8; SummaryMetadata metadata = 9; }
 std::string scalar_value(const std::string& tag, float v) {
@@ -177,7 +161,6 @@ TensorBoardLog::TensorBoardLog(const std::filesystem::path& dir, const std::stri
     const std::string version = "brain.Event:2";
     const double start = now_seconds();
     first << record(event(0, start, &version, nullptr));
-    first << record(session_start_event(start));
     // The config in a code block, so the text plugin keeps its lines.
     const std::string config = summary_of({text_value("config", "```\n" + config_text + "\n```")});
     first << record(event(0, start, nullptr, &config));

@@ -4,8 +4,7 @@ the run's metrics.jsonl and config.toml. Every record's two masked CRC-32Cs are 
 (crcmod), every Event is decoded with the protobuf runtime from the message definitions below
 (compiled by protoc: the field numbers and types of tensorflow/core/util/event.proto and
 tensorflow/core/framework/summary.proto, tensor.proto, tensor_shape.proto). Checked: one event
-file; its first event the file version, its second a session start at step 0 (a TensorBoard that
-showed the run drops what it loaded before, steps >= 0, as a resume rewrites them); the config as a text summary at step 0; one summary
+file; its first event the file version; the config as a text summary at step 0; one summary
 per metrics.jsonl record, at its iteration, each step once, holding exactly the record's finite
 fields under their tags with the record's values (as float32), its wall time the record's "time"
 (also for a resumed run's earlier iterations, written again).
@@ -51,13 +50,7 @@ message Summary {
 message Event {
   double wall_time = 1;
   int64 step = 2;
-  oneof what { string file_version = 3; bytes graph_def = 4; Summary summary = 5; SessionLog session_log = 7; }
-}
-message SessionLog {
-  enum SessionStatus { STATUS_UNSPECIFIED = 0; START = 1; STOP = 2; CHECKPOINT = 3; }
-  SessionStatus status = 1;
-  string checkpoint_path = 2;
-  string msg = 3;
+  oneof what { string file_version = 3; bytes graph_def = 4; Summary summary = 5; }
 }
 """
 
@@ -124,9 +117,6 @@ def main():
 
     if not events or events[0].file_version != "brain.Event:2":
         fail("the first event is not the file version brain.Event:2")
-    starts = [i for i, e in enumerate(events) if e.HasField("session_log")]
-    if starts != [1] or events[1].session_log.status != pb.SessionLog.START or events[1].step != 0:
-        fail(f"expected one session start at step 0, the second event; session logs at {starts}")
     config = open(os.path.join(run, "config.toml")).read()
     texts = [v for e in events if e.HasField("summary") for v in e.summary.value if v.HasField("tensor")]
     if len(texts) != 1 or texts[0].tag != "config" or texts[0].metadata.plugin_data.plugin_name != "text":

@@ -151,7 +151,23 @@ TEST(GrpoLoop, CapturedStepsFollowTheEagerTrajectory) {
       {
         Job job(c, MPI_COMM_WORLD);
         warm_graph = job.warm_up();
-        graph = trajectory(job, kIterations);
+        // This rank's ids per iteration: the ranks' rows must differ for the agreement below to
+        // be tested (they do: the completions end at different lengths).
+        long my_ids = 0;
+        for (int it = 0; it < kIterations; ++it) {
+          RolloutBatch b = job.loop.rollout(it);
+          for (const Sequence& q : b.sequences) my_ids += static_cast<long>(q.ids.size()) * (it + 1);
+          TrainStats t = job.loop.train(b);
+          graph.push_back({b.reward_mean, b.reward_std, t.loss, t.kl, t.grad_norm, t.clip_frac, b.entropy, t.aux_loss});
+        }
+        long ids_low = 0, ids_high = 0;
+        MPI_Allreduce(&my_ids, &ids_low, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&my_ids, &ids_high, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+        int ranks = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+        if (ranks > 1) {
+          EXPECT_NE(ids_low, ids_high) << "every rank's rows had the same ids: the ranks' agreement is not tested";
+        }
         ASSERT_NE(job.loop.step_graphs(), nullptr);
         if (!packing) {
           EXPECT_EQ(job.loop.step_graphs()->captures(), 2) << "one warm-up graph and one GRPO graph";

@@ -151,7 +151,8 @@ TEST(MemoryPlan, GeneratePlansItsGeneratorBesideThePolicy) {
       const MemoryPlan plan = plan_memory(c, size, false, device_memory_is_separate(), shape);
       EXPECT_GT(plan.device_bytes(), plan_memory(c, size, false).device_bytes() + bytes_of(plan.rollout) - 1);
       const std::int64_t before = MemoryLedger::instance().total();
-      double counted = 0;
+      const std::int64_t kv_before = MemoryLedger::instance().bytes(MemoryCategory::kv_cache);
+      double counted = 0, counted_kv = 0;
       {
         auto comm = make_communicator(backend(), MPI_COMM_WORLD, 120.0);
         PolicyUse use;
@@ -162,7 +163,15 @@ TEST(MemoryPlan, GeneratePlansItsGeneratorBesideThePolicy) {
         Generator generator(policy.model().options(), rows, len, ExecSpace(), nullptr, engine);
         weights.materialize(policy.trainer(), generator.model());
         counted = double(MemoryLedger::instance().total() - before);
+        counted_kv = double(MemoryLedger::instance().bytes(MemoryCategory::kv_cache) - kv_before);
       }
+      // The KV cache as the generator sizes it: a single row's paged pool holds about two
+      // sequences (the plan counted one).
+      double planned_kv = -1;
+      for (const auto& t : plan.rollout)
+        if (t.what.rfind("KV cache", 0) == 0) planned_kv = t.bytes;
+      EXPECT_EQ(c.rollout.engine, RolloutEngine::paged);
+      EXPECT_NEAR(planned_kv, counted_kv, 0.01 * counted_kv) << rows << " rows";
       std::string parts;
       for (const auto& t : plan.device) parts += fmt::format("\n  {} {}", t.bytes, t.what);
       const std::string name = fmt::format("{} rows, {}", rows, c.model.precision == Precision::bf16 ? "bf16" : "fp32");

@@ -177,8 +177,9 @@ std::vector<KeyDef> build_schema() {
                      &Config::rollout, &RolloutConfig::engine, std::vector<std::string>{"static", "paged"}));
   s.push_back(with_max(with_min(field("rollout", "kv_cache_tokens", VK::integer,
                                       "`paged`: positions the KV cache's block pool holds, rounded up to whole "
-                                      "blocks and at least two sequences' worth, plus one scratch block; rows that "
-                                      "do not fit wait, or are recomputed later. 0: as many as `static` allocates "
+                                      "blocks and at least two sequences' worth and a block, plus one scratch "
+                                      "block; rows that do not fit wait, or are recomputed later. 0: as many as "
+                                      "`static` allocates "
                                       "(rows x positions).",
                                       &Config::rollout, &RolloutConfig::kv_cache_tokens),
                                 0),

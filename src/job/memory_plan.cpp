@@ -315,18 +315,23 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                                              : fmt::format("{:.4g} rows (rl.prompts_per_iteration / ranks x "
                                                            "rl.samples_per_prompt)",
                                                            rows);
-    // The paged engine's pool: rollout.kv_cache_tokens positions (at least two sequences' worth),
-    // or by default as many as the static engine's rows x positions.
-    // The paged engine's cache has room for twice the decode rows' sequences (rollout/generator.cpp).
-    const bool paged = config.rollout.engine == RolloutEngine::paged;
-    const bool pool = paged && config.rollout.kv_cache_tokens > 0;
-    const double positions = pool ? std::max(double(config.rollout.kv_cache_tokens), 2 * len) : rows * len;
     // rollout.tensor_parallel = tp: a group decodes its ranks' rows together, each rank with its
     // part (model/tensor_parallel.hpp): 1/tp of the kv heads of tp times the rows.
     // (generate decodes the whole model on each rank.)
     const double tp = generating ? 1.0 : double(config.rollout.tensor_parallel);
     const Dims part = tp > 1 ? dims_of(tensor_parallel_shape(m.shape, static_cast<int>(tp))) : d;
-    const double kv = (pool ? positions * part.Hkv : rows * len * d.Hkv) * 2 * d.L * es;
+    // The paged engine's pool (rollout/engine_choice.hpp, as the generator sizes it for the
+    // group's rows): rollout.kv_cache_tokens positions, or by default as many as the static
+    // engine's rows x positions, in whole blocks, at least two sequences' worth and a scratch
+    // block (a single row's pool is about twice its sequence).
+    const bool paged = config.rollout.engine == RolloutEngine::paged;
+    const bool pool = paged && config.rollout.kv_cache_tokens > 0;
+    const EngineOptions engine = engine_options(config);
+    const double positions =
+        paged ? double(paged_pool_blocks(static_cast<std::int64_t>(rows * tp), static_cast<std::int64_t>(len), engine) *
+                       engine.block_positions)
+              : rows * len;
+    const double kv = (paged ? positions * part.Hkv : rows * len * d.Hkv) * 2 * d.L * es;
     // A rank of a group keeps 1/tp of each layer (the embedding and head whole) and gathers whole
     // layers one at a time through a staging buffer of the largest.
     const double layers = P - d.V * d.D * (m.shape.tie_embeddings ? 1 : 2) - d.D;
@@ -355,9 +360,14 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                            P * es};
     rollout = {
         weights,
-        {pool ? fmt::format("KV cache: rollout.kv_cache_tokens = {:.4g} positions x {:.4g} layers (model.n_layers)",
-                            positions, d.L)
-              : fmt::format("KV cache: {} x {:.4g} positions x {:.4g} layers (model.n_layers)", rows_text, len,
+        {pool ? fmt::format("KV cache: rollout.kv_cache_tokens = {:.4g} positions in whole blocks of {} with a "
+                            "scratch block ({:.4g} positions) x {:.4g} layers (model.n_layers)",
+                            double(config.rollout.kv_cache_tokens), engine.block_positions, positions, d.L)
+              : fmt::format("KV cache: {} x {:.4g} positions{} x {:.4g} layers (model.n_layers)", rows_text, len,
+                            paged ? fmt::format(" ({:.4g} in the paged pool's whole blocks of {}, at least two "
+                                                "sequences' worth, and its scratch block)",
+                                                positions, engine.block_positions)
+                                  : "",
                             d.L),
          kv},
         // A tensor-parallel group decodes all its ranks' rows, each rank with its part's shape.

@@ -6,6 +6,7 @@
 //          blocks taken as sequences grow (a sequence is recomputed later when the pool runs out).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace shardrl {
@@ -26,5 +27,16 @@ struct EngineOptions {
   // the ranks run their forwards in lockstep (rollout/generator.hpp).
   bool expert_parallel = false;
 };
+
+// The paged engine's pool in blocks, its scratch block included, for `rows` decode slots of at
+// most `max_len` positions: kv_cache_tokens (0: rows x max_len) in whole blocks, and never fewer
+// than the scheduler needs at once, a sequence of max_len beside its prompt's blocks. What the
+// generator allocates and the memory plan counts.
+inline std::int64_t paged_pool_blocks(std::int64_t rows, std::int64_t max_len, const EngineOptions& e) {
+  const std::int64_t bp = e.block_positions;
+  const std::int64_t tokens = e.kv_cache_tokens > 0 ? e.kv_cache_tokens : rows * max_len;
+  const std::int64_t per_sequence = (max_len + bp - 1) / bp;
+  return std::max<std::int64_t>((tokens + bp - 1) / bp, 2 * per_sequence + 1) + 1;
+}
 
 }  // namespace shardrl

@@ -48,13 +48,8 @@ KvCache make_cache(const ModelOptions& model, int rows, int max_len, const Engin
   const std::size_t es = model.precision == Precision::bf16 ? sizeof(bf16) : sizeof(float);
   const ArenaPlacement at{arena, Phase::rollout};
   if (engine.engine == RolloutEngine::static_batch) return KvCache(model.shape, rows, max_len, es, at);
-  const std::int64_t bp = engine.block_positions;
-  const std::int64_t tokens = engine.kv_cache_tokens > 0 ? engine.kv_cache_tokens : std::int64_t(rows) * max_len;
-  const std::int64_t per_sequence = (max_len + bp - 1) / bp;
-  // The scheduler needs room for one sequence of max_len and its prompt's blocks at once.
-  const std::int64_t blocks = std::max<std::int64_t>((tokens + bp - 1) / bp, 2 * per_sequence + 1);
   KvCache::Paged p;
-  p.blocks = static_cast<int>(blocks + 1);
+  p.blocks = static_cast<int>(paged_pool_blocks(rows, max_len, engine));
   p.block_positions = engine.block_positions;
   p.sequences = 2 * rows;
   return KvCache(model.shape, p, max_len, es, at);
