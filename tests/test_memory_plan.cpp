@@ -252,9 +252,10 @@ TEST(MemoryPlan, ForAGpuBuildPlansItsOwnWorkspaceAndAttention) {
   c.rollout.max_new_tokens = 256;
   c.train.seq_len = 512;
   c.train.micro_batch_size = 16;
-  // The rollout arenas the job allocated (MiB, `.gpu/run_s9b.sh`): prefilling every row at once,
-  // and in calls of rollout.prefill_tokens' default 16384 positions.
-  for (const auto& [prefill_tokens, arena] : {std::pair{0, 42015.59}, std::pair{16384, 30770.97}}) {
+  // The rollout arenas the job allocated (MiB; 2 x H200, 2026-11-28, `.gpu/run_s29a.sh`, the
+  // start-up line "arena ... (train ..., rollout ...)"): prefilling every row at once, and in calls
+  // of rollout.prefill_tokens' default 16384 positions.
+  for (const auto& [prefill_tokens, arena] : {std::pair{0, 42027.54}, std::pair{16384, 30782.92}}) {
     c.rollout.prefill_tokens = prefill_tokens;
     const MemoryPlan p = plan_memory(c, 2, true, true);
     double rollout = 0;
