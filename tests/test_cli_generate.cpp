@@ -32,6 +32,11 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
   RunResult greedy_top_k = run_in(dir, cmd + " --temperature 0 --top-k 5");
   ASSERT_EQ(greedy_top_k.exit_code, 0) << greedy_top_k.err;
   EXPECT_EQ(greedy_top_k.out, greedy.out);
+  // An empty prompt is the byte tokenizer's [BOS] alone: an unconditional draw (it was refused as
+  // if no prompt had been given).
+  RunResult empty = run_in(dir, shardrl_binary() + " generate --config job.toml --prompt '' --n 2 --max-new-tokens 4");
+  EXPECT_EQ(empty.exit_code, 0) << empty.err;
+  EXPECT_EQ(std::count(empty.out.begin(), empty.out.end(), '\n'), 2) << empty.out;
   RunResult bad = run_in(dir, cmd + " --top-p 1.5");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err,

@@ -49,6 +49,29 @@ TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
               2 * 3 * 2)
         << "A and B of 3 targets in each of the tiny model's 2 layers";
   }
+  // generate samples the checkpoint's own model: its adapters over the random base its run drew
+  // (--seed seeds the draws only: it drew another base, which was then refused), and never under
+  // another alpha, other targets or another shape (each read the tensors into that model).
+  const std::string gen = shardrl_binary() + " generate --checkpoint " + ckpt.string() +
+                          " --prompt-ids \"256 97\" --n 2 --max-new-tokens 6";
+  RunResult drawn = run_in(dir, gen), seeded = run_in(dir, gen + " --seed 7");
+  ASSERT_EQ(drawn.exit_code, 0) << drawn.err;
+  ASSERT_EQ(seeded.exit_code, 0) << seeded.err;
+  EXPECT_NE(seeded.out, drawn.out) << "another seed, other draws";
+  const std::string other_model = ckpt.string() + ": the checkpoint's model is not this job's: ";
+  RunResult alpha = run_in(dir, gen + " --set lora.alpha=800.0");
+  EXPECT_EQ(alpha.exit_code, 2) << alpha.out;
+  EXPECT_NE(alpha.err.find(other_model + "lora.alpha is 8 in the checkpoint's run and 800 here"), std::string::npos)
+      << alpha.err;
+  RunResult targets = run_in(dir, gen + " --set 'lora.targets=[\"q\"]'");
+  EXPECT_EQ(targets.exit_code, 2) << targets.out;
+  EXPECT_NE(targets.err.find(other_model + "lora.targets is [\"q\", \"v\", \"down\"] in the checkpoint's run and "
+                                           "[\"q\"] here"),
+            std::string::npos)
+      << targets.err;
+  RunResult layers = run_in(dir, gen + " --set model.preset=custom --set model.n_layers=1");
+  EXPECT_EQ(layers.exit_code, 2) << layers.out;
+  EXPECT_NE(layers.err.find(other_model), std::string::npos) << layers.err;
   RunResult merged = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors merged");
   EXPECT_EQ(merged.exit_code, 2);
   EXPECT_NE(merged.err.find("holds its adapters only: --to-peft exports them"), std::string::npos) << merged.err;

@@ -289,6 +289,7 @@ int run_cli(int argc, char** argv) {
                                std::pair{&top_k_flag, "rollout.top_k"}, std::pair{&top_p_flag, "rollout.top_p"},
                                std::pair{&max_new_flag, "rollout.max_new_tokens"}})
         if (!flag->empty()) gen_args.overrides.push_back(std::string(key) + "=" + *flag);
+      gen_args.prompt_given = text->count() > 0;
       return run_generate(gen_args);
     }
   }

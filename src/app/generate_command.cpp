@@ -102,6 +102,34 @@ int run_generate(const GenerateArgs& args) {
     return kExitUsage;
   }
   const Config& cfg = loaded.config;
+  // A checkpoint is sampled as its run's model: a --config or --set describing another (a shape,
+  // the adapters' rank, alpha or targets) is refused; it read the checkpoint's tensors into that
+  // model silently (the adapters of dropped targets left out, another scale, fewer layers). A
+  // LoRA run's random base (no model.init_from) is drawn again from its run's seed; --seed seeds
+  // the draws only (it drew another base, which the adapters' check then refused).
+  std::int64_t base_seed = cfg.run.seed;
+  if (checkpoint) {
+    BuildInfo build = this_build();
+    build.saved_run = true;
+    try {
+      const std::string where = args.checkpoint + ":" + checkpoint_format::kConfig;
+      const LoadedConfig saved = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig), where, {},
+                                                  layout.world_size, build, /*trains=*/false);
+      if (saved.ok()) {
+        const ModelShape theirs = job_model_shape(saved.config), ours = job_model_shape(cfg);
+        std::string d = shape_difference(theirs, ours, "in the checkpoint's run", "here");
+        if (d.empty()) d = lora_difference(theirs.lora, ours.lora, "in the checkpoint's run", "here");
+        if (!d.empty())
+          throw InputError(fmt::format("{}: the checkpoint's model is not this job's: {}; generate samples the "
+                                       "model its run trained (leave its [model] and [lora] keys as that run set them)",
+                                       args.checkpoint, d));
+        base_seed = saved.config.run.seed;
+      }
+    } catch (const InputError& e) {
+      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
   DeviceBinding device;
   try {
     device = bind_device(layout);
@@ -111,7 +139,7 @@ int run_generate(const GenerateArgs& args) {
   }
   KokkosRuntime kokkos(device.device_id);
 
-  if (args.prompt.empty() + args.prompt_ids.empty() + args.task_input.empty() != 2) {
+  if (int(args.prompt_given) + int(!args.prompt_ids.empty()) + int(!args.task_input.empty()) != 1) {
     if (layout.world_rank == 0)
       std::cerr << "shardrl: generate needs one of --prompt TEXT, --prompt-ids \"ID ...\" and --task-input TEXT\n";
     return kExitUsage;
@@ -210,6 +238,7 @@ int run_generate(const GenerateArgs& args) {
     // rather than the job's micro-batch.
     Config policy_cfg = cfg;
     policy_cfg.train.micro_batch_size = 1;
+    policy_cfg.run.seed = base_seed;
     PolicyUse use;
     use.generator = {args.samples, max_len};
     built = std::make_unique<Policy>(policy_cfg, *comm, use);

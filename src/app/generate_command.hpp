@@ -17,7 +17,8 @@ struct GenerateArgs {
   std::string config_path;              // the config; without it, the checkpoint's own
   std::string checkpoint;               // weights from this checkpoint (else a fresh model)
   std::vector<std::string> overrides;   // --set and the sampling flags, as section.key=value
-  std::string prompt;      // text, or
+  std::string prompt;      // text (may be empty: a byte-tokenizer model's prompt is then [BOS]), or
+  bool prompt_given = false;
   std::string prompt_ids;  // token ids separated by spaces or commas, or
   std::string task_input;  // the input of the job's task, rendered as its prompt (rl/task_prompt.hpp)
                            // (exactly one of the three)

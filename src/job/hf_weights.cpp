@@ -24,26 +24,6 @@ namespace {
 
 std::string slurp(const std::filesystem::path& p) { return read_input_file(p, "model file"); }
 
-// The first difference between the directory's shape and the job's, or "".
-std::string shape_difference(const ModelShape& dir, const ModelShape& job) {
-  const std::pair<const char*, std::pair<double, double>> fields[] = {
-      {"vocab_size", {dir.vocab_size, job.vocab_size}},     {"d_model (hidden_size)", {dir.d_model, job.d_model}},
-      {"n_layers", {dir.n_layers, job.n_layers}},           {"n_heads", {dir.n_heads, job.n_heads}},
-      {"n_kv_heads", {dir.n_kv_heads, job.n_kv_heads}},     {"head_dim", {dir.head_dim, job.head_dim}},
-      {"d_ff (intermediate_size)", {dir.d_ff, job.d_ff}},   {"rope_theta", {dir.rope_theta, job.rope_theta}},
-      {"rope_scaling.factor", {dir.rope_scaling_factor, job.rope_scaling_factor}},
-      {"rope_scaling.low_freq_factor", {dir.rope_low_freq_factor, job.rope_low_freq_factor}},
-      {"rope_scaling.high_freq_factor", {dir.rope_high_freq_factor, job.rope_high_freq_factor}},
-      {"rope_scaling.original_max_position_embeddings", {dir.rope_original_max_position, job.rope_original_max_position}},
-      {"norm_eps", {dir.norm_eps, job.norm_eps}},           {"qk_norm (qwen3)", {dir.qk_norm, job.qk_norm}},
-      {"tie_embeddings", {dir.tie_embeddings, job.tie_embeddings}},
-      {"n_experts", {dir.n_experts, job.n_experts}},        {"top_k", {dir.top_k, job.top_k}},
-      {"d_ff_expert", {dir.d_ff_expert, job.d_ff_expert}},  {"moe_every", {dir.moe_every, job.moe_every}}};
-  for (const auto& [name, v] : fields)
-    if (v.first != v.second) return fmt::format("{} is {} there and {} in the job's [model]", name, v.first, v.second);
-  return "";
-}
-
 // load_hf_weights' checksum from every rank's slices of the tensors read.
 std::uint32_t base_checksum(const std::vector<Slice>& slices, const std::vector<UnitSpec>& units, bool lora) {
   std::map<std::uint64_t, std::vector<Slice>> of_tensor;
@@ -73,7 +53,7 @@ std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& 
   try {
     const std::filesystem::path config = dir / "config.json";
     const ModelShape theirs = shape_from_hf_config(slurp(config), config.string());
-    if (const std::string d = shape_difference(theirs, shape); !d.empty())
+    if (const std::string d = shape_difference(theirs, shape, "there", "in the job's [model]"); !d.empty())
       throw InputError(config.string() + ": describes another model than the job's: " + d +
                        " (set the [model] keys to match: preset = \"custom\" and the shape keys)");
     // Which file holds each tensor.

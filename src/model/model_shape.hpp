@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/lora_shape.hpp"
 
@@ -41,5 +42,14 @@ struct ModelShape {
   std::int64_t parameter_count() const;   // the base model's, adapters aside
   std::int64_t adapter_count() const;     // the adapters' (0 without LoRA)
 };
+
+// The first difference between two shapes' weights or what they compute (every field but
+// max_seq_len, which bounds positions only; adapters aside), "" if none, as
+// "<field> is <a's> <a_where> and <b's> <b_where>".
+std::string shape_difference(const ModelShape& a, const ModelShape& b, const std::string& a_where,
+                             const std::string& b_where);
+// Likewise for the adapters: lora.rank, alpha, targets and whether the experts carry them.
+std::string lora_difference(const LoraShape& a, const LoraShape& b, const std::string& a_where,
+                            const std::string& b_where);
 
 }  // namespace shardrl
