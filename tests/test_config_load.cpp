@@ -290,6 +290,11 @@ TEST(ConfigLoad, LoraKeys) {
   EXPECT_TRUE(load_config(moe + "targets = [\"q\", \"k\", \"v\", \"o\"]\n", "l.toml", {}, kCpu).ok());
   EXPECT_TRUE(load_config(moe, "l.toml", {"model.moe_every=2"}, kCpu).ok()) << "the dense layers' MLPs adapt";
   EXPECT_TRUE(load_config(moe + "targets = [\"q\"]\n", "l.toml", {"fsdp.expert_parallel=true"}, kCpu).ok());
+  // Targets matching no layer of the shape (custom's 2 layers, MoE every 3rd: none): refused, the
+  // job trained nothing.
+  EXPECT_EQ(one_error(moe + "targets = [\"experts\"]\n", {"model.moe_every=3"}),
+            "l.toml:6:11: lora.targets adapt no layer of this model (2 layers, mixture-of-experts every 3 with "
+            "model.n_experts = 4): the job would train nothing");
   EXPECT_EQ(one_error("[lora]\nalpha = 8\n", {}), "l.toml:2:9: lora.alpha applies to lora.rank > 0");
 }
 

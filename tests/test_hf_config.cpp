@@ -5,6 +5,7 @@
 // job's adapters.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.hpp"
@@ -214,14 +215,68 @@ TEST(HfConfig, ExportedConfigReadsBackAsTheSameShape) {
 // lora.alpha is a float: an adapter's lora_alpha of 0.1 is this job's 0.1 (compared as doubles,
 // 0.1 and 0.1f differed, and the refusal read "lora_alpha = 0.1, and this job's lora.alpha = 0.1").
 TEST(PeftConfig, AlphaIsComparedAsTheJobsFloat) {
-  shardrl::LoraShape lora;
+  shardrl::ModelShape shape;
+  shardrl::LoraShape& lora = shape.lora;
   lora.rank = 8;
   lora.alpha = 0.1f;
   lora.targets = 1u << static_cast<int>(shardrl::LoraTarget::q) | 1u << static_cast<int>(shardrl::LoraTarget::v);
   const std::string config = R"({"peft_type": "LORA", "r": 8, "lora_alpha": 0.1, "target_modules": ["q_proj", "v_proj"]})";
-  EXPECT_EQ(shardrl::peft_config_problem(config, "x", lora), "");
+  EXPECT_EQ(shardrl::peft_config_problem(config, "x", shape), "");
   lora.alpha = 0.2f;
-  EXPECT_NE(shardrl::peft_config_problem(config, "x", lora).find("lora_alpha = 0.1"), std::string::npos);
+  EXPECT_NE(shardrl::peft_config_problem(config, "x", shape).find("lora_alpha = 0.1"), std::string::npos);
+}
+
+// Adapters PEFT initialised out of the base weights (PiSSA, OLoRA, CorDA) or a quantized base
+// (LoftQ) belong over the base PEFT changed: refused over the original. PEFT's other inits are
+// plain LoRA once trained.
+TEST(PeftConfig, AdaptersOfABaseThatPeftChangedAreRefused) {
+  shardrl::ModelShape shape;
+  shape.lora.rank = 8;
+  shape.lora.alpha = 16;
+  shape.lora.targets = 1u << static_cast<int>(shardrl::LoraTarget::q);
+  const auto with_init = [](const std::string& init) {
+    return R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"], "init_lora_weights": )" +
+           init + "}";
+  };
+  for (const char* init : {R"("pissa")", R"("pissa_niter_4")", R"("olora")", R"("corda")", R"("loftq")"})
+    EXPECT_NE(shardrl::peft_config_problem(with_init(init), "x", shape)
+                  .find(std::string("x: init_lora_weights = ") + init + ": these adapters belong over the base PEFT "
+                                                                        "changed"),
+              std::string::npos)
+        << init;
+  for (const char* init : {"true", "false", R"("gaussian")", R"("eva")", R"("orthogonal")"})
+    EXPECT_EQ(shardrl::peft_config_problem(with_init(init), "x", shape), "") << init;
+}
+
+// A mixture-of-experts model's adapters name their modules by a pattern of whole names: the last
+// names alone stand for the dense MLPs and the experts both (and a shared expert), so PEFT wrapped
+// modules the file has no adapters for. The pattern names the layers: here 4 layers, every second
+// one MoE (1 and 3). The import takes back exactly the pattern of the job's own targets.
+TEST(PeftConfig, MixtureOfExpertsTargetsAreAPatternOfWholeModuleNames) {
+  shardrl::ModelShape shape;
+  shape.n_layers = 4;
+  shape.n_experts = 4;
+  shape.moe_every = 2;
+  shape.lora.rank = 4;
+  shape.lora.alpha = 8;
+  shape.lora.targets = 1u << static_cast<int>(shardrl::LoraTarget::q) | 1u << static_cast<int>(shardrl::LoraTarget::down);
+  shape.lora.experts = true;
+  const std::string pattern = shardrl::peft_target_pattern(shape);
+  EXPECT_EQ(pattern, R"(.*\.layers\.\d+\.self_attn\.(q_proj)|.*\.layers\.(0|2)\.mlp\.(down_proj)|)"
+                     R"(.*\.layers\.(1|3)\.mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj))");
+  const nlohmann::json written = nlohmann::json::parse(shardrl::peft_adapter_config_json(shape, "/base"));
+  EXPECT_EQ(written.at("target_modules"), pattern);
+  EXPECT_EQ(shardrl::peft_config_problem(written.dump(), "x", shape), "");
+  shardrl::ModelShape fewer = shape;
+  fewer.lora.experts = false;
+  EXPECT_NE(shardrl::peft_config_problem(written.dump(), "x", fewer).find("the pattern its export writes"),
+            std::string::npos);
+  shardrl::ModelShape dense = shape;
+  dense.n_experts = 0;
+  dense.lora.experts = false;
+  EXPECT_EQ(shardrl::peft_target_pattern(dense), "");
+  EXPECT_EQ(nlohmann::json::parse(shardrl::peft_adapter_config_json(dense, "")).at("target_modules"),
+            nlohmann::json::array({"q_proj", "down_proj"}));
 }
 
 }  // namespace

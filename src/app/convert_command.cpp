@@ -260,7 +260,7 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
   write_safetensors(staged.staging() / "adapter_model.safetensors", tensors,
                     {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
   write_text_atomically(staged.staging() / "adapter_config.json",
-                        peft_adapter_config_json(shape.lora, loaded.config.model.init_from));
+                        peft_adapter_config_json(shape, loaded.config.model.init_from));
   staged.commit("adapter_config.json");
   std::cout << fmt::format("{} adapter tensors ({} parameters, rank {}, {}) -> {}\n", tensors.size(),
                            shape.adapter_count(), shape.lora.rank, bf16 ? "BF16" : "F32", dir.string());

@@ -162,6 +162,7 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
                                          where(key), key));
   }
   if (c.lora.rank > 0) {
+    const std::size_t errors_before_targets = out.errors.size();
     if (c.lora.targets.empty())
       out.errors.push_back(fmt::format("{}: lora.rank = {} needs at least one of lora.targets", where("lora.targets"),
                                        c.lora.rank));
@@ -182,6 +183,13 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
                                            where("lora.targets"), t));
           break;
         }
+    // Targets that match no layer of this shape ("experts" where no layer is mixture-of-experts,
+    // moe_every past n_layers): the job ran and trained nothing.
+    if (errors_before_targets == out.errors.size() && job_model_shape(c).adapter_count() == 0)
+      out.errors.push_back(fmt::format("{}: lora.targets adapt no layer of this model ({} layers, mixture-of-experts "
+                                       "every {} with model.n_experts = {}): the job would train nothing",
+                                       where("lora.targets"), lora_model.n_layers, lora_model.moe_every,
+                                       lora_model.n_experts));
     if (!c.lora.init_from.empty() && c.model.init_from.empty())
       out.errors.push_back(fmt::format("{}: lora.init_from = \"{}\" continues adapters trained over a pretrained base: "
                                        "set model.init_from to that base's directory",

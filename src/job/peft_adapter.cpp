@@ -34,11 +34,42 @@ std::set<std::string> peft_modules(const LoraShape& lora) {
   return modules;
 }
 
+// "(0|2|4)": the layers for which `keep` holds, as a regular expression's group.
+template <class Keep>
+std::string layer_group(const ModelShape& shape, Keep keep) {
+  std::vector<int> layers;
+  for (int l = 0; l < shape.n_layers; ++l)
+    if (keep(l)) layers.push_back(l);
+  return fmt::format("({})", fmt::join(layers, "|"));
+}
+
 }  // namespace
+
+std::string peft_target_pattern(const ModelShape& shape) {
+  if (shape.n_experts == 0) return "";
+  const LoraShape& lora = shape.lora;
+  std::vector<std::string> attention, mlp, alternatives;
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (lora.adapts(static_cast<LoraTarget>(t)))
+      (t < static_cast<int>(LoraTarget::gate) ? attention : mlp).push_back(module_name(t));
+  if (!attention.empty())
+    alternatives.push_back(fmt::format(R"(.*\.layers\.\d+\.self_attn\.({}))", fmt::join(attention, "|")));
+  bool dense_layer = false;
+  for (int l = 0; l < shape.n_layers; ++l) dense_layer |= !shape.moe_layer(l);
+  if (!mlp.empty() && dense_layer)
+    alternatives.push_back(fmt::format(R"(.*\.layers\.{}\.mlp\.({}))",
+                                       layer_group(shape, [&](int l) { return !shape.moe_layer(l); }),
+                                       fmt::join(mlp, "|")));
+  if (lora.experts)
+    alternatives.push_back(fmt::format(R"(.*\.layers\.{}\.mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj))",
+                                       layer_group(shape, [&](int l) { return shape.moe_layer(l); })));
+  return fmt::format("{}", fmt::join(alternatives, "|"));
+}
 
 std::string peft_tensor_name(const std::string& name) { return kPeftPrefix + name; }
 
-std::string peft_adapter_config_json(const LoraShape& lora, const std::string& base_path) {
+std::string peft_adapter_config_json(const ModelShape& shape, const std::string& base_path) {
+  const LoraShape& lora = shape.lora;
   nlohmann::ordered_json j;
   j["peft_type"] = "LORA";
   j["task_type"] = "CAUSAL_LM";
@@ -49,7 +80,8 @@ std::string peft_adapter_config_json(const LoraShape& lora, const std::string& b
   const std::set<std::string> ours = peft_modules(lora);
   for (int t = 0; t < kLoraTargets; ++t)   // in the model's order
     if (ours.count(module_name(t)) > 0) modules.push_back(module_name(t));
-  j["target_modules"] = modules;
+  const std::string pattern = peft_target_pattern(shape);
+  j["target_modules"] = pattern.empty() ? nlohmann::ordered_json(modules) : nlohmann::ordered_json(pattern);
   j["lora_dropout"] = 0.0;
   j["bias"] = "none";
   j["fan_in_fan_out"] = false;
@@ -61,7 +93,8 @@ std::string peft_adapter_config_json(const LoraShape& lora, const std::string& b
   return j.dump(2) + "\n";
 }
 
-std::string peft_config_problem(const std::string& text, const std::string& where, const LoraShape& lora) {
+std::string peft_config_problem(const std::string& text, const std::string& where, const ModelShape& shape) {
+  const LoraShape& lora = shape.lora;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -92,8 +125,21 @@ std::string peft_config_problem(const std::string& text, const std::string& wher
   for (const auto& [key, set] : unsupported)
     if (set) return fmt::format("{}: {} = {}: shardrl's adapters are plain LoRA (A and B on linear layers)", where, key,
                                 value(key).dump());
+  // PiSSA, OLoRA and CorDA take their adapters out of the base weights (the base PEFT saves is the
+  // residual), LoftQ out of a quantized base: over the original model they compute something else.
+  if (const nlohmann::json init = value("init_lora_weights"); init.is_string()) {
+    const std::string v = init.get<std::string>();
+    for (const char* changed : {"pissa", "olora", "corda", "loftq"})
+      if (v.rfind(changed, 0) == 0)
+        return fmt::format("{}: init_lora_weights = {}: these adapters belong over the base PEFT changed when it made "
+                           "them, not over model.init_from's (save them with PEFT's "
+                           "path_initial_model_for_weight_conversion to have plain LoRA over the original)",
+                           where, init.dump());
+  }
   std::set<std::string> theirs;
   const nlohmann::json modules = value("target_modules");
+  const std::string pattern = peft_target_pattern(shape);
+  if (modules.is_string() && !pattern.empty() && modules == pattern) return "";
   if (modules == "all-linear") {
     for (int t = 0; t < kLoraTargets; ++t) theirs.insert(module_name(t));
   } else if (modules.is_array()) {
@@ -102,8 +148,9 @@ std::string peft_config_problem(const std::string& text, const std::string& wher
       theirs.insert(m.get<std::string>());
     }
   } else {
-    return fmt::format("{}: target_modules = {}: shardrl reads a list of module names or \"all-linear\"", where,
-                       modules.dump());
+    return fmt::format("{}: target_modules = {}: shardrl reads a list of module names, \"all-linear\", or the "
+                       "pattern its export writes for a mixture-of-experts model of this job's lora.targets{}",
+                       where, modules.dump(), pattern.empty() ? "" : fmt::format(" ({:?})", pattern));
   }
   const std::set<std::string> ours = peft_modules(lora);
   std::vector<std::string> short_names;
@@ -123,7 +170,7 @@ std::string peft_config_problem(const std::string& text, const std::string& wher
 }
 
 void load_peft_adapters(const std::filesystem::path& dir, ShardedTrainer& trainer, const std::vector<UnitSpec>& units,
-                        const LoraShape& lora, MPI_Comm comm) {
+                        const ModelShape& shape, MPI_Comm comm) {
   // This rank's first problem: a file it cannot read or that does not fit (a path only some ranks
   // see), a read of its own slices that failed, a value not finite. Every rank reaches the
   // agreement with it, so none waits there for a rank that stopped.
@@ -131,7 +178,7 @@ void load_peft_adapters(const std::filesystem::path& dir, ShardedTrainer& traine
   try {
     const std::filesystem::path config = dir / "adapter_config.json";
     if (const std::string refused = peft_config_problem(read_input_file(config, "PEFT adapter config"), config.string(),
-                                                        lora);
+                                                        shape);
         !refused.empty())
       throw InputError(refused);
     const SafetensorsFile file(dir / "adapter_model.safetensors");

@@ -111,7 +111,7 @@ void Policy::load_init_from(MPI_Comm world, bool adapters) {
       load_hf_weights(config_.model.init_from, trainer_, model_.units(), model_.options().shape, world);
   lora_base_ = LoraBase{"model.init_from = " + config_.model.init_from, checksum};
   if (adapters && !config_.lora.init_from.empty())
-    load_peft_adapters(config_.lora.init_from, trainer_, model_.units(), model_.options().shape.lora, world);
+    load_peft_adapters(config_.lora.init_from, trainer_, model_.units(), model_.options().shape, world);
 }
 
 std::string Policy::build_report() const {
