@@ -123,6 +123,11 @@ TEST(Cli, LoraOverAPretrainedBase) {
   const std::string ckpt = "runs/lb/checkpoints/iter_00000003.h5";
   RunResult peft = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-peft peft --dtype fp32");
   ASSERT_EQ(peft.exit_code, 0) << peft.err;
+  // The base PEFT loads, as a path from anywhere (the run's model.init_from = moved, relative).
+  EXPECT_NE(slurp(dir / "peft" / "adapter_config.json")
+                .find("\"base_model_name_or_path\": \"" + fs::absolute(dir / "moved").lexically_normal().string() + "\""),
+            std::string::npos)
+      << slurp(dir / "peft" / "adapter_config.json");
   RunResult import = run_in(dir, mpirun(2) + " train --config lora.toml --set run.name=imp --set run.iterations=0 "
                                  "--set rl.sft_steps=0 --set model.init_from=" + base + " --set lora.init_from=peft");
   ASSERT_EQ(import.exit_code, 0) << import.err;
@@ -143,6 +148,21 @@ TEST(Cli, LoraOverAPretrainedBase) {
   RunResult merged = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-safetensors merged --merged "
                                  "--dtype fp32");
   ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  // The base moved again since: --merged names --base, and with it writes the same model (the
+  // base's tensors' checksum is the run's).
+  fs::rename(dir / "moved", dir / "moved_again");
+  RunResult base_gone = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-safetensors merged2 "
+                                    "--merged --dtype fp32");
+  EXPECT_EQ(base_gone.exit_code, 2) << base_gone.out;
+  EXPECT_NE(base_gone.err.find("--merged: the run's base, model.init_from = 'moved', is not a directory here: pass "
+                             "--base DIR"),
+            std::string::npos)
+      << base_gone.err;
+  RunResult with_base = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-safetensors merged2 "
+                                    "--merged --dtype fp32 --base moved_again");
+  ASSERT_EQ(with_base.exit_code, 0) << with_base.err;
+  EXPECT_EQ(slurp(dir / "merged2" / "model.safetensors"), slurp(dir / "merged" / "model.safetensors"));
+  fs::rename(dir / "moved_again", dir / "moved");
   const shardrl::SafetensorsFile m(dir / "merged" / "model.safetensors"), b(dir / "base_fp32" / "model.safetensors"),
       adapters(dir / "peft" / "adapter_model.safetensors");
   ASSERT_EQ(m.header().tensors.size(), b.header().tensors.size());

@@ -168,6 +168,10 @@ int run_cli(int argc, char** argv) {
   convert->add_flag("--merged", convert_args.merged,
                     "With --to-safetensors, a LoRA run's model: its base with the adapters folded into the weights "
                     "(W + alpha / rank * B A)");
+  convert->add_option("--base", convert_args.base,
+                      "With --merged or --to-peft: the LoRA run's base model directory where it is now (default: the "
+                      "run's model.init_from; --merged checks its tensors' checksum against the run's record)")
+      ->type_name("DIR");
   convert->add_flag("--force", convert_args.force, "Replace an existing output (refused otherwise)");
   convert->add_option("--dtype", convert_args.dtype, "Element type of the exported tensors")
       ->check(CLI::IsMember({"bf16", "fp32"}));

@@ -40,6 +40,7 @@ struct ConvertArgs {
   std::string to;                 // checkpoint file
   bool force = false;             // replace an existing output
   bool merged = false;            // --to-safetensors of a LoRA run: the base with its adapters folded in
+  std::string base;               // --merged / --to-peft: the LoRA run's base where it is now ("": its model.init_from)
 };
 
 // Runs the command line; returns the process exit code (see core/error.hpp).

@@ -130,6 +130,14 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg, bool tra
   // Only the weights are needed: no batch beyond one token (the activations sized by it).
   cfg.train.micro_batch_size = 1;
   cfg.train.seq_len = 1;
+  // The base where it is now: a relative model.init_from was relative to where the run ran, and a
+  // base may move (the checkpoint's record of its tensors' checksum decides whether it is the one).
+  if (!args.base.empty()) cfg.model.init_from = args.base;
+  if (!cfg.model.init_from.empty() && !std::filesystem::is_directory(cfg.model.init_from))
+    throw InputError(fmt::format("--merged: the run's base, model.init_from = '{}', is not a directory here: pass "
+                                 "--base DIR, the base where it is now (its tensors' checksum is checked against "
+                                 "the run's)",
+                                 cfg.model.init_from));
   const ModelShape base_shape = resolve_model_shape(cfg.model);
   const HfCompanions companions = hf_companions(cfg, trained);
   const std::string config_json = checked_hf_config(args, base_shape, companions);
@@ -259,8 +267,13 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
   note_stale_staging(staged);
   write_safetensors(staged.staging() / "adapter_model.safetensors", tensors,
                     {{"format", "pt"}, {"shardrl_checkpoint", args.from}});
-  write_text_atomically(staged.staging() / "adapter_config.json",
-                        peft_adapter_config_json(shape, loaded.config.model.init_from));
+  // base_model_name_or_path: where the base is, for PEFT to load it from any directory (an
+  // absolute path where the relative one names a directory here; as written otherwise, e.g. a
+  // Hub name).
+  std::string base = args.base.empty() ? loaded.config.model.init_from : args.base;
+  if (!base.empty() && std::filesystem::is_directory(base))
+    base = std::filesystem::absolute(base).lexically_normal().string();
+  write_text_atomically(staged.staging() / "adapter_config.json", peft_adapter_config_json(shape, base));
   staged.commit("adapter_config.json");
   std::cout << fmt::format("{} adapter tensors ({} parameters, rank {}, {}) -> {}\n", tensors.size(),
                            shape.adapter_count(), shape.lora.rank, bf16 ? "BF16" : "F32", dir.string());
@@ -321,6 +334,10 @@ int run_convert(const ConvertArgs& args) {
   const bool to_hf = !args.from.empty() || !args.to_safetensors.empty() || !args.to_peft.empty();
   const bool from_hf = !args.from_safetensors.empty() || !args.to.empty();
   const bool one_output = args.to_safetensors.empty() != args.to_peft.empty();
+  if (!args.base.empty() && !args.merged && args.to_peft.empty()) {
+    if (rank == 0) std::cerr << "shardrl: convert --base goes with --merged or --to-peft (a LoRA run's base)\n";
+    return kExitUsage;
+  }
   if (args.merged && args.to_safetensors.empty()) {
     if (rank == 0) std::cerr << "shardrl: convert --merged goes with --from CKPT.h5 --to-safetensors DIR\n";
     return kExitUsage;
