@@ -82,6 +82,15 @@ TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
   RunResult not_lora = run_in(dir, shardrl_binary() + " convert --from runs/full/checkpoints/iter_00000001.h5 --to-peft p");
   EXPECT_EQ(not_lora.exit_code, 2);
   EXPECT_NE(not_lora.err.find("is not a LoRA run's checkpoint"), std::string::npos) << not_lora.err;
+  // Resumed with fewer targets, allowed: the adapters of the targets dropped are not loaded, and
+  // the job says so (only the config change's line said anything).
+  RunResult fewer = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2 --allow-config-change "
+                                            "--set 'lora.targets=[\"q\"]'");
+  ASSERT_EQ(fewer.exit_code, 0) << fewer.err;
+  EXPECT_NE((fewer.out + fewer.err).find("iter_00000001.h5 holds adapters on lora.targets \"v\", \"down\" that this "
+                                         "job does not name: they are not loaded"),
+            std::string::npos)
+      << fewer.out << fewer.err;
 }
 
 // A pretrained base (a full run's fp32 export) under LoRA adapters: the run resumes over the base

@@ -2,6 +2,7 @@
 #include "app/resume_choice.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "config/changes.hpp"
+#include "config/model_presets.hpp"
 #include "app/job_config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -244,6 +246,20 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
                  : breaks         ? " (changes the run's trajectory)"
                                   : "");
     if (breaks) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
+  }
+  if (allowed && saved.ok()) {
+    // Adapters the checkpoint holds on targets the job no longer names are not loaded: trained
+    // weights the run drops, which the change's line alone did not say.
+    const LoraShape was = job_model_shape(saved.config).lora, now = job_model_shape(cfg).lora;
+    std::vector<std::string> dropped;
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (was.adapts(static_cast<LoraTarget>(t)) && !now.adapts(static_cast<LoraTarget>(t)))
+        dropped.push_back(fmt::format("\"{}\"", kLoraTargetNames[t]));
+    if (was.on() && was.experts && !(now.on() && now.experts)) dropped.push_back("\"experts\"");
+    if (!dropped.empty())
+      spdlog::warn("{} holds adapters on lora.targets {} that this job does not name: they are not loaded, and the "
+                   "run goes on without what they learned",
+                   checkpoint.filename().string(), fmt::join(dropped, ", "));
   }
   if (breaking.empty() || allowed) return;
   std::string list;
