@@ -36,7 +36,8 @@ std::vector<VerifierCase> verifier_cases() {
       {"boxed nested braces frac vs decimal", "\\boxed{\\frac{1}{2}}", "0.5", true},
       {"boxed later overrides earlier", "First \\boxed{3}, no wait: \\boxed{5}", "5", true},
       {"boxed earlier is not the answer", "First \\boxed{3}, no wait: \\boxed{5}", "3", false},
-      {"boxed truncated last is skipped", "\\boxed{7} hmm, maybe \\boxed{8", "7", true},
+      // A revision cut inside its box (max_new_tokens) is no answer: the earlier box was being replaced.
+      {"a revision cut inside its box is no answer", "\\boxed{7} hmm, maybe \\boxed{8", "7", false},
       {"boxed space form", "so $\\boxed 9$ it is", "9", true},
       {"fbox", "\\fbox{12}", "12", true},
       {"boxed tuple with spaces vs without", "\\boxed{(1, 2)}", "(1,2)", true},
@@ -160,6 +161,31 @@ std::vector<VerifierCase> verifier_cases() {
       {"a unit with a number in it", "\\boxed{5 mol of CO2}", "5", true},
       {"a unit squared as cm2", "The answer is 5 km2.", "5", true},
       {"a rate", "\\boxed{100 m in 10 s}", "100", true},
+      // Words that make the value more than its first number: graded as the number, these padded
+      // answers scored 1 (review, 2026-11-28).
+      {"a half after the number", "\\boxed{7 \\text{ and a half}}", "7", false},
+      {"hours and minutes", "\\boxed{12 \\text{ hours } 30 \\text{ min}}", "12", false},
+      {"a remainder", "\\boxed{3 \\text{ remainder } 2}", "3", false},
+      {"a remainder as R", "\\boxed{3 R 2}", "3", false},
+      {"a multiplier word", "\\boxed{5 million}", "5", false},
+      {"a multiplier in text", "\\boxed{5\\text{ thousand}}", "5", false},
+      {"pi after the number", "\\boxed{4 pi}", "4", false},
+      {"the imaginary unit after the number", "\\boxed{3 i}", "3", false},
+      {"a variable after the number", "\\boxed{5 x}", "5", false},
+      {"a root after the number", "\\boxed{5 sqrt(2)}", "5", false},
+      {"or more", "\\boxed{2 \\text{ or more}}", "2", false},
+      // A comma followed by another number or a joining word continues the answer.
+      {"a list after the phrase", "The answer is 2, 3", "2", false},
+      {"a hedge after a comma", "The answer is 5, or maybe 6.", "5", false},
+      {"a list answer after the phrase", "The answer is 1, 2.", "1, 2", true},
+      {"two quantities after the phrase", "The answer is: 4 apples, 5 pears", "4", false},
+      // A multiple-choice letter in brackets is the letter.
+      {"a choice in parentheses", "The answer is (B).", "B", true},
+      {"a choice against parentheses", "\\boxed{B}", "(B)", true},
+      {"another choice in parentheses", "\\boxed{(C)}", "B", false},
+      // A last number that ends a hedge is no answer.
+      {"a hedged last number", "It could be 3 or 5", "5", false},
+      {"an unhedged last number", "It is 3 plus 2, so 5", "5", true},
 
       // ---- an arithmetic chain ends in its value; a verdict is not an answer
       {"arithmetic chain", "The answer is 3 + 4 = 7.", "7", true},
@@ -374,9 +400,12 @@ TEST(MathAnswerExtraction, NoAnswer) {
   EXPECT_FALSE(find_final_answer("<think>\\boxed{3}</think>").has_value()) << "nothing after the reasoning";
 }
 
-TEST(MathAnswerExtraction, TruncatedBoxIsNotWellFormed) {
-  // An unclosed box (generation cut at max tokens) is no box: the number inside is a fallback.
-  expect_extracted("\\boxed{5", "5", AnswerMarker::last_number);
+TEST(MathAnswerExtraction, TruncatedBoxIsNoAnswer) {
+  // A box opened after the last one closed (generation cut at max tokens inside it) gave no
+  // answer: its number was the last-number fallback, so "\\boxed{5" scored 5 whatever followed.
+  EXPECT_FALSE(find_final_answer("\\boxed{5").has_value());
+  EXPECT_FALSE(find_final_answer("first \\boxed{4}, then \\boxed{5").has_value());
+  expect_extracted("\\boxed{4} and then 5", "4", AnswerMarker::boxed);
   EXPECT_FALSE(is_well_formed(AnswerMarker::last_number));
   EXPECT_TRUE(is_well_formed(AnswerMarker::boxed));
   EXPECT_TRUE(is_well_formed(AnswerMarker::hashes));

@@ -231,27 +231,51 @@ void drop_words_after_number(std::string& s) {
   const std::string_view tail = std::string_view(s).substr(i);
   const bool operators = tail.find_first_of("+=*<>") != npos || tail.find(" - ") != npos;
   const bool power_of_a_variable = tail.size() >= 2 && tail[1] == '^';
-  // Words joining a second number ("5 or 6", "2 and 3", "3 or -3", "5 not 6") make a hedge, not
-  // a unit: graded as its first number, the policy could learn it. Other words before a number
-  // are a unit or a reason ("42 because 6 times 7 is 42", "12 eggs in 2 days"), and a digit stuck
-  // to a letter is the unit's (`cm2`, `CO2`).
-  bool connective = false, another_number = false;
+  // What the words say decides whether they are a unit, to be dropped, or part of the value, to
+  // be kept (so that the answer is not the bare number: graded as its first number, the policy
+  // could learn to pad). Part of the value:
+  //   - a hedge: a joining word ("5 or 6", "2 and 3", "3 or -3", "5 not 6", "2 or more");
+  //   - a word that scales or adds to it ("7 and a half", "5 million", "4 pi", "3 remainder 2",
+  //     "5 sqrt(2)"), or a variable after it ("5 x", "3 i");
+  //   - a second number after words that do not give a reason or a rate ("12 hours 30 min",
+  //     "3 R 2"), where "42 because 6 times 7 is 42" and "12 eggs in 2 days" keep their number.
+  // A digit stuck to a letter is the unit's (`cm2`, `CO2`).
+  bool hedge_word = false, joined = false, value_word = false, reason_word = false, another_number = false;
+  bool first_word = true;
   for (std::size_t k = 0; k < tail.size();) {
     if (is_letter(tail[k])) {
       std::size_t end = k;
       while (end < tail.size() && (is_letter(tail[end]) || is_digit(tail[end]))) ++end;
       std::string word(tail.substr(k, end - k));
       std::transform(word.begin(), word.end(), word.begin(), to_lower);
-      for (const char* joint : {"or", "and", "not", "nor", "to", "vs", "versus", "maybe", "either", "perhaps"})
-        connective |= word == joint;
+      for (const char* joint : {"or", "not", "nor", "to", "vs", "versus", "maybe", "either", "perhaps"})
+        hedge_word |= word == joint;
+      joined |= word == "and";
+      for (const char* scale : {"half", "halves", "quarter", "quarters", "third", "thirds", "hundred", "hundreds",
+                                "thousand", "thousands", "million", "millions", "billion", "billions", "trillion",
+                                "trillions", "dozen", "dozens", "pi", "sqrt", "root", "remainder", "remainders"})
+        value_word |= word == scale;
+      if (first_word) value_word |= word == "x" || word == "y" || word == "z" || word == "n" || word == "i";
+      if (!another_number)
+        for (const char* reason : {"because", "since", "as", "in", "per", "for", "each", "every", "from", "at", "after",
+                                   "over", "of", "is", "was", "are", "were", "which", "that", "when", "so", "with",
+                                   "by", "a", "an", "the"})
+          reason_word |= word == reason;
+      first_word = false;
       k = end;
+    } else if ((tail[k] == '^' || tail[k] == '_') && k + 1 < tail.size()) {
+      // An exponent or subscript is the unit's (`cm^2`, `cm^{2}`, `x_1`), not a second number.
+      k += 2;
+      if (tail[k - 1] == '{')
+        for (int level = 1; k < tail.size() && level > 0; ++k) level += tail[k] == '{' ? 1 : tail[k] == '}' ? -1 : 0;
     } else {
-      another_number |= is_digit(tail[k]) && (k == 0 || tail[k - 1] != '^') && (k == 0 || tail[k - 1] != '_');
+      another_number |= is_digit(tail[k]);
       ++k;
     }
   }
-  const bool hedge = connective && another_number;
-  if (operators || power_of_a_variable || hedge) return;
+  const bool hedge = hedge_word || (joined && another_number);
+  const bool compound = another_number && !reason_word;
+  if (operators || power_of_a_variable || hedge || value_word || compound) return;
   s.erase(gap);
 }
 
@@ -389,6 +413,10 @@ std::string normalize_depth(std::string_view answer, int depth) {
       if (std::optional<std::string> value = canonical_number(std::string_view(s).substr(eq + 1))) return *value;
     }
   }
+  // A multiple-choice letter in brackets is the letter: "(B)" and "B" (the one-item bracket is
+  // no list, and was compared as the text "(b)").
+  if (s.size() == 3 && (s[0] == '(' || s[0] == '[') && is_letter(s[1]) && (s[2] == ')' || s[2] == ']'))
+    s = s.substr(1, 1);
   if (depth < kMaxNestingDepth) {
     if (std::optional<std::string> list = normalize_list(s, depth)) return *list;
   }

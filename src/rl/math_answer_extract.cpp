@@ -26,6 +26,22 @@ namespace {
 // no digit right after it; `\$` is a dollar sign. A `$` that closes nothing is text: a price
 // ("$18, which she makes every day" gives 18, where toggling on every `$` kept the rest of the
 // line). `$$` toggles display math.
+// After ", ": another number or a joining word ("2, 3", "5, or maybe 6", "4 apples, 5 pears")
+// continues the answer as a list or a hedge, graded whole; a reason ("5, since ...") does not. Cut
+// at the comma, "The answer is 2, 3" was graded as 2 and "5, or maybe 6" as 5.
+bool continues_the_answer(std::string_view rest) {
+  while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
+  if (!rest.empty() && (rest.front() == '-' || rest.front() == '+' || rest.front() == '$')) rest.remove_prefix(1);
+  if (!rest.empty() && is_digit(rest.front())) return true;
+  std::size_t end = 0;
+  while (end < rest.size() && is_letter(rest[end])) ++end;
+  std::string word(rest.substr(0, end));
+  for (char& ch : word) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  for (const char* joint : {"or", "and", "nor", "maybe", "perhaps", "either"})
+    if (word == joint) return true;
+  return false;
+}
+
 std::string_view cut_at_sentence_end(std::string_view s) {
   const auto escaped = [&](std::size_t i) { return i > 0 && s[i - 1] == '\\'; };
   const auto closes_math = [&](std::size_t j) {
@@ -58,6 +74,8 @@ std::string_view cut_at_sentence_end(std::string_view s) {
     if (c == '(' || c == '[' || c == '{') ++depth;
     if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
     const bool at_break = i + 1 == s.size() || is_space(s[i + 1]);
+    if (depth == 0 && !in_math && !in_display && at_break && c == ',' && continues_the_answer(s.substr(i + 1)))
+      continue;
     if (depth == 0 && !in_math && !in_display && at_break && (c == '.' || c == ',' || c == ';')) {
       s = s.substr(0, i);
       break;
@@ -236,6 +254,34 @@ std::optional<std::string> last_number(std::string_view text) {
   return found;
 }
 
+// A `\\boxed{` whose brace never closes, after every box that did.
+bool unclosed_box_at_end(std::string_view text) {
+  const std::size_t open = text.rfind("\\boxed{");
+  if (open == npos) return false;
+  int depth = 0;
+  for (std::size_t i = open + std::string_view("\\boxed").size(); i < text.size(); ++i) {
+    if (text[i] == '{' && (i == 0 || text[i - 1] != '\\')) ++depth;
+    if (text[i] == '}' && (i == 0 || text[i - 1] != '\\') && --depth == 0) return false;
+  }
+  return true;
+}
+
+// The word before the completion's last number joins it to another ("3 or 5", "5 or maybe 6").
+bool hedged_last_number(std::string_view text) {
+  std::size_t i = text.size();
+  while (i > 0 && !is_digit(text[i - 1])) --i;                  // the last number's last digit
+  while (i > 0 && (is_digit(text[i - 1]) || text[i - 1] == '.' || text[i - 1] == ',' || text[i - 1] == '/')) --i;
+  if (i > 0 && text[i - 1] == '-') --i;
+  while (i > 0 && (is_space(text[i - 1]) || text[i - 1] == '$')) --i;
+  std::size_t begin = i;
+  while (begin > 0 && is_letter(text[begin - 1])) --begin;
+  std::string word(text.substr(begin, i - begin));
+  for (char& ch : word) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  for (const char* joint : {"or", "nor", "maybe", "perhaps", "either", "vs", "versus"})
+    if (word == joint) return true;
+  return false;
+}
+
 }  // namespace
 
 bool is_well_formed(AnswerMarker marker) { return marker != AnswerMarker::last_number; }
@@ -247,10 +293,16 @@ std::optional<FinalAnswer> find_final_answer(std::string_view completion) {
   if (const std::size_t end = completion.rfind("</think>"); end != npos)
     completion.remove_prefix(end + std::string_view("</think>").size());
   if (completion.find("<think>") != npos) return std::nullopt;   // reasoning (again) never closed
+  // A box opened after the last one closed (generation cut at max_new_tokens inside it) gave no
+  // answer: graded by its last number (or the box before), "\\boxed{5" scored 5 whatever was to
+  // follow.
+  if (unclosed_box_at_end(completion)) return std::nullopt;
   if (auto boxed = last_boxed(completion)) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
   if (auto hashes = last_hashes(completion)) return FinalAnswer{std::move(*hashes), AnswerMarker::hashes};
   if (auto phrase = last_answer_phrase(completion)) return FinalAnswer{std::move(*phrase), AnswerMarker::answer_phrase};
-  if (auto number = last_number(completion)) return FinalAnswer{std::move(*number), AnswerMarker::last_number};
+  // The last number of a hedge ("it could be 3 or 5") is no answer either.
+  if (auto number = last_number(completion); number && !hedged_last_number(completion))
+    return FinalAnswer{std::move(*number), AnswerMarker::last_number};
   return std::nullopt;
 }
 

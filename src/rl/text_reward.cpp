@@ -8,6 +8,7 @@
 #endif
 #include <pcre2.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
 #include "rl/math_answer.hpp"
@@ -150,8 +152,19 @@ double TextReward::score_regex(std::string_view completion, std::string_view ans
                        ? pcre2_jit_match(code, subject, completion.size(), start, 0, data.get(), nullptr)
                        : pcre2_match(code, subject, completion.size(), start, 0, data.get(), nullptr);
     // No match, or a limit hit (match or depth limit on a pathological pattern): stop with the
-    // matches found so far.
-    if (rc < 0) break;
+    // matches found so far. A limit is said once per process: the completion scored as if it
+    // had no (further) match, which may have cost a right answer its reward.
+    if (rc < 0) {
+      static std::atomic<bool> said{false};
+      if (rc != PCRE2_ERROR_NOMATCH && !said.exchange(true)) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof message);
+        spdlog::warn("rl.reward_pattern: PCRE2 gave up on a completion ({}): it is scored on the matches before, and "
+                     "a pattern that backtracks less (no nested quantifiers) avoids it (said once)",
+                     reinterpret_cast<const char*>(message));
+      }
+      break;
+    }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const PCRE2_SIZE group_begin = ovector[2];
     const PCRE2_SIZE group_end = ovector[3];
