@@ -17,15 +17,6 @@ namespace {
 
 // ---- extraction -------------------------------------------------------------------------------
 
-// Cuts an answer at the end of its sentence: the first `.` `,` `;` followed by whitespace (or the
-// end), outside brackets and `$...$`, so "42." and "5, since ..." give the number while "3.14",
-// "1,234" and "(1, 2)" stay whole. Then trims spaces and markdown `*`.
-//
-// A single `$` delimits math by pandoc's rule (tex_math_dollars): the opening one has a
-// non-space character right after it, the closing one a non-space character right before it and
-// no digit right after it; `\$` is a dollar sign. A `$` that closes nothing is text: a price
-// ("$18, which she makes every day" gives 18, where toggling on every `$` kept the rest of the
-// line). `$$` toggles display math.
 // After ", ": another number or a joining word ("2, 3", "5, or maybe 6", "4 apples, 5 pears")
 // continues the answer as a list or a hedge, graded whole; a reason ("5, since ...") does not. Cut
 // at the comma, "The answer is 2, 3" was graded as 2 and "5, or maybe 6" as 5.
@@ -42,6 +33,15 @@ bool continues_the_answer(std::string_view rest) {
   return false;
 }
 
+// Cuts an answer at the end of its sentence: the first `.` `,` `;` followed by whitespace (or the
+// end), outside brackets and `$...$`, so "42." and "5, since ..." give the number while "3.14",
+// "1,234" and "(1, 2)" stay whole. Then trims spaces and markdown `*`.
+//
+// A single `$` delimits math by pandoc's rule (tex_math_dollars): the opening one has a
+// non-space character right after it, the closing one a non-space character right before it and
+// no digit right after it; `\$` is a dollar sign. A `$` that closes nothing is text: a price
+// ("$18, which she makes every day" gives 18, where toggling on every `$` kept the rest of the
+// line). `$$` toggles display math.
 std::string_view cut_at_sentence_end(std::string_view s) {
   const auto escaped = [&](std::size_t i) { return i > 0 && s[i - 1] == '\\'; };
   const auto closes_math = [&](std::size_t j) {
@@ -254,7 +254,7 @@ std::optional<std::string> last_number(std::string_view text) {
   return found;
 }
 
-// A `\\boxed{` whose brace never closes, after every box that did.
+// A `\boxed{` whose brace never closes, after every box that did.
 bool unclosed_box_at_end(std::string_view text) {
   const std::size_t open = text.rfind("\\boxed{");
   if (open == npos) return false;
@@ -294,7 +294,7 @@ std::optional<FinalAnswer> find_final_answer(std::string_view completion) {
     completion.remove_prefix(end + std::string_view("</think>").size());
   if (completion.find("<think>") != npos) return std::nullopt;   // reasoning (again) never closed
   // A box opened after the last one closed (generation cut at max_new_tokens inside it) gave no
-  // answer: graded by its last number (or the box before), "\\boxed{5" scored 5 whatever was to
+  // answer: graded by its last number (or the box before), "\boxed{5" scored 5 whatever was to
   // follow.
   if (unclosed_box_at_end(completion)) return std::nullopt;
   if (auto boxed = last_boxed(completion)) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
