@@ -313,6 +313,14 @@ std::vector<VerifierCase> verifier_cases() {
       {"scientific 1500 vs 150", "\\boxed{1.5\\times10^{3}}", "150", false},
       {"scientific unicode times", "\\boxed{2 \xC3\x97 10^{2}}", "200", true},
       {"scientific cdot", "\\boxed{3\\cdot10^{-1}}", "0.3", true},
+      // An integer power is its value (it was text: a right 2^{10} scored only the format reward).
+      {"a power of ten", "\\boxed{10^3}", "1000", true},
+      {"a power in braces", "\\boxed{2^{10}}", "1024", true},
+      {"a negative power", "\\boxed{10^{-3}}", "0.001", true},
+      {"a power is not its base", "\\boxed{2^{10}}", "2", false},
+      {"a power is not another", "\\boxed{2^{10}}", "1000", false},
+      {"a sign before a power is the power's", "\\boxed{-2^2}", "-4", true},
+      {"a power past 128 bits is text", "\\boxed{10^{60}}", "10^{60}", true},
 
       // ---- big numbers: exact, never wrapped around
       {"big integer equal", "\\boxed{" + kBig45 + "}", kBig45, true},
@@ -405,6 +413,7 @@ TEST(MathAnswerExtraction, TruncatedBoxIsNoAnswer) {
   // answer: its number was the last-number fallback, so "\\boxed{5" scored 5 whatever followed.
   EXPECT_FALSE(find_final_answer("\\boxed{5").has_value());
   EXPECT_FALSE(find_final_answer("first \\boxed{4}, then \\boxed{5").has_value());
+  EXPECT_FALSE(find_final_answer("\\boxed{4} then \\fbox{5").has_value());
   expect_extracted("\\boxed{4} and then 5", "4", AnswerMarker::boxed);
   EXPECT_FALSE(is_well_formed(AnswerMarker::last_number));
   EXPECT_TRUE(is_well_formed(AnswerMarker::boxed));

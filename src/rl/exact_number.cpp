@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 
 #include "rl/math_text.hpp"
 
@@ -195,6 +196,42 @@ std::optional<Rational> parse_whole_rational(std::string_view s) {
   return to_rational(*d);
 }
 
+// `base` to the integer power written in `exponent` (`3`, `{10}`, `{-3}`), exact: `2^{10}` is 1024
+// and `10^{-3}` is 1/1000 (they were text, unequal to 1024 and 0.001). A sign before the base is
+// the power's, as in mathematics: -2^2 is -4. Past 128-bit integers: nullopt (compared as text).
+std::optional<std::string> integer_power(Decimal base, std::string_view exponent) {
+  const bool braced = !exponent.empty() && exponent.front() == '{';
+  if (braced) {
+    if (exponent.size() < 2 || exponent.back() != '}') return std::nullopt;
+    exponent = exponent.substr(1, exponent.size() - 2);
+  }
+  bool inverse = false;
+  if (!exponent.empty() && (exponent.front() == '-' || exponent.front() == '+')) {
+    inverse = exponent.front() == '-';
+    exponent.remove_prefix(1);
+  }
+  if (exponent.empty() || exponent.size() > 3) return std::nullopt;
+  long power = 0;
+  for (const char c : exponent) {
+    if (!is_digit(c)) return std::nullopt;
+    power = power * 10 + (c - '0');
+  }
+  const bool negative = base.negative;
+  base.negative = false;
+  const std::optional<Rational> b = to_rational(base);
+  if (!b) return std::nullopt;
+  Rational r;
+  r.num = 1;
+  for (long k = 0; k < power; ++k)
+    if (!checked_mul(r.num, b->num, r.num) || !checked_mul(r.den, b->den, r.den)) return std::nullopt;
+  if (inverse) {
+    if (r.num == 0) return std::nullopt;
+    std::swap(r.num, r.den);
+  }
+  const std::optional<Rational> value = make_rational(negative ? -r.num : r.num, r.den);
+  return value ? std::optional<std::string>(rational_to_string(*value)) : std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> canonical_number(std::string_view s) {
@@ -222,6 +259,7 @@ std::optional<std::string> canonical_number(std::string_view s) {
     const std::optional<Rational> value = to_rational(*d);
     return value ? rational_to_string(*value) : decimal_to_string(*d);
   }
+  if (s[i] == '^') return integer_power(*d, s.substr(i + 1));
   if (s[i] != '/') return std::nullopt;
   const std::optional<Rational> num = to_rational(*d);
   const std::optional<Rational> den = parse_whole_rational(s.substr(i + 1));

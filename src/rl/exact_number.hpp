@@ -1,7 +1,7 @@
 // The exact value of a final answer that is one number (rl/math_answer.hpp lists the forms:
-// integers, decimals, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed), as canonical
-// text: "p" or "p/q" reduced in 128-bit integers with overflow checks, or for a decimal too large
-// for that its shortest exact decimal. Host-only, no state.
+// integers, decimals, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, integer powers, signed), as
+// canonical text: "p" or "p/q" reduced in 128-bit integers with overflow checks, or for a decimal
+// too large for that its shortest exact decimal. Host-only, no state.
 #pragma once
 
 #include <optional>

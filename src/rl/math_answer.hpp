@@ -6,21 +6,23 @@
 // reasoning model's scratch work is not its answer; with a `<think>` after it, or without one,
 // never closed, there is no answer), first rule that yields a non-empty answer:
 //   1. boxed         the last complete \boxed{...} or \fbox{...} (nested braces; `\{` `\}` are not
-//                    braces), or `\boxed x` (up to the next space or `$`). An unclosed one (a
-//                    truncated completion) is skipped.
+//                    braces), or `\boxed x` (up to the next space or `$`). An unclosed one after
+//                    the last complete one (a completion cut inside it) gives no answer at all.
 //   2. hashes        the text after the last `####` (GSM8K), to the end of its line, when it has no
 //                    letter outside a LaTeX command name: "#### 72", "#### \frac{1}{2}" count, a
 //                    markdown heading ("#### Step 2: add", "#### 1. Totals") does not.
 //   3. answer_phrase the text after the last "answer is" / "answer:" (any case, markdown `**`
 //                    around allowed), to the end of its line (the next non-empty line when that is
-//                    empty), cut at the first `.` `,` `;` followed by a space or the end, outside
+//                    empty), cut at the first `.` `,` `;` followed by a space or the end (not a
+//                    `,` followed by a number or a joining word: a list or a hedge), outside
 //                    brackets and `$...$` (pandoc's rule: a `$` that closes nothing is a price,
 //                    text): "The answer is 42." -> "42", "The answer is $18, which ..." -> "$18";
 //                    a verdict ("the answer is correct", "... is indeed correct": no digit, only
 //                    verdicts and the words qualifying them) is passed over for a phrase before
 //                    it, and is the answer where there is none.
 //   4. last_number   the last number in the text: digits, `1,234` groups, decimals, `1e3`, `a/b`,
-//                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`.
+//                    with a sign when `-` (or U+2212) does not follow a letter, digit or `)`; none
+//                    when the word before it joins it to another ("3 or 5").
 // Rules 1-3 are a well-formed answer (TextReward's format bonus); rule 4 is a fallback.
 //
 // Normalisation (normalize_answer), for the extracted answer and the reference alike:
@@ -31,15 +33,20 @@
 //   - `\text{}` `\textbf{}` `\mbox{}` `\mathrm{}` ... unwrapped: `\text{yes}` -> yes
 //   - a leading `x =` / `answer =` / `\theta =` (only when it is the one `=`)
 //   - words after a number, after a space: `5 apples`, `5\text{ cm}`, `10 m/s` -> the number;
-//     not when a connective joins another number (`5 or 6`, `2 and 3` stay as written: a hedge is
-//     wrong; `42 because 6 times 7 is 42`, `5 mol of CO2` are still 42 and 5)
+//     not when they are part of the value: a joining word (`5 or 6`, `2 or more`, `2 and 3`: a
+//     hedge is wrong), a scale or addition (`7 and a half`, `5 million`, `4 pi`, `3 remainder 2`,
+//     `5 sqrt(2)`), a variable (`5 x`, `3 i`), a second number after words that give no reason
+//     or rate (`12 hours 30 min`); `42 because 6 times 7 is 42`, `100 m in 10 s`, `5 mol of CO2`
+//     are still 42, 100 and 5
+//   - a multiple-choice letter in brackets, `(B)`, is the letter
 //   - thousands separators when the whole answer is one number: `1,234`, `1{,}234`, `1\,234`,
 //     `1 234`
 //   - all whitespace, except one space between two digits (`1 2` is not 12)
 //   - an arithmetic chain (`3+4=7`, `3 \times 5 = 15`: only digits, operators and `\times`
 //     `\cdot` `\div` `\frac` `\sqrt` before the last `=`) becomes its last side's value; the
 //     chain itself is not checked (`3+3=7` is 7)
-//   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, signed) becomes
+//   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, an integer power
+//     `2^{10}` `10^{-3}` (-2^2 is -4), signed) becomes
 //     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
 //     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so
 //     big integers still compare exactly; a fraction too large stays text.

@@ -254,12 +254,13 @@ std::optional<std::string> last_number(std::string_view text) {
   return found;
 }
 
-// A `\boxed{` whose brace never closes, after every box that did.
+// A `\boxed{` (or `\fbox{`) whose brace never closes, after every box that did.
 bool unclosed_box_at_end(std::string_view text) {
-  const std::size_t open = text.rfind("\\boxed{");
+  const std::size_t boxed = text.rfind("\\boxed{"), fbox = text.rfind("\\fbox{");
+  const std::size_t open = boxed == npos ? fbox : fbox == npos ? boxed : std::max(boxed, fbox);
   if (open == npos) return false;
   int depth = 0;
-  for (std::size_t i = open + std::string_view("\\boxed").size(); i < text.size(); ++i) {
+  for (std::size_t i = text.find('{', open); i < text.size(); ++i) {
     if (text[i] == '{' && (i == 0 || text[i - 1] != '\\')) ++depth;
     if (text[i] == '}' && (i == 0 || text[i - 1] != '\\') && --depth == 0) return false;
   }
