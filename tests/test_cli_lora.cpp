@@ -164,7 +164,7 @@ TEST(Cli, LoraOverAPretrainedBase) {
                                     "--merged --dtype fp32");
   EXPECT_EQ(base_gone.exit_code, 2) << base_gone.out;
   EXPECT_NE(base_gone.err.find("--merged: the run's base, model.init_from = 'moved', is not a directory here: pass "
-                             "--base DIR"),
+                               "--base DIR"),
             std::string::npos)
       << base_gone.err;
   RunResult with_base = run_in(dir, shardrl_binary() + " convert --from " + ckpt + " --to-safetensors merged2 "

@@ -246,10 +246,8 @@ void drop_words_after_number(std::string& s) {
     if (is_letter(tail[k])) {
       std::size_t end = k;
       while (end < tail.size() && (is_letter(tail[end]) || is_digit(tail[end]))) ++end;
-      std::string word(tail.substr(k, end - k));
-      std::transform(word.begin(), word.end(), word.begin(), to_lower);
-      for (const char* joint : {"or", "not", "nor", "to", "vs", "versus", "maybe", "either", "perhaps"})
-        hedge_word |= word == joint;
+      const std::string word = lower_case(tail.substr(k, end - k));
+      hedge_word |= is_hedge_word(word) || word == "not" || word == "to";
       joined |= word == "and";
       for (const char* scale : {"half", "halves", "quarter", "quarters", "third", "thirds", "hundred", "hundreds",
                                 "thousand", "thousands", "million", "millions", "billion", "billions", "trillion",

@@ -26,11 +26,8 @@ bool continues_the_answer(std::string_view rest) {
   if (!rest.empty() && is_digit(rest.front())) return true;
   std::size_t end = 0;
   while (end < rest.size() && is_letter(rest[end])) ++end;
-  std::string word(rest.substr(0, end));
-  for (char& ch : word) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
-  for (const char* joint : {"or", "and", "nor", "maybe", "perhaps", "either"})
-    if (word == joint) return true;
-  return false;
+  const std::string word = lower_case(rest.substr(0, end));
+  return is_hedge_word(word) || word == "and";
 }
 
 // Cuts an answer at the end of its sentence: the first `.` `,` `;` followed by whitespace (or the
@@ -93,7 +90,10 @@ std::string_view rest_of_line(std::string_view text, std::size_t from) {
   return window.substr(0, window.find('\n'));
 }
 
-std::optional<std::string> last_boxed(std::string_view text) {
+// The last complete box's content; `cut_open` says whether a box opened after it never closed (a
+// completion cut inside it at max_new_tokens).
+std::optional<std::string> last_boxed(std::string_view text, bool& cut_open) {
+  cut_open = false;
   const std::vector<std::size_t> close = match_braces(text);
   // A view, copied once at the end: nested boxes would otherwise copy their contents again and
   // again.
@@ -106,7 +106,10 @@ std::optional<std::string> last_boxed(std::string_view text) {
     while (k < text.size() && is_space(text[k])) ++k;
     std::string_view content;
     if (k < text.size() && text[k] == '{') {
-      if (close[k] == npos) continue;   // truncated
+      if (close[k] == npos) {   // truncated
+        cut_open = true;
+        continue;
+      }
       content = text.substr(k + 1, close[k] - k - 1);
     } else if (k > name_end) {          // `\boxed 5`
       std::size_t end = k;
@@ -117,6 +120,7 @@ std::optional<std::string> last_boxed(std::string_view text) {
     }
     content = trim(content);
     if (!content.empty()) found = content;
+    cut_open = false;
   }
   return found ? std::optional<std::string>(*found) : std::nullopt;
 }
@@ -254,19 +258,6 @@ std::optional<std::string> last_number(std::string_view text) {
   return found;
 }
 
-// A `\boxed{` (or `\fbox{`) whose brace never closes, after every box that did.
-bool unclosed_box_at_end(std::string_view text) {
-  const std::size_t boxed = text.rfind("\\boxed{"), fbox = text.rfind("\\fbox{");
-  const std::size_t open = boxed == npos ? fbox : fbox == npos ? boxed : std::max(boxed, fbox);
-  if (open == npos) return false;
-  int depth = 0;
-  for (std::size_t i = text.find('{', open); i < text.size(); ++i) {
-    if (text[i] == '{' && (i == 0 || text[i - 1] != '\\')) ++depth;
-    if (text[i] == '}' && (i == 0 || text[i - 1] != '\\') && --depth == 0) return false;
-  }
-  return true;
-}
-
 // The word before the completion's last number joins it to another ("3 or 5", "5 or maybe 6").
 bool hedged_last_number(std::string_view text) {
   std::size_t i = text.size();
@@ -276,11 +267,7 @@ bool hedged_last_number(std::string_view text) {
   while (i > 0 && (is_space(text[i - 1]) || text[i - 1] == '$')) --i;
   std::size_t begin = i;
   while (begin > 0 && is_letter(text[begin - 1])) --begin;
-  std::string word(text.substr(begin, i - begin));
-  for (char& ch : word) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
-  for (const char* joint : {"or", "nor", "maybe", "perhaps", "either", "vs", "versus"})
-    if (word == joint) return true;
-  return false;
+  return is_hedge_word(lower_case(text.substr(begin, i - begin)));
 }
 
 }  // namespace
@@ -297,8 +284,10 @@ std::optional<FinalAnswer> find_final_answer(std::string_view completion) {
   // A box opened after the last one closed (generation cut at max_new_tokens inside it) gave no
   // answer: graded by its last number (or the box before), "\boxed{5" scored 5 whatever was to
   // follow.
-  if (unclosed_box_at_end(completion)) return std::nullopt;
-  if (auto boxed = last_boxed(completion)) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
+  bool cut_open = false;
+  std::optional<std::string> boxed = last_boxed(completion, cut_open);
+  if (cut_open) return std::nullopt;
+  if (boxed) return FinalAnswer{std::move(*boxed), AnswerMarker::boxed};
   if (auto hashes = last_hashes(completion)) return FinalAnswer{std::move(*hashes), AnswerMarker::hashes};
   if (auto phrase = last_answer_phrase(completion)) return FinalAnswer{std::move(*phrase), AnswerMarker::answer_phrase};
   // The last number of a hedge ("it could be 3 or 5") is no answer either.

@@ -20,6 +20,17 @@ inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 inline bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 inline bool is_alnum(char c) { return is_digit(c) || is_letter(c); }
 inline char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+inline std::string lower_case(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = to_lower(c);
+  return out;
+}
+// A word (lower case) that joins an answer to another, making a hedge: "3 or 5", "5, maybe 6".
+inline bool is_hedge_word(std::string_view word) {
+  for (const char* joint : {"or", "nor", "maybe", "perhaps", "either", "vs", "versus"})
+    if (word == joint) return true;
+  return false;
+}
 
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
