@@ -182,6 +182,29 @@ TEST(RewardCommand, StderrGoesToTheLogLineByLine) {
             "warning reward command: bye without newline\n");
 }
 
+// Past the budget (50 lines a minute) the lines are counted, and a crash still logs its
+// traceback: the count and the last 50 lines come when stderr closes, before the error.
+TEST(RewardCommand, AChattyCommandsLinesAreCappedButItsTracebackIsLogged) {
+  CapturedLog log;
+  std::string message;
+  {
+    RewardCommand command({"/bin/sh", script("chatty_then_crash.sh")}, 30);
+    message = input_error_of([&] { command.score(requests(5)); });
+  }
+  EXPECT_NE(message.find("exited with status 1 before replying to request 4 of 5"), std::string::npos) << message;
+  std::vector<std::string> lines;
+  std::stringstream text(log.text());
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  // 50 passed, then the count, then the last 50 of the 72 held back (120 + 2 in all).
+  ASSERT_EQ(lines.size(), 101u) << log.text();
+  EXPECT_EQ(lines[0], "warning reward command: request 0 detail 0");
+  EXPECT_EQ(lines[49], "warning reward command: request 1 detail 19");
+  EXPECT_EQ(lines[50], "warning reward command: [72 more stderr lines not logged; the last 50, before its stderr closed:]");
+  EXPECT_EQ(lines[51], "warning reward command: request 2 detail 12");
+  EXPECT_EQ(lines[99], "warning reward command: Traceback (most recent call last):");
+  EXPECT_EQ(lines[100], "warning reward command: ValueError: request 4 is bad");
+}
+
 TEST(RewardCommand, CrashMidBatchNamesExitStatusAndRequest) {
   RewardCommand command({"/bin/sh", script("crash_after_two.sh")}, 30);
   const std::string message = input_error_of([&] { command.score(requests(4)); });

@@ -31,6 +31,7 @@
 #include "io/bounded_json.hpp"
 #include "io/json_parse_message.hpp"
 #include "rl/child_process.hpp"
+#include "rl/log_line_budget.hpp"
 #include "rl/owned_fd.hpp"
 
 extern char** environ;
@@ -49,6 +50,11 @@ constexpr auto kCrashReportWait = std::chrono::seconds(1);
 // A reply is a small object; a line without end is a broken command, not a reply to buffer.
 constexpr std::size_t kMaxReplyBytes = std::size_t{16} << 20;
 constexpr std::size_t kMaxLogLineBytes = 4096;
+// A command that prints a line per request would fill the log; its last lines (a traceback) are
+// kept whatever it printed before (rl/log_line_budget.hpp).
+constexpr std::size_t kStderrLinesPerWindow = 50;
+constexpr auto kStderrWindow = std::chrono::seconds(60);
+constexpr std::size_t kStderrTailLines = 50;
 constexpr std::size_t kWriteChunkBytes = std::size_t{1} << 16;
 constexpr std::size_t kReadChunkBytes = std::size_t{1} << 16;
 
@@ -179,10 +185,13 @@ pid_t spawn_child(const std::vector<std::string>& argv, const std::string& comma
 
 // Forwards the child's stderr to the log, line by line, from a thread of its own: a chatty
 // command never blocks on a full pipe, between batches included. Longer lines than
-// kMaxLogLineBytes are logged in pieces.
+// kMaxLogLineBytes are logged in pieces, within the budget above.
 class StderrForwarder {
  public:
-  explicit StderrForwarder(OwnedFd stderr_read) : stderr_(std::move(stderr_read)), wake_(make_pipe()) {
+  explicit StderrForwarder(OwnedFd stderr_read)
+      : stderr_(std::move(stderr_read)),
+        wake_(make_pipe()),
+        budget_(kStderrLinesPerWindow, kStderrWindow, kStderrTailLines) {
     set_nonblocking(stderr_.get());
     // Signals meant for the job (SIGTERM, SIGUSR1) go to its own threads, not to this one.
     sigset_t all;
@@ -212,10 +221,11 @@ class StderrForwarder {
     bool open = true;
     while (open) {
       pollfd fds[2] = {{stderr_.get(), POLLIN, 0}, {wake_.read_end.get(), POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      if (::poll(fds, 2, poll_timeout_ms()) < 0) {
         if (errno == EINTR) continue;
         break;
       }
+      log_all(budget_.tick(Clock::now()));
       const bool stopping = fds[1].revents != 0;
       for (;;) {
         const ssize_t got = ::read(stderr_.get(), buffer, sizeof(buffer));
@@ -231,12 +241,21 @@ class StderrForwarder {
       if (stopping) open = false;
     }
     if (!pending.empty()) log_line(pending);
+    log_all(budget_.close());
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
     closed_changed_.notify_all();
   }
 
-  static void log_complete_lines(std::string& pending) {
+  // Until the budget's window with lines held back ends (its count is then logged), or forever.
+  int poll_timeout_ms() const {
+    const auto deadline = budget_.deadline();
+    if (!deadline) return -1;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+    return static_cast<int>(std::clamp<decltype(left)>(left, 0, 60'000));
+  }
+
+  void log_complete_lines(std::string& pending) {
     std::size_t start = 0;
     for (;;) {
       const std::size_t newline = pending.find('\n', start);
@@ -251,15 +270,20 @@ class StderrForwarder {
     pending.erase(0, start);
   }
 
-  static void log_line(std::string_view line) {
+  void log_line(std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    log_all(budget_.line(line, Clock::now()));
+  }
+
+  static void log_all(const std::vector<std::string>& lines) {
     // default_logger() takes the registry's lock: safe against init_logging replacing the
     // logger while this thread logs, which spdlog::warn (a raw pointer) is not.
-    spdlog::default_logger()->warn("reward command: {}", line);
+    for (const std::string& line : lines) spdlog::default_logger()->warn("reward command: {}", line);
   }
 
   OwnedFd stderr_;
   Pipe wake_;
+  LogLineBudget budget_;   // the forwarding thread's alone
   std::mutex mutex_;
   std::condition_variable closed_changed_;
   bool closed_ = false;
