@@ -91,6 +91,33 @@ TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
                                          "job does not name: they are not loaded"),
             std::string::npos)
       << fewer.out << fewer.err;
+  // LoRA changes a resume cannot make, allowed or not, are named as such (they were a missing or
+  // misshapen tensor's message): LoRA off, another rank, a target added; LoRA over a full run.
+  const std::string resume = " train --config job.toml --set run.iterations=3 --allow-config-change";
+  RunResult off = run_in(dir, mpirun(2) + resume + " --set lora.rank=0 --set lora.alpha=16.0 --set 'lora.targets=[\"q\", "
+                                                   "\"k\", \"v\", \"o\", \"gate\", \"up\", \"down\"]'");
+  EXPECT_EQ(off.exit_code, 2) << off.out;
+  EXPECT_NE(off.err.find("iter_00000002.h5 is a LoRA run's (lora.rank = 4): it holds its base frozen in bf16"),
+            std::string::npos)
+      << off.err;
+  EXPECT_NE(off.err.find("--to-safetensors DIR --merged`, then `--set model.init_from=DIR`"), std::string::npos)
+      << off.err;
+  RunResult rank = run_in(dir, shardrl_binary() + resume + " --set lora.rank=8");
+  EXPECT_EQ(rank.exit_code, 2) << rank.out;
+  EXPECT_NE(rank.err.find("holds adapters of lora.rank = 4, and a resume cannot change their rank to 8"),
+            std::string::npos)
+      << rank.err;
+  RunResult added = run_in(dir, shardrl_binary() + resume + " --set 'lora.targets=[\"q\", \"v\"]'");
+  EXPECT_EQ(added.exit_code, 2) << added.out;
+  EXPECT_NE(added.err.find("holds no adapters on lora.targets \"v\", and a resume cannot start new ones"),
+            std::string::npos)
+      << added.err;
+  RunResult onto_full = run_in(dir, shardrl_binary() + " train --config job.toml --set run.name=full "
+                                                       "--set run.iterations=2 --allow-config-change");
+  EXPECT_EQ(onto_full.exit_code, 2) << onto_full.out;
+  EXPECT_NE(onto_full.err.find("is a full run's (lora.rank = 0): it holds no adapters for lora.rank = 4"),
+            std::string::npos)
+      << onto_full.err;
 }
 
 // A pretrained base (a full run's fp32 export) under LoRA adapters: the run resumes over the base

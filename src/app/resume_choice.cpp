@@ -84,6 +84,41 @@ std::string this_job() {
   const char* id = std::getenv("SLURM_JOB_ID");
   return id ? id : "";
 }
+
+// LoRA changes no resume can make, even allowed: the checkpoint holds no state for them (a LoRA
+// run's base is frozen bf16, without fp32 weights or moments; a full run's has no adapters), so
+// its tensors would be missing, or of another shape, with a message naming a tensor, not the cause.
+void refuse_lora_change_a_resume_cannot_make(const LoraShape& was, const LoraShape& now,
+                                             const std::filesystem::path& checkpoint) {
+  const std::string name = checkpoint.string();
+  const std::string new_run =
+      fmt::format("start a new run from its policy instead: `shardrl convert --from {} --to-safetensors DIR{}`, then "
+                  "`--set model.init_from=DIR` with another run.name",
+                  name, was.on() ? " --merged" : "");
+  if (was.on() && !now.on())
+    throw InputError(fmt::format("{} is a LoRA run's (lora.rank = {}): it holds its base frozen in bf16, without the "
+                                 "fp32 weights and optimizer state that training every weight needs, so a resume "
+                                 "cannot turn LoRA off; {}",
+                                 name, was.rank, new_run));
+  if (!was.on() && now.on())
+    throw InputError(fmt::format("{} is a full run's (lora.rank = 0): it holds no adapters for lora.rank = {}, and a "
+                                 "resume cannot start LoRA; {}",
+                                 name, now.rank, new_run));
+  if (!was.on()) return;
+  if (was.rank != now.rank)
+    throw InputError(fmt::format("{} holds adapters of lora.rank = {}, and a resume cannot change their rank to {}; "
+                                 "resume with lora.rank = {}, or {}",
+                                 name, was.rank, now.rank, was.rank, new_run));
+  std::vector<std::string> added;
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (now.adapts(static_cast<LoraTarget>(t)) && !was.adapts(static_cast<LoraTarget>(t)))
+      added.push_back(fmt::format("\"{}\"", kLoraTargetNames[t]));
+  if (now.experts && !was.experts) added.push_back("\"experts\"");
+  if (!added.empty())
+    throw InputError(fmt::format("{} holds no adapters on lora.targets {}, and a resume cannot start new ones; resume "
+                                 "without them, or {}",
+                                 name, fmt::join(added, ", "), new_run));
+}
 }  // namespace
 
 TrainArgs start_options(MPI_Comm world, int rank, const TrainArgs& args, const std::filesystem::path& run_dir) {
@@ -248,9 +283,10 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
     if (breaks) breaking.push_back(fmt::format("{} = {} -> {}", c.key, c.before, c.after));
   }
   if (allowed && saved.ok()) {
+    const LoraShape was = job_model_shape(saved.config).lora, now = job_model_shape(cfg).lora;
+    refuse_lora_change_a_resume_cannot_make(was, now, checkpoint);
     // Adapters the checkpoint holds on targets the job no longer names are not loaded: trained
     // weights the run drops, which the change's line alone did not say.
-    const LoraShape was = job_model_shape(saved.config).lora, now = job_model_shape(cfg).lora;
     std::vector<std::string> dropped;
     for (int t = 0; t < kLoraTargets; ++t)
       if (was.adapts(static_cast<LoraTarget>(t)) && !now.adapts(static_cast<LoraTarget>(t)))
