@@ -321,6 +321,16 @@ std::vector<VerifierCase> verifier_cases() {
       {"a power is not another", "\\boxed{2^{10}}", "1000", false},
       {"a sign before a power is the power's", "\\boxed{-2^2}", "-4", true},
       {"a power past 128 bits is text", "\\boxed{10^{60}}", "10^{60}", true},
+      // A mixed number is its value (it was text: a right 3\frac{1}{2} scored only the format reward).
+      {"a mixed number", "\\boxed{3\\frac{1}{2}}", "3.5", true},
+      {"a mixed number, short form", "\\boxed{3\\frac12}", "7/2", true},
+      {"a mixed number, spaced", "\\boxed{3 \\dfrac{1}{2}}", "\\frac{7}{2}", true},
+      {"a negative mixed number", "\\boxed{-2\\frac{1}{3}}", "-7/3", true},
+      {"a reference as a mixed number", "\\boxed{\\frac{7}{2}}", "3\\frac{1}{2}", true},
+      {"a mixed number with a unit", "\\boxed{3\\frac{1}{2}\\text{ cups}}", "3.5", true},
+      {"a mixed number is not its fraction times the integer", "\\boxed{3\\frac{1}{2}}", "1.5", false},
+      {"an improper fraction after an integer is no mixed number", "\\boxed{2\\frac{3}{2}}", "3.5", false},
+      {"a decimal before a fraction is no mixed number", "\\boxed{1.5\\frac{1}{2}}", "2", false},
 
       // ---- big numbers: exact, never wrapped around
       {"big integer equal", "\\boxed{" + kBig45 + "}", kBig45, true},

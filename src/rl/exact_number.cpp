@@ -232,22 +232,47 @@ std::optional<std::string> integer_power(Decimal base, std::string_view exponent
   return value ? std::optional<std::string>(rational_to_string(*value)) : std::nullopt;
 }
 
+// The whole of `s` as `\frac{a}{b}` of two decimal numbers: a and b.
+std::optional<std::pair<Rational, Rational>> parse_frac(std::string_view s) {
+  if (!starts_with(s, "\\frac{")) return std::nullopt;
+  const std::size_t open1 = 5;
+  const std::size_t close1 = closing_brace(s, open1);
+  if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return std::nullopt;
+  const std::size_t close2 = closing_brace(s, close1 + 1);
+  if (close2 + 1 != s.size()) return std::nullopt;
+  const auto num = parse_whole_rational(s.substr(open1 + 1, close1 - open1 - 1));
+  const auto den = parse_whole_rational(s.substr(close1 + 2, close2 - close1 - 2));
+  if (!num || !den) return std::nullopt;
+  return std::make_pair(*num, *den);
+}
+
+// A mixed number as competition answers write it: `3\frac{1}{2}` is 7/2, `-2\frac{1}{3}` is
+// -7/3 (they were text, unequal to 3.5 and \frac{7}{2}). Only an integer before a proper
+// fraction of integers: `2\frac{3}{2}` or `1.5\frac{1}{2}` reads as no number at all.
+std::optional<std::string> mixed_number(std::string_view whole, const Decimal& w, std::string_view fraction) {
+  const auto parts = parse_frac(fraction);
+  if (!parts) return std::nullopt;
+  const auto [a, b] = *parts;
+  const bool integers = a.den == 1 && b.den == 1;
+  if (!integers || a.num <= 0 || a.num >= b.num) return std::nullopt;
+  if (whole.find_first_not_of("+-0123456789") != npos) return std::nullopt;
+  const std::optional<Rational> n = to_rational(w);
+  if (!n || n->den != 1) return std::nullopt;
+  Int magnitude = n->num < 0 ? -n->num : n->num;
+  Int num = 0;
+  if (!checked_mul(magnitude, b.num, num) || !checked_add(num, a.num, num)) return std::nullopt;
+  const std::optional<Rational> value = make_rational(w.negative ? -num : num, b.num);
+  return value ? std::optional<std::string>(rational_to_string(*value)) : std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> canonical_number(std::string_view s) {
   std::size_t i = 0;
   bool negative = false;
   if (i < s.size() && (s[i] == '-' || s[i] == '+')) negative = s[i++] == '-';
-  if (starts_with(s.substr(i), "\\frac{")) {
-    const std::size_t open1 = i + 5;
-    const std::size_t close1 = closing_brace(s, open1);
-    if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return std::nullopt;
-    const std::size_t close2 = closing_brace(s, close1 + 1);
-    if (close2 + 1 != s.size()) return std::nullopt;
-    const auto num = parse_whole_rational(s.substr(open1 + 1, close1 - open1 - 1));
-    const auto den = parse_whole_rational(s.substr(close1 + 2, close2 - close1 - 2));
-    if (!num || !den) return std::nullopt;
-    auto value = divide(*num, *den);
+  if (const auto parts = parse_frac(s.substr(i))) {
+    auto value = divide(parts->first, parts->second);
     if (!value) return std::nullopt;
     if (negative) value->num = -value->num;
     return rational_to_string(*value);
@@ -260,6 +285,7 @@ std::optional<std::string> canonical_number(std::string_view s) {
     return value ? rational_to_string(*value) : decimal_to_string(*d);
   }
   if (s[i] == '^') return integer_power(*d, s.substr(i + 1));
+  if (s[i] == '\\') return mixed_number(s.substr(0, i), *d, s.substr(i));
   if (s[i] != '/') return std::nullopt;
   const std::optional<Rational> num = to_rational(*d);
   const std::optional<Rational> den = parse_whole_rational(s.substr(i + 1));

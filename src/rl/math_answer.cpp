@@ -210,20 +210,27 @@ std::string brace_arguments(std::string_view s) {
 // own: `ft-lb`, `light-years`) or a single letter raised to a power (`3 x^2`, where `5 cm^2` is a
 // unit).
 void drop_words_after_number(std::string& s) {
+  // The end of a `\frac{..}{..}` at `at`, or npos.
+  const auto past_frac = [&s](std::size_t at) {
+    if (!starts_with(std::string_view(s).substr(at), "\\frac{")) return npos;
+    const std::size_t close1 = closing_brace(s, at + 5);
+    if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return npos;
+    const std::size_t close2 = closing_brace(s, close1 + 1);
+    return close2 == npos ? npos : close2 + 1;
+  };
   std::size_t i = 0;
   if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
   if (starts_with(std::string_view(s).substr(i), "\\frac{")) {
-    const std::size_t close1 = closing_brace(s, i + 5);
-    if (close1 == npos || close1 + 1 >= s.size() || s[close1 + 1] != '{') return;
-    const std::size_t close2 = closing_brace(s, close1 + 1);
-    if (close2 == npos) return;
-    i = close2 + 1;
+    i = past_frac(i);
+    if (i == npos) return;
   } else {
     const std::size_t body = i;
     bool digits = false;
     while (i < s.size() && (is_digit(s[i]) || s[i] == '.' || s[i] == ',' || s[i] == '/')) digits |= is_digit(s[i++]);
     // "1, a" is a list, not the number 1 with a word after it.
     if (!digits || i == body || s[i - 1] == ',' || s[i - 1] == '/') return;
+    // A mixed number, `3\frac{1}{2} cups`.
+    if (const std::size_t end = past_frac(i); end != npos) i = end;
   }
   const std::size_t gap = i;
   while (i < s.size() && is_space(s[i])) ++i;

@@ -46,7 +46,8 @@
 //     `\cdot` `\div` `\frac` `\sqrt` before the last `=`) becomes its last side's value; the
 //     chain itself is not checked (`3+3=7` is 7)
 //   - a number (integer, decimal, `1e3`, `1.5\times10^{3}`, `a/b`, `\frac{a}{b}`, an integer power
-//     `2^{10}` `10^{-3}` (-2^2 is -4), signed) becomes
+//     `2^{10}` `10^{-3}` (-2^2 is -4), a mixed number `3\frac{1}{2}` (an integer and a proper
+//     fraction of integers: 7/2), signed) becomes
 //     its exact value: "p" or "p/q" reduced (in 128-bit integers, overflow-checked); a decimal
 //     too large for that becomes its shortest exact decimal (`0.333...` with all its digits), so
 //     big integers still compare exactly; a fraction too large stays text.
