@@ -180,6 +180,24 @@ TEST(RlObjective, MoeRowsAsLongAsTheLongestGiveTheFullRowsTrajectory) {
   }
 }
 
+// Each micro-batch's load-balancing loss counts for its share of the step's micro-batches over all
+// ranks. With 5 prompts a minibatch the ranks' shares differ (3 + 2 at np 2, 2 + 1 + 1 + 1 at
+// np 4) and a rank with fewer runs padding micro-batches to keep in step; a micro-batch holds one
+// group, so the micro-batches are the same at any world size and so is the trajectory. (The
+// weight was 1 / (the most micro-batches of a rank x ranks): at np 2 the loss read 3/4 of np 1's.)
+TEST(RlObjective, MoeLoadBalancingIsTheSameAtAnyWorldSizeWithUnevenShares) {
+  Config c = small_moe_config();
+  c.rl.prompts_per_iteration = 10;
+  c.train.micro_batch_size = c.rl.samples_per_prompt;
+  const std::vector<Step> world = run(c, MPI_COMM_WORLD, 2);
+  const std::vector<Step> one = run(c, MPI_COMM_SELF, 2);
+  expect_same_trajectory(world, one);
+  for (int it = 0; it < 2; ++it) {
+    EXPECT_GT(one[it].train.aux_loss, 1.0) << "iteration " << it;
+    expect_close(world[it].train.aux_loss, one[it].train.aux_loss, "aux_loss", it);
+  }
+}
+
 // The same with expert parallelism (each rank's experts take the other ranks' tokens), where
 // the ranks' sequences differ in length: after a longer warm-up most completions are short, a few
 // run to 40 tokens, so a minibatch's rows are 32 or 64 positions as its longest sequence needs.

@@ -268,8 +268,14 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   const auto weight = static_cast<float>(1.0 / tokens);
   const MaskedNll objective(st.mask.data(), 1.0f, st.loss.data());
   const int micro = ceil_div(ceil_div(B, comm_.size()), micro_rows_);
-  // MoE layers: each micro-batch's load-balancing loss counts for its share of the step.
-  model_.set_aux_loss_weight(1.0f / static_cast<float>(micro * comm_.size()));
+  // MoE layers: each micro-batch's load-balancing loss counts for its share of the step, among the
+  // micro-batches of rows over all ranks (a rank's padding micro-batches add none).
+  std::int64_t real_micro = 0;
+  for (int r = 0; r < comm_.size(); ++r) {
+    const auto [first, last] = prompts_of_rank(B, comm_.size(), r);
+    real_micro += ceil_div(last - first, micro_rows_);
+  }
+  model_.set_aux_loss_weight(1.0f / static_cast<float>(std::max<std::int64_t>(real_micro, 1)));
   for (int m = 0; m < micro; ++m) {
     const int first = m * micro_rows_;
     set_micro_batch(mine, first, static_cast<int>(mine.size()));
@@ -352,13 +358,14 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   const bool tis = options_.tis_cap > 0;
   const float temperature = sampling_temperature(options_.sampling);
   const std::size_t rows = b.sequences.size();
+  const bool moe = model_.options().shape.n_experts > 0;
 
   // Each minibatch's sequences in rows (train.packing): packed into rows as long as its longest
   // sequence needs (with MoE layers one to a row that long), or one per row of train.seq_len.
   // Every rank runs as many micro-batches as the rank that needs the most (each is a round of
   // collectives); the others' extra ones are padding.
   std::vector<PackedRows> layout;
-  std::vector<double> row_len(minibatches_, seq_len_), micro(minibatches_);
+  std::vector<double> row_len(minibatches_, seq_len_), micro(minibatches_), real_micro(minibatches_);
   for (int k = 0; k < minibatches_; ++k)
     if (options_.short_rows)
       row_len[k] = row_length(b.sequences, b.minibatch_begin[k], b.minibatch_begin[k + 1], kRowGranule, seq_len_);
@@ -370,9 +377,13 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   for (int k = 0; k < minibatches_; ++k) {
     const int first = b.minibatch_begin[k], end = b.minibatch_begin[k + 1];
     layout.push_back(pack_rows(b.sequences, first, end, static_cast<int>(row_len[k]), options_.packing));
-    micro[k] = std::max(1, ceil_div(static_cast<std::int64_t>(layout[k].rows.size()), micro_rows_));
+    real_micro[k] = ceil_div(static_cast<std::int64_t>(layout[k].rows.size()), micro_rows_);
+    micro[k] = std::max(1.0, real_micro[k]);
   }
   max_on_host(comm_.host_comm(), micro);
+  // The micro-batches of rows over all ranks: each one's MoE load-balancing loss counts for its
+  // share of the step; the padding micro-batches a rank runs to keep in step add none.
+  if (moe) sum_on_host(comm_.host_comm(), real_micro);
   // Sets micro-batch m of minibatch k on the model; calls f(i, r) for each sequence i in it.
   std::vector<std::int32_t> tokens, targets, positions, row_tokens;
   auto set_micro = [&](int k, int m) {
@@ -435,8 +446,7 @@ TrainStats GrpoLoop::train(const RolloutBatch& b) {
   double trained_ids = 0;
   const double loss_tokens = options_.loss_tokens > 0 ? options_.loss_tokens : options_.max_new_tokens;
   for (int k = 0; k < minibatches_; ++k) {
-    // MoE layers: each micro-batch's load-balancing loss counts for its share of the step.
-    model_.set_aux_loss_weight(1.0f / static_cast<float>(micro[k] * comm_.size()));
+    if (moe) model_.set_aux_loss_weight(1.0f / static_cast<float>(std::max(real_micro[k], 1.0)));
     for (int m = 0; m < static_cast<int>(micro[k]); ++m) {
       set_micro(k, m);
       Kokkos::deep_copy(st.weight_h, 0.0f);
