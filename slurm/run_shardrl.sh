@@ -47,6 +47,12 @@ if [[ ! -f $config ]]; then
   echo "run_shardrl.sh: config file '$config' not found (relative paths are taken from $(pwd))" >&2
   exit 2
 fi
+# Checked now: read only when a stop comes, after the checkpoint (a bad value then broke the cap).
+max_requeues=${SHARDRL_MAX_REQUEUES:-100}
+if [[ ! $max_requeues =~ ^[0-9]+$ ]]; then
+  echo "run_shardrl.sh: SHARDRL_MAX_REQUEUES must be a whole number, not '$max_requeues'" >&2
+  exit 2
+fi
 bin=${SHARDRL_BIN:-$(command -v shardrl || true)}
 if [[ -z $bin || ! -x $bin ]]; then
   echo "run_shardrl.sh: no shardrl binary: set SHARDRL_BIN (got '${SHARDRL_BIN:-}') or put shardrl on PATH" >&2
@@ -156,7 +162,7 @@ case $status in
       # A preemption with PreemptMode=REQUEUE is requeued by Slurm itself; scancel and the hard
       # limit are not.
       log "stopped by SIGTERM after saving a checkpoint: not requeued by this script (a preemption that Slurm requeues resumes from it; else resubmit to continue)"
-    elif ((restarts >= ${SHARDRL_MAX_REQUEUES:-100})); then
+    elif ((restarts >= 10#$max_requeues)); then
       log "stopped after saving a checkpoint; not requeued: the job has been requeued $restarts times (SHARDRL_MAX_REQUEUES)"
     elif scontrol requeue "$SLURM_JOB_ID"; then
       log "checkpoint saved; requeued: the next run resumes from it"

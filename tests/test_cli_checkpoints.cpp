@@ -396,6 +396,17 @@ TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
   }
   RunResult intact = run_in(dir, shardrl_binary() + " inspect " + good.string() + " --verify");
   EXPECT_EQ(intact.exit_code, 0) << intact.err;
+  // And `report`, which called the checkpoint missing a tensor "all verified", a resume's start.
+  fs::create_directories(dir / "runs/gap/checkpoints");
+  fs::copy_file(dir / "runs/ck/config.toml", dir / "runs/gap/config.toml");
+  fs::copy_file(dir / "no_tensor.h5", dir / "runs/gap/checkpoints/iter_00000001.h5");
+  RunResult report = run_in(dir, shardrl_binary() + " report runs/gap");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const std::string md = slurp(dir / "runs/gap/report.md");
+  EXPECT_NE(md.find("| `iter_00000001.h5` (a resume starts here, and stops) | 1 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("**incomplete checkpoint: 1 tensor(s) its job needs are missing: /reference/model.norm.weight**"),
+            std::string::npos)
+      << md;
   // Skipped steps are not counted among the steps: a run whose non-finite steps outnumber its
   // taken ones (a diverging warm-up) saved checkpoints that inspect and resume refused. (The
   // file's checksum is removed with the change, as in a checkpoint written before it existed.)

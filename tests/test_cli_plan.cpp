@@ -71,6 +71,9 @@ TEST(Cli, PlanReadsMemorySizes) {
   EXPECT_EQ(shardrl::parse_memory_size("24", "--host-memory"), 24.0 * (1ull << 30));
   EXPECT_THROW(shardrl::parse_memory_size("-1GiB", "--gpu-memory"), shardrl::InputError);
   EXPECT_THROW(shardrl::parse_memory_size("GiB", "--gpu-memory"), shardrl::InputError);
+  // No memory is a typo, not a plan that does not fit (it planned, and said "does not fit", exit 1).
+  EXPECT_THROW(shardrl::parse_memory_size("0", "--gpu-memory"), shardrl::InputError);
+  EXPECT_THROW(shardrl::parse_memory_size("0.5MB", "--gpu-memory"), shardrl::InputError);
   // Beyond a double (it was an uncaught out_of_range: "unexpected error: stod", exit 1).
   EXPECT_THROW(shardrl::parse_memory_size(std::string(400, '9') + "GiB", "--gpu-memory"), shardrl::InputError);
   EXPECT_THROW(shardrl::parse_memory_size("2000000TiB", "--gpu-memory"), shardrl::InputError);

@@ -120,4 +120,22 @@ TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
   EXPECT_FALSE(fs::exists(dir / "runs" / "older2" / "checkpoints" / "iter_00000002.h5"));
 }
 
+// slurm/run_shardrl.sh checks its settings before it starts a rank: a requeue cap that is not a
+// whole number was read only when a stop came, after the checkpoint, and then requeued anyway
+// (`5x`) or ended the wrapper with bash's own message (`ten`).
+TEST(Cli, TheSlurmWrapperRefusesABadRequeueCapAtOnce) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  for (const char* cap : {"5x", "ten", "-1"}) {
+    RunResult wrapped = run_in(dir, std::string("env SLURM_JOB_ID=1 SHARDRL_BIN=") + shardrl_binary() +
+                                        " SHARDRL_MAX_REQUEUES=" + cap + " bash " + SHARDRL_SOURCE_DIR +
+                                        "/slurm/run_shardrl.sh job.toml");
+    EXPECT_EQ(wrapped.exit_code, 2) << cap << ": " << wrapped.out << wrapped.err;
+    EXPECT_NE(wrapped.err.find(std::string("SHARDRL_MAX_REQUEUES must be a whole number, not '") + cap + "'"),
+              std::string::npos)
+        << wrapped.err;
+    EXPECT_FALSE(fs::exists(dir / "runs")) << cap << ": a rank started";
+  }
+}
+
 }  // namespace

@@ -110,6 +110,12 @@ TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
   EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
   RunResult allowed = run_in(dir, resume + "e --set run.seed=7 --allow-config-change");
   EXPECT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+  // inspect --verify checks what it can of a file a resume takes: the checksums, with a warning
+  // that the tensors its job needs are not listed (it refused the file, checking nothing).
+  RunResult verify = run_in(dir, shardrl_binary() + " inspect " + file.string() + " --verify");
+  EXPECT_EQ(verify.exit_code, 0) << verify.err;
+  EXPECT_NE(verify.err.find("the saved configuration does not load in this shardrl"), std::string::npos) << verify.err;
+  EXPECT_NE(verify.out.find("checksums: all "), std::string::npos) << verify.out;
 }
 
 // A checkpoint whose config holds a setting that this shardrl refuses at load as having no effect

@@ -126,6 +126,13 @@ TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {
   RunResult bad = run_in(dir, shardrl_binary() + " score --reward regex --pattern '(' --answer 1 --completion x");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("does not compile"), std::string::npos) << bad.err;
+  // The reward's checks name the flags typed, not the config keys behind them.
+  RunResult high = run_in(dir, shardrl_binary() + " score --format-reward 2 --answer 1 --completion 1");
+  EXPECT_EQ(high.exit_code, 2);
+  EXPECT_EQ(high.err.find("shardrl: --format-reward 2 is outside [0, 1)"), 0u) << high.err;
+  RunResult no_pattern = run_in(dir, shardrl_binary() + " score --reward regex --answer 1 --completion 1");
+  EXPECT_EQ(no_pattern.exit_code, 2);
+  EXPECT_EQ(no_pattern.err, "shardrl: --reward regex needs a pattern with a capture group\n");
 }
 
 // generate and convert --from-safetensors read their files on every rank: a rank that cannot (a

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include "app/generate_command.hpp"
@@ -212,7 +213,8 @@ int run_cli(int argc, char** argv) {
   CLI::Option* tok_text = tok->add_option("--text", tok_args.text, "Text to encode");
   CLI::Option* tok_file = tok->add_option("--file", tok_args.file,
                                           "JSONL: a string, or {\"text\": ...}, or {\"messages\": [...]} per line");
-  CLI::Option* tok_decode = tok->add_option("--decode", tok_args.decode, "Token ids to decode, e.g. \"9707 1879\"");
+  CLI::Option* tok_decode = tok->add_option("--decode", tok_args.decode, "Token ids to decode, e.g. \"9707 1879\" (the text printed as one line: newlines as \\n, "
+                                             "backslashes doubled, control bytes and non-UTF-8 as \\xNN)");
   tok_text->excludes(tok_file)->excludes(tok_decode);
   tok_file->excludes(tok_decode);
   tok->require_option(1, 0);
@@ -248,7 +250,7 @@ int run_cli(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (is_first_launched_rank())
-      std::cerr << "shardrl: " << e.what() << "\nRun 'shardrl --help' for usage.\n";
+      print_error(std::string(e.what()) + "\nRun 'shardrl --help' for usage.");
     return kExitUsage;
   }
   if (train->parsed() && train_args.overwrite && !train_args.no_resume && train_args.resume_from.empty()) {
@@ -265,6 +267,17 @@ int run_cli(int argc, char** argv) {
   g_main_thread = std::this_thread::get_id();
   std::set_terminate(end_job_on_uncaught_exception);
   MpiSession mpi(nullptr, nullptr);
+  // The commands of one process: under mpirun every rank would print (mixed mid-line) or write
+  // the same files.
+  for (CLI::App* one : {inspect, plan, report, score, tok}) {
+    int size = 1, rank = 0;
+    MPI_Comm_size(mpi.world(), &size);
+    MPI_Comm_rank(mpi.world(), &rank);
+    if (one->parsed() && size != 1) {
+      if (rank == 0) print_error(fmt::format("{} runs as one process (started with {})", one->get_name(), size));
+      return kExitUsage;
+    }
+  }
   {
     if (train->parsed()) return run_train(train_args);
     if (inspect->parsed()) return run_inspect(inspect_args);

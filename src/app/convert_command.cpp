@@ -353,10 +353,10 @@ int run_convert(const ConvertArgs& args) {
     if (!args.to_peft.empty()) return export_peft(args, mpi);
     return to_hf ? export_safetensors(args, mpi) : import_safetensors(args, mpi);
   } catch (const InputError& e) {   // raised alike on every rank
-    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (rank == 0) print_error(e.what());
     return kExitUsage;
   } catch (const std::filesystem::filesystem_error& e) {   // export runs on one process
-    std::cerr << "shardrl: " << e.what() << "\n";
+    print_error(e.what());
     return kExitUsage;
   }
 }

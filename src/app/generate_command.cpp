@@ -94,7 +94,7 @@ int run_generate(const GenerateArgs& args) {
                                 build, /*trains=*/false);
     }
   } catch (const InputError& e) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (layout.world_rank == 0) print_error(e.what());
     return kExitUsage;
   }
   if (!loaded.ok()) {
@@ -126,7 +126,7 @@ int run_generate(const GenerateArgs& args) {
         base_seed = saved.config.run.seed;
       }
     } catch (const InputError& e) {
-      if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      if (layout.world_rank == 0) print_error(e.what());
       return kExitUsage;
     }
   }
@@ -134,7 +134,7 @@ int run_generate(const GenerateArgs& args) {
   try {
     device = bind_device(layout);
   } catch (const InputError& e) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (layout.world_rank == 0) print_error(e.what());
     return kExitUsage;
   }
   KokkosRuntime kokkos(device.device_id);
@@ -212,7 +212,7 @@ int run_generate(const GenerateArgs& args) {
                                      eos, vocab));
     });
   } catch (const InputError& e) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (layout.world_rank == 0) print_error(e.what());
     return kExitUsage;
   }
   const int max_new = static_cast<int>(cfg.rollout.max_new_tokens);
@@ -243,7 +243,7 @@ int run_generate(const GenerateArgs& args) {
     use.generator = {args.samples, max_len};
     built = std::make_unique<Policy>(policy_cfg, *comm, use);
   } catch (const InputError& e) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (layout.world_rank == 0) print_error(e.what());
     return kExitUsage;
   }
   Policy& policy = *built;
@@ -253,7 +253,7 @@ int run_generate(const GenerateArgs& args) {
       policy.load_init_from(mpi.world(), /*adapters=*/args.checkpoint.empty());
     if (!args.checkpoint.empty()) load_policy_weights(args.checkpoint, policy, mpi.world());
   } catch (const InputError& e) {
-    if (layout.world_rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (layout.world_rank == 0) print_error(e.what());
     return kExitUsage;
   }
   if (cfg.rollout.tensor_parallel > 1)

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "app/checkpoint_audit.hpp"
 #include "app/job_config.hpp"
 #include "job/checkpoint_format.hpp"
 #include "job/job_checkpoint.hpp"
@@ -49,30 +50,19 @@ int run_inspect(const InspectArgs& args) {
     out += "config:\n" + in.read_string(f::kConfig);
     std::cout << out << std::flush;
     if (args.verify) {
-      // Complete as resume requires: every tensor the checkpoint's own job needs is there.
-      const LoadedConfig saved = parse_saved_config(in.read_string(f::kConfig), args.path + ":" + f::kConfig);
-      if (!saved.ok()) {
-        report_config_errors(saved, 0);
-        return kExitUsage;
-      }
-      if (const std::vector<std::string> missing = missing_tensors(in, saved.config); !missing.empty()) {
-        std::cerr << fmt::format("shardrl: {}: incomplete checkpoint: {} tensor(s) its job needs are missing:",
-                                 args.path, missing.size());
-        for (std::size_t i = 0; i < missing.size() && i < 8; ++i) std::cerr << " " << missing[i];
-        std::cerr << (missing.size() > 8 ? " ...\n" : "\n");
-        return kExitUsage;
-      }
-      const std::vector<std::string> bad = in.verify_all(f::is_tensor);
-      if (!bad.empty()) {
-        std::cerr << fmt::format("shardrl: {}: {} tensor(s) fail their checksum:", args.path, bad.size());
-        for (const auto& b : bad) std::cerr << " " << b;
-        std::cerr << "\n";
+      const CheckpointAudit audit = audit_checkpoint(in, args.path);
+      if (!audit.config_unreadable.empty())
+        print_error(fmt::format("warning: {}: the saved configuration does not load in this shardrl ({}): the "
+                                "tensors its job needs are not listed; the checksums are checked",
+                                args.path, audit.config_unreadable));
+      if (!audit.ok()) {
+        print_error(args.path + ": " + audit_problems(audit));
         return kExitUsage;
       }
       std::cout << fmt::format("checksums: all {} tensors verified\n", tensors);
     }
   } catch (const InputError& e) {
-    std::cerr << "shardrl: " << e.what() << "\n";
+    print_error(e.what());
     return kExitUsage;
   }
   return kExitOk;

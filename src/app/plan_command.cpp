@@ -37,6 +37,8 @@ double parse_memory_size(const std::string& text, const std::string& flag) {
   const std::string unit = m[3].matched ? m[3].str() : "GiB";
   const double scale = unit == "TiB" ? std::pow(2.0, 40) : unit == "GiB" ? std::pow(2.0, 30)
                        : unit == "MiB" ? std::pow(2.0, 20) : unit == "TB" ? 1e12 : unit == "GB" ? 1e9 : 1e6;
+  if (value * scale < 1e6)   // a machine without memory: a typo, not a plan that does not fit
+    throw InputError(fmt::format("{} {}: a size of at least 1MB, such as 80GiB, 141GB or 512MiB", flag, text));
   if (!std::isfinite(value * scale) || value * scale > 1e18)
     throw InputError(fmt::format("{} {}: a size such as 80GiB, 141GB or 512MiB (at most an exabyte)", flag, text));
   return value * scale;
@@ -98,7 +100,7 @@ int run_plan(const PlanArgs& args) {
     std::cout << "fits\n";
     return 0;
   } catch (const InputError& e) {
-    std::cerr << "shardrl: " << e.what() << "\n";
+    print_error(e.what());
     return kExitUsage;
   }
 }

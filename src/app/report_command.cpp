@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "app/checkpoint_audit.hpp"
 #include "app/job_config.hpp"
 #include "config/changes.hpp"
 #include "core/error.hpp"
@@ -52,6 +53,16 @@ std::string cell(const std::string& text) {
   std::string out;
   for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
   return out;
+}
+
+// A path as a Markdown link's target: where it holds a space or a bracket, in angle brackets,
+// which CommonMark allows to hold them (a bare target ends at the first space), with the angle
+// brackets inside escaped.
+std::string link_target(const std::string& path) {
+  if (path.find_first_of(" ()<>") == std::string::npos) return path;
+  std::string out = "<";
+  for (char c : path) out += c == '<' || c == '>' ? std::string("\\") + c : std::string(1, c);
+  return out + ">";
 }
 
 std::string config_section(const fs::path& run) {
@@ -192,18 +203,21 @@ std::string checkpoints_section(const fs::path& run, MPI_Comm comm) {
     out += fmt::format("**`latest` is unusable**: {}. A resume stops there; `--resume-from` names a checkpoint.\n\n",
                        e.what());
   }
-  out += "| checkpoint | iterations done | tensors | checksums |\n| --- | --- | --- | --- |\n";
+  out += "| checkpoint | iterations done | tensors | complete, checksums |\n| --- | --- | --- | --- |\n";
   for (const fs::path& p : found) {
     std::error_code ec;
-    const std::string shown = fmt::format("`{}`{}", p.filename().string(),
-                                         !latest.empty() && fs::equivalent(p, latest, ec) ? " (a resume starts here)" : "");
+    const bool resumed = !latest.empty() && fs::equivalent(p, latest, ec);
+    const std::string shown = fmt::format("`{}`", p.filename().string());
     try {
       const auto opened = open_checkpoint(p.string(), comm);
       std::size_t tensors = 0;
       for (const std::string& name : opened->datasets()) tensors += f::is_tensor(name) ? 1 : 0;
-      const std::vector<std::string> bad = opened->verify_all(f::is_tensor);
-      out += fmt::format("| {} | {} | {} | {} |\n", shown, opened->read_int64(f::kIterationsDone), tensors,
-                         bad.empty() ? "all verified" : fmt::format("**{} fail**", bad.size()));
+      // The check inspect --verify makes: a checkpoint a resume refuses is not called good.
+      const CheckpointAudit audit = audit_checkpoint(*opened, p.filename().string());
+      const std::string state = audit.ok() ? "all verified" : fmt::format("**{}**", cell(audit_problems(audit)));
+      out += fmt::format("| {}{} | {} | {} | {} |\n", shown,
+                         !resumed ? "" : audit.ok() ? " (a resume starts here)" : " (a resume starts here, and stops)",
+                         opened->read_int64(f::kIterationsDone), tensors, state);
     } catch (const InputError& e) {
       out += fmt::format("| {} | | | **unreadable**: {} |\n", shown, cell(e.what()));
     }
@@ -240,15 +254,7 @@ std::pair<std::string, std::string> draw_curves(const fs::path& run, const fs::p
 }  // namespace
 
 int run_report(const ReportArgs& args) {
-  MpiSession mpi(nullptr, nullptr);
-  int size = 1;
-  MPI_Comm_size(mpi.world(), &size);
-  if (size != 1) {   // every rank would write the same files
-    int rank = 0;
-    MPI_Comm_rank(mpi.world(), &rank);
-    if (rank == 0) std::cerr << "shardrl: report runs as one process (started with " << size << ")\n";
-    return kExitUsage;
-  }
+  MpiSession mpi(nullptr, nullptr);   // one process (cli.cpp refuses more)
   try {
     const fs::path run(args.run_dir);
     if (!fs::is_directory(run)) throw InputError(fmt::format("'{}' is not a run directory", args.run_dir));
@@ -270,16 +276,17 @@ int run_report(const ReportArgs& args) {
     md += config_section(run);
     md += progress_section(records);
     const auto [png, why] = draw_curves(run, out.parent_path());
-    md += "## Curves\n\n" + (png.empty() ? "Not drawn: " + why + ".\n\n" : fmt::format("![reward, loss and throughput]({})\n\n", png));
+    md += "## Curves\n\n" + (png.empty() ? "Not drawn: " + why + ".\n\n"
+                                          : fmt::format("![reward, loss and throughput]({})\n\n", link_target(png)));
     md += throughput_section(records);
     md += checkpoints_section(run, mpi.world());
     write_text_atomically(out, md);
     std::cout << out.string() << "\n";
   } catch (const InputError& e) {
-    std::cerr << "shardrl: " << e.what() << "\n";
+    print_error(e.what());
     return kExitUsage;
   } catch (const fs::filesystem_error& e) {   // a run directory it may not read: its problem, named
-    std::cerr << "shardrl: " << e.what() << "\n";
+    print_error(e.what());
     return kExitUsage;
   }
   return kExitOk;

@@ -37,7 +37,16 @@ int run_score(const ScoreArgs& args) {
     std::cout << fmt::format("reward: {}", reward.score(args.completion, args.answer)) << "\n";
     return 0;
   } catch (const InputError& e) {
-    std::cerr << "shardrl: " << e.what() << "\n";
+    // The reward's checks are the job config's and name its keys; here the user typed flags.
+    std::string message = e.what();
+    for (const auto& [key, flag] : {std::pair<std::string, std::string>{"rl.format_reward = ", "--format-reward "},
+                                    {"rl.reward = \"regex\"", "--reward regex"},
+                                    {"rl.reward = \"exact\"", "--reward exact"},
+                                    {"rl.reward = \"math\"", "--reward math"},
+                                    {"rl.format_reward", "--format-reward"}})
+      for (std::size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + flag.size()))
+        message.replace(at, key.size(), flag);
+    print_error(message);
     return kExitUsage;
   }
 }

@@ -39,7 +39,7 @@ int run_tokenize(const TokenizeArgs& args) {
       // Its prompts rendered, nothing trained: not checked as a training job.
       loaded = read_job_config(MPI_COMM_WORLD, train, /*world_size=*/1, this_build(), /*trains=*/false);
     } catch (const InputError& e) {
-      std::cerr << "shardrl: " << e.what() << "\n";
+      print_error(e.what());
       return kExitUsage;
     }
     if (!loaded.ok()) {
@@ -126,7 +126,7 @@ int run_tokenize(const TokenizeArgs& args) {
     std::cout << ids_line(tokenizer.encode(text, args.add_special_tokens)) << "\n";
     return 0;
   } catch (const InputError& e) {
-    std::cerr << "shardrl: " << e.what() << "\n";
+    print_error(e.what());
     return kExitUsage;
   }
 }

@@ -116,7 +116,7 @@ int run_train(const TrainArgs& args) {
   const int rank = layout.world_rank;
   init_logging(rank, args.log_all_ranks);
   if (const std::string problem = separate_worlds_problem(layout.world_size, launch_environment); !problem.empty()) {
-    std::cerr << "shardrl: " << problem << "\n";
+    print_error(problem);
     return kExitUsage;
   }
 
@@ -129,7 +129,7 @@ int run_train(const TrainArgs& args) {
   const DerivedConfig derived = derive(cfg, this_build());
   if (cfg.checkpoint.async) {   // the MPI library's thread level: the same on every rank
     if (const std::string why = AsyncCheckpointSave::unavailable(); !why.empty()) {
-      if (rank == 0) std::cerr << "shardrl: " << loaded.origin.at("checkpoint.async") << ": " << why << "\n";
+      if (rank == 0) print_error(loaded.origin.at("checkpoint.async") + ": " + why);
       return kExitUsage;
     }
   }
@@ -138,7 +138,7 @@ int run_train(const TrainArgs& args) {
   try {
     device = bind_device(layout);
   } catch (const InputError& e) {   // raised on every rank alike
-    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (rank == 0) print_error(e.what());
     return kExitUsage;
   }
   KokkosRuntime kokkos(device.device_id);
@@ -161,7 +161,7 @@ int run_train(const TrainArgs& args) {
     }
     broadcast_string(mpi.world(), problem, 0);
     if (!problem.empty()) {
-      if (rank == 0) std::cerr << "shardrl: " << problem << "\n";
+      if (rank == 0) print_error(problem);
       return kExitUsage;
     }
     if (run_lock && !run_lock->warning().empty()) spdlog::warn("{}", run_lock->warning());
@@ -170,7 +170,7 @@ int run_train(const TrainArgs& args) {
     try {
       require_shared_directory(derived.run_dir, mpi.world());
     } catch (const InputError& e) {
-      if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+      if (rank == 0) print_error(e.what());
       return kExitUsage;
     }
   }
@@ -178,7 +178,7 @@ int run_train(const TrainArgs& args) {
     std::string problem = rank == 0 ? trace_path_problem(args.trace) : std::string();
     broadcast_string(mpi.world(), problem, 0);
     if (!problem.empty()) {
-      if (rank == 0) std::cerr << "shardrl: " << problem << "\n";
+      if (rank == 0) print_error(problem);
       return kExitUsage;
     }
   }
@@ -196,7 +196,7 @@ int run_train(const TrainArgs& args) {
   try {
     policy = std::make_unique<Policy>(cfg, *comm, PolicyUse{true, args.profile, {}});
   } catch (const InputError& e) {   // the task's options or dataset: the same on every rank
-    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (rank == 0) print_error(e.what());
     return kExitUsage;
   }
   Transformer& model = policy->model();
@@ -568,7 +568,7 @@ int run_train(const TrainArgs& args) {
                  cfg.run.iterations, cfg.run.iterations - first, elapsed, last.reward_mean, last.pass_rate,
                  trainer.metrics().step, trainer.metrics().skipped, (derived.run_dir / "metrics.jsonl").string());
   } catch (const InputError& e) {   // data and checkpoints are checked alike on every rank
-    if (rank == 0) std::cerr << "shardrl: " << e.what() << "\n";
+    if (rank == 0) print_error(e.what());
     if (background) {   // a save in flight finishes (every rank's writer takes part) before the exit
       watch_save("waiting for the background checkpoint save");
       background.reset();

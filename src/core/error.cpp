@@ -53,6 +53,13 @@ std::string excerpt(std::string_view text, std::size_t max_bytes) {
   return out;
 }
 
+void print_error(std::string_view message) {
+  const std::string msg = "shardrl: " + std::string(message) + "\n";
+  flush_logging();
+  std::fflush(stdout);
+  std::cerr << msg << std::flush;
+}
+
 void print_fatal(std::string_view what) {
   // One write per message so lines from different ranks do not interleave mid-line.
   const std::string msg = "shardrl: fatal error on " + origin_string() + ": " + std::string(what) + "\n";

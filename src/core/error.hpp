@@ -27,6 +27,10 @@ inline constexpr int kExitStoppedBySignal = 3;   // SIGUSR1/SIGTERM: checkpoint 
 // "rank 1 (host node03)" or "rank ? (host node03)" before the layout is known.
 std::string origin_string();
 
+// Prints "shardrl: <message>" to stderr in one write, after the lines logged before and stdout:
+// a command's error for the user (bad input), whole however the rank's log lines interleave.
+void print_error(std::string_view message);
+
 // Prints "shardrl: fatal error on rank R (host H): <what>" to stderr in one write, after the
 // lines logged before (within flush_logging's deadline) and stdout: the message of every path
 // that ends the job. No MPI: safe from any thread.
