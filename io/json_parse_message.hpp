@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "core/error.hpp"
+
 namespace shardrl {
 
 inline std::string json_parse_message(const char* what) {
@@ -17,6 +19,10 @@ inline std::string json_parse_message(const char* what) {
   const std::string line_one = "at line 1, column ";
   const std::size_t at = s.find(line_one);
   if (at != std::string::npos) s.replace(at, line_one.size(), "at column ");
+  // Its "last read: '...'" quotes the input's bytes as they are: invalid UTF-8 or control bytes
+  // would go into the log and the terminal raw.
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return excerpt(s, 1024);
   return s;
 }
 

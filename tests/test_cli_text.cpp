@@ -270,7 +270,8 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
 
 // A reward command's "pass" is what pass_rate, pass@1 and pass@k count: every reply here is
 // {"reward": 0.5, "pass": true}, so each is 1 where the reward is 0.5 (they counted rewards of
-// exactly 1 only, and were 0).
+// exactly 1 only, and were 0). The command passes only requests that carry the question as the
+// model saw it and as the dataset wrote it (metadata held neither the prompt nor messages).
 TEST(Cli, AReplysPassIsWhatPassRateAndPassAtKCount) {
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
@@ -280,8 +281,8 @@ TEST(Cli, AReplysPassIsWhatPassRateAndPassAtKCount) {
         "[run]\nname = \"p\"\niterations = 1\n" + tiny_qwen3_model() +
         "[train]\nmicro_batch_size = 4\nseq_len = 128\n[rollout]\nmax_new_tokens = 8\n"
         "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\neval_dataset = \"data/eval.jsonl\"\n"
-        "reward = \"command\"\nreward_command = [\"/bin/sh\", \"" + std::string(SHARDRL_SOURCE_DIR) +
-        "/tests/reward_commands/half_reward_passes.sh\"]\n"
+        "reward = \"command\"\nreward_command = [\"python3\", \"" + std::string(SHARDRL_SOURCE_DIR) +
+        "/tests/reward_commands/half_reward_passes_on_the_question.py\"]\n"
         "template_variables = '{\"enable_thinking\": false}'\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
         "sft_steps = 0\neval_interval = 1\neval_samples = 2\n");
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
@@ -524,6 +525,23 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
             std::string::npos)
       << eval_ids.err;
   EXPECT_EQ(eval_ids.out.find("iter 1/"), std::string::npos) << "stopped before any iteration: " << eval_ids.out;
+  // Ranks that read different eval files (rank 1's node-local copy stale, here its own
+  // directory's) stop at the start, naming it: each evaluates its share of the lines, so the
+  // evaluation measured other prompts than either file's, or its ranks made other collectives
+  // and waited for the watchdog.
+  for (const char* sub : {"a", "b"}) {
+    fs::create_directories(dir / sub);
+    write(dir / sub / "d.jsonl", "{\"prompt\": \"1+1?\", \"answer\": 2}\n");
+  }
+  write(dir / "a" / "e.jsonl", "{\"prompt\": \"2+2?\", \"answer\": 4}\n");
+  write(dir / "b" / "e.jsonl", "{\"prompt\": \"2+2?\", \"answer\": 4}\n{\"prompt\": \"3+3?\", \"answer\": 6}\n");
+  RunResult split = run_in(dir, mpirun_in_two_dirs(dir / "a", dir / "b",
+                                                   " train --config " + (dir / "job.toml").string() + " --set run.dir=" +
+                                                       (dir / "split").string() +
+                                                       " --set rl.eval_dataset=e.jsonl --set rl.eval_interval=1"));
+  EXPECT_EQ(split.exit_code, 2) << split.out << split.err;
+  EXPECT_NE(split.err.find("rank 1 read another rl.eval_dataset than rank 0 (checksums "), std::string::npos)
+      << split.err;
   // The tokenizer's end-of-completion id (<|im_end|>, 151645) past model.vocab_size: named when the
   // job starts (it ended completions, padded rows and targeted the warm-up past the embedding).
   RunResult eos = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --overwrite --set model.vocab_size=151643");
@@ -532,7 +550,7 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
                          "vocabulary (model.vocab_size = 151643)"),
             std::string::npos)
       << eos.err;
-  // Lines refused with their field: an empty answer (it would reward stopping at once), a
+  // Lines refused with their field: an empty answer (it would reward stopping at once) or solution, a
   // solution that is not text, a malformed first message beside rl.system_prompt, and content
   // that is not text without a chat template (each was taken silently, or an unexpected error).
   const struct {
@@ -547,6 +565,7 @@ TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
        "write it as a string"},
       {"{\"prompt\": \"1+1?\", \"answer\": 2, \"solution\": [\"1+1\", \"=2\"]}", "",
        "d.jsonl:1: field \"solution\" must be a string, got array"},
+      {"{\"prompt\": \"1+1?\", \"answer\": 2, \"solution\": \" \"}", "", "d.jsonl:1: field \"solution\" is empty"},
       {"{\"messages\": [\"hi\"], \"answer\": 1}", " --set 'rl.system_prompt=\"Be brief.\"'",
        "d.jsonl:1: every message needs a string \"role\" and a \"content\""},
       {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}], \"answer\": 1}",

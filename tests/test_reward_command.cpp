@@ -287,6 +287,29 @@ TEST(RewardCommand, OverflowingRewardIsRejected) {
   EXPECT_TRUE(rejected) << message;
 }
 
+// A finite reward too large for the group's statistics (1e200 and 0 made every advantage 0).
+TEST(RewardCommand, AHugeFiniteRewardIsRefused) {
+  RewardCommand command({"/bin/sh", script("bad_reply.sh"), "{\"reward\": 1e200}"}, 30);
+  const std::string message = input_error_of([&] { command.score(requests(2)); });
+  EXPECT_NE(message.find("reply to request 1 of 2 (0-based): \"reward\" 1e+200 is beyond +-1e+06"), std::string::npos)
+      << message;
+  RewardCommand large({"/bin/sh", script("bad_reply.sh"), "{\"reward\": -1e6}"}, 30);
+  EXPECT_EQ(rewards_of(large.score(requests(2))), (std::vector<double>{0, -1e6}));
+}
+
+// A request from a dataset is named by its line too; a reply's bytes quoted by the JSON parser's
+// message are escaped (an invalid UTF-8 byte went into the log raw).
+TEST(RewardCommand, ARequestIsNamedByItsDatasetLineAndParserQuotesAreEscaped) {
+  RewardCommand command({"/bin/sh", script("bad_reply.sh"), "{\"reward\": \"\xff\"}"}, 30);
+  std::vector<RewardRequest> batch = requests(2);
+  batch[1].source = "data/train.jsonl:7";
+  const std::string message = input_error_of([&] { command.score(batch); });
+  EXPECT_NE(message.find("reply to request 1 of 2 (0-based; data/train.jsonl:7) is not JSON ("), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\xff'), std::string::npos) << message;
+  EXPECT_NE(message.find("\\xff"), std::string::npos) << message;
+}
+
 TEST(RewardCommand, ExcerptOfAHugeBadReplyIsShortAndEscaped) {
   const std::string reply = "\x1b[31m" + std::string(10000, 'q');
   RewardCommand command({"/bin/sh", script("bad_reply.sh"), reply}, 30);

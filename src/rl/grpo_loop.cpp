@@ -108,15 +108,27 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
   // be the same, or the ranks would train on different examples and the checkpoint record one
   // rank's. A rank whose copy differs is named on every rank, before the checks below (which a
   // differing copy could fail on one rank alone).
-  run_on_every_rank(comm.host_comm(), [&] { task_checksum_ = shardrl::task_checksum(*task_); });
-  std::vector<std::int64_t> checksums(static_cast<std::size_t>(comm.size()));
-  MPI_Allgather(&task_checksum_, 1, MPI_INT64_T, checksums.data(), 1, MPI_INT64_T, comm.host_comm());
-  for (std::size_t r = 1; r < checksums.size(); ++r)
-    if (checksums[r] != checksums[0])
+  // So must the evaluation's (each rank scores its share of them: a rank with another copy
+  // measured other prompts or made other collectives than its peers).
+  std::int64_t mine[2] = {0, 0};
+  run_on_every_rank(comm.host_comm(), [&] {
+    task_checksum_ = shardrl::task_checksum(*task_);
+    mine[0] = task_checksum_;
+    mine[1] = shardrl::eval_checksum(*task_);
+  });
+  std::vector<std::int64_t> checksums(2 * static_cast<std::size_t>(comm.size()));
+  MPI_Allgather(mine, 2, MPI_INT64_T, checksums.data(), 2, MPI_INT64_T, comm.host_comm());
+  for (std::size_t r = 1; r < static_cast<std::size_t>(comm.size()); ++r) {
+    if (checksums[2 * r] != checksums[0])
       throw InputError(fmt::format("rank {} read other task files than rank 0 (their checksums {:08x} and {:08x}: "
                                    "the dataset{}): every rank must read the same files (a stale node-local copy?)",
-                                   r, checksums[r], checksums[0],
+                                   r, checksums[2 * r], checksums[0],
                                    options.task.name == "text" ? " or the tokenizer's files" : " file"));
+    if (checksums[2 * r + 1] != checksums[1])
+      throw InputError(fmt::format("rank {} read another rl.eval_dataset than rank 0 (checksums {:08x} and {:08x}): "
+                                   "every rank must read the same file (a stale node-local copy?)",
+                                   r, checksums[2 * r + 1], checksums[1]));
+  }
   // The same on every rank. (A generated task is refused earlier, by the config's checks.)
   if (!task_->pre_tokenized() && model.options().shape.vocab_size < tokenizer::kVocabSize)
     throw InputError(fmt::format(

@@ -50,6 +50,7 @@ constexpr auto kCrashReportWait = std::chrono::seconds(1);
 // A reply is a small object; a line without end is a broken command, not a reply to buffer.
 constexpr std::size_t kMaxReplyBytes = std::size_t{16} << 20;
 constexpr std::size_t kMaxLogLineBytes = 4096;
+constexpr double kMaxReward = 1e6;
 // A command that prints a line per request would fill the log; its last lines (a traceback) are
 // kept whatever it printed before (rl/log_line_budget.hpp).
 constexpr std::size_t kStderrLinesPerWindow = 50;
@@ -341,7 +342,7 @@ class RewardCommand::Process {
   [[noreturn]] void fail(const std::string& problem) const {
     throw InputError(fmt::format("reward command `{}`: {}", command_line_, problem));
   }
-  Scored parse_reply(std::string_view line, std::size_t index, std::size_t count) const;
+  Scored parse_reply(std::string_view line, const std::vector<RewardRequest>& batch, std::size_t index) const;
 
   std::string command_line_;
   ChildProcess child_;
@@ -350,14 +351,17 @@ class RewardCommand::Process {
 };
 
 namespace {
-std::string request_name(std::size_t index, std::size_t count) {
-  return fmt::format("request {} of {} (0-based)", index, count);
+// "request 3 of 16 (0-based; data/train.jsonl:7)": its place in the batch, and the example's
+// where the caller named it.
+std::string request_name(const std::vector<RewardRequest>& batch, std::size_t index) {
+  const std::string& source = index < batch.size() ? batch[index].source : std::string();
+  return fmt::format("request {} of {} (0-based{})", index, batch.size(), source.empty() ? "" : "; " + source);
 }
 }  // namespace
 
-Scored RewardCommand::Process::parse_reply(std::string_view line, std::size_t index,
-                                           std::size_t count) const {
-  const std::string where = "reply to " + request_name(index, count);
+Scored RewardCommand::Process::parse_reply(std::string_view line, const std::vector<RewardRequest>& batch,
+                                           std::size_t index) const {
+  const std::string where = "reply to " + request_name(batch, index);
   const std::string quoted = "\"" + excerpt(line) + "\"";
   nlohmann::json reply;
   try {
@@ -375,6 +379,11 @@ Scored RewardCommand::Process::parse_reply(std::string_view line, std::size_t in
     fail(fmt::format("{}: \"reward\" is a {}, not a number: {}", where, reward->type_name(), quoted));
   const double value = reward->get<double>();
   if (!std::isfinite(value)) fail(fmt::format("{}: \"reward\" is not finite: {}", where, quoted));
+  // Past this a group's sums of squares overflow (every advantage 0: a perfect signal trained
+  // nothing) or its advantages overflow fp32; a reward that large is a broken command.
+  if (std::abs(value) > kMaxReward)
+    fail(fmt::format("{}: \"reward\" {} is beyond +-{:g}, the largest a reward may be: {}", where, value, kMaxReward,
+                     quoted));
   const auto pass = reply.find("pass");
   if (pass == reply.end()) return Scored::of(value);
   // Said by the command: a boolean only (0/1 or "yes" would be a guess at what was meant).
@@ -447,11 +456,11 @@ std::vector<Scored> RewardCommand::Process::exchange(const std::vector<RewardReq
       if (stdin_closed_by_child) {
         child_.wait_exit(Clock::duration::zero());   // whether it has exited by now, for the message
         fail(fmt::format("stopped reading its stdin and {}, with no reply to {}{}", child_.exit_description(),
-                         request_name(rewards.size(), count), unterminated_output()));
+                         request_name(batch, rewards.size()), unterminated_output()));
       }
       fail(fmt::format("no reply to {} within the timeout of {:g} s (each reply must end with a "
                        "newline and be flushed){}",
-                       request_name(rewards.size(), count), timeout_s, unterminated_output()));
+                       request_name(batch, rewards.size()), timeout_s, unterminated_output()));
     }
     // At most a second a poll, so that a stop of the process shows as a gap in `running`.
     const int wait_ms = static_cast<int>(std::ceil(std::min(left_s, 1.0) * 1000));
@@ -510,14 +519,14 @@ std::vector<Scored> RewardCommand::Process::exchange(const std::vector<RewardReq
       if (rewards.size() == count)
         fail(fmt::format("more output than requests: after the reply to the last of {} requests: \"{}\"",
                          count, excerpt(line)));
-      rewards.push_back(parse_reply(line, rewards.size(), count));
+      rewards.push_back(parse_reply(line, batch, rewards.size()));
       start = newline + 1;
     }
     incoming.erase(0, start);
     scanned = incoming.size();
     if (incoming.size() > kMaxReplyBytes)
       fail(fmt::format("reply to {} is longer than {} MiB without a newline: \"{}\"",
-                       request_name(rewards.size(), count), kMaxReplyBytes >> 20, excerpt(incoming)));
+                       request_name(batch, rewards.size()), kMaxReplyBytes >> 20, excerpt(incoming)));
 
     // The replies that came before EOF count; a command that answered the whole batch and then
     // exited is reported by the next batch.
@@ -526,7 +535,7 @@ std::vector<Scored> RewardCommand::Process::exchange(const std::vector<RewardReq
       stderr_->wait_closed(kCrashReportWait);   // its traceback reaches the log first
       fail(fmt::format("{} before replying to {}{}",
                        child_.exited() ? child_.exit_description() : std::string("closed its stdout"),
-                       request_name(rewards.size(), count), unterminated_output()));
+                       request_name(batch, rewards.size()), unterminated_output()));
     }
   }
 }

@@ -28,6 +28,7 @@ namespace shardrl {
 struct RewardRequest {
   std::string prompt, completion, answer;
   nlohmann::json metadata = nlohmann::json::object();
+  std::string source;   // where the example is written ("data/train.jsonl:7"), for messages; not sent
 };
 
 class RewardCommand {

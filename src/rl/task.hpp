@@ -78,6 +78,10 @@ class Task {
     std::string path;
   };
   virtual std::vector<InputFile> input_files() const { return {}; }
+  // The evaluation's files (rl.eval_dataset): apart from input_files, as they change what is
+  // measured, not what is trained (a resume may take an edited one), but every rank must read the
+  // same, since each scores its share of them.
+  virtual std::vector<InputFile> eval_files() const { return {}; }
   // A generated task's longest prompt ("" for a dataset's task): what the job checks at start
   // against the rows and the generator.
   virtual std::string longest_prompt() const { return {}; }

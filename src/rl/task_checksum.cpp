@@ -5,8 +5,8 @@
 
 namespace shardrl {
 
-std::int64_t task_checksum(const Task& task) {
-  const std::vector<Task::InputFile> files = task.input_files();
+namespace {
+std::int64_t files_checksum(const std::vector<Task::InputFile>& files) {
   if (files.empty()) return -1;
   FieldCrc crc;
   for (const Task::InputFile& f : files) {
@@ -15,5 +15,10 @@ std::int64_t task_checksum(const Task& task) {
   }
   return crc.value();
 }
+}  // namespace
+
+std::int64_t task_checksum(const Task& task) { return files_checksum(task.input_files()); }
+
+std::int64_t eval_checksum(const Task& task) { return files_checksum(task.eval_files()); }
 
 }  // namespace shardrl

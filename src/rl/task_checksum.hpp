@@ -18,4 +18,7 @@ namespace shardrl {
 // and the config). A file that cannot be read: InputError naming it.
 std::int64_t task_checksum(const Task& task);
 
+// The same over the evaluation's files (Task::eval_files); -1 without an eval split.
+std::int64_t eval_checksum(const Task& task);
+
 }  // namespace shardrl

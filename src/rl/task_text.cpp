@@ -117,6 +117,11 @@ class TextTask final : public Task {
     return files;
   }
 
+  std::vector<InputFile> eval_files() const override {
+    if (options_.eval_path.empty()) return {};
+    return {{"eval dataset", options_.eval_path}};
+  }
+
   std::int64_t eval_count() const override { return static_cast<std::int64_t>(eval_.size()); }
   void give_up_scoring_when(std::function<bool()> check) override {
     if (command_) command_->give_up_when(std::move(check));
@@ -144,7 +149,7 @@ class TextTask final : public Task {
     if (command_) {
       std::vector<RewardRequest> batch;
       for (std::size_t i = 0; i < examples.size(); ++i)
-        batch.push_back({examples[i].prompt, texts[i], examples[i].answer, metadata_of(examples[i])});
+        batch.push_back({examples[i].prompt, texts[i], examples[i].answer, metadata_of(examples[i]), examples[i].source});
       std::lock_guard<std::mutex> lock(command_mutex_);   // one conversation with the process at a time
       return command_->score(batch);
     }
@@ -233,12 +238,14 @@ class TextTask final : public Task {
           throw InputError(fmt::format("{}: field \"{}\" must be a string, got {}", where, t.solution_key,
                                        j[t.solution_key].type_name()));
         demonstration = j[t.solution_key].get<std::string>();
+        // An empty one would teach the warm-up to end every completion at once (as an empty answer).
+        if (demonstration.find_first_not_of(" \t\r\n") == std::string::npos)
+          throw InputError(fmt::format("{}: field \"{}\" is empty", where, t.solution_key));
       }
       row.demonstration = encode(demonstration, "the answer or solution");
-      json meta = j;
-      meta.erase(t.prompt_key);
-      meta.erase("messages");
-      metadata_[where] = std::move(meta);
+      // The line as written, the prompt or messages included: the request's "prompt" is the
+      // rendered one (the chat template applied), and a judge may need the question itself.
+      metadata_[where] = j;
       rows.push_back(std::move(row));
     }
     if (dropped > 0)
