@@ -301,6 +301,27 @@ TEST(Cli, AReplysPassIsWhatPassRateAndPassAtKCount) {
   EXPECT_EQ(iterations, 1u) << metrics;
 }
 
+// rl.reward_timeout_s bounds one batch's scoring, and a user sets it for the rollout's: an
+// evaluation scores its rows in batches no larger (here 2 requests a rank; a rank's 6 eval prompts
+// x 2 samples were one batch, 1.2 s of a command replying every 0.1 s, past the 0.7 s allowed).
+TEST(Cli, AnEvaluationIsScoredInBatchesOfTheRollouts) {
+  if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
+  if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
+  fs::path dir = test_dir();
+  ASSERT_EQ(make_math_data(dir, 12), "");
+  write(dir / "job.toml",
+        "[run]\nname = \"slow\"\niterations = 1\n" + tiny_qwen3_model() +
+        "[train]\nmicro_batch_size = 4\nseq_len = 128\n[rollout]\nmax_new_tokens = 4\n"
+        "[rl]\ntask = \"text\"\ndataset = \"data/train.jsonl\"\neval_dataset = \"data/eval.jsonl\"\n"
+        "reward = \"command\"\nreward_command = [\"/bin/sh\", \"" + std::string(SHARDRL_SOURCE_DIR) +
+        "/tests/reward_commands/slow_replies.sh\"]\nreward_timeout_s = 0.7\n"
+        "template_variables = '{\"enable_thinking\": false}'\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
+        "sft_steps = 0\neval_interval = 1\neval_samples = 2\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("eval 12 prompts | pass@1 0.000 reward 0.500"), std::string::npos) << r.out;
+}
+
 // scancel or a preemption sends SIGTERM to every process of the job step. Until the train phase
 // nothing the job keeps has changed in an iteration, so a stop there saves the state the
 // iteration began with and exits 3; the same command continues and ends on an uninterrupted job's

@@ -283,6 +283,9 @@ EvalStats GrpoLoop::evaluate() {
   const int max_new = options_.max_new_tokens;
   // (Every eval prompt's ids and length were checked on every rank when the job started.)
   std::vector<double> sums(4, 0.0);   // greedy reward, greedy passes, prompts passed by any of k, sampled reward
+  // A rollout's rows on a rank: the largest batch a reward command scores in the rollout.
+  const std::int64_t score_batch =
+      std::int64_t(minibatches_) * prompts_of_rank(prompts_per_minibatch_, comm_.size(), 0).second * group_;
   // Greedy (pass@1) and k samples per prompt, in chunks that fit the generator's rows.
   for (const bool greedy : {true, false}) {
     const int per_prompt = greedy ? 1 : e.k;
@@ -318,8 +321,19 @@ EvalStats GrpoLoop::evaluate() {
                                            stop_ids_)
                     : std::vector<Completion>{};
       leave_if_abandoned(generates && generator_->last_stats().abandoned, "evaluation");
-      const std::vector<Scored> scored = agreed_score(examples, out);
-      if (!scored.empty()) std::copy(scored.begin(), scored.end(), rewards.begin() + first);   // (a rank past its rows)
+      // Scored in batches no larger than a rollout's on a rank, as many on every rank as on the
+      // first (it has the most rows): rl.reward_timeout_s bounds one batch, set for the
+      // rollout's (a rank's whole share of the evaluation was one batch, and timed out).
+      const std::int64_t most_in_call = std::min(chunk, most_rows - first);
+      for (std::int64_t lo = 0; lo < most_in_call; lo += score_batch) {
+        const auto mine = static_cast<std::int64_t>(examples.size());
+        const auto from = static_cast<std::ptrdiff_t>(std::min(lo, mine));
+        const auto to = static_cast<std::ptrdiff_t>(std::min(lo + score_batch, mine));
+        const std::vector<Scored> scored =
+            agreed_score(std::vector<TaskExample>(examples.begin() + from, examples.begin() + to),
+                         std::vector<Completion>(out.begin() + from, out.begin() + to));
+        std::copy(scored.begin(), scored.end(), rewards.begin() + first + from);   // (none past a rank's rows)
+      }
     }
     for (std::int64_t p = 0; p < my_rows; p += per_prompt) {
       bool any = false;
