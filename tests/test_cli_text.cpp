@@ -320,6 +320,16 @@ TEST(Cli, AnEvaluationIsScoredInBatchesOfTheRollouts) {
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("eval 12 prompts | pass@1 0.000 reward 0.500"), std::string::npos) << r.out;
+  // A command that cannot start (its script missing) stops every rank before the warm-up, not
+  // when the first rollout's batch finds it.
+  RunResult missing = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=missing --set rl.sft_steps=2 "
+                                              "--set 'rl.reward_command=[\"/bin/sh\", \"no_such_reward.sh\"]'");
+  EXPECT_EQ(missing.exit_code, 2) << missing.out << missing.err;
+  EXPECT_NE(missing.err.find("reward command `/bin/sh no_such_reward.sh`: it exited with status 2 as it started, "
+                             "before any request"),
+            std::string::npos)
+      << missing.err;
+  EXPECT_EQ(missing.out.find("warm-up 1/"), std::string::npos) << missing.out;
 }
 
 // scancel or a preemption sends SIGTERM to every process of the job step. Until the train phase

@@ -287,6 +287,23 @@ TEST(RewardCommand, OverflowingRewardIsRejected) {
   EXPECT_TRUE(rejected) << message;
 }
 
+// A command that ends as it starts is said before any request (the job asks before its warm-up);
+// one still running after the settle time passes, at once after that.
+TEST(RewardCommand, ACommandThatEndsAsItStartsIsSaidBeforeAnyRequest) {
+  RewardCommand broken({"/bin/sh", "-c", "echo 'no module named judge' >&2; exit 4"}, 30);
+  const std::string message = input_error_of([&] { broken.check_started(5.0); });
+  EXPECT_NE(message.find("it exited with status 4 as it started, before any request"), std::string::npos) << message;
+  const std::string later = input_error_of([&] { broken.score(requests(1)); });
+  EXPECT_NE(later.find("unusable after an earlier error"), std::string::npos) << later;
+  RewardCommand running({"/bin/sh", script("stderr_lines.sh")}, 30);
+  const auto start = Clock::now();
+  running.check_started(0.3);
+  EXPECT_GE(seconds_since(start), 0.2);
+  running.check_started(0.3);   // past the settle time: no wait
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_EQ(rewards_of(running.score(requests(2))), (std::vector<double>{0, 1}));
+}
+
 // A finite reward too large for the group's statistics (1e200 and 0 made every advantage 0).
 TEST(RewardCommand, AHugeFiniteRewardIsRefused) {
   RewardCommand command({"/bin/sh", script("bad_reply.sh"), "{\"reward\": 1e200}"}, 30);

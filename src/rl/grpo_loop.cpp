@@ -164,6 +164,9 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
   if (TaskExample longest; !(longest.prompt = task_->longest_prompt()).empty())
     checked_prompt(longest, fmt::format("the longest prompt of rl.task = \"{}\" at rl.difficulty = {}",
                                         task_->name(), options.task.difficulty));
+  // A reward command that ended as it started (a script not found, an import that failed) is
+  // said now on every rank, not after a warm-up and a rollout when the first batch finds it.
+  run_on_every_rank(comm.host_comm(), [&] { task_->check_scorer(); });
   const ArenaPlacement rollout{&arena, Phase::rollout};
   if (tensor_parallel != nullptr && tensor_parallel->size() > 1) {
     // The group's ranks generate the prompts of all of them, each computing its part of every

@@ -338,6 +338,13 @@ class RewardCommand::Process {
   std::vector<Scored> exchange(const std::vector<RewardRequest>& batch, double timeout_s,
                                const std::function<bool()>& give_up);
 
+  // How it ended, when it has within `limit` (its last stderr lines logged first); else "".
+  std::string ended_within(Clock::duration limit) {
+    if (!child_.wait_exit(limit)) return "";
+    stderr_->wait_closed(kCrashReportWait);
+    return child_.exit_description();
+  }
+
  private:
   [[noreturn]] void fail(const std::string& problem) const {
     throw InputError(fmt::format("reward command `{}`: {}", command_line_, problem));
@@ -548,9 +555,20 @@ RewardCommand::RewardCommand(std::vector<std::string> argv, double timeout_s)
     throw InputError(fmt::format("reward command `{}`: the timeout must be a positive number of seconds, got {}",
                                  command_line_, timeout_s));
   process_ = std::make_unique<Process>(argv, command_line_);
+  started_ = std::chrono::steady_clock::now();
 }
 
 RewardCommand::~RewardCommand() = default;
+void RewardCommand::check_started(double settle_s) {
+  SHARDRL_CHECK(process_ != nullptr, "RewardCommand used after it was moved from");
+  if (!failure_.empty()) return;
+  const auto settle = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settle_s));
+  const std::string ended = process_->ended_within(std::max(Clock::duration::zero(), started_ + settle - Clock::now()));
+  if (ended.empty()) return;
+  failure_ = fmt::format("it {} as it started, before any request (its stderr is in the log above)", ended);
+  throw InputError(fmt::format("reward command `{}`: {}", command_line_, failure_));
+}
+
 RewardCommand::RewardCommand(RewardCommand&&) noexcept = default;
 RewardCommand& RewardCommand::operator=(RewardCommand&&) noexcept = default;
 

@@ -14,6 +14,7 @@
 // process group of its own with stdin, stdout and stderr only. Not thread-safe: one caller.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -56,6 +57,11 @@ class RewardCommand {
   void give_up_when(std::function<bool()> check) { give_up_ = std::move(check); }
   static constexpr int kGiveUpPollMs = 100;
 
+  // InputError when the command has ended within `settle_s` of its start (a script not found, a
+  // syntax error, a failed import): said before the job spends compute on a warm-up and a
+  // rollout that the first batch would then fail. Returns at once once it has run that long.
+  void check_started(double settle_s);
+
   // The command as the messages quote it, e.g. `python3 my_reward.py`.
   const std::string& command_line() const { return command_line_; }
 
@@ -67,6 +73,7 @@ class RewardCommand {
   std::unique_ptr<Process> process_;
   std::string failure_;   // the first error; non-empty once the process is out of step
   std::function<bool()> give_up_;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace shardrl

@@ -90,6 +90,9 @@ class Task {
   virtual void for_each_dataset_example(const std::function<void(const TaskExample&)>&) const {}
   // The held-out split evaluated during training (text task): its size, and example i of it.
   virtual std::int64_t eval_count() const { return 0; }
+  // InputError when what scores the task cannot (a reward command that ended as it started),
+  // asked once on every rank before any compute.
+  virtual void check_scorer() {}
   virtual TaskExample eval_example(std::int64_t index) const;
   // A pre-tokenized example's reward from the completion's ids (EOS included when drawn): 1.0
   // when the ids before the first EOS are exactly ex.answer_ids, else 0.0. Only for tasks whose

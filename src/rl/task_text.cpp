@@ -123,6 +123,12 @@ class TextTask final : public Task {
   }
 
   std::int64_t eval_count() const override { return static_cast<std::int64_t>(eval_.size()); }
+  // A second is enough for an interpreter to find the script missing or fail an import.
+  void check_scorer() override {
+    if (command_) command_->check_started(kRewardCommandSettleS);
+  }
+  static constexpr double kRewardCommandSettleS = 1.0;
+
   void give_up_scoring_when(std::function<bool()> check) override {
     if (command_) command_->give_up_when(std::move(check));
   }
