@@ -468,5 +468,22 @@ TEST(HfTokenizer, ChatVariablesOverTheSpecialTokensAsTransformersPassesThem) {
   fs::remove_all(dir);
 }
 
+// The other special tokens reach the template too, as transformers 5.17 renders them (measured:
+// Qwen3's files with this template give "[<|endoftext|>][][][<|im_end|>]hi"; it passed only
+// bos and eos, and pad_token rendered empty). From special_tokens_map.json where the config has none.
+TEST(HfTokenizer, EverySpecialTokenTheFilesSetReachesTheTemplate) {
+  const fs::path dir = tokenizer_with("added_tokens", nlohmann::json::array());
+  const std::string tmpl = "[{{ pad_token }}][{{ unk_token }}][{{ bos_token }}][{{ eos_token }}]{{ messages[0].content }}";
+  std::ofstream(dir / "chat_template.jinja") << tmpl;
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": null, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": null})";
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(ChatPrompt(HfTokenizer(dir)).render(messages), "[<|endoftext|>][][][<|im_end|>]hi");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  std::ofstream(dir / "special_tokens_map.json") << R"({"unk_token": {"content": "<unk>"}, "pad_token": "<pad>"})";
+  EXPECT_EQ(ChatPrompt(HfTokenizer(dir)).render(messages), "[<pad>][<unk>][][</s>]hi");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -213,8 +213,9 @@ int run_cli(int argc, char** argv) {
   CLI::Option* tok_text = tok->add_option("--text", tok_args.text, "Text to encode");
   CLI::Option* tok_file = tok->add_option("--file", tok_args.file,
                                           "JSONL: a string, or {\"text\": ...}, or {\"messages\": [...]} per line");
-  CLI::Option* tok_decode = tok->add_option("--decode", tok_args.decode, "Token ids to decode, e.g. \"9707 1879\" (the text printed as one line: newlines as \\n, "
-                                             "backslashes doubled, control bytes and non-UTF-8 as \\xNN)");
+  CLI::Option* tok_decode = tok->add_option("--decode", tok_args.decode,
+                                            "Token ids to decode, e.g. \"9707 1879\" (the text printed as one line: "
+                                            "newlines as \\n, backslashes doubled, control bytes and non-UTF-8 as \\xNN)");
   tok_text->excludes(tok_file)->excludes(tok_decode);
   tok_file->excludes(tok_decode);
   tok->require_option(1, 0);
@@ -269,10 +270,10 @@ int run_cli(int argc, char** argv) {
   MpiSession mpi(nullptr, nullptr);
   // The commands of one process: under mpirun every rank would print (mixed mid-line) or write
   // the same files.
+  int size = 1, rank = 0;
+  MPI_Comm_size(mpi.world(), &size);
+  MPI_Comm_rank(mpi.world(), &rank);
   for (CLI::App* one : {inspect, plan, report, score, tok}) {
-    int size = 1, rank = 0;
-    MPI_Comm_size(mpi.world(), &size);
-    MPI_Comm_rank(mpi.world(), &rank);
     if (one->parsed() && size != 1) {
       if (rank == 0) print_error(fmt::format("{} runs as one process (started with {})", one->get_name(), size));
       return kExitUsage;

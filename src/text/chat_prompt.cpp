@@ -27,6 +27,7 @@ ChatPrompt::ChatPrompt(const HfTokenizer& tokenizer, nlohmann::ordered_json vari
   nlohmann::ordered_json all = nlohmann::ordered_json::object();
   if (!tokenizer.bos_token().empty()) all["bos_token"] = tokenizer.bos_token();
   if (!tokenizer.eos_token().empty()) all["eos_token"] = tokenizer.eos_token();
+  for (const auto& [name, text] : tokenizer.other_special_tokens()) all[name] = text;
   for (const auto& [key, value] : variables_.items()) all[key] = value;
   variables_ = std::move(all);
 }

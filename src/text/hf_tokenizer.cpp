@@ -156,6 +156,9 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
   read_side_file(dir / "tokenizer_config.json", "tokenizer config", [&](const json& config) {
     bos_token_ = token_text(config.value("bos_token", json()));
     eos_token_ = token_text(config.value("eos_token", json()));
+    for (const char* name : kOtherSpecialTokens)
+      if (const std::string text = token_text(config.value(name, json())); !text.empty())
+        other_special_tokens_.emplace_back(name, text);
     const json tmpl = config.value("chat_template", json());
     if (tmpl.is_string()) {
       chat_template_ = tmpl.get<std::string>();
@@ -186,10 +189,14 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
     chat_template_problem_.clear();
   }
   // Older directories name the special tokens in special_tokens_map.json only.
-  if (bos_token_.empty() || eos_token_.empty())
+  if (bos_token_.empty() || eos_token_.empty() || other_special_tokens_.empty())
     read_side_file(dir / "special_tokens_map.json", "special tokens map", [&](const json& map) {
       if (bos_token_.empty()) bos_token_ = token_text(map.value("bos_token", json()));
       if (eos_token_.empty()) eos_token_ = token_text(map.value("eos_token", json()));
+      if (other_special_tokens_.empty())
+        for (const char* name : kOtherSpecialTokens)
+          if (const std::string text = token_text(map.value(name, json())); !text.empty())
+            other_special_tokens_.emplace_back(name, text);
     });
   const fs::path generation_file = dir / "generation_config.json";
   read_side_file(generation_file, "generation config", [&](const json& generation) {

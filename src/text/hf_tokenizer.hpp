@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardrl {
@@ -60,6 +61,14 @@ class HfTokenizer {
   const std::string& chat_template_problem() const { return chat_template_problem_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
+  // The other special tokens transformers names (unk, sep, pad, cls, mask) that the files set,
+  // as (name, text), e.g. ("pad_token", "<|endoftext|>"): what a chat template sees besides bos
+  // and eos (transformers 5 passes them: Qwen3's pad_token renders as <|endoftext|>).
+  static constexpr const char* kOtherSpecialTokens[] = {"unk_token", "sep_token", "pad_token", "cls_token",
+                                                        "mask_token"};
+  const std::vector<std::pair<std::string, std::string>>& other_special_tokens() const {
+    return other_special_tokens_;
+  }
   const std::vector<std::int32_t>& eos_ids() const { return eos_ids_; }
   // The id that ends a completion: the eos token's (which ends a chat turn: Qwen's <|im_end|>,
   // Llama 3 Instruct's <|eot_id|>), else the first of eos_ids(), else -1.
@@ -98,6 +107,7 @@ class HfTokenizer {
   std::vector<PostItem> post_single_;                     // TemplateProcessing "single", or empty
   std::int32_t vocab_size_ = 0;
   std::string chat_template_, chat_template_origin_, chat_template_problem_, bos_token_, eos_token_;
+  std::vector<std::pair<std::string, std::string>> other_special_tokens_;
   std::vector<std::int32_t> eos_ids_;
 };
 
