@@ -128,14 +128,27 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, std::int64_t first_ite
       spdlog::warn("metrics log '{}': dropped an unfinished last line (a killed job's last record)",
                    path_.string());
     if (dropped > 0)
-      spdlog::info("metrics log '{}': dropped {} record(s) of iteration >= {}: the run continues from there",
+      spdlog::info("metrics log '{}': {} record(s) of iteration >= {} are replaced from this job's first: the run "
+                   "continues from there",
                    path_.string(), dropped, first_iteration);
-    if (rewrite) write_text_atomically(path_, kept);
+    kept_ = std::move(kept);
+    rewrite_pending_ = rewrite;
   }
+  // Opened now, so that a log it may not write stops the job at its start; rewritten only when the
+  // first record comes (a job that fails or is killed before writing one must not drop records
+  // that its checkpoint does not replace, e.g. one resumed from an older checkpoint than `latest`).
+  open_for_appending();
+}
+
+void MetricsLog::open_for_appending() {
   out_.open(path_, std::ios::out | std::ios::app | std::ios::binary);
   if (!out_)
     throw InputError(fmt::format("cannot open metrics log '{}' for appending: {}", path_.string(),
                                  std::strerror(errno)));
+}
+
+std::vector<std::vector<std::pair<std::string, double>>> MetricsLog::kept_records() const {
+  return metrics_records(kept_, path_);
 }
 
 void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
@@ -149,6 +162,12 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   }
   std::string line = obj.dump(-1, ' ', false, Json::error_handler_t::replace);
   line.push_back('\n');
+  if (rewrite_pending_) {   // the records this job replaces go now, and the new one follows
+    out_.close();
+    write_text_atomically(path_, kept_);
+    rewrite_pending_ = false;
+    open_for_appending();
+  }
   out_.write(line.data(), static_cast<std::streamsize>(line.size()));
   out_.flush();
   if (!out_)
@@ -160,6 +179,11 @@ std::vector<std::vector<std::pair<std::string, double>>> read_metrics(
   std::string text;
   if (!read_file_if_exists(path, text))
     throw InputError(fmt::format("cannot read metrics file '{}': {}", path.string(), std::strerror(ENOENT)));
+  return metrics_records(text, path);
+}
+
+std::vector<std::vector<std::pair<std::string, double>>> metrics_records(const std::string& text,
+                                                                         const std::filesystem::path& path) {
   std::vector<std::vector<std::pair<std::string, double>>> records;
   for_each_line(text, [&](const Line& line) {
     if (is_blank(line.text)) return;

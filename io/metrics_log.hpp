@@ -21,9 +21,11 @@ namespace shardrl {
 class MetricsLog {
  public:
   // Opens `path` (its parent directory must exist) for appending, creating it if absent. A resumed
-  // run continues the file: lines whose "iteration" is >= first_iteration are dropped first, so the
-  // log never holds an iteration twice. The file is rewritten (atomically, write_text_atomically)
-  // only when something must change; otherwise it is left untouched and appended to.
+  // run continues the file: lines whose "iteration" is >= first_iteration are dropped when the
+  // first record is written, so the log never holds an iteration twice, and a job that writes none
+  // (it fails, or is killed, before its first iteration ends) drops nothing. The file is rewritten
+  // (atomically, write_text_atomically) only when something must change; otherwise it is left
+  // untouched and appended to.
   // Blank lines are ignored. A last line without its newline is an unfinished record of a killed
   // job: it is dropped if it does not parse (and kept, terminated, if it does). Any other line that
   // is not a JSON object with a numeric "iteration" is an InputError naming "file:line", as is a
@@ -38,10 +40,17 @@ class MetricsLog {
   void write(const std::vector<std::pair<std::string, double>>& fields);
 
   const std::filesystem::path& path() const { return path_; }
+  // The records the run continues from (read_metrics's form): those of iterations before
+  // first_iteration, whether or not the first record has been written yet.
+  std::vector<std::vector<std::pair<std::string, double>>> kept_records() const;
 
  private:
+  void open_for_appending();
+
   std::filesystem::path path_;
   std::ofstream out_;
+  std::string kept_;               // the file's lines the run keeps
+  bool rewrite_pending_ = false;   // the file holds more than kept_ (or an unterminated line)
 };
 
 // Reads a metrics file back (for tests and tools): one vector of (key, value) per non-blank line,
@@ -50,5 +59,9 @@ class MetricsLog {
 // InputError naming the file (and "file:line").
 std::vector<std::vector<std::pair<std::string, double>>> read_metrics(
     const std::filesystem::path& path);
+
+// The same of a file's text already read (`path` names it in messages).
+std::vector<std::vector<std::pair<std::string, double>>> metrics_records(const std::string& text,
+                                                                         const std::filesystem::path& path);
 
 }  // namespace shardrl

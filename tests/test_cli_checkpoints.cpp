@@ -12,6 +12,7 @@
 
 #include "cli_harness.hpp"
 #include "io/checkpoint_dir.hpp"
+#include "io/metrics_log.hpp"
 
 namespace {
 
@@ -68,6 +69,57 @@ TEST(Cli, SignalSavesAndTheSameCommandContinues) {
   std::vector<std::int64_t> all = metric_iterations(dir / "runs" / "ck" / "metrics.jsonl");
   ASSERT_EQ(all.size(), total);
   for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i], static_cast<std::int64_t>(i));
+}
+
+// A run stopped within its warm-up and resumed (allowed) with rl.sft_steps lowered to the steps it
+// had done: its warm-up ends there, as a finished one does: the KL reference is the weights then
+// and RL's learning-rate schedule starts then. (The reference stayed all zeros, so the first
+// iteration's kl read 2.6 where it is about 0, and the schedule never started: RL's warm-up of
+// the learning rate was skipped; found by review.) A resume that turns the KL term on over a run
+// without it is refused, naming the key (it named a missing tensor).
+TEST(Cli, AWarmUpCutShortOnResumeEndsThere) {
+  fs::path dir = test_dir();
+  write(dir / "warm.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
+  const std::string train = " train --config warm.toml --set run.name=ck --set run.iterations=1";
+  write(dir / "stop.sh", "set -u\n" + mpirun(2) + train + " --set rl.sft_steps=100000 > out1.txt 2>&1 &\npid=$!\n"
+        "while ! grep -q 'warm-up 10/' out1.txt 2>/dev/null; do sleep 0.05; done\n"
+        "pkill -USR1 -f '^[^ ]*shardrl train --config warm.toml'\nwait $pid\necho $? > rc1.txt\n");
+  run_in(dir, "bash stop.sh");
+  ASSERT_EQ(slurp(dir / "rc1.txt"), "3\n") << slurp(dir / "out1.txt");
+  RunResult inspect = run_in(dir, shardrl_binary() + " inspect runs/ck/checkpoints/iter_00000000.h5");
+  const std::string done_at = "warm-up steps done ";
+  const std::size_t at = inspect.out.find(done_at);
+  ASSERT_NE(at, std::string::npos) << inspect.out << inspect.err;
+  const std::string steps = inspect.out.substr(at + done_at.size(), inspect.out.find(',', at) - at - done_at.size());
+  ASSERT_GE(std::stoll(steps), 10) << inspect.out;
+  RunResult resumed = run_in(dir, mpirun(2) + train + " --set rl.sft_steps=" + steps +
+                                      " --set optim.warmup_steps=4 --allow-config-change");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_EQ(resumed.out.find("warm-up " + steps), std::string::npos) << "no warm-up step is redone";
+  const auto records = shardrl::read_metrics(dir / "runs/ck/metrics.jsonl");
+  ASSERT_EQ(records.size(), 1u);
+  double kl = -1, lr = -1;
+  for (const auto& [key, value] : records[0]) {
+    if (key == "kl") kl = value;
+    if (key == "lr") lr = value;
+  }
+  EXPECT_GE(kl, 0.0);
+  EXPECT_LT(kl, 1e-4) << "the reference is the policy as RL began (all zeros, it read 0.018)";
+  EXPECT_NEAR(lr, 3e-4 / 4, 1e-9) << "RL's first step is the first of its learning-rate warm-up (optim.lr 3e-4)";
+
+
+  RunResult kl_on = run_in(dir, shardrl_binary() + " train --config warm.toml --set run.name=ck --set run.iterations=2 "
+                                                   "--set rl.sft_steps=" + steps + " --set optim.warmup_steps=4 "
+                                                   "--set rl.kl_coef=0 --allow-config-change");
+  ASSERT_EQ(kl_on.exit_code, 0) << kl_on.out << kl_on.err;
+  RunResult refused = run_in(dir, shardrl_binary() + " train --config warm.toml --set run.name=ck --set run.iterations=3 "
+                                                     "--set rl.sft_steps=" + steps + " --set optim.warmup_steps=4 "
+                                                     "--allow-config-change");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("iter_00000002.h5 is a run's without the KL term (rl.kl_coef = 0): it holds no reference "
+                             "policy"),
+            std::string::npos)
+      << refused.err;
 }
 
 // A checkpoint with one flipped byte in a tensor: resume and `inspect --verify` name the file

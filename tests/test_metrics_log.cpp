@@ -119,9 +119,14 @@ TEST_F(MetricsLogTest, ResumeDropsIterationsFromFirstIterationOnThenAppends) {
   ASSERT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2, 3, 4}));
   {
     MetricsLog log(file_, 2);
-    // Already dropped on opening, before anything is written.
-    EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1}));
+    // Not on opening: the records go when the first new one comes (a job that fails before
+    // writing one must not lose records its checkpoint does not replace). The run continues from
+    // the kept ones.
+    EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2, 3, 4}));
+    ASSERT_EQ(log.kept_records().size(), 2u);
+    EXPECT_EQ(log.kept_records()[1], (Record{{"iteration", 1}, {"loss", 0.5}}));
     log.write({{"iteration", 2}, {"loss", 7.0}});
+    EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2}));
     log.write({{"iteration", 3}, {"loss", 8.0}});
   }
   EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2, 3}));
@@ -137,14 +142,32 @@ TEST_F(MetricsLogTest, ResumeDropsIterationsFromFirstIterationOnThenAppends) {
 TEST_F(MetricsLogTest, AFinishedRunKeepsOnlyItsFinalEvaluationAtTheIterationCount) {
   spit(file_, "{\"iteration\":0,\"loss\":1}\n{\"iteration\":1,\"loss\":1}\n{\"iteration\":2,\"loss\":1}\n"
               "{\"iteration\":2,\"eval/pass@1\":0.5}\n{\"iteration\":3,\"loss\":1}\n");
+  const std::string before = slurp(file_);
   { MetricsLog log(file_, 2, "loss"); }
-  EXPECT_EQ(slurp(file_), "{\"iteration\":0,\"loss\":1}\n{\"iteration\":1,\"loss\":1}\n{\"iteration\":2,\"eval/pass@1\":0.5}\n");
+  EXPECT_EQ(slurp(file_), before) << "nothing written, nothing dropped";
+  { MetricsLog log(file_, 2, "loss"); log.write({{"iteration", 2}, {"eval/pass@1", 0.75}}); }
+  EXPECT_EQ(slurp(file_), "{\"iteration\":0,\"loss\":1}\n{\"iteration\":1,\"loss\":1}\n{\"iteration\":2,\"eval/pass@1\":0.5}\n"
+                          "{\"iteration\":2,\"eval/pass@1\":0.75}\n");
 }
 
-TEST_F(MetricsLogTest, ResumeFromZeroEmptiesTheLog) {
+TEST_F(MetricsLogTest, ResumeFromZeroEmptiesTheLogAtItsFirstRecord) {
   write_iterations(0, 2);
   { MetricsLog log(file_, 0); }
-  EXPECT_EQ(slurp(file_), "");
+  EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2}));
+  { MetricsLog log(file_, 0); log.write({{"iteration", 0}, {"loss", 9.0}}); }
+  EXPECT_EQ(slurp(file_), "{\"iteration\":0,\"loss\":9}\n");
+}
+
+// A job that writes nothing drops nothing: resumed from an older checkpoint than `latest` names
+// (the crash-recovery warning's advice) and stopped before its first record, it lost the records
+// the newer checkpoint still covers, and the next job could not bring them back.
+TEST_F(MetricsLogTest, AJobThatWritesNothingDropsNothing) {
+  write_iterations(0, 4);
+  const std::string before = slurp(file_);
+  { MetricsLog log(file_, 2); }
+  EXPECT_EQ(slurp(file_), before);
+  { MetricsLog log(file_, 5); log.write({{"iteration", 5}, {"loss", 0.1}}); }
+  EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2, 3, 4, 5}));
 }
 
 TEST_F(MetricsLogTest, ResumeBeyondTheEndKeepsEverythingAndDoesNotRewrite) {
@@ -215,8 +238,8 @@ TEST_F(MetricsLogTest, UnfinishedLastLineOfAKilledJobIsDropped) {
   EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2}));   // readers skip it too
   {
     MetricsLog log(file_, 3);
-    EXPECT_EQ(slurp(file_), complete);
     log.write({{"iteration", 3}, {"loss", 0.25}});
+    EXPECT_EQ(slurp(file_), complete + "{\"iteration\":3,\"loss\":0.25}\n");
   }
   EXPECT_EQ(iterations_of(file_), (std::vector<double>{0, 1, 2, 3}));
 

@@ -285,6 +285,16 @@ void check_config_changes(MPI_Comm world, const std::filesystem::path& checkpoin
   if (allowed && saved.ok()) {
     const LoraShape was = job_model_shape(saved.config).lora, now = job_model_shape(cfg).lora;
     refuse_lora_change_a_resume_cannot_make(was, now, checkpoint);
+    // The KL term's reference is the policy as RL began (after the warm-up); a run without it
+    // kept none, and past its first iteration those weights are gone (a LoRA run's reference is
+    // its frozen base, always there).
+    if (saved.config.rl.kl_coef == 0 && cfg.rl.kl_coef > 0 && !now.on())
+      throw InputError(fmt::format(
+          "{} is a run's without the KL term (rl.kl_coef = 0): it holds no reference policy (the weights as RL "
+          "began) to measure rl.kl_coef = {:g} against, so a resume cannot turn it on; resume with rl.kl_coef = 0, "
+          "or start a new run from its policy (`shardrl convert --from {} --to-safetensors DIR`, then "
+          "`--set model.init_from=DIR` with another run.name), whose reference that policy is",
+          checkpoint.string(), cfg.rl.kl_coef, checkpoint.string()));
     // Adapters the checkpoint holds on targets the job no longer names are not loaded: trained
     // weights the run drops, which the change's line alone did not say.
     std::vector<std::string> dropped;

@@ -295,7 +295,7 @@ int run_train(const TrainArgs& args) {
       // whose run.iterations was lowered): the evaluation would have written a second one there.
       metrics = std::make_unique<MetricsLog>(derived.run_dir / "metrics.jsonl", position.iterations_done,
                                              finished ? "reward_mean" : "");
-      const auto records = read_metrics(metrics->path());
+      const auto records = metrics->kept_records();
       final_eval_due = finished && cfg.rl.eval_interval > 0 && position.iterations_done == cfg.run.iterations &&
                        std::none_of(records.begin(), records.end(), [&](const auto& record) {
                          // The final evaluation's record: at the iteration count, with no
@@ -304,8 +304,8 @@ int run_train(const TrainArgs& args) {
                                 std::none_of(record.begin(), record.end(),
                                              [](const auto& field) { return field.first == "reward_mean"; });
                        });
-      // A resumed run's event file starts again from metrics.jsonl (now without the iterations
-      // this job redoes), so no step appears twice.
+      // A resumed run's event file starts again from metrics.jsonl's kept records (without the
+      // iterations this job redoes), so no step appears twice.
       tensorboard = std::make_unique<TensorBoardLog>(derived.run_dir / "tensorboard", config_toml, records);
     });
     final_eval_due = any_rank(mpi.world(), final_eval_due);   // rank 0's answer, to every rank
@@ -416,9 +416,15 @@ int run_train(const TrainArgs& args) {
       if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
       // RL's schedule (warm-up, decay) from its first step: the warm-up's steps spent none of it.
       trainer.start_schedule(static_cast<float>(cfg.optim.lr));
+    } else if (position.iterations_done == 0) {
+      // No RL step yet: the warm-up is over here (none was asked, or a run stopped within it is
+      // resumed with rl.sft_steps lowered to the steps it had done) and its end is this job's,
+      // as above: the reference is the weights now, RL's schedule starts now. For a checkpoint
+      // saved after that end both give what it holds (no step has changed the weights since);
+      // a lowered rl.sft_steps left the reference all zeros and the schedule unstarted.
+      if (cfg.rl.kl_coef > 0) trainer.snapshot_reference();
+      trainer.start_schedule(static_cast<float>(cfg.optim.lr));
     } else {
-      if (cfg.rl.kl_coef > 0 && position.warmup_steps_done == 0 && position.iterations_done == 0)
-        trainer.snapshot_reference();   // fresh start without warm-up: the initial weights
       trainer.set_peak_lr(static_cast<float>(cfg.optim.lr));   // the schedule's start as resumed
     }
 
