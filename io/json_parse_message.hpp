@@ -6,8 +6,6 @@
 
 #include <string>
 
-#include "core/error.hpp"
-
 namespace shardrl {
 
 inline std::string json_parse_message(const char* what) {
@@ -20,10 +18,19 @@ inline std::string json_parse_message(const char* what) {
   const std::size_t at = s.find(line_one);
   if (at != std::string::npos) s.replace(at, line_one.size(), "at column ");
   // Its "last read: '...'" quotes the input's bytes as they are: invalid UTF-8 or control bytes
-  // would go into the log and the terminal raw.
-  for (const char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) return excerpt(s, 1024);
-  return s;
+  // would go into the log and the terminal raw. Escaped here as core/error's excerpt() does
+  // (\xNN), not through it: the safetensors fuzz target builds io's header parser alone.
+  std::string shown;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      shown += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      shown += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    }
+  }
+  return shown;
 }
 
 }  // namespace shardrl
