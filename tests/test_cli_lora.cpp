@@ -31,6 +31,9 @@ TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
   write(dir / "job.toml", std::string(kJob) + "[lora]\nrank = 4\nalpha = 8.0\ntargets = [\"q\", \"v\", \"down\"]\n");
   RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
   ASSERT_EQ(train.exit_code, 0) << train.err;
+  // The start-up report names the KL reference (it said "none" though the KL was measured).
+  EXPECT_NE(train.out.find("reference policy         the frozen base (LoRA; rl.kl_coef > 0)"), std::string::npos)
+      << train.out;
   const fs::path ckpt = dir / "runs" / "ck" / "checkpoints" / "iter_00000001.h5";
   for (const char* dtype : {"fp32", "bf16"}) {
     const fs::path out = dir / (std::string("peft_") + dtype);

@@ -100,8 +100,8 @@ int run_cli(int argc, char** argv) {
   train->add_flag("--log-all-ranks", train_args.log_all_ranks,
                   "Log info messages from every rank (default: rank 0 only)");
   train->add_flag("--profile", train_args.profile,
-                  "Print a per-step breakdown: all-gather, compute, reduce-scatter, optimizer, bytes moved "
-                  "(fences between phases, so steps run slower)");
+                  "Print each RL iteration's breakdown on rank 0: all-gather, compute, reduce-scatter, "
+                  "optimizer, bytes moved (fences between phases, so steps run slower)");
   train->add_option("--trace", train_args.trace,
                     "Write every rank's timeline (iterations, rollout, prefill and decode steps, each unit's "
                     "forward and backward, all-gathers, reduce-scatters, optimizer, checkpoint saves) to this "

@@ -137,7 +137,10 @@ std::string Policy::build_report() const {
   line("main gradient dtype", name_of(f.main_grad_dtype));
   line("Adam moment dtype", name_of(f.state_dtype));
   line("lr schedule", fmt::format("{} (peak {}, warm-up {} steps)", name_of(o.schedule), o.lr, o.warmup_steps));
-  line("reference policy", trainer_.keeps_reference() ? "kept (rl.kl_coef > 0)" : "none");
+  // A LoRA run's KL reference is its frozen base, which it holds anyway (no copy is kept).
+  line("reference policy", trainer_.keeps_reference()                         ? "kept (rl.kl_coef > 0)"
+                           : trainer_.lora() && config_.rl.kl_coef > 0 ? "the frozen base (LoRA; rl.kl_coef > 0)"
+                                                                        : "none");
   if (loop_) {
     line("train step", loop_->step_graphs() ? "CUDA graph (train.cuda_graph = \"full\")" : "eager");
     line("decode step", loop_->decode_graphs() ? "CUDA graphs (rollout.cuda_graph = \"decode\")" : "eager");
