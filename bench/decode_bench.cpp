@@ -5,7 +5,7 @@
 // copy bandwidth (bytes read + written per second by a 1 GiB device copy). The peer is
 // bench/hf_generate.py.
 //   bench_decode [--config F] [--set k=v ...] [--batch B ...] [--new-tokens N] [--prompt-tokens P]
-//                [--gemm-decode] [--unsplit-attention]
+//                [--gemm-decode] [--unsplit-attention] [--heads-apart]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
   app.add_flag("--unsplit-attention", unsplit_attention,
                "Decode attention with one CTA streaming each row's whole cache, not split over its positions: the "
                "baseline of the split");
+  bool heads_apart = false;
+  app.add_flag("--heads-apart", heads_apart,
+               "A decode step's head work (norms, rotations, cache write) in a launch of its own, not in the "
+               "attention's: the baseline of the one launch");
   CLI11_PARSE(app, argc, argv);
   Config cfg;
   if (!config_args.load("bench_decode", cfg)) return 2;
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
   ModelOptions model = model_options(cfg);
   model.decode_gemv = !gemm_decode;
   model.decode_attention_split = !unsplit_attention;
+  model.decode_heads_in_attention = !heads_apart;
   double copy_bw = 0;   // bytes moved (read + write) per second
   {
     Kokkos::View<char*, MemSpace> a("copy_a", std::size_t(1) << 30), b("copy_b", std::size_t(1) << 30);
@@ -115,10 +120,11 @@ int main(int argc, char** argv) {
     // prompt makes most of the run), against the same per-step bound.
     const double step_s = new_tokens > 1 ? (s - prefill_s) / (new_tokens - 1) : 0.0;
     std::cout << fmt::format(
-        "{} {}{} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
+        "{} {}{}{} on {}: batch {:3d}  {:6d} tokens in {:.3f} s  {:.0f} tokens/s  ({:.2f} ms per step; prefill + first "
         "token {:.1f} ms, {:.0f} prompt tokens/s) | bandwidth bound {:.0f} tokens/s: {:.0f}% | decode steps alone "
         "{:.3f} ms: {:.0f}%\n",
         cfg.model.preset, model.precision == Precision::bf16 ? "bf16" : "fp32", gemm_decode ? " (GEMM decode)" : "",
+        heads_apart ? " (heads apart)" : "",
         execution_space_name(), batch, tokens, s, tokens / s, s / new_tokens * 1e3, prefill_s * 1e3,
         batch * prompt / prefill_s, bound, 100.0 * tokens / s / bound, step_s * 1e3,
         step_s > 0 ? 100.0 * step_bytes / copy_bw / step_s : 0.0);

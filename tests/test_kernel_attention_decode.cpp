@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/attention_decode.hpp"
 
@@ -19,39 +20,11 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::decode_reference;
 using test::device_ints;
 using test::expect_close;
 using test::random_buffer;
 using test::unit_roundoff;
-
-// The fp64 reference of attention_decode over any cache layout: `entry(seq, pos)` as the
-// CacheShape addresses it, on the host.
-template <class Entry>
-std::vector<double> decode_reference(const kernels::CacheShape& s, const std::vector<int>& slot,
-                                     const std::vector<int>& pos, const std::vector<double>& q,
-                                     const std::vector<double>& kc, const std::vector<double>& vc, Entry entry) {
-  const int H = s.n_heads, G = s.n_kv_heads, hd = s.hd, group = H / G;
-  std::vector<double> want(static_cast<std::size_t>(s.rows) * H * hd, 0.0);
-  for (int r = 0; r < s.rows; ++r)
-    for (int h = 0; h < H; ++h) {
-      const int g = h / group;
-      std::vector<double> sc(pos[r] + 1);
-      double mx = -1e300, z = 0;
-      for (int j = 0; j <= pos[r]; ++j) {
-        const long e = entry(slot[r], j);
-        double dot = 0;
-        for (int d = 0; d < hd; ++d) dot += q[(long(r) * H + h) * hd + d] * kc[(e * G + g) * hd + d];
-        sc[j] = dot / std::sqrt(double(hd));
-        mx = std::max(mx, sc[j]);
-      }
-      for (auto& e : sc) z += (e = std::exp(e - mx));
-      for (int j = 0; j <= pos[r]; ++j) {
-        const long e = entry(slot[r], j);
-        for (int d = 0; d < hd; ++d) want[(long(r) * H + h) * hd + d] += sc[j] / z * vc[(e * G + g) * hd + d];
-      }
-    }
-  return want;
-}
 
 // attention_decode of bf16 rows into a poisoned output, read back to the host.
 std::vector<double> decoded(const kernels::CacheShape& s, const std::int32_t* slots, const std::int32_t* positions,

@@ -2,15 +2,22 @@
 // of norm -> rotation -> cache write, float and bf16, with and without the per-head norms, rows
 // addressing cache slots out of order; and against the separate kernels it replaces
 // (rmsnorm_forward, rope_forward, kv_cache_write): bit for bit without the norms, within a
-// rounding with them (the sum of squares is reduced in another order).
+// rounding with them (the sum of squares is reduced in another order). Then the head work and
+// the attention in one launch (kernels/attention_decode_heads.hpp) against the two launches.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "decode_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/attention_decode.hpp"
+#include "kernels/attention_decode_heads.hpp"
 #include "kernels/qk_rope_cache.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
@@ -19,6 +26,7 @@ namespace shardrl {
 namespace {
 
 using test::Buffer;
+using test::head_reference;
 using test::device_ints;
 using test::expect_close;
 using test::random_buffer;
@@ -33,27 +41,6 @@ struct Step {
   int rows = 3, max_len = 9, H = 4, G = 2, hd = 16;
   std::vector<int> slots = {2, 0, 1}, pos = {5, 0, 8};
 };
-
-// rope(norm(x)) of one head in fp64: norm(x) = x / rms(x) * w, rounded to T as the kernel's
-// input to the rotation is; angle_i = pos * theta^(-2i/hd).
-template <class T>
-std::vector<double> head_reference(const double* x, const std::vector<double>* w, int hd, int pos, float eps) {
-  const int half = hd / 2;
-  std::vector<double> n(x, x + hd);
-  if (w) {
-    double ss = 0;
-    for (int d = 0; d < hd; ++d) ss += x[d] * x[d];
-    const double r = 1.0 / std::sqrt(ss / hd + eps);
-    for (int d = 0; d < hd; ++d) n[d] = static_cast<float>(T(static_cast<float>(x[d] * r * (*w)[d])));
-  }
-  std::vector<double> out(hd);
-  for (int i = 0; i < half; ++i) {
-    const double angle = pos * std::pow(10000.0, -2.0 * i / hd);
-    out[i] = n[i] * std::cos(angle) - n[i + half] * std::sin(angle);
-    out[i + half] = n[i + half] * std::cos(angle) + n[i] * std::sin(angle);
-  }
-  return out;
-}
 
 TYPED_TEST(QkRopeCache, MatchesTheReference) {
   using T = TypeParam;
@@ -197,6 +184,110 @@ TYPED_TEST(QkRopeCache, RowsOfOneProductGiveTheSameBits) {
     test::expect_same_bits(q2.data(), q1.data(), qn, what + ": queries");
     test::expect_same_bits(kc2.data(), kc1.data(), cache_n, what + ": key cache");
     test::expect_same_bits(vc2.data(), vc1.data(), cache_n, what + ": value cache");
+  }
+}
+
+// The head work and the attention together (kernels/attention_decode_heads.hpp): on GPU builds one
+// launch, whose CTAs form their query heads and the new key and value themselves, against the
+// two launches it replaces (qk_rope_cache_write, then attention_decode) and against fp64. The
+// model's shapes (head dims 64 and 128, GQA groups 1 to 8, with and without the heads' norms),
+// contiguous and paged caches, rows of one (q | k | v) product or buffers of their own, short
+// rows and rows split over several ranges of positions (the new entry lies in the last).
+TEST(QkRopeCacheAttentionDecode, OneLaunchMatchesTwoAndTheReference) {
+  using T = bf16;
+  struct Shape { int H, G, hd; bool normed; };
+  const float eps = 1e-6f;
+  const int R = 5, L = 1200, shift = 4, bps = (L + 15) >> shift;
+  const std::vector<int> pos = {0, 1199, 256, 17, 700}, slot = {2, 0, 4, 1, 3};
+  int variant = 0;
+  for (const Shape& sh : {Shape{16, 8, 128, true}, Shape{32, 8, 64, false}, Shape{12, 2, 128, true},
+                          Shape{6, 1, 64, true}, Shape{16, 1, 128, false}, Shape{4, 4, 64, true}}) {
+    for (const bool paged : {false, true}) {
+      const bool strided = ++variant % 2 == 0;
+      std::vector<std::int32_t> table;
+      long entries = long(R) * L;
+      if (paged) {   // every block its sequence's own, at a shuffled pool position
+        table.resize(std::size_t(R) * bps);
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), std::mt19937(5));
+        entries = long(R) * bps << shift;
+      }
+      const auto table_d = device_ints(table);
+      kernels::CacheShape s{R, L, sh.H, sh.G, sh.hd};
+      if (paged) {
+        s.block_table = table_d.data();
+        s.blocks_per_sequence = bps;
+        s.block_shift = shift;
+      }
+      kernels::CacheShape host_shape = s;
+      host_shape.block_table = paged ? table.data() : nullptr;
+      const int Hq = sh.H * sh.hd, Hkv = sh.G * sh.hd, width = Hq + 2 * Hkv;
+      const long stride = strided ? width : 0;
+      const long qn = long(R) * Hq, cache_n = entries * Hkv;
+      // q, k and v: rows of one product, or three buffers of their own.
+      auto qkv = random_buffer<T>(long(R) * width, 31);
+      auto q_own = random_buffer<T>(qn, 32), k_own = random_buffer<T>(long(R) * Hkv, 33);
+      auto v_own = random_buffer<T>(long(R) * Hkv, 34);
+      const T* q_raw = strided ? qkv.data() : q_own.data();
+      const T* k_raw = strided ? qkv.data() + Hq : k_own.data();
+      const T* v = strided ? qkv.data() + Hq + Hkv : v_own.data();
+      auto wq = random_buffer<T>(sh.hd, 35, nullptr, 0.5, 1.5), wk = random_buffer<T>(sh.hd, 36, nullptr, 0.5, 1.5);
+      auto pos_d = device_ints(pos), slot_d = device_ints(slot);
+      Buffer<float> rope(long(R) * sh.hd);
+      kernels::rope_table(ExecSpace(), pos_d.data(), R, sh.hd, kernels::RopeFrequencies{}, rope.data());
+      const kernels::DecodeSplitSizes sizes = kernels::attention_decode_split_sizes<T>(s);
+      Kokkos::View<float*, MemSpace> partials("partials", sizes.partials);
+      Kokkos::View<std::uint32_t*, MemSpace> arrivals("arrivals", sizes.arrivals);
+      const kernels::DecodeSplitWorkspace split{partials.data(), arrivals.data()};
+      const std::string what = fmt::format("H {} G {} hd {}{}, {}, {}", sh.H, sh.G, sh.hd,
+                                           sh.normed ? " with q/k norms" : "", paged ? "paged" : "contiguous",
+                                           strided ? "rows of one product" : "buffers of their own");
+      struct Result { std::vector<double> q, k_cache, v_cache, out; };
+      const auto run = [&](bool one_launch) {
+        auto kc = random_buffer<T>(cache_n, 37), vc = random_buffer<T>(cache_n, 38);
+        Buffer<T> q(qn), out(qn);
+        q.poison();
+        out.poison();
+        kernels::qk_rope_cache_attention_decode(ExecSpace(), s, slot_d.data(), pos_d.data(), q_raw, k_raw, v,
+                                                sh.normed ? wq.data() : nullptr, sh.normed ? wk.data() : nullptr, eps,
+                                                rope.data(), q.data(), kc.data(), vc.data(), stride, out.data(), split,
+                                                one_launch);
+        return Result{q.host(), kc.host(), vc.host(), out.host()};
+      };
+      const Result two = run(false), one = run(true);
+      // The two launches' own queries and cache, exact as they hold them, through fp64 attention:
+      // the one launch's output within its rounding (its heads' sums of squares in another order
+      // move a query or a key by an ulp at most now and then, far inside that).
+      const std::vector<double> want = test::decode_reference(
+          s, slot, pos, two.q, two.k_cache, two.v_cache, [&](long seq, long j) { return host_shape.entry(seq, j); });
+      expect_close(one.out, want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what + ": output");
+      expect_close(two.out, want, 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(), what + ": two launches");
+      expect_close(one.k_cache, two.k_cache, 2 * unit_roundoff<T>(), 0, what + ": key cache");
+      EXPECT_EQ(one.v_cache, two.v_cache) << what << ": value cache";
+      // The two launches' queries and new keys against fp64 (the norm, the rotation).
+      std::vector<double> qh(qn), k_got, k_want, wqh = wq.host(), wkh = wk.host();
+      const std::vector<double> all = strided ? qkv.host() : std::vector<double>();
+      const std::vector<double> qo = strided ? all : q_own.host(), ko = strided ? all : k_own.host();
+      for (int r = 0; r < R; ++r) {
+        for (int h = 0; h < sh.H; ++h) {
+          const double* x = &qo[strided ? long(r) * width + h * sh.hd : (long(r) * sh.H + h) * sh.hd];
+          const auto o = head_reference<T>(x, sh.normed ? &wqh : nullptr, sh.hd, pos[r], eps);
+          std::copy(o.begin(), o.end(), qh.begin() + (long(r) * sh.H + h) * sh.hd);
+        }
+        for (int g = 0; g < sh.G; ++g) {
+          const double* x = &ko[strided ? long(r) * width + Hq + g * sh.hd : (long(r) * sh.G + g) * sh.hd];
+          const auto o = head_reference<T>(x, sh.normed ? &wkh : nullptr, sh.hd, pos[r], eps);
+          const long at = (host_shape.entry(slot[r], pos[r]) * sh.G + g) * sh.hd;
+          k_got.insert(k_got.end(), two.k_cache.begin() + at, two.k_cache.begin() + at + sh.hd);
+          k_want.insert(k_want.end(), o.begin(), o.end());
+        }
+      }
+      // The fp32 angle at position 1 199 is off by up to about 1e-4 radians.
+      expect_close(two.q, qh, 2 * unit_roundoff<T>(), 4 * unit_roundoff<T>() + 1e-3, what + ": queries");
+      expect_close(k_got, k_want, 2 * unit_roundoff<T>(), 4 * unit_roundoff<T>() + 1e-3, what + ": new keys");
+      // A second launch writes the same entries and gives the same bits.
+      EXPECT_EQ(run(true).out, one.out) << what << ": a second launch";
+    }
   }
 }
 

@@ -9,6 +9,11 @@
 // scores are reduced over the LANES lanes of a position by shuffles. At the end the CTA's
 // sub-streams (kWarps * PER_LOAD of them) are merged through shared memory in a fixed order: the
 // kernel is deterministic, so decode graphs and eager steps draw the same tokens.
+//
+// The HEADS form (attention_decode_heads_cuda) first forms the CTA's query heads from the raw
+// products (norm, rotation) into shared memory, and where the CTA takes the row's last range,
+// the new key and value too; it reads them from there, and one CTA of the (row, KV head) writes
+// them into the cache for the steps after. No other CTA reads that entry in this launch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -43,7 +48,55 @@ struct DecodeParams {
   // unnormalised output); arrivals: (rows, gridDim.y) counters, zero between launches.
   float* partials;
   std::uint32_t* arrivals;
+  // The HEADS form's inputs (DecodeHeads), and the cache again, writable.
+  const __nv_bfloat16* q_raw;
+  const __nv_bfloat16* k_raw;
+  const __nv_bfloat16* v_new;
+  long q_stride, kv_stride;
+  const __nv_bfloat16* q_norm;
+  const __nv_bfloat16* k_norm;
+  float eps;
+  const float* table;
+  __nv_bfloat16* k_cache;
+  __nv_bfloat16* v_cache;
 };
+
+// One head of the new token as qk_rope_cache_write forms it, into `out` (shared memory): with
+// norm weights w, normalised (the sum of squares over the warp's lanes, then a butterfly) and
+// rounded as rmsnorm_forward rounds; then rotated as rope_forward rotates, by the row's `table`.
+// Every lane of the warp calls it; lane l takes the pairs (i, i + HD/2) for i = l, l + 32, ...
+template <int HD>
+__device__ inline void form_head(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, const float* table,
+                                 __nv_bfloat16* out, int lane) {
+  constexpr int HALF = HD / 2, PAIRS = HALF / 32;
+  float a[PAIRS], b[PAIRS];
+#pragma unroll
+  for (int t = 0; t < PAIRS; ++t) {
+    a[t] = __bfloat162float(x[lane + 32 * t]);
+    b[t] = __bfloat162float(x[lane + 32 * t + HALF]);
+  }
+  if (w != nullptr) {
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int t = 0; t < PAIRS; ++t) sum_sq += a[t] * a[t] + b[t] * b[t];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
+    const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(HD) + eps);   // detail::rmsnorm_scale
+#pragma unroll
+    for (int t = 0; t < PAIRS; ++t) {   // detail::rmsnorm_element
+      const int i = lane + 32 * t;
+      a[t] = __bfloat162float(__float2bfloat16_rn(a[t] * scale * __bfloat162float(w[i])));
+      b[t] = __bfloat162float(__float2bfloat16_rn(b[t] * scale * __bfloat162float(w[i + HALF])));
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < PAIRS; ++t) {   // detail::rotate_pair
+    const int i = lane + 32 * t;
+    const float c = table[i], s = table[HALF + i];
+    out[i] = __float2bfloat16_rn(a[t] * c - b[t] * s);
+    out[i + HALF] = __float2bfloat16_rn(b[t] * c + a[t] * s);
+  }
+}
 
 // The positions of each range of a row of `length` positions: kDecodeSplitPositions, doubled
 // until at most kDecodeSplitMaxRanges ranges cover the row. The kernel splits each row by it; the
@@ -54,7 +107,26 @@ __host__ __device__ inline long split_span(long length) {
   return span;
 }
 
-template <int HD, int GROUP>
+// The keys and values of a lane's positions base, base + step, ... (U of them) of a row's range
+// ending at `end`; zero past it, and at `skip` (the HEADS form's new entry, from shared memory).
+template <int U>
+__device__ inline void load_positions(const DecodeParams& p, long seq, long head_offset, long base, long step,
+                                      long end, long skip, uint4 (&kraw)[U], uint4 (&vraw)[U]) {
+  const long width = static_cast<long>(p.s.n_kv_heads) * p.s.hd;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const long j = base + u * step;
+    if (j < end && j != skip) {
+      const long at = p.s.entry(seq, j) * width + head_offset;
+      kraw[u] = *reinterpret_cast<const uint4*>(p.k + at);
+      vraw[u] = *reinterpret_cast<const uint4*>(p.v + at);
+    } else {
+      kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+template <int HD, int GROUP, bool HEADS>
 __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodeParams p) {
   // o_proj's matrix-vector kernel after it may start now and load its weights
   // (kernels/decode_gemv_cuda.hpp, GemvWeights).
@@ -78,16 +150,55 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   const int length = p.positions[r] + 1;
   const int span = p.partials ? static_cast<int>(split_span(length)) : length;
   const int splits = (length + span - 1) / span;
+  const int last = length - 1;
+  const long head_offset = static_cast<long>(g) * HD + piece * 8;
+
+  // The CTA's first tile's loads go out first: they need neither the queries nor the new entry,
+  // and what comes before the tile (the queries' loads, the HEADS form's prologue) runs while
+  // they are in flight. Every load of a tile is issued before any is used: kUnroll keys and
+  // values in flight.
+  uint4 kraw[kUnroll], vraw[kUnroll];
+  const long no_skip = HEADS ? last : -1;
+  if (static_cast<int>(blockIdx.z) < splits)
+    load_positions(p, seq, head_offset, static_cast<long>(blockIdx.z) * span + stream, STREAMS,
+                   min(static_cast<int>(blockIdx.z) * span + span, length), no_skip, kraw, vraw);
+  bool tile_loaded = true;
+
+  // HEADS: the CTA's query heads, and where it takes the row's last range (each CTA takes the
+  // ranges blockIdx.z, + gridDim.z, ...), the new key and value.
+  __shared__ __align__(16) __nv_bfloat16 sm_q[HEADS ? GROUP : 1][HD];
+  __shared__ __align__(16) __nv_bfloat16 sm_new[2][HD];   // key, value
+  if constexpr (HEADS) {
+    const bool takes_last =
+        static_cast<int>(blockIdx.z) < splits && (splits - 1 - static_cast<int>(blockIdx.z)) % gridDim.z == 0;
+    const float* table = p.table + static_cast<long>(r) * HD;
+    for (int item = warp; item < GROUP + (takes_last ? 1 : 0); item += kWarps) {
+      if (item < GROUP)
+        form_head<HD>(p.q_raw + r * p.q_stride + (h0 + item) * HD, p.q_norm, p.eps, table, sm_q[item], lane);
+      else
+        form_head<HD>(p.k_raw + r * p.kv_stride + g * HD, p.k_norm, p.eps, table, sm_new[0], lane);
+    }
+    if (takes_last)
+      for (int i = threadIdx.x; i < HD; i += kWarps * 32) sm_new[1][i] = p.v_new[r * p.kv_stride + g * HD + i];
+    __syncthreads();
+    // The cache keeps the new entry for the steps after this one: the (row, KV head)'s first
+    // chunk of query heads writes it.
+    if (takes_last && blockIdx.y % chunks == 0 && threadIdx.x < HD / 8) {
+      const long at = p.s.entry(seq, last) * G * HD + static_cast<long>(g) * HD + threadIdx.x * 8;
+      *reinterpret_cast<uint4*>(p.k_cache + at) = reinterpret_cast<const uint4*>(sm_new[0])[threadIdx.x];
+      *reinterpret_cast<uint4*>(p.v_cache + at) = reinterpret_cast<const uint4*>(sm_new[1])[threadIdx.x];
+    }
+  }
 
   float q[GROUP][8];
 #pragma unroll
   for (int h = 0; h < GROUP; ++h) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p.q + (static_cast<long>(r) * H + h0 + h) * HD + piece * 8);
+    const uint4 raw = HEADS ? reinterpret_cast<const uint4*>(sm_q[h])[piece]
+                            : *reinterpret_cast<const uint4*>(p.q + (static_cast<long>(r) * H + h0 + h) * HD + piece * 8);
     unpack8(raw, q[h]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[h][i] *= p.scale_log2;
   }
-  const long head_offset = static_cast<long>(g) * HD + piece * 8;
 
   __shared__ float sm_m[STREAMS][GROUP], sm_l[STREAMS][GROUP];
   __shared__ float sm_acc[STREAMS][GROUP][HD];
@@ -107,18 +218,15 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
     // shuffles need every lane; a lane whose positions all lie past the split scores them -inf.
     for (long t0 = begin; t0 + warp * PER_LOAD < end; t0 += TILE) {
       const long base = t0 + stream;
-      uint4 kraw[kUnroll], vraw[kUnroll];
-      // Every load of the tile issued before any is used: kUnroll keys and values in flight.
+      if (!tile_loaded) load_positions(p, seq, head_offset, base, STREAMS, end, no_skip, kraw, vraw);
+      tile_loaded = false;
+      if constexpr (HEADS) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const long j = base + static_cast<long>(u) * STREAMS;
-        if (j < end) {
-          const long at = p.s.entry(seq, j) * G * HD + head_offset;
-          kraw[u] = *reinterpret_cast<const uint4*>(p.k + at);
-          vraw[u] = *reinterpret_cast<const uint4*>(p.v + at);
-        } else {
-          kraw[u] = vraw[u] = make_uint4(0, 0, 0, 0);
-        }
+        for (int u = 0; u < kUnroll; ++u)
+          if (base + static_cast<long>(u) * STREAMS == last) {
+            kraw[u] = reinterpret_cast<const uint4*>(sm_new[0])[piece];
+            vraw[u] = reinterpret_cast<const uint4*>(sm_new[1])[piece];
+          }
       }
       float s[kUnroll][GROUP];
 #pragma unroll
@@ -164,6 +272,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
         }
       }
     }
+
+    tile_loaded = false;   // a warp with no position in this range did not use the first tile
 
     // Merge the CTA's streams: each output (h, d) sums its streams in stream order.
 #pragma unroll
@@ -252,7 +362,7 @@ int wanted_ctas() {
   return n;
 }
 
-template <int HD, int GROUP>
+template <int HD, int GROUP, bool HEADS>
 void launch(cudaStream_t stream, const DecodeParams& p) {
   const int group = p.s.n_heads / p.s.n_kv_heads;
   const int per_row = p.s.n_kv_heads * (group / GROUP);
@@ -267,18 +377,46 @@ void launch(cudaStream_t stream, const DecodeParams& p) {
   }
   const int z = static_cast<int>(ranges);
   const dim3 grid(static_cast<unsigned>(p.s.rows), static_cast<unsigned>(per_row), static_cast<unsigned>(z));
-  decode_attention_kernel<HD, GROUP><<<grid, kWarps * 32, 0, stream>>>(p);
+  decode_attention_kernel<HD, GROUP, HEADS><<<grid, kWarps * 32, 0, stream>>>(p);
   SHARDRL_CHECK_CUDA(cudaGetLastError());
 }
 
 // The widest chunk of query heads (4, 2 or 1) that divides the group: the chunk's queries and
 // outputs live in registers (8 heads took 251 registers a thread, 4 take 159).
-template <int HD>
+template <int HD, bool HEADS>
 void launch_for_group(cudaStream_t stream, const DecodeParams& p) {
   const int group = p.s.n_heads / p.s.n_kv_heads;
-  if (group % 4 == 0) return launch<HD, 4>(stream, p);
-  if (group % 2 == 0) return launch<HD, 2>(stream, p);
-  launch<HD, 1>(stream, p);
+  if (group % 4 == 0) return launch<HD, 4, HEADS>(stream, p);
+  if (group % 2 == 0) return launch<HD, 2, HEADS>(stream, p);
+  launch<HD, 1, HEADS>(stream, p);
+}
+
+template <bool HEADS>
+void launch_for_shape(cudaStream_t stream, const DecodeParams& p) {
+  if (p.s.hd == 64) return launch_for_group<64, HEADS>(stream, p);
+  launch_for_group<128, HEADS>(stream, p);
+}
+
+// The parameters common to both forms, HEADS's left empty.
+DecodeParams params_for(const CacheShape& s, const std::int32_t* slots, const std::int32_t* positions,
+                        const bf16* k_cache, const bf16* v_cache, bf16* out, const DecodeSplitWorkspace& split) {
+  SHARDRL_CHECK(attention_decode_cuda_supports(s), "attention_decode_cuda: unsupported shape (head dim 64 or 128, "
+                                                   "n_heads a multiple of n_kv_heads)");
+  SHARDRL_CHECK((split.partials == nullptr) == (split.arrivals == nullptr),
+                "attention_decode_cuda: a split workspace needs both its partials and its counters");
+  // Steps of more than kDecodeSplitMaxRows rows fill the GPU without splitting.
+  const bool splits = split.partials && s.rows <= kDecodeSplitMaxRows;
+  DecodeParams p{};
+  p.s = s;
+  p.slots = slots;
+  p.positions = positions;
+  p.k = reinterpret_cast<const __nv_bfloat16*>(k_cache);
+  p.v = reinterpret_cast<const __nv_bfloat16*>(v_cache);
+  p.out = reinterpret_cast<__nv_bfloat16*>(out);
+  p.scale_log2 = kLog2e / std::sqrt(static_cast<float>(s.hd));
+  p.partials = splits ? split.partials : nullptr;
+  p.arrivals = splits ? split.arrivals : nullptr;
+  return p;
 }
 
 }  // namespace
@@ -286,26 +424,33 @@ void launch_for_group(cudaStream_t stream, const DecodeParams& p) {
 void attention_decode_cuda(void* stream, const CacheShape& s, const std::int32_t* slots,
                            const std::int32_t* positions, const bf16* q, const bf16* k_cache,
                            const bf16* v_cache, bf16* out, const DecodeSplitWorkspace& split) {
-  SHARDRL_CHECK(attention_decode_cuda_supports(s), "attention_decode_cuda: unsupported shape (head dim 64 or 128, "
-                                                   "n_heads a multiple of n_kv_heads)");
-  SHARDRL_CHECK((split.partials == nullptr) == (split.arrivals == nullptr),
-                "attention_decode_cuda: a split workspace needs both its partials and its counters");
+  DecodeParams p = params_for(s, slots, positions, k_cache, v_cache, out, split);
   if (s.rows == 0) return;
-  // Steps of more than kDecodeSplitMaxRows rows fill the GPU without splitting.
-  const bool splits = split.partials && s.rows <= kDecodeSplitMaxRows;
-  const DecodeParams p{s,
-                       slots,
-                       positions,
-                       reinterpret_cast<const __nv_bfloat16*>(q),
-                       reinterpret_cast<const __nv_bfloat16*>(k_cache),
-                       reinterpret_cast<const __nv_bfloat16*>(v_cache),
-                       reinterpret_cast<__nv_bfloat16*>(out),
-                       kLog2e / std::sqrt(static_cast<float>(s.hd)),
-                       splits ? split.partials : nullptr,
-                       splits ? split.arrivals : nullptr};
-  const auto st = static_cast<cudaStream_t>(stream);
-  if (s.hd == 64) return launch_for_group<64>(st, p);
-  launch_for_group<128>(st, p);
+  p.q = reinterpret_cast<const __nv_bfloat16*>(q);
+  launch_for_shape<false>(static_cast<cudaStream_t>(stream), p);
+}
+
+void attention_decode_heads_cuda(void* stream, const CacheShape& s, const std::int32_t* slots,
+                                 const std::int32_t* positions, const DecodeHeads& heads, bf16* k_cache,
+                                 bf16* v_cache, bf16* out, const DecodeSplitWorkspace& split) {
+  DecodeParams p = params_for(s, slots, positions, k_cache, v_cache, out, split);
+  SHARDRL_CHECK((heads.q_norm == nullptr) == (heads.k_norm == nullptr),
+                "attention_decode_heads_cuda: both norms or neither");
+  SHARDRL_CHECK(heads.q_raw && heads.k_raw && heads.v && heads.table,
+                "attention_decode_heads_cuda: the raw heads and the rotation table are needed");
+  if (s.rows == 0) return;
+  p.q_raw = reinterpret_cast<const __nv_bfloat16*>(heads.q_raw);
+  p.k_raw = reinterpret_cast<const __nv_bfloat16*>(heads.k_raw);
+  p.v_new = reinterpret_cast<const __nv_bfloat16*>(heads.v);
+  p.q_stride = heads.q_stride > 0 ? heads.q_stride : static_cast<long>(s.n_heads) * s.hd;
+  p.kv_stride = heads.kv_stride > 0 ? heads.kv_stride : static_cast<long>(s.n_kv_heads) * s.hd;
+  p.q_norm = reinterpret_cast<const __nv_bfloat16*>(heads.q_norm);
+  p.k_norm = reinterpret_cast<const __nv_bfloat16*>(heads.k_norm);
+  p.eps = heads.eps;
+  p.table = heads.table;
+  p.k_cache = reinterpret_cast<__nv_bfloat16*>(k_cache);
+  p.v_cache = reinterpret_cast<__nv_bfloat16*>(v_cache);
+  launch_for_shape<true>(static_cast<cudaStream_t>(stream), p);
 }
 
 }  // namespace shardrl::kernels

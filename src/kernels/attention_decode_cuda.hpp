@@ -68,6 +68,22 @@ inline DecodeSplitSizes attention_decode_cuda_split_sizes(const CacheShape& s) {
   return {heads * kDecodeSplitMaxRanges * (2 + s.hd), heads};
 }
 
+// The new token's head work (kernels/qk_rope_cache.hpp's qk_rope_cache_write) done by the
+// attention's own CTAs (attention_decode_heads_cuda): each forms its query heads and, where it
+// reads the row's last position, the new key and value, and one CTA of each (row, KV head)
+// writes them into the cache. Why: at batch 1 that launch was 4.7 of a qwen3-0.6b layer's 37 us
+// for a few hundred elements. Rows of q_raw start at r * q_stride, of k_raw and v at r * kv_stride
+// (0: n_heads * hd and n_kv_heads * hd, buffers of their own).
+struct DecodeHeads {
+  const bf16* q_raw = nullptr;                           // (rows, n_heads, hd), strided
+  const bf16* k_raw = nullptr;                           // (rows, n_kv_heads, hd), strided
+  const bf16* v = nullptr;                               // (rows, n_kv_heads, hd), strided
+  long q_stride = 0, kv_stride = 0;
+  const bf16* q_norm = nullptr, *k_norm = nullptr;       // (hd) each, or both nullptr
+  float eps = 0.0f;
+  const float* table = nullptr;                          // rope_table's (rows, hd)
+};
+
 // out(r, h, :) = softmax_j(q(r,h,:) . k(entry(slot(r), j), g, :) / sqrt(hd)) v(...), j <= positions[r],
 // with g = h / (n_heads / n_kv_heads) and slot(r) = slots ? slots[r] : r. `stream` is the
 // cudaStream_t to launch on (the execution space's). Without a workspace every row is one range.
@@ -77,5 +93,14 @@ void attention_decode_cuda(void* stream, const CacheShape& s, const std::int32_t
                            const bf16* k_cache, const bf16* v_cache,   // (entries, n_kv_heads, hd)
                            bf16* out,                               // (rows, n_heads, hd)
                            const DecodeSplitWorkspace& split = {});
+
+// qk_rope_cache_write(heads...) then attention_decode_cuda, in one launch: the same math (the
+// heads' sums of squares reduced in another order); the queries are formed in shared memory and
+// not written out. For the shapes attention_decode_cuda_supports.
+void attention_decode_heads_cuda(void* stream, const CacheShape& s, const std::int32_t* slots,
+                                 const std::int32_t* positions, const DecodeHeads& heads,
+                                 bf16* k_cache, bf16* v_cache,              // (entries, n_kv_heads, hd)
+                                 bf16* out,                                 // (rows, n_heads, hd)
+                                 const DecodeSplitWorkspace& split = {});
 
 }  // namespace shardrl::kernels

@@ -5,11 +5,11 @@
 #include <type_traits>
 
 #include "kernels/attention_decode.hpp"
+#include "kernels/attention_decode_heads.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/decode_gemv.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
-#include "kernels/qk_rope_cache.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "model/rope_frequencies.hpp"
@@ -142,14 +142,15 @@ void Transformer::layer_forward(int layer, const T* w, bool recompute, KvCache* 
     T* kc = static_cast<T*>(cache->keys(layer));
     T* vc = static_cast<T*>(cache->values(layer));
     const std::int32_t* slots = act_->decode_slots ? act_->slots.data() : nullptr;
-    // The heads' norms and rotations and the cache write in one launch (kernels/qk_rope_cache.hpp).
-    kernels::qk_rope_cache_write(space_, cs, slots, act_->positions.data(), qkv_rows ? rows : q,
-                                 qkv_rows ? rows + Hq : k, qkv_rows ? rows + Hq + Hkv : a.v.as<T>(),
-                                 s.qk_norm ? w + o.q_norm : nullptr, s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps,
-                                 act_->rope.as<float>(), rot.q, kc, vc, qkv_rows ? Hq + 2 * Hkv : 0);
-    kernels::attention_decode(space_, cs, slots, act_->positions.data(), rot.q, kc, vc, a.attn.as<T>(),
-                              options_.decode_attention_split ? cache->decode_split()
-                                                              : kernels::DecodeSplitWorkspace{});
+    // The heads' norms and rotations and the cache write, then the attention: one launch where
+    // the build has it (kernels/attention_decode_heads.hpp).
+    kernels::qk_rope_cache_attention_decode(
+        space_, cs, slots, act_->positions.data(), qkv_rows ? rows : q, qkv_rows ? rows + Hq : k,
+        qkv_rows ? rows + Hq + Hkv : a.v.as<T>(), s.qk_norm ? w + o.q_norm : nullptr,
+        s.qk_norm ? w + o.k_norm : nullptr, s.norm_eps, act_->rope.as<float>(), rot.q, kc, vc,
+        qkv_rows ? Hq + 2 * Hkv : 0, a.attn.as<T>(),
+        options_.decode_attention_split ? cache->decode_split() : kernels::DecodeSplitWorkspace{},
+        options_.decode_heads_in_attention);
   } else {
     kernels::AttentionShape shape{B_, S_, s.n_heads, s.n_kv_heads, hd};
     attention_forward(options_.attention, space_, mm, shape, act_->positions.data(), rot.q, rot.k,

@@ -66,6 +66,10 @@ struct ModelOptions {
   // (kernels/attention_decode_cuda.hpp); off, one CTA streams a row's whole cache (a benchmark's
   // baseline: bench_decode --unsplit-attention).
   bool decode_attention_split = true;
+  // A decode step's head work (norms, rotations, cache write) done by the attention's launch
+  // where the build has it (kernels/attention_decode_heads.hpp); off, a launch of its own (a
+  // benchmark's baseline: bench_decode --heads-apart).
+  bool decode_heads_in_attention = true;
   // Where the activation buffers live: their own allocations, or a phase of a PhaseArena that
   // the other phase's buffers share.
   ArenaPlacement arena;
