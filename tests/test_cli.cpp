@@ -133,7 +133,24 @@ const BadConfig kBadConfigs[] = {
      "  bad.toml:3:14: model.vocab_size: must be <= 2147483647, got 99999999999\n"},
     {"set_without_value", "", "--set run.seed",
      "shardrl: invalid configuration (1 problem):\n"
-     "  --set run.seed: expected section.key=value\n"},
+     "  --set run.seed: expected section.key=value (no value after run.seed: --set run.seed=VALUE)\n"},
+    {"set_key_of_several_sections", "", "--set rl.top_k=5",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set rl.top_k=5: unknown key 'rl.top_k' (did you mean one of 'model.top_k', 'rollout.top_k'?)\n"},
+    {"set_text_not_utf8", "", "--set run.dir=r\xff",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set run.dir=r\xff: run.dir: is not valid UTF-8 text, which the saved config.toml must hold\n"},
+    {"set_integer_out_of_range", "", "--set run.seed=99999999999999999999",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set run.seed=99999999999999999999: run.seed: 99999999999999999999 is out of range (a 64-bit integer)\n"},
+    {"prompt_limit_without_room_for_a_completion",
+     "[model]\ntokenizer = \"tok\"\n[rl]\ntask = \"text\"\ndataset = \"d.jsonl\"\nmax_prompt_tokens = 500\n", "",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  bad.toml:6:21: rl.max_prompt_tokens = 500 leaves no room for a completion of rollout.max_new_tokens = 64 "
+     "within train.seq_len + 1 = 129 (model.max_seq_len 256): at most 65, or 0 for that\n"},
+    {"set_real_beyond_double", "", "--set rl.kl_coef=1e-400",
+     "shardrl: invalid configuration (1 problem):\n"
+     "  --set rl.kl_coef=1e-400: rl.kl_coef: 1e-400 is beyond a double's range\n"},
     {"set_without_section", "", "--set seed=3",
      "shardrl: invalid configuration (1 problem):\n"
      "  --set seed=3: expected section.key=value (did you mean 'run.seed'?)\n"},
@@ -144,7 +161,7 @@ const BadConfig kBadConfigs[] = {
      "shardrl: invalid configuration (1 problem):\n"
      "  --set run.seed=abc: run.seed: expected an integer, got 'abc'\n"},    {"minibatches_do_not_divide_prompts", "[rl]\nprompts_per_iteration = 10\nminibatches = 4\n", "",
      "shardrl: invalid configuration (1 problem):\n"
-     "  bad.toml:3:15: rl.minibatches = 4 does not divide rl.prompts_per_iteration = 10\n"},
+     "  bad.toml:3:15 and bad.toml:2:25: rl.minibatches = 4 does not divide rl.prompts_per_iteration = 10\n"},
     {"jsonl_without_dataset", "[rl]\ntask = \"jsonl\"\n", "",
      "shardrl: invalid configuration (1 problem):\n"
      "  bad.toml:2:8: rl.task = \"jsonl\" needs rl.dataset (a JSONL file of examples)\n"},

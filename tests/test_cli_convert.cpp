@@ -256,7 +256,8 @@ TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
 
 // model.init_from with preset = "custom" and no shape keys: the shape is the directory's
 // config.json's (here a 1-layer, 32-wide model, not the keys' defaults), written into the job's
-// resolved config; the weights are the directory's. A directory without config.json is named.
+// resolved config; the weights are the directory's. With a shape key given, config.json gives the
+// others. A directory without config.json is named.
 TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   fs::path dir = test_dir();
   write(dir / "a.toml",
@@ -276,6 +277,14 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   EXPECT_NE(resolved.find("d_model = 32"), std::string::npos) << resolved;
   EXPECT_NE(resolved.find("n_layers = 1"), std::string::npos) << resolved;
   EXPECT_NE(b.out.find("hf/config.json"), std::string::npos) << "the shape keys' origin in the config table: " << b.out;
+  // One shape key set: it wins, config.json gives the rest (it stopped the read, the rest kept the
+  // tiny defaults, and the job failed loading the weights).
+  RunResult part = run_in(dir, mpirun(1) + " train --config b.toml --set run.name=part --set model.max_seq_len=256");
+  ASSERT_EQ(part.exit_code, 0) << part.err;
+  const std::string part_resolved = slurp(dir / "runs" / "part" / "config.toml");
+  EXPECT_NE(part_resolved.find("max_seq_len = 256"), std::string::npos) << part_resolved;
+  EXPECT_NE(part_resolved.find("d_model = 32"), std::string::npos) << part_resolved;
+  EXPECT_NE(part_resolved.find("n_layers = 1"), std::string::npos) << part_resolved;
   // The imported job's weights are the exported ones: exported again, the same bytes.
   RunResult again = run_in(dir, shardrl_binary() + " convert --from runs/b/checkpoints/iter_00000000.h5 "
                                                    "--to-safetensors hf_again --dtype fp32");
@@ -292,10 +301,10 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   EXPECT_NE(both.err.find("hf_again holds both model.safetensors and model.safetensors.index.json"), std::string::npos)
       << both.err;
 
-  // A directory only rank 0 can see (a relative path, rank 1 started elsewhere), with the shape
-  // keys given so that nothing reads config.json before the weights' load: rank 1's failure to
-  // read it reaches rank 0, which has read its weights and waits in the load's agreement; every
-  // rank stops with rank 1's message (it hung there before).
+  // A directory only rank 0 can see (a relative path, rank 1 started elsewhere; rank 0 reads
+  // config.json for the shape keys not given): rank 1's failure to read the weights reaches rank
+  // 0, which has read its weights and waits in the load's agreement; every rank stops with rank
+  // 1's message (it hung there before).
   fs::create_directories(dir / "elsewhere");
   write(dir / "d.toml", "[run]\nname = \"d\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"
                         "[model]\npreset = \"custom\"\ninit_from = \"hf\"\nd_model = 32\nn_layers = 1\nn_heads = 2\n"
@@ -324,8 +333,8 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n");
   RunResult c = run_in(dir, mpirun(2) + " train --config c.toml");
   EXPECT_EQ(c.exit_code, 2);
-  EXPECT_NE(c.err.find("c.toml:3:13: model.init_from = \"missing\" with preset = \"custom\" and no shape keys takes "
-                       "the shape from 'missing/config.json', which cannot be read"),
+  EXPECT_NE(c.err.find("c.toml:3:13: model.init_from = \"missing\" with preset = \"custom\" takes the shape from "
+                       "'missing/config.json', which cannot be read"),
             std::string::npos)
       << c.err;
 }

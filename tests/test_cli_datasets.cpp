@@ -1,7 +1,8 @@
 // A job's prompt dataset, bad from the command line: a malformed line and a pre-tokenized line
 // of the wrong kind or beyond the vocabulary are named by file and line; a file only some ranks can
 // read stops every rank with its cause. Each exits 2. A resume over other examples than the
-// checkpoint's is refused whatever the path; the same examples elsewhere resume.
+// checkpoint's is refused whatever the path; the same examples elsewhere resume. A demonstration
+// too long for the warm-up's rows is named before it.
 #include "cli_harness.hpp"
 
 namespace {
@@ -129,6 +130,42 @@ TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
   EXPECT_NE(split.err.find("rank 1 read other task files than rank 0 (their checksums "), std::string::npos)
       << split.err;
   EXPECT_FALSE(fs::exists(dir / "split" / "ds" / "checkpoints")) << "stopped before any save";
+}
+
+// A demonstration the warm-up cannot fit in a row (its prompt, answer and EOS past train.seq_len
+// + 1) stops every rank before the warm-up, naming its line (it stopped at the step that first
+// drew it, maybe far into the run); a generated task's longest likewise, with a warning that
+// completions cannot hold its answers. Without a warm-up nothing reads them.
+TEST(Cli, ALongDemonstrationStopsTheJobBeforeTheWarmUp) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", "[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n[rl]\ntask = \"jsonl\"\n"
+                          "dataset = \"data.jsonl\"\nprompts_per_iteration = 4\nsamples_per_prompt = 2\n"
+                          "sft_steps = 5\n[run]\niterations = 0\n");
+  write(dir / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"cd\", \"answer\": \"dc\"}\n"
+                            "{\"prompt\": \"e\", \"answer\": \"" + std::string(40, 'e') + "\"}\n");
+  RunResult r = run_in(dir, mpirun(2) + " train --config job.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("shardrl: data.jsonl:3: the example (every line is checked before the warm-up) has 43 tokens "
+                        "with its demonstration (prompt 2, demonstration and EOS 41); the warm-up (rl.sft_steps) "
+                        "trains it in a row of train.seq_len + 1 = 33 at most: raise train.seq_len, or drop the line\n",
+                        0),
+            0u)
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir / "runs" / "shardrl" / "checkpoints")) << "stopped before any step";
+  RunResult no_warm_up = run_in(dir, mpirun(2) + " train --config job.toml --no-resume --set rl.sft_steps=0");
+  EXPECT_EQ(no_warm_up.exit_code, 0) << no_warm_up.out << no_warm_up.err;
+
+  RunResult added = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=add --set rl.task=add "
+                                            "--set rl.dataset=\"\" --set rl.difficulty=8 --set "
+                                            "rollout.max_new_tokens=4 --set train.seq_len=30");
+  EXPECT_EQ(added.exit_code, 2) << added.out << added.err;
+  EXPECT_NE(added.err.find("the longest example of rl.task = \"add\" at rl.difficulty = 8 has 35 tokens with its "
+                           "demonstration (prompt 25, demonstration and EOS 10)"),
+            std::string::npos)
+      << added.err;
+  EXPECT_NE(added.out.find("the longest answer and its EOS take 10 tokens, more than rollout.max_new_tokens = 4"),
+            std::string::npos)
+      << added.out;
 }
 
 }  // namespace

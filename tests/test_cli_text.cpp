@@ -95,6 +95,12 @@ TEST(Cli, TokenizeEncodesDecodesAndRendersChats) {
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
   const std::string ref_ids = reference.out.substr(0, reference.out.rfind(' ')) + "\n";   // without the x
   EXPECT_EQ(as_job.out, ref_ids);
+  // A GPU job's config tokenized on a CPU login node: neither this build's rules nor a job's
+  // shape apply (rollout.cuda_graph and debug.fail_rank stopped it, exit 2).
+  RunResult gpu_job = run_in(dir, shardrl_binary() + " tokenize --config job.toml --set rollout.cuda_graph=decode "
+                                                     "--set debug.fail_rank=1 --text 'What is 6 x 7?' --chat");
+  EXPECT_EQ(gpu_job.exit_code, 0) << gpu_job.err;
+  EXPECT_EQ(gpu_job.out, ref_ids);
   // rl.chat_template = false: the system prompt and the text joined, as the task encodes them.
   RunResult plain = run_in(dir, shardrl_binary() + " tokenize --config job.toml --set rl.chat_template=false "
                                                    "--text 'What is 6 x 7?' --chat");

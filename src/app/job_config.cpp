@@ -39,23 +39,33 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   broadcast_string(world, text, 0);
   LoadedConfig loaded =
       parse_job_config(text, args.config_path, args.overrides, world_size, build, trains);
-  // model.init_from with preset = "custom" and no shape key given: the directory's config.json
-  // gives the shape, as overrides (read on rank 0, like the file itself). The resolved config
-  // then holds the shape, so a resumed job needs the directory no more.
+  // model.init_from with preset = "custom": the directory's config.json gives the shape keys the
+  // config does not set, as overrides (read on rank 0, like the file itself); those it sets win
+  // (a shorter model.max_seq_len). The resolved config then holds the shape, so a resumed job
+  // needs the directory no more. (Any shape key given once stopped the read: the rest kept the
+  // tiny defaults, and the job failed only when it loaded the weights.)
   const ModelConfig& model = loaded.config.model;
-  const bool shape_given = std::any_of(model_shape_keys().begin(), model_shape_keys().end(), [&](const auto& k) {
+  const auto given = [&](const std::string& k) {
     const auto it = loaded.origin.find("model." + k);
     return it != loaded.origin.end() && it->second != "default";
-  });
-  if (model.init_from.empty() || model.preset != "custom" || shape_given) return loaded;
+  };
+  const bool shape_given = std::any_of(model_shape_keys().begin(), model_shape_keys().end(), given);
+  const bool shape_complete = std::all_of(model_shape_keys().begin(), model_shape_keys().end(), given);
+  if (model.init_from.empty() || model.preset != "custom" || shape_complete) return loaded;
   const std::string json_path = (std::filesystem::path(model.init_from) / "config.json").string();
   std::string json;
   read_error.clear();
+  // A shape given in part over a directory without config.json (safetensors alone): the weights'
+  // own check names what does not fit when they load.
+  std::string absent = rank == 0 && shape_given && !std::filesystem::exists(json_path) ? "absent" : "";
+  broadcast_string(world, absent, 0);
+  if (!absent.empty()) return loaded;
   if (rank == 0) {
     if (const std::string problem = input_file_problem(json_path); !problem.empty())
-      read_error = fmt::format("{}: model.init_from = \"{}\" with preset = \"custom\" and no shape keys takes the "
-                               "shape from '{}', which cannot be read: {}",
-                               loaded.origin.at("model.init_from"), model.init_from, json_path, problem);
+      read_error = fmt::format("{}: model.init_from = \"{}\" with preset = \"custom\" takes the shape{} from "
+                               "'{}', which cannot be read: {}",
+                               loaded.origin.at("model.init_from"), model.init_from,
+                               shape_given ? " keys the config does not set" : "", json_path, problem);
     else
       try {
         json = read_input_file(json_path, "model config");
@@ -68,7 +78,9 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   std::vector<std::string> overrides = args.overrides;
   std::vector<std::string> from_json;
   try {
-    if (read_error.empty()) from_json = shape_overrides(shape_from_hf_config(json, json_path));
+    if (read_error.empty())
+      for (std::string& kv : shape_overrides(shape_from_hf_config(json, json_path)))
+        if (!given(kv.substr(kv.find('.') + 1, kv.find('=') - kv.find('.') - 1))) from_json.push_back(std::move(kv));
   } catch (const InputError& e) {
     read_error = e.what();
   }
@@ -78,8 +90,7 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   }
   overrides.insert(overrides.end(), from_json.begin(), from_json.end());
   loaded = parse_job_config(text, args.config_path, overrides, world_size, build, trains);
-  for (const auto& k : model_shape_keys())
-    if (loaded.origin.count("model." + k)) loaded.origin["model." + k] = json_path;
+  for (const std::string& kv : from_json) loaded.origin[kv.substr(0, kv.find('='))] = json_path;
   // The shape's problems name config.json, not the overrides it was passed as (never typed).
   for (std::string& e : loaded.errors)
     for (const std::string& kv : from_json)
@@ -93,7 +104,7 @@ LoadedConfig parse_job_config(const std::string& text, const std::string& source
                               const std::vector<std::string>& overrides, int world_size, const BuildInfo& build,
                               bool trains) {
   LoadedConfig loaded = load_config(text, source, overrides, build);
-  if (loaded.ok())
+  if (loaded.ok() && world_size > 0)
     for (auto& e : check_for_job(loaded, world_size, trains)) loaded.errors.push_back(std::move(e));
   return loaded;
 }

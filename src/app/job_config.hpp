@@ -12,7 +12,8 @@ namespace shardrl {
 // Collective. Returns the loaded config with every problem found (file, overrides, job shape).
 // `build`: the build whose rules the config is checked against (default: this one; `plan
 // --gpu-memory` checks a GPU build's config on a CPU login node).
-// `trains`: as check_for_job's (false for generate).
+// `trains`: as check_for_job's (false for generate). `world_size` 0: no job runs (tokenize), so
+// none of check_for_job's checks of a job's shape.
 LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_size,
                              const BuildInfo& build = this_build(), bool trains = true);
 // The same from TOML text every rank already has (e.g. a checkpoint's resolved config).

@@ -36,8 +36,11 @@ int run_tokenize(const TokenizeArgs& args) {
     train.overrides = args.overrides;
     LoadedConfig loaded;
     try {
-      // Its prompts rendered, nothing trained: not checked as a training job.
-      loaded = read_job_config(MPI_COMM_WORLD, train, /*world_size=*/1, this_build(), /*trains=*/false);
+      // Its prompts rendered, nothing trained or run: not checked as a job, nor against this build
+      // (a GPU job's config, rollout.cuda_graph and all, is tokenized on a CPU login node).
+      BuildInfo any_build;
+      any_build.has_cuda = any_build.has_cudnn = any_build.any = true;
+      loaded = read_job_config(MPI_COMM_WORLD, train, /*world_size=*/0, any_build, /*trains=*/false);
     } catch (const InputError& e) {
       print_error(e.what());
       return kExitUsage;

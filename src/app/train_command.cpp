@@ -404,6 +404,7 @@ int run_train(const TrainArgs& args) {
     // Supervised warm-up on the task's demonstrations, then the reference policy is frozen.
     const bool warmed_up = position.warmup_steps_done < cfg.rl.sft_steps;
     if (warmed_up) {
+      rl->check_demonstrations();
       if (cfg.rl.sft_lr > 0) trainer.set_peak_lr(static_cast<float>(cfg.rl.sft_lr));
       for (std::int64_t step = position.warmup_steps_done; step < cfg.rl.sft_steps; ++step) {
         watch(fmt::format("warm-up step {}", step + 1));

@@ -2,6 +2,9 @@
 // of load_config, once every key has parsed).
 #include "config/combinations.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -133,6 +136,14 @@ std::vector<std::string> unread_keys(const Config& c) {
 void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   const Config& c = out.config;
   auto where = [&](const std::string& key) { return out.origin.at(key); };
+  // Where a problem of two keys comes from: each one the config sets (a default is no one's doing).
+  auto where_both = [&](const std::string& a, const std::string& b) {
+    const std::string& wa = out.origin.at(a);
+    const std::string& wb = out.origin.at(b);
+    if (wb == "default" || wb == wa) return wa;
+    if (wa == "default") return wb;
+    return wa + " and " + wb;
+  };
   // A named preset decides the shape: a shape key given beside it would be silently ignored.
   if (c.model.preset != "custom") {
     for (const auto& key : model_shape_keys()) {
@@ -209,19 +220,31 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
     out.errors.push_back(fmt::format("{}: {}", where(key), problem));
   if (c.train.seq_len > shape.max_seq_len)
     out.errors.push_back(fmt::format("{}: train.seq_len = {} exceeds the model's max_seq_len = {}",
-                                     where("train.seq_len"), c.train.seq_len, shape.max_seq_len));
+                                     where_both("train.seq_len", "model.max_seq_len"), c.train.seq_len,
+                                     shape.max_seq_len));
   // A prompt has at least one token: a completion of max_new_tokens needs seq_len >= that many
   // positions after it (in 64 bits: the sum of the two must not wrap).
   if (c.rollout.max_new_tokens > c.train.seq_len)
     out.errors.push_back(fmt::format("{}: rollout.max_new_tokens = {} does not fit train.seq_len = {} (a prompt of one "
                                      "token and the completion need train.seq_len >= rollout.max_new_tokens)",
-                                     where("rollout.max_new_tokens"), c.rollout.max_new_tokens, c.train.seq_len));
+                                     where_both("rollout.max_new_tokens", "train.seq_len"), c.rollout.max_new_tokens,
+                                     c.train.seq_len));
   // The generator holds a prompt and its completion within the model's max_seq_len.
   else if (c.rollout.max_new_tokens >= shape.max_seq_len)
     out.errors.push_back(fmt::format("{}: rollout.max_new_tokens = {} leaves no room for a prompt within the model's "
                                      "max_seq_len = {} (at most {})",
-                                     where("rollout.max_new_tokens"), c.rollout.max_new_tokens, shape.max_seq_len,
-                                     shape.max_seq_len - 1));
+                                     where_both("rollout.max_new_tokens", "model.max_seq_len"),
+                                     c.rollout.max_new_tokens, shape.max_seq_len, shape.max_seq_len - 1));
+  // A prompt kept must leave room for a whole completion (the job's own limit when 0): one longer
+  // stopped the job at its first rollout, blaming train.seq_len.
+  else if (const std::int64_t room = std::min<std::int64_t>(c.train.seq_len + 1, shape.max_seq_len) -
+                                      c.rollout.max_new_tokens;
+           c.rl.max_prompt_tokens > room)
+    out.errors.push_back(fmt::format("{}: rl.max_prompt_tokens = {} leaves no room for a completion of "
+                                     "rollout.max_new_tokens = {} within train.seq_len + 1 = {} (model.max_seq_len "
+                                     "{}): at most {}, or 0 for that",
+                                     where("rl.max_prompt_tokens"), c.rl.max_prompt_tokens, c.rollout.max_new_tokens,
+                                     c.train.seq_len + 1, shape.max_seq_len, room));
   if (c.optim.schedule == LrSchedule::cosine && c.optim.decay_steps == 0)
     out.errors.push_back(fmt::format("{}: optim.schedule = \"cosine\" needs optim.decay_steps > 0",
                                      where("optim.schedule")));
@@ -326,7 +349,8 @@ void check_combinations(const BuildInfo& build, LoadedConfig& out) {
   if (!build.any && !build.saved_run) check_settings_without_effect(c, where, out.errors);
   if (c.rl.prompts_per_iteration % c.rl.minibatches != 0)
     out.errors.push_back(fmt::format("{}: rl.minibatches = {} does not divide rl.prompts_per_iteration = {}",
-                                     where("rl.minibatches"), c.rl.minibatches, c.rl.prompts_per_iteration));
+                                     where_both("rl.minibatches", "rl.prompts_per_iteration"), c.rl.minibatches,
+                                     c.rl.prompts_per_iteration));
   if (c.comm.backend == CommBackend::nccl && !build.has_cuda)
     out.errors.push_back(fmt::format(
         "{}: comm.backend = \"nccl\" needs a CUDA build, but this shardrl was built for CPU "

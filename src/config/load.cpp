@@ -1,8 +1,10 @@
-// TOML and --set parsing and whole-config validation. Every problem is collected, none stops
-// the scan, so a user fixes a config in one round.
+// TOML and --set parsing and whole-config validation. Every key's own problems are collected,
+// none stops the scan, so a user fixes them in one round; the checks across keys
+// (combinations.cpp) follow once every key reads.
 #include "config/load.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -40,10 +42,14 @@ std::vector<std::string> all_sections() {
   return out;
 }
 
-// "(did you mean 'run.seed'?)" for a key that is misspelt or sits in the wrong section.
+// "(did you mean 'run.seed'?)" for a key that is misspelt or sits in the wrong section; every
+// section that has it ("rl.top_k": model.top_k, the experts', or rollout.top_k, the draw's).
 std::string key_suggestion(const std::string& section, const std::string& key) {
+  std::vector<std::string> owners;
   for (const auto& d : config_schema())
-    if (d.key == key) return fmt::format(" (did you mean '{}'?)", d.full_name());
+    if (d.key == key) owners.push_back("'" + d.full_name() + "'");
+  if (owners.size() == 1) return fmt::format(" (did you mean {}?)", owners[0]);
+  if (!owners.empty()) return fmt::format(" (did you mean one of {}?)", fmt::join(owners, ", "));
   std::vector<std::string> names;
   for (const auto& d : config_schema()) names.push_back(d.full_name());
   std::string best = closest_match(section + "." + key, names);
@@ -110,6 +116,21 @@ std::string value_problem(const KeyDef& def, const ConfigValue& v) {
       return fmt::format("must be one of {}, got \"{}\"", list, s);
     }
   }
+  // Text that is not UTF-8 (a Latin-1 path given by --set) would be written into config.toml and
+  // each checkpoint as it is, where TOML refuses it: the saved config could not be read back.
+  // TOML's own reader is the judge, as for the file.
+  const auto reads_back = [](const std::string& text) {
+    try {
+      return toml::parse("v = " + to_toml_literal(ConfigValue(text)))["v"].as_string() != nullptr;
+    } catch (const toml::parse_error&) {
+      return false;
+    }
+  };
+  if ((def.kind == ValueKind::string || def.kind == ValueKind::choice) && !reads_back(std::get<std::string>(v)))
+    return "is not valid UTF-8 text, which the saved config.toml must hold";
+  if (def.kind == ValueKind::string_list)
+    for (const std::string& item : std::get<std::vector<std::string>>(v))
+      if (!reads_back(item)) return "holds text that is not valid UTF-8, which the saved config.toml must hold";
   // A NUL ends a path, an argument or a C string where the value goes: "d.jsonl\u0000x" read as
   // d.jsonl, silently.
   const auto has_nul = [](const std::string& text) { return text.find('\0') != std::string::npos; };
@@ -170,6 +191,16 @@ std::optional<ConfigValue> from_text(const KeyDef& def, const std::string& text,
       auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
       if (ec == std::errc() && end == text.data() + text.size() && !text.empty())
         return ConfigValue(x);
+      if (ec == std::errc::result_out_of_range && end == text.data() + text.size()) {
+        problem = fmt::format("{} is out of range (a 64-bit integer)", text);
+        return std::nullopt;
+      }
+      // What a TOML file takes as an integer, the command line takes too: +5, 1_000, 0x10.
+      try {
+        auto t = toml::parse("v = " + text);
+        if (auto i = t["v"].as_integer(); i && t.size() == 1) return ConfigValue(static_cast<std::int64_t>(i->get()));
+      } catch (const toml::parse_error&) {
+      }
       break;
     }
     case ValueKind::real: {
@@ -177,8 +208,16 @@ std::optional<ConfigValue> from_text(const KeyDef& def, const std::string& text,
       // ("0x10" read as 16), which the file's TOML and the integer keys refuse.
       const bool decimal = !text.empty() && text.find_first_of(" \t\n\r\f\vxXpP") == std::string::npos;
       char* end = nullptr;
+      errno = 0;
       double x = std::strtod(text.c_str(), &end);
-      if (decimal && end == text.c_str() + text.size()) return ConfigValue(x);
+      if (decimal && end == text.c_str() + text.size()) {
+        // 1e-400 read as 0 would turn rl.kl_coef off silently; 1e400 as inf.
+        if (errno == ERANGE) {
+          problem = fmt::format("{} is beyond a double's range", text);
+          return std::nullopt;
+        }
+        return ConfigValue(x);
+      }
       break;
     }
     case ValueKind::string:
@@ -293,6 +332,8 @@ void apply_override(const std::string& arg, LoadedConfig& out) {
   if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == name.size()) {
     std::string hint;
     if (dot == std::string::npos) hint = key_suggestion("", name);
+    else if (eq == std::string::npos && find_key(name.substr(0, dot), name.substr(dot + 1)))
+      hint = fmt::format(" (no value after {}: --set {}=VALUE)", name, name);
     out.errors.push_back(fmt::format("{}: expected section.key=value{}", where, hint));
     return;
   }

@@ -5,6 +5,7 @@
 #include "mpi/host_exchange.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -164,6 +165,14 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
   if (TaskExample longest; !(longest.prompt = task_->longest_prompt()).empty())
     checked_prompt(longest, fmt::format("the longest prompt of rl.task = \"{}\" at rl.difficulty = {}",
                                         task_->name(), options.task.difficulty));
+  // A generated task's answers that a completion cannot hold: such prompts earn nothing.
+  if (const std::string answer = task_->longest_demonstration(); !answer.empty()) {
+    const std::size_t needs = tokenizer::encode(answer).size() + 1;   // and its EOS
+    if (static_cast<std::int64_t>(needs) > options.max_new_tokens)
+      spdlog::warn("rl.task = \"{}\" at rl.difficulty = {}: the longest answer and its EOS take {} tokens, more "
+                   "than rollout.max_new_tokens = {}: completions cannot hold it, so those prompts earn no reward",
+                   task_->name(), options.task.difficulty, needs, options.max_new_tokens);
+  }
   // A reward command that ended as it started (a script not found, an import that failed) is
   // said now on every rank, not after a warm-up and a rollout when the first batch finds it.
   run_on_every_rank(comm.host_comm(), [&] { task_->check_scorer(); });
@@ -249,6 +258,26 @@ void GrpoLoop::set_micro_batch(const std::vector<Sequence>& seqs, int first, int
   model_.set_batch(tokens.data(), targets.data(), micro_rows_, seq_len_, nullptr, row_tokens.data());
 }
 
+void GrpoLoop::check_demonstrations() const {
+  const auto check = [&](const TaskExample& ex, const std::string& which) {
+    const std::size_t n = warmup_ids(ex, eos_id_).size(), prompt = prompt_ids(ex).size();
+    if (static_cast<std::int64_t>(n) > seq_len_ + 1)
+      throw InputError(fmt::format("{}{} has {} tokens with its demonstration (prompt {}, demonstration and EOS {}); "
+                                   "the warm-up (rl.sft_steps) trains it in a row of train.seq_len + 1 = {} at most: "
+                                   "raise train.seq_len{}",
+                                   example_where(ex), which, n, prompt, n - prompt, seq_len_ + 1,
+                                   task_->longest_demonstration().empty() ? ", or drop the line" : ""));
+  };
+  task_->for_each_dataset_example([&](const TaskExample& ex) { check(ex, "the example (every line is checked "
+                                                                        "before the warm-up)"); });
+  TaskExample longest;
+  longest.prompt = task_->longest_prompt();
+  longest.demonstration = task_->longest_demonstration();
+  if (!longest.demonstration.empty())
+    check(longest, fmt::format("the longest example of rl.task = \"{}\" at rl.difficulty = {}", task_->name(),
+                               options_.task.difficulty));
+}
+
 TrainStats GrpoLoop::warmup_step(std::int64_t step) {
   const TraceSpan span("warm-up step", step);
   const auto t0 = std::chrono::steady_clock::now();
@@ -264,11 +293,8 @@ TrainStats GrpoLoop::warmup_step(std::int64_t step) {
     TaskExample ex = task_->example(seed, step, i);
     check_ids_in_vocabulary(ex, model_.options().shape.vocab_size, "warm-up example", i, "step", step);
     Sequence s;
-    s.ids = prompt_ids(ex);
-    s.prompt_len = static_cast<int>(s.ids.size());
-    if (ex.pre_tokenized()) s.ids.insert(s.ids.end(), ex.answer_ids.begin(), ex.answer_ids.end());
-    else for (std::int32_t t : tokenizer::encode(ex.demonstration)) s.ids.push_back(t);
-    s.ids.push_back(eos_id_);
+    s.prompt_len = static_cast<int>(prompt_ids(ex).size());
+    s.ids = warmup_ids(ex, eos_id_);
     if (static_cast<int>(s.ids.size()) > seq_len_ + 1)
       throw InputError(fmt::format("{}warm-up example {} of step {} has {} tokens; train.seq_len = {} holds at most {}",
                                    example_where(ex), i, step, s.ids.size(), seq_len_, seq_len_ + 1));

@@ -126,6 +126,10 @@ class GrpoLoop {
   // One optimizer step of cross-entropy on the task's demonstrations (examples of seed + 1),
   // each followed by EOS (rl.eos_id).
   TrainStats warmup_step(std::int64_t step);
+  // Every demonstration the warm-up can draw fits a row (a dataset's every line, a generated
+  // task's longest): an InputError naming the line on every rank alike otherwise. Called before
+  // a warm-up runs, so a long solution stops the job then, not at the step that draws it.
+  void check_demonstrations() const;
   // Generate G completions (until an end id: rl.eos_id, or the task's end_ids) for this rank's
   // prompts of the iteration and score them (rl.dynamic_sampling: in rounds, until the batch
   // holds only informative groups or the rounds run out). Advantages are the train phase's (they

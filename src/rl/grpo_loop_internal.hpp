@@ -24,14 +24,22 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 inline int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-
-
 // The ids the model sees for an example's prompt: a pre-tokenized prompt verbatim, else BOS and
 // the prompt's bytes.
 inline std::vector<std::int32_t> prompt_ids(const TaskExample& ex) {
   if (ex.pre_tokenized()) return ex.prompt_ids;
   std::vector<std::int32_t> ids{tokenizer::kBos};
   for (std::int32_t t : tokenizer::encode(ex.prompt)) ids.push_back(t);
+  return ids;
+}
+
+// A warm-up sequence: the prompt's ids, the demonstration's (a pre-tokenized example's answer
+// ids, else its bytes), then the end-of-completion id.
+inline std::vector<std::int32_t> warmup_ids(const TaskExample& ex, std::int32_t eos_id) {
+  std::vector<std::int32_t> ids = prompt_ids(ex);
+  if (ex.pre_tokenized()) ids.insert(ids.end(), ex.answer_ids.begin(), ex.answer_ids.end());
+  else for (std::int32_t t : tokenizer::encode(ex.demonstration)) ids.push_back(t);
+  ids.push_back(eos_id);
   return ids;
 }
 

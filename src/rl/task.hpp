@@ -85,6 +85,9 @@ class Task {
   // A generated task's longest prompt ("" for a dataset's task): what the job checks at start
   // against the rows and the generator.
   virtual std::string longest_prompt() const { return {}; }
+  // A generated task's longest demonstration (its longest answer; "" for a dataset's task): what
+  // the job checks at start when a warm-up is to run, and against rollout.max_new_tokens.
+  virtual std::string longest_demonstration() const { return {}; }
   // Every example a dataset task can draw, once each (a generated task has none to list): what
   // the job checks at start, so a bad line stops it before any compute, not when a batch draws it.
   virtual void for_each_dataset_example(const std::function<void(const TaskExample&)>&) const {}

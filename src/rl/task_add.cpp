@@ -19,6 +19,10 @@ class AddTask final : public Task {
     return task_prompt("add", widest + "+" + widest);
   }
 
+  std::string longest_demonstration() const override {   // the widest sum: one digit more
+    return std::string(static_cast<std::size_t>(max_digits_) + 1, '9');
+  }
+
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kAddSalt, seed, iteration, index);

@@ -38,6 +38,10 @@ class SortTask final : public Task {
     return task_prompt("sort", join_digits(std::vector<int>(static_cast<std::size_t>(n_), 0)));
   }
 
+  std::string longest_demonstration() const override {   // every answer is as long
+    return join_digits(std::vector<int>(static_cast<std::size_t>(n_), 0));
+  }
+
   TaskExample example(std::uint64_t seed, std::int64_t iteration,
                       std::int64_t index) const override {
     std::mt19937_64 engine = example_engine(kSortSalt, seed, iteration, index);
