@@ -172,12 +172,11 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
     const bool takes_last =
         static_cast<int>(blockIdx.z) < splits && (splits - 1 - static_cast<int>(blockIdx.z)) % gridDim.z == 0;
     const float* table = p.table + static_cast<long>(r) * HD;
-    for (int item = warp; item < GROUP + (takes_last ? 1 : 0); item += kWarps) {
-      if (item < GROUP)
-        form_head<HD>(p.q_raw + r * p.q_stride + (h0 + item) * HD, p.q_norm, p.eps, table, sm_q[item], lane);
-      else
-        form_head<HD>(p.k_raw + r * p.kv_stride + g * HD, p.k_norm, p.eps, table, sm_new[0], lane);
-    }
+    static_assert(GROUP <= kWarps, "a warp a query head");
+    if (warp < GROUP)
+      form_head<HD>(p.q_raw + r * p.q_stride + (h0 + warp) * HD, p.q_norm, p.eps, table, sm_q[warp], lane);
+    if (takes_last && warp == GROUP % kWarps)   // the key: the first warp without a query head, or warp 0
+      form_head<HD>(p.k_raw + r * p.kv_stride + g * HD, p.k_norm, p.eps, table, sm_new[0], lane);
     if (takes_last)
       for (int i = threadIdx.x; i < HD; i += kWarps * 32) sm_new[1][i] = p.v_new[r * p.kv_stride + g * HD + i];
     __syncthreads();
