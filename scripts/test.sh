@@ -26,5 +26,16 @@ scripts/install_packages.sh python3-protobuf protobuf-compiler python3-crcmod ||
 scripts/install_test_references.sh ||
   echo "test: the npm test references could not be installed: the tokenizer and chat-template parity tests will be skipped"
 source scripts/mpi_env.sh
+# OpenBLAS picks its kernels by CPU (or by OPENBLAS_CORETYPE, which some machine images set to
+# Haswell). The suite compares runs whose products have other row counts bit for bit (eager
+# decoding against graph buckets, one rank against four). Measured on an AMD EPYC (2026-11-28):
+# with OpenBLAS's AVX-512 kernels the suite's rows got the same bits whatever rows shared their
+# call; with its AVX2 ones (Haswell, Zen) they did not, and near-tie draws flipped. So where the
+# CPU has AVX-512, the suite runs on those kernels.
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  export OPENBLAS_CORETYPE=SkylakeX
+else
+  echo "test: this CPU has no AVX-512: OpenBLAS's AVX2 kernels may give a row other bits in calls of other row counts, which the tests comparing such runs bit for bit can see"
+fi
 jobs=$(nproc 2>/dev/null || echo 2)
 ctest --preset "$preset" -j "$jobs" "$@"
