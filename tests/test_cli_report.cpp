@@ -48,21 +48,23 @@ TEST(Cli, ReportSummarisesARun) {
   RunResult damaged = run_in(dir, shardrl_binary() + " report runs/r --out damaged.md");
   ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
   const std::string d = slurp(dir / "damaged.md");
-  // A report written elsewhere links the curves from where it is (it named the bare file).
-  EXPECT_NE(d.find("![reward, loss and throughput](runs/r/report_curves.png)"), std::string::npos) << d;
+  // A report written elsewhere has its curves beside it, not in the run directory (a read-only or
+  // shared one), linked by their name.
+  EXPECT_NE(d.find("![reward, loss and throughput](damaged_curves.png)"), std::string::npos) << d;
+  EXPECT_TRUE(fs::exists(dir / "damaged_curves.png"));
   const std::size_t row = d.find("| `iter_00000002.h5` |");
   ASSERT_NE(row, std::string::npos) << d;
   const std::string line = d.substr(row, d.find('\n', row) - row);
   EXPECT_TRUE(line.find("fail") != std::string::npos || line.find("unreadable") != std::string::npos) << line;
 
-  // A run whose path holds a space: the link's target in angle brackets (it ended at the space).
+  // A report whose name holds a space: the link's target in angle brackets (it ended at the space).
   fs::create_directories(dir / "my runs");
   fs::copy(dir / "runs/r", dir / "my runs/r", fs::copy_options::recursive);
-  RunResult spaced = run_in(dir, shardrl_binary() + " report 'my runs/r' --out spaced.md");
+  RunResult spaced = run_in(dir, shardrl_binary() + " report 'my runs/r' --out 'my report.md'");
   ASSERT_EQ(spaced.exit_code, 0) << spaced.err;
-  EXPECT_NE(slurp(dir / "spaced.md").find("![reward, loss and throughput](<my runs/r/report_curves.png>)"),
+  EXPECT_NE(slurp(dir / "my report.md").find("![reward, loss and throughput](<my report_curves.png>)"),
             std::string::npos)
-      << slurp(dir / "spaced.md");
+      << slurp(dir / "my report.md");
 
   RunResult missing = run_in(dir, shardrl_binary() + " report nowhere");
   EXPECT_EQ(missing.exit_code, 2);

@@ -233,22 +233,21 @@ std::string shell_word(const std::string& text) {
   return quoted + "'";
 }
 
-// The curves drawn into RUN/report_curves.png; the link to it from a report in `report_dir`, or
-// empty with the reason.
-std::pair<std::string, std::string> draw_curves(const fs::path& run, const fs::path& report_dir) {
+// The curves drawn beside the report `out` (report.md: report_curves.png; --out R.md: R_curves.png),
+// and the link to them from it, or empty with the reason. Beside the report, not in the run: a
+// report written elsewhere leaves a read-only or shared run directory as it is, and moves with
+// its picture.
+std::pair<std::string, std::string> draw_curves(const fs::path& run, const fs::path& out) {
   const char* env = std::getenv("SHARDRL_SCRIPTS");
   const fs::path script = fs::path(env ? env : SHARDRL_SCRIPTS_DIR) / "plot_metrics.py";
   if (!fs::exists(script)) return {"", fmt::format("{} not found (set SHARDRL_SCRIPTS)", script.string())};
   if (!fs::exists(run / "metrics.jsonl")) return {"", "no metrics.jsonl"};
-  const fs::path png = run / "report_curves.png";
+  const fs::path png = out.parent_path() / (out.stem().string() + "_curves.png");
   const std::string cmd = fmt::format("python3 {} {} --out {} > /dev/null 2>&1", shell_word(script.string()),
                                       shell_word(run.string()), shell_word(png.string()));
   if (std::system(cmd.c_str()) != 0 || !fs::exists(png))
     return {"", fmt::format("`{}` failed", "python3 scripts/plot_metrics.py")};
-  // Relative to the report (--out may put it elsewhere than the run directory).
-  std::error_code ec;
-  const fs::path link = fs::relative(png, report_dir.empty() ? fs::path(".") : report_dir, ec);
-  return {ec || link.empty() ? fs::absolute(png).string() : link.string(), ""};
+  return {png.filename().string(), ""};   // the report's own directory
 }
 
 }  // namespace
@@ -275,7 +274,7 @@ int run_report(const ReportArgs& args) {
     std::string md = fmt::format("# Run report: `{}`\n\nWritten by `shardrl report` ({}).\n\n", run.string(), kVersion);
     md += config_section(run);
     md += progress_section(records);
-    const auto [png, why] = draw_curves(run, out.parent_path());
+    const auto [png, why] = draw_curves(run, out);
     md += "## Curves\n\n" + (png.empty() ? "Not drawn: " + why + ".\n\n"
                                           : fmt::format("![reward, loss and throughput]({})\n\n", link_target(png)));
     md += throughput_section(records);
