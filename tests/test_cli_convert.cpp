@@ -252,6 +252,15 @@ TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
   EXPECT_EQ(taken.exit_code, 2);
   EXPECT_NE(taken.err.find("tokenizer_config.json' exists; pass --force"), std::string::npos) << taken.err;
   EXPECT_EQ(slurp(dir / "hf_taken" / "tokenizer_config.json"), "mine");
+
+  // A directory imported by a relative path is recorded absolute: exported from another working
+  // directory, the copy still carries the tokenizer and the end ids (it lost them, with notes only).
+  ASSERT_EQ(run_in(dir, shardrl_binary() + " convert --from-safetensors base --to imported.h5").exit_code, 0);
+  fs::create_directories(dir / "elsewhere");
+  RunResult moved = run_in(dir / "elsewhere", shardrl_binary() + " convert --from ../imported.h5 --to-safetensors hf_moved");
+  ASSERT_EQ(moved.exit_code, 0) << moved.err;
+  EXPECT_EQ(slurp(dir / "elsewhere" / "hf_moved" / "tokenizer.json"), files[0].second);
+  EXPECT_NE(slurp(dir / "elsewhere" / "hf_moved" / "config.json").find("\"bos_token_id\": 1,"), std::string::npos);
 }
 
 // model.init_from with preset = "custom" and no shape keys: the shape is the directory's

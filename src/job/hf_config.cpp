@@ -228,8 +228,11 @@ std::string hf_job_config_toml(const std::filesystem::path& dir) {
   // a completion leaves room for a prompt of one token (a model of 64 positions or fewer was
   // refused: "leaves no room for a prompt").
   const int seq_len = std::min(64, s.max_seq_len), max_new = std::min(64, s.max_seq_len - 1);
-  // The directory as a TOML string, quoted and escaped (a name may hold `"`, `\` or `\u0031`).
-  t += fmt::format("init_from = {}\n[train]\nseq_len = {}\n", to_toml_literal(ConfigValue(dir.string())), seq_len);
+  // The directory as a TOML string, quoted and escaped (a name may hold `"`, `\` or `\u0031`); absolute,
+  // so that an export from another working directory still finds its tokenizer, generation_config.json
+  // and special-token ids (a relative one lost them, with notes only).
+  t += fmt::format("init_from = {}\n[train]\nseq_len = {}\n",
+                   to_toml_literal(ConfigValue(std::filesystem::absolute(dir).lexically_normal().string())), seq_len);
   if (max_new < 64) t += fmt::format("[rollout]\nmax_new_tokens = {}\n", max_new);
   return t;
 }
