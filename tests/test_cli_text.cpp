@@ -138,7 +138,7 @@ TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {
   EXPECT_EQ(high.err.find("shardrl: --format-reward 2 is outside [0, 1)"), 0u) << high.err;
   RunResult no_pattern = run_in(dir, shardrl_binary() + " score --reward regex --answer 1 --completion 1");
   EXPECT_EQ(no_pattern.exit_code, 2);
-  EXPECT_EQ(no_pattern.err, "shardrl: --reward regex needs a pattern with a capture group\n");
+  EXPECT_EQ(no_pattern.err, "shardrl: --reward regex needs a pattern with a capture group: --pattern\n");
 }
 
 // generate and convert --from-safetensors read their files on every rank: a rank that cannot (a

@@ -43,7 +43,8 @@ int run_score(const ScoreArgs& args) {
                                     {"rl.reward = \"regex\"", "--reward regex"},
                                     {"rl.reward = \"exact\"", "--reward exact"},
                                     {"rl.reward = \"math\"", "--reward math"},
-                                    {"rl.format_reward", "--format-reward"}})
+                                    {"rl.format_reward", "--format-reward"},
+                                    {"rl.reward_pattern", "--pattern"}})
       for (std::size_t at = message.find(key); at != std::string::npos; at = message.find(key, at + flag.size()))
         message.replace(at, key.size(), flag);
     print_error(message);

@@ -100,7 +100,7 @@ TextReward::TextReward(const TextRewardOptions& options) : options_(options) {
     }
     return;
   }
-  if (options.pattern.empty()) throw InputError("rl.reward = \"regex\" needs a pattern with a capture group");
+  if (options.pattern.empty()) throw InputError("rl.reward = \"regex\" needs a pattern with a capture group: rl.reward_pattern");
 
   auto compiled = std::make_shared<CompiledPattern>();
   int error = 0;
