@@ -19,7 +19,9 @@ TEST(Cli, ProgressBarOnATerminalOnly) {
   const std::string job = "env -u SHARDRL_PROGRESS " + mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
                           "/configs/quickstart.toml --set run.dir=runs --set run.iterations=1 --set rl.sft_steps=0 "
                           "--set debug.save_pause_ms=40 --set run.name=";
-  RunResult terminal = run_in(dir, "script -qec \"" + job + "tty\" /dev/null");
+  // Its input from /dev/null: where the suite itself runs on a terminal, `script` would read that
+  // terminal from the background and stop there (SIGTTIN) until the time limit.
+  RunResult terminal = run_in(dir, "script -qec \"" + job + "tty\" /dev/null < /dev/null");
   ASSERT_EQ(terminal.exit_code, 0) << terminal.out << terminal.err;
   EXPECT_NE(terminal.out.find("\rsaving checkpoint: ["), std::string::npos) << terminal.out;
   EXPECT_NE(terminal.out.find("saving checkpoint: done in"), std::string::npos) << terminal.out;
