@@ -111,7 +111,9 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
   RunResult over_index = run_in(dir, shardrl_binary() + " convert --from " + ckpt.string() + " --to-safetensors " +
                                          sharded.string());
   EXPECT_EQ(over_index.exit_code, 2) << over_index.out;
-  EXPECT_NE(over_index.err.find("model.safetensors.index.json' exists; pass --force"), std::string::npos)
+  EXPECT_NE(over_index.err.find("hf_sharded' holds model-00001-of-00001.safetensors, model.safetensors.index.json: "
+                                "another model's files"),
+            std::string::npos)
       << over_index.err;
   // The files are written into a staging folder inside the directory and moved in together at the
   // end; one left by an export that was killed part way is removed, said, and not exported.
@@ -267,6 +269,48 @@ TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
 // config.json's (here a 1-layer, 32-wide model, not the keys' defaults), written into the job's
 // resolved config; the weights are the directory's. With a shape key given, config.json gives the
 // others. A directory without config.json is named.
+// An export keeps the run's precision unless --dtype says otherwise (an fp32 run's weights were
+// rounded to bf16 unasked), and leaves no other model's files beside its own: a tokenizer, a chat
+// template or shards left in the directory are refused, and removed with --force; other files stay.
+TEST(Cli, AnExportKeepsTheRunsPrecisionAndNoOtherModelsFiles) {
+  fs::path dir = test_dir();
+  write(dir / "job.toml", kCheckpointJob);
+  RunResult run = run_in(dir, shardrl_binary() + " train --config job.toml --set run.iterations=0 --set rl.sft_steps=0 "
+                                                 "--set model.precision=fp32");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string export_to = " convert --from runs/ck/checkpoints/iter_00000000.h5 --to-safetensors ";
+  RunResult plain = run_in(dir, shardrl_binary() + export_to + "hf");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("parameters, F32) -> hf"), std::string::npos) << plain.out;
+  const shardrl::SafetensorsFile exported(dir / "hf" / "model.safetensors");
+  for (const shardrl::StTensor& t : exported.header().tensors) EXPECT_EQ(t.dtype, shardrl::StDtype::f32) << t.name;
+  EXPECT_NE(slurp(dir / "hf" / "config.json").find("\"torch_dtype\": \"float32\""), std::string::npos);
+
+  const fs::path other = dir / "other";
+  fs::create_directories(other);
+  for (const char* name : {"tokenizer.json", "chat_template.jinja", "model-00001-of-00002.safetensors", "notes.txt"})
+    write(other / name, "another model's");
+  RunResult refused = run_in(dir, shardrl_binary() + export_to + "other");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.err.find("other' holds chat_template.jinja, model-00001-of-00002.safetensors, tokenizer.json: "
+                             "another model's files, which Hugging Face's readers would take with the new weights; "
+                             "pass --force to remove them"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(other / "model.safetensors"));
+  EXPECT_EQ(slurp(other / "tokenizer.json"), "another model's");
+  RunResult forced = run_in(dir, shardrl_binary() + export_to + "other --force");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(forced.out.find("removed chat_template.jinja, model-00001-of-00002.safetensors, tokenizer.json from "
+                            "other (--force)"),
+            std::string::npos)
+      << forced.out;
+  for (const char* name : {"tokenizer.json", "chat_template.jinja", "model-00001-of-00002.safetensors"})
+    EXPECT_FALSE(fs::exists(other / name)) << name;
+  EXPECT_EQ(slurp(other / "notes.txt"), "another model's");
+  EXPECT_EQ(slurp(other / "model.safetensors"), slurp(dir / "hf" / "model.safetensors"));
+}
+
 TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   fs::path dir = test_dir();
   write(dir / "a.toml",

@@ -52,6 +52,19 @@ TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
               2 * 3 * 2)
         << "A and B of 3 targets in each of the tiny model's 2 layers";
   }
+  // Without --dtype the adapters as trained (fp32); another run's adapters in the directory are
+  // refused, and removed with --force.
+  fs::create_directories(dir / "peft_default");
+  write(dir / "peft_default" / "adapter_model.bin", "another run's");
+  const std::string to_default = shardrl_binary() + " convert --from " + ckpt.string() + " --to-peft peft_default";
+  RunResult other_adapters = run_in(dir, to_default);
+  EXPECT_EQ(other_adapters.exit_code, 2) << other_adapters.out;
+  EXPECT_NE(other_adapters.err.find("peft_default' holds adapter_model.bin: another run's adapters"), std::string::npos)
+      << other_adapters.err;
+  RunResult default_dtype = run_in(dir, to_default + " --force");
+  ASSERT_EQ(default_dtype.exit_code, 0) << default_dtype.err;
+  EXPECT_FALSE(fs::exists(dir / "peft_default" / "adapter_model.bin"));
+  EXPECT_EQ(slurp(dir / "peft_default" / "adapter_model.safetensors"), slurp(dir / "peft_fp32" / "adapter_model.safetensors"));
   // generate samples the checkpoint's own model: its adapters over the random base its run drew
   // (--seed seeds the draws only: it drew another base, which was then refused), and never under
   // another alpha, other targets or another shape (each read the tensors into that model).

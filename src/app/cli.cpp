@@ -174,7 +174,8 @@ int run_cli(int argc, char** argv) {
                       "run's model.init_from; --merged checks its tensors' checksum against the run's record)")
       ->type_name("DIR");
   convert->add_flag("--force", convert_args.force, "Replace an existing output (refused otherwise)");
-  convert->add_option("--dtype", convert_args.dtype, "Element type of the exported tensors")
+  convert->add_option("--dtype", convert_args.dtype,
+                      "Element type of the exported tensors (default: the run's model.precision; fp32 for --to-peft)")
       ->check(CLI::IsMember({"bf16", "fp32"}));
 
   CLI::App* gen = app.add_subcommand("generate", "Print completions of a prompt, one per line");

@@ -35,7 +35,7 @@ struct ConvertArgs {
   std::string from;               // checkpoint file -> to_safetensors
   std::string to_safetensors;     // output directory
   std::string to_peft;            // a LoRA run's adapters as a PEFT directory
-  std::string dtype = "bf16";     // bf16 | fp32 (export)
+  std::string dtype;              // bf16 | fp32 (export; default: the run's model.precision, fp32 for adapters)
   std::string from_safetensors;   // Hugging Face directory -> to
   std::string to;                 // checkpoint file
   bool force = false;             // replace an existing output

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "app/hf_companions.hpp"
+#include "app/hf_model_files.hpp"
 #include "app/job_config.hpp"
 #include "config/print.hpp"
 #include "core/error.hpp"
@@ -64,19 +65,37 @@ void note_stale_staging(const StagedDirectory& staged) {
     std::cout << fmt::format("note: removed {}, left by an export that was stopped\n", staged.staging().string());
 }
 
+// The names an export to a Hugging Face directory writes.
+std::vector<std::string> export_names(const HfCompanions& companions) {
+  std::vector<std::string> names = {"model.safetensors", "config.json"};
+  for (const std::string& name : companion_names(companions)) names.push_back(name);
+  return names;
+}
+
+// ", "-joined names.
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
 // The config.json of an export of `shape`, once nothing stands in its way: the outputs it would
-// replace (refused without --force) and a shape transformers would compute otherwise
-// (hf_config_json refuses it). Called before the weights are read: a refusal after an export's
-// whole read (or, worse, after its weights were written, leaving them without a config.json)
-// costs the user the export.
+// replace, and a model's other files it would leave beside them (both refused without --force)
+// and a shape transformers would compute otherwise (hf_config_json refuses it). Called before
+// the weights are read: a refusal after an export's whole read (or, worse, after its weights
+// were written, leaving them without a config.json) costs the user the export.
 std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape, const HfCompanions& companions) {
   const std::filesystem::path dir(args.to_safetensors);
-  std::vector<std::string> names = {"model.safetensors", "config.json", "model.safetensors.index.json"};
-  for (const std::string& name : companion_names(companions)) names.push_back(name);
-  for (const std::string& name : names)
+  for (const std::string& name : export_names(companions))
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
+  if (const std::vector<std::string> left = hf_model_files_not_written(dir, export_names(companions));
+      !left.empty() && !args.force)
+    throw InputError(fmt::format("--to-safetensors: '{}' holds {}: another model's files, which Hugging Face's "
+                                 "readers would take with the new weights; pass --force to remove them, or export "
+                                 "to another directory",
+                                 dir.string(), listed(left)));
   // The base's context length where the run's was set shorter (the weights do not depend on it).
   ModelShape exported = shape;
   if (companions.base_max_positions > shape.max_seq_len && companions.base_max_positions <= INT32_MAX)
@@ -106,17 +125,11 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
   write_text_atomically(staged.staging() / "config.json", config_json);
   write_hf_companions(companions, staged.staging());
   staged.commit("config.json");
-  // A sharded model left there (its index and shards) would be what importers read, shardrl's
-  // included, instead of the new model.safetensors: --force removes it, once the new one is in place.
-  if (std::filesystem::exists(dir / "model.safetensors.index.json")) {
-    std::filesystem::remove(dir / "model.safetensors.index.json");
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      const std::string head = "model-", tail = ".safetensors";
-      if (name.size() > head.size() + tail.size() && name.compare(0, head.size(), head) == 0 &&
-          name.compare(name.size() - tail.size(), tail.size(), tail) == 0 && name.find("-of-") != std::string::npos)
-        std::filesystem::remove(entry.path());
-    }
+  // The other model's files (--force; refused without it), removed once the new ones are in place.
+  if (const std::vector<std::string> left = hf_model_files_not_written(dir, export_names(companions)); !left.empty()) {
+    for (const std::string& name : left) std::filesystem::remove(dir / name);
+    std::cout << fmt::format("removed {} from {} (--force): the files of the model that was there\n", listed(left),
+                             dir.string());
   }
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
@@ -191,10 +204,14 @@ int export_merged(const ConvertArgs& args, MpiSession& mpi, Config cfg, bool tra
 }
 
 // Checkpoint -> Hugging Face directory, on one process.
-int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
-  std::optional<ExportSource> source = open_export_source("--to-safetensors", args.from, mpi);
+int export_safetensors(const ConvertArgs& given, MpiSession& mpi) {
+  std::optional<ExportSource> source = open_export_source("--to-safetensors", given.from, mpi);
   if (!source) return kExitUsage;
   const LoadedConfig& loaded = source->config;
+  // The weights as the run held them unless --dtype says otherwise: an fp32 run's export is not
+  // rounded unasked.
+  ConvertArgs args = given;
+  if (args.dtype.empty()) args.dtype = loaded.config.model.precision == Precision::fp32 ? "fp32" : "bf16";
   const bool lora = loaded.config.lora.rank > 0;
   if (lora && !args.merged)
     throw InputError(fmt::format("{}: a LoRA run's checkpoint holds its adapters only: --to-peft exports them, "
@@ -232,7 +249,10 @@ int export_safetensors(const ConvertArgs& args, MpiSession& mpi) {
 // A LoRA run's checkpoint -> PEFT adapter directory, on one process: adapter_model.safetensors
 // with every adapter under PEFT's name for a causal LM (`base_model.model.` + shardrl's, which are
 // the Hugging Face module names) and adapter_config.json (job/peft_adapter.hpp).
-int export_peft(const ConvertArgs& args, MpiSession& mpi) {
+int export_peft(const ConvertArgs& given, MpiSession& mpi) {
+  // The adapters as the run trained them (fp32) unless --dtype says otherwise.
+  ConvertArgs args = given;
+  if (args.dtype.empty()) args.dtype = "fp32";
   std::optional<ExportSource> source = open_export_source("--to-peft", args.from, mpi);
   if (!source) return kExitUsage;
   ShardedFileReader& checkpoint = *source->file;
@@ -244,9 +264,18 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
   const ModelShape shape = job_model_shape(loaded.config);
   const bool bf16 = args.dtype == "bf16";
   const std::filesystem::path dir(args.to_peft);
-  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"})
+  const std::vector<std::string> written = {"adapter_model.safetensors", "adapter_config.json"};
+  for (const std::string& name : written)
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-peft: '{}' exists; pass --force to replace it", (dir / name).string()));
+  // Other adapter files there (adapter_model.bin) would be another run's adapters beside these.
+  std::vector<std::string> other_adapters;
+  for (const std::string& name : hf_model_files_not_written(dir, written))
+    if (name.rfind("adapter_", 0) == 0) other_adapters.push_back(name);
+  if (!other_adapters.empty() && !args.force)
+    throw InputError(fmt::format("--to-peft: '{}' holds {}: another run's adapters, which PEFT could take with these; "
+                                 "pass --force to remove them, or export to another directory",
+                                 dir.string(), listed(other_adapters)));
   std::vector<std::vector<float>> values;
   std::vector<const ParamSpec*> adapters;   // into `units`
   const std::vector<UnitSpec> units = model_units(shape);
@@ -275,6 +304,10 @@ int export_peft(const ConvertArgs& args, MpiSession& mpi) {
     base = std::filesystem::absolute(base).lexically_normal().string();
   write_text_atomically(staged.staging() / "adapter_config.json", peft_adapter_config_json(shape, base));
   staged.commit("adapter_config.json");
+  for (const std::string& name : other_adapters) std::filesystem::remove(dir / name);
+  if (!other_adapters.empty())
+    std::cout << fmt::format("removed {} from {} (--force): another run's adapters\n", listed(other_adapters),
+                             dir.string());
   std::cout << fmt::format("{} adapter tensors ({} parameters, rank {}, {}) -> {}\n", tensors.size(),
                            shape.adapter_count(), shape.lora.rank, bf16 ? "BF16" : "F32", dir.string());
   return 0;
