@@ -383,13 +383,16 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   EXPECT_NE(s.err.find("small/config.json: model.vocab_size = 100"), std::string::npos) << s.err;
   EXPECT_EQ(s.err.find("--set model.vocab_size"), std::string::npos) << s.err;
 
-  write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n");
+  // Without config.json that is the error, alone: the default shape's (max_seq_len 256) are not
+  // the job's, and the sequence the job sets past them was listed first.
+  write(dir / "c.toml", "[model]\npreset = \"custom\"\ninit_from = \"missing\"\n[train]\nseq_len = 2048\n");
   RunResult c = run_in(dir, mpirun(2) + " train --config c.toml");
   EXPECT_EQ(c.exit_code, 2);
   EXPECT_NE(c.err.find("c.toml:3:13: model.init_from = \"missing\" with preset = \"custom\" takes the shape from "
                        "'missing/config.json', which cannot be read"),
             std::string::npos)
       << c.err;
+  EXPECT_EQ(c.err.find("seq_len"), std::string::npos) << c.err;
 }
 
 }  // namespace

@@ -84,8 +84,11 @@ LoadedConfig read_job_config(MPI_Comm world, const TrainArgs& args, int world_si
   } catch (const InputError& e) {
     read_error = e.what();
   }
+  // The shape's source unreadable: that error alone. The first parse's checked the tiny default
+  // shape, not the job's, and its errors (a sequence past the default's max_seq_len, an end id
+  // outside its vocabulary) follow from that, listed before the cause.
   if (!read_error.empty()) {
-    loaded.errors.push_back(read_error);
+    loaded.errors = {read_error};
     return loaded;
   }
   overrides.insert(overrides.end(), from_json.begin(), from_json.end());
