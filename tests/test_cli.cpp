@@ -127,7 +127,7 @@ const BadConfig kBadConfigs[] = {
      "  --set rl.top_k=5: unknown key 'rl.top_k' (did you mean one of 'model.top_k', 'rollout.top_k'?)\n"},
     {"set_text_not_utf8", "", "--set run.dir=r\xff",
      "shardrl: invalid configuration (1 problem):\n"
-     "  --set run.dir=r\xff: run.dir: is not valid UTF-8 text, which the saved config.toml must hold\n"},
+     "  --set run.dir=r\\xff: run.dir: is not valid UTF-8 text, which the saved config.toml must hold\n"},
     {"set_integer_out_of_range", "", "--set run.seed=99999999999999999999",
      "shardrl: invalid configuration (1 problem):\n"
      "  --set run.seed=99999999999999999999: run.seed: 99999999999999999999 is out of range (a 64-bit integer)\n"},

@@ -27,5 +27,12 @@ TEST(PrintableLine, EscapesBytesThatAreNotWellFormedUtf8) {
   EXPECT_EQ(printable_line("\xe4\xb8"), "\\xe4\\xb8");           // a 3-byte character cut short
 }
 
+// A message quoting input: only what is not UTF-8 escaped; newlines, backslashes, characters kept.
+TEST(PrintableLine, AMessageKeepsAllButTheBytesThatAreNotUtf8) {
+  EXPECT_EQ(with_invalid_utf8_escaped("--set run.dir=r\xff: a\\b\n"), "--set run.dir=r\\xff: a\\b\n");
+  EXPECT_EQ(with_invalid_utf8_escaped("caf\xc3\xa9 \xe4\xb8\xad"), "caf\xc3\xa9 \xe4\xb8\xad");
+  EXPECT_EQ(with_invalid_utf8_escaped("\xc0\xaf\xed\xa0\x80"), "\\xc0\\xaf\\xed\\xa0\\x80");
+}
+
 }  // namespace
 }  // namespace shardrl

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "app/printable_line.hpp"
 #include "config/model_presets.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
@@ -127,7 +128,7 @@ void report_config_errors(const LoadedConfig& loaded, int rank) {
   if (rank != 0) return;
   std::string msg = fmt::format("shardrl: invalid configuration ({} problem{}):\n", loaded.errors.size(),
                                 loaded.errors.size() == 1 ? "" : "s");
-  for (const auto& e : loaded.errors) msg += "  " + e + "\n";
+  for (const auto& e : loaded.errors) msg += "  " + with_invalid_utf8_escaped(e) + "\n";
   std::cerr << msg << std::flush;
 }
 
