@@ -179,7 +179,7 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "fp32"}));
 
   CLI::App* gen = app.add_subcommand("generate", "Print completions of a prompt, one per line");
-  gen->add_option("--config", gen_args.config_path, "TOML configuration file (default: the checkpoint's)");
+  gen->add_option("--config", gen_args.config_path, "TOML configuration file (default: the checkpoint's)")->type_name("PATH");
   gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
   gen->add_option("--set", gen_args.overrides, "Override one key (repeatable; later ones win)")
       ->type_name("SECTION.KEY=VALUE");
@@ -196,11 +196,11 @@ int run_cli(int argc, char** argv) {
       ->needs(text);
   gen->require_option(1, 0);
   gen->add_option("--n", gen_args.samples, "Completions to draw")->check(CLI::Range(1, 4096));
-  gen->add_option("--seed", seed_flag, "Same as --set run.seed=S");
-  gen->add_option("--temperature", temperature_flag, "Same as --set rollout.temperature=T");
-  gen->add_option("--top-k", top_k_flag, "Same as --set rollout.top_k=K");
-  gen->add_option("--top-p", top_p_flag, "Same as --set rollout.top_p=P");
-  gen->add_option("--max-new-tokens", max_new_flag, "Same as --set rollout.max_new_tokens=M");
+  gen->add_option("--seed", seed_flag, "Same as --set run.seed=S")->type_name("INT");
+  gen->add_option("--temperature", temperature_flag, "Same as --set rollout.temperature=T")->type_name("FLOAT");
+  gen->add_option("--top-k", top_k_flag, "Same as --set rollout.top_k=K")->type_name("INT");
+  gen->add_option("--top-p", top_p_flag, "Same as --set rollout.top_p=P")->type_name("FLOAT");
+  gen->add_option("--max-new-tokens", max_new_flag, "Same as --set rollout.max_new_tokens=M")->type_name("INT");
 
   TokenizeArgs tok_args;
   CLI::App* tok = app.add_subcommand("tokenize", "A model's tokenizer and chat template: ids of text, text of ids");
