@@ -131,6 +131,18 @@ TEST(HfConfig, RefusesWhatShardrlDoesNotImplementNamingTheKey) {
       "rope_theta": 10000.0, "partial_rotary_factor": 0.5}})");
   EXPECT_NE(partial.find("rope_parameters.partial_rotary_factor: shardrl rotates the whole head"), std::string::npos)
       << partial;
+  // At the top level too, where transformers reads it (it was imported as a whole rotation); 1 and
+  // null are a whole one.
+  const std::string top_partial = refusal("{" + kQwen3Body + R"(, "partial_rotary_factor": 0.5})");
+  EXPECT_NE(top_partial.find("dir/config.json: partial_rotary_factor: shardrl rotates the whole head"),
+            std::string::npos)
+      << top_partial;
+  EXPECT_EQ(refusal("{" + kQwen3Body + R"(, "partial_rotary_factor": 1.0})"), "");
+  EXPECT_EQ(refusal("{" + kQwen3Body + R"(, "partial_rotary_factor": null})"), "");
+  // Llama's num_key_value_heads null is transformers' None: as many as the query heads.
+  EXPECT_EQ(shape_from_hf_config("{" + kQwen3Body + R"(, "model_type": "llama", "num_key_value_heads": null})", "llama")
+                .n_kv_heads,
+            8);
   // Qwen3 without head_dim or num_key_value_heads: transformers takes fixed defaults (128, 32),
   // which hidden_size / heads and the query heads were not.
   for (const char* key : {"\"head_dim\": 32, ", "\"num_key_value_heads\": 4, "}) {

@@ -132,6 +132,13 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
   // RoPE: transformers 4 writes rope_theta (and rope_scaling when scaled); transformers 5 writes
   // rope_parameters {rope_type, rope_theta, ...}. rope_type "default" is plain RoPE, "llama3"
   // Llama 3's frequency scaling (its four numbers required); any other type is refused.
+  // A rotation of part of each head (partial_rotary_factor other than 1; null is transformers'
+  // default, 1), at the top level, where transformers reads it, or among the RoPE parameters.
+  const auto partial_rotation = [](const nlohmann::json& o) {
+    if (!o.contains("partial_rotary_factor") || o["partial_rotary_factor"].is_null()) return false;
+    return !(o["partial_rotary_factor"].is_number() && o["partial_rotary_factor"].get<double>() == 1.0);
+  };
+  if (partial_rotation(j)) fail("partial_rotary_factor: shardrl rotates the whole head");
   double rope_theta = 0;
   double llama3[4] = {0, 0, 0, 0};   // factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -143,9 +150,7 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     for (auto it = r.begin(); it != r.end(); ++it)
       if (it.value().is_object())
         fail(std::string(key) + "." + it.key() + ": RoPE parameters per layer type are not read by shardrl");
-    if (r.contains("partial_rotary_factor") && !(r["partial_rotary_factor"].is_number() &&
-                                                 r["partial_rotary_factor"].get<double>() == 1.0))
-      fail(std::string(key) + ".partial_rotary_factor: shardrl rotates the whole head");
+    if (partial_rotation(r)) fail(std::string(key) + ".partial_rotary_factor: shardrl rotates the whole head");
     const std::string rope_type =
         text_or(r, std::string(key) + ".", "rope_type", text_or(r, std::string(key) + ".", "type", "default"));
     if (rope_type == "llama3") {
@@ -177,7 +182,9 @@ ModelShape shape_from_hf_config(const std::string& text, const std::string& wher
     for (const char* key : {"num_key_value_heads", "head_dim"})
       if (!j.contains(key) || j[key].is_null())
         fail(std::string(key) + " missing: transformers' " + type + " then takes a fixed default; write the model's");
-  s.n_kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : s.n_heads;
+  // Missing or null: as many as the query heads (transformers' Llama: None means n_heads).
+  s.n_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() ? integer("num_key_value_heads")
+                                                                                        : s.n_heads;
   s.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim") : s.d_model / s.n_heads;
   s.d_ff = integer("intermediate_size");
   s.rope_theta = static_cast<float>(real("rope_theta", rope_theta > 0 ? rope_theta : 10000.0));
