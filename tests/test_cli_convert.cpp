@@ -338,6 +338,28 @@ TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
   EXPECT_NE(part_resolved.find("max_seq_len = 256"), std::string::npos) << part_resolved;
   EXPECT_NE(part_resolved.find("d_model = 32"), std::string::npos) << part_resolved;
   EXPECT_NE(part_resolved.find("n_layers = 1"), std::string::npos) << part_resolved;
+  // A tensor the model has no parameter for (an old checkpoint's rotary_emb.inv_freq buffer) is
+  // not read, and named (it was dropped without a word).
+  fs::create_directories(dir / "hf_extra");
+  fs::copy_file(dir / "hf" / "config.json", dir / "hf_extra" / "config.json");
+  {
+    const shardrl::SafetensorsFile hf(dir / "hf" / "model.safetensors");
+    std::vector<std::vector<float>> values;
+    for (const shardrl::StTensor& t : hf.header().tensors) values.push_back(hf.read_f32(t.name, 0, t.numel()));
+    std::vector<shardrl::StWrite> tensors;
+    for (std::size_t i = 0; i < values.size(); ++i)
+      tensors.push_back({hf.header().tensors[i].name, hf.header().tensors[i].shape, shardrl::StDtype::f32,
+                         values[i].data()});
+    const std::vector<float> inv_freq(8, 1.0f);
+    tensors.push_back({"model.rotary_emb.inv_freq", {8}, shardrl::StDtype::f32, inv_freq.data()});
+    shardrl::write_safetensors(dir / "hf_extra" / "model.safetensors", tensors, {});
+  }
+  RunResult extra = run_in(dir, mpirun(2) + " train --config b.toml --set run.name=extra --set model.init_from=hf_extra");
+  ASSERT_EQ(extra.exit_code, 0) << extra.err;
+  EXPECT_NE(extra.out.find("hf_extra: 1 tensor the model has no parameter for, not read: model.rotary_emb.inv_freq"),
+            std::string::npos)
+      << extra.out;
+  EXPECT_EQ(b.out.find("no parameter for"), std::string::npos) << b.out;
   // The imported job's weights are the exported ones: exported again, the same bytes.
   RunResult again = run_in(dir, shardrl_binary() + " convert --from runs/b/checkpoints/iter_00000000.h5 "
                                                    "--to-safetensors hf_again --dtype fp32");

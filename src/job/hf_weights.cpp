@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -49,6 +51,7 @@ std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& 
   // stopped.
   std::string problem;
   std::vector<Slice> read;   // this rank's part of each tensor, for the checksum
+  std::vector<std::string> unused;   // the directory's tensors that no parameter takes
   const bool lora = trainer.lora();
   try {
     const std::filesystem::path config = dir / "config.json";
@@ -142,11 +145,28 @@ std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& 
       }
       trainer.write_weights(u, slice);
     }
+    // Tensors of the directory that the model has no parameter for (a rotary_emb.inv_freq buffer,
+    // a head beside tied embeddings): not read, as transformers does not, and said, as it says.
+    std::set<std::string> needed;
+    for (const UnitSpec& unit : units)
+      for (const ParamSpec& p : unit.params) needed.insert(p.name);
+    std::vector<std::string> names;
+    if (indexed)
+      for (const auto& entry : file_of) names.push_back(entry.first);
+    else
+      for (const StTensor& t : file_for("").header().tensors) names.push_back(t.name);   // model.safetensors
+    for (const std::string& name : names)
+      if (needed.count(name) == 0) unused.push_back(name);
   } catch (const std::exception& e) {
     if (problem.empty()) problem = e.what();
   }
   // Only the rank whose slice holds it sees such a problem: the lowest such rank's message goes to all.
   agree_on_error(comm, problem);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0 && !unused.empty())
+    spdlog::warn("{}: {} tensor{} the model has no parameter for, not read: {}", dir.string(), unused.size(),
+                 unused.size() == 1 ? "" : "s", fmt::join(unused, ", "));
   return base_checksum(gather_all_slices(comm, read), units, lora);
 }
 
