@@ -32,7 +32,7 @@ std::string read_all(const std::filesystem::path& file) {
 
 }  // namespace
 
-void require_shared_directory(const std::filesystem::path& dir, MPI_Comm comm) {
+void require_shared_directory(const std::filesystem::path& dir, MPI_Comm comm, std::chrono::milliseconds wait) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
@@ -55,7 +55,7 @@ void require_shared_directory(const std::filesystem::path& dir, MPI_Comm comm) {
   if (rank != 0) {
     // A shared file system may show a file another client wrote a moment late (NFS attribute
     // caching, a FUSE mount's stat cache): waited for only where it is not seen at once.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const auto deadline = std::chrono::steady_clock::now() + wait;
     while (read_all(dir / name) != token && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (read_all(dir / name) != token)

@@ -6,14 +6,16 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <filesystem>
 
 namespace shardrl {
 
 // Rank 0 writes a probe file holding a token into `dir` (which it has created); each rank reads
-// it back, waiting up to 10 s for a shared file system to show it. InputError on every
-// rank naming the lowest rank that does not see it, and both ranks' hosts. The probe is removed.
-// Collective.
-void require_shared_directory(const std::filesystem::path& dir, MPI_Comm comm);
+// it back, waiting up to `wait` (10 s: a shared file system's caches) for it to show. InputError
+// on every rank naming the lowest rank that does not see it, and both ranks' hosts. The probe is
+// removed. Collective.
+void require_shared_directory(const std::filesystem::path& dir, MPI_Comm comm,
+                              std::chrono::milliseconds wait = std::chrono::seconds(10));
 
 }  // namespace shardrl
