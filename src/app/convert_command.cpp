@@ -126,7 +126,8 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
   write_hf_companions(companions, staged.staging());
   staged.commit("config.json");
   // The other model's files (--force; refused without it), removed once the new ones are in place.
-  if (const std::vector<std::string> left = hf_model_files_not_written(dir, export_names(companions)); !left.empty()) {
+  if (const std::vector<std::string> left = hf_model_files_not_written(dir, export_names(companions));
+      args.force && !left.empty()) {
     for (const std::string& name : left) std::filesystem::remove(dir / name);
     std::cout << fmt::format("removed {} from {} (--force): the files of the model that was there\n", listed(left),
                              dir.string());
