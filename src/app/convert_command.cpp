@@ -1,6 +1,7 @@
 #include "app/convert_command.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <climits>
 
@@ -72,13 +73,6 @@ std::vector<std::string> export_names(const HfCompanions& companions) {
   return names;
 }
 
-// ", "-joined names.
-std::string listed(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
-  return out;
-}
-
 // The config.json of an export of `shape`, once nothing stands in its way: the outputs it would
 // replace, and a model's other files it would leave beside them (both refused without --force)
 // and a shape transformers would compute otherwise (hf_config_json refuses it). Called before
@@ -86,16 +80,16 @@ std::string listed(const std::vector<std::string>& names) {
 // were written, leaving them without a config.json) costs the user the export.
 std::string checked_hf_config(const ConvertArgs& args, const ModelShape& shape, const HfCompanions& companions) {
   const std::filesystem::path dir(args.to_safetensors);
-  for (const std::string& name : export_names(companions))
+  const std::vector<std::string> written = export_names(companions);
+  for (const std::string& name : written)
     if (std::filesystem::exists(dir / name) && !args.force)
       throw InputError(fmt::format("--to-safetensors: '{}' exists; pass --force to replace it",
                                    (dir / name).string()));
-  if (const std::vector<std::string> left = hf_model_files_not_written(dir, export_names(companions));
-      !left.empty() && !args.force)
+  if (const std::vector<std::string> left = hf_model_files_not_written(dir, written); !left.empty() && !args.force)
     throw InputError(fmt::format("--to-safetensors: '{}' holds {}: another model's files, which Hugging Face's "
                                  "readers would take with the new weights; pass --force to remove them, or export "
                                  "to another directory",
-                                 dir.string(), listed(left)));
+                                 dir.string(), fmt::join(left, ", ")));
   // The base's context length where the run's was set shorter (the weights do not depend on it).
   ModelShape exported = shape;
   if (companions.base_max_positions > shape.max_seq_len && companions.base_max_positions <= INT32_MAX)
@@ -129,8 +123,8 @@ void write_hf_directory(const ConvertArgs& args, const ModelShape& shape, const 
   if (const std::vector<std::string> left = hf_model_files_not_written(dir, export_names(companions));
       args.force && !left.empty()) {
     for (const std::string& name : left) std::filesystem::remove(dir / name);
-    std::cout << fmt::format("removed {} from {} (--force): the files of the model that was there\n", listed(left),
-                             dir.string());
+    std::cout << fmt::format("removed {} from {} (--force): the files of the model that was there\n",
+                             fmt::join(left, ", "), dir.string());
   }
   std::cout << fmt::format("{} tensors ({} parameters, {}) -> {}\n", tensors.size(), shape.parameter_count(),
                            bf16 ? "BF16" : "F32", dir.string());
@@ -276,7 +270,7 @@ int export_peft(const ConvertArgs& given, MpiSession& mpi) {
   if (!other_adapters.empty() && !args.force)
     throw InputError(fmt::format("--to-peft: '{}' holds {}: another run's adapters, which PEFT could take with these; "
                                  "pass --force to remove them, or export to another directory",
-                                 dir.string(), listed(other_adapters)));
+                                 dir.string(), fmt::join(other_adapters, ", ")));
   std::vector<std::vector<float>> values;
   std::vector<const ParamSpec*> adapters;   // into `units`
   const std::vector<UnitSpec> units = model_units(shape);
@@ -307,7 +301,7 @@ int export_peft(const ConvertArgs& given, MpiSession& mpi) {
   staged.commit("adapter_config.json");
   for (const std::string& name : other_adapters) std::filesystem::remove(dir / name);
   if (!other_adapters.empty())
-    std::cout << fmt::format("removed {} from {} (--force): another run's adapters\n", listed(other_adapters),
+    std::cout << fmt::format("removed {} from {} (--force): another run's adapters\n", fmt::join(other_adapters, ", "),
                              dir.string());
   std::cout << fmt::format("{} adapter tensors ({} parameters, rank {}, {}) -> {}\n", tensors.size(),
                            shape.adapter_count(), shape.lora.rank, bf16 ? "BF16" : "F32", dir.string());

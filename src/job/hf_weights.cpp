@@ -150,13 +150,13 @@ std::uint32_t load_hf_weights(const std::filesystem::path& dir, ShardedTrainer& 
     std::set<std::string> needed;
     for (const UnitSpec& unit : units)
       for (const ParamSpec& p : unit.params) needed.insert(p.name);
-    std::vector<std::string> names;
-    if (indexed)
-      for (const auto& entry : file_of) names.push_back(entry.first);
-    else
-      for (const StTensor& t : file_for("").header().tensors) names.push_back(t.name);   // model.safetensors
-    for (const std::string& name : names)
-      if (needed.count(name) == 0) unused.push_back(name);
+    if (indexed) {
+      for (const auto& entry : file_of)
+        if (needed.count(entry.first) == 0) unused.push_back(entry.first);
+    } else {
+      for (const StTensor& t : file_for("").header().tensors)   // model.safetensors
+        if (needed.count(t.name) == 0) unused.push_back(t.name);
+    }
   } catch (const std::exception& e) {
     if (problem.empty()) problem = e.what();
   }
