@@ -2,6 +2,9 @@
 // the RL loop runs it, on random tokens: tokens/s per GPU, MFU and peak memory. The peer is
 // bench/torch_fsdp2.py with the same shape, micro-batch, sequence length and step count.
 //   mpirun -np N bench_train_step [--config F] [--set k=v ...] [--steps N] [--warmup N] [--collectives]
+//                                 [--prompt-share P [--score-every-token]]
+// --prompt-share: each row's first P x S positions are a prompt, unscored, as in the RL train
+// phase, so the head runs on the rest only; --score-every-token runs it on all (the A/B).
 // --collectives: the step runs with its phases fenced (FsdpOptions::profile, so slower), which
 // times each all-gather and reduce-scatter alone; then plain collectives of the same sizes (every
 // unit's, once per timed step, fenced alike) run in the same process: bus bandwidth of both; and
@@ -77,7 +80,16 @@ std::array<double, 4> plain_collectives(Communicator& comm, const ShardLayout& l
   return out;
 }
 
-int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool collectives, const ProcessLayout& layout) {
+// What the head scores of each row: with prompt_share p > 0 its first p * S positions are a
+// prompt (unscored and masked, as the RL job's are), and the head runs on the rest only unless
+// every_token (Transformer::score_every_token) makes it run on every position.
+struct Scoring {
+  double prompt_share = 0;
+  bool every_token = false;
+};
+
+int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool collectives, const Scoring& scoring,
+        const ProcessLayout& layout) {
   const int rank = layout.world_rank, ranks = layout.world_size;
   auto comm = make_communicator(kDeviceIsGpu ? CommBackendKind::nccl : CommBackendKind::mpi, MPI_COMM_WORLD,
                                 cfg.comm.timeout_s);
@@ -92,9 +104,17 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
   std::vector<std::int32_t> tokens(B * S), targets(B * S);
   for (auto& t : tokens) t = tok(gen);
   for (auto& t : targets) t = tok(gen);
-  model.set_batch(tokens.data(), targets.data(), B, S);
+  const int prompt = static_cast<int>(scoring.prompt_share * S);
   DeviceView<float> mask("mask", B * S), loss("loss", 1);
-  Kokkos::deep_copy(mask, 1.0f);
+  auto mask_h = Kokkos::create_mirror_view(mask);
+  for (int i = 0; i < B * S; ++i) {
+    const bool scored = i % S >= prompt;
+    if (!scored) targets[i] = kUnscoredTarget;
+    mask_h(i) = scored ? 1.0f : 0.0f;
+  }
+  model.score_every_token(scoring.every_token);
+  model.set_batch(tokens.data(), targets.data(), B, S);
+  Kokkos::deep_copy(mask, mask_h);
   const MaskedNll objective(mask.data(), 1.0f / (float(B) * S * ranks), loss.data());
   // train.cuda_graph = "full": the same step captured once and replayed (the inputs do not
   // change, so nothing is staged between steps but the one micro-batch, once).
@@ -144,10 +164,14 @@ int run(const Config& cfg, int steps, int warmup, double peak_tflops, bool colle
   MPI_Allreduce(MPI_IN_PLACE, &device_used, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0)
     std::cout << fmt::format(
-        "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}{}\n"
+        "shardrl train step | model {} ({:.3f}B params, {}) | {} rank(s), micro-batch {} x {} per rank | {}{}{}\n"
         "  step {:.1f} ms | {:.0f} tokens/s per GPU | MFU {:.1f}% (of {} TFLOP/s) | peak ledger {:.2f} GiB per rank\n",
         cfg.model.preset, params / 1e9, o.precision == Precision::bf16 ? "bf16" : "fp32", ranks, B, S,
-        execution_space_name(), graphs ? " | CUDA graph" : "", step_s * 1e3, tokens_per_gpu,
+        execution_space_name(), graphs ? " | CUDA graph" : "",
+        prompt > 0 ? fmt::format(" | first {} positions a prompt, the head on {} (MFU counts it on all)", prompt,
+                                 model.head_rows() == B * S ? "every token" : "the others")
+                   : "",
+        step_s * 1e3, tokens_per_gpu,
         100.0 * tokens_per_gpu * flops_per_token / (peak_tflops * 1e12),
         peak_tflops, peak_bytes / double(1ull << 30));
   if (rank == 0 && device_used > 0)
@@ -193,6 +217,12 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--peak-tflops", peak, "Dense bf16 peak of one GPU, for MFU")->check(CLI::PositiveNumber);
+  Scoring scoring;
+  app.add_option("--prompt-share", scoring.prompt_share,
+                 "Share of each row that is a prompt, not scored (the head skips it)")
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_flag("--score-every-token", scoring.every_token,
+               "The head on every token, the prompt's included (as a captured step runs it)");
   CLI11_PARSE(app, argc, argv);
 
   MpiSession mpi(&argc, &argv);
@@ -201,5 +231,5 @@ int main(int argc, char** argv) {
   if (!config_args.load("bench_train_step", cfg)) return 2;
   DeviceBinding device = bind_device(layout);
   KokkosRuntime kokkos(device.device_id);
-  return run(cfg, steps, warmup, peak, collectives, layout);
+  return run(cfg, steps, warmup, peak, collectives, scoring, layout);
 }

@@ -12,6 +12,7 @@
 
 #include "grpo_loop_test_support.hpp"
 #include "mpi/host_exchange.hpp"
+#include "model/scored_tokens.hpp"
 #include "rl/sequence.hpp"
 #include "rl/task.hpp"
 
@@ -90,18 +91,21 @@ bool on_every_rank(bool ok) {
   return all == 1;
 }
 
-TEST(FillRows, PadsWithTheGivenId) {
+// Padding takes the given id; only the trained positions have targets (the head scores them
+// alone): the prompt's and the padding's are kUnscoredTarget.
+TEST(FillRows, PadsWithTheGivenIdAndTargetsTheTrainedPositionsOnly) {
+  constexpr std::int32_t U = kUnscoredTarget;
   Sequence s;
   s.ids = {1, 10, 20, 26, kEos};   // the last id is only a target
   s.prompt_len = 2;
   std::vector<std::int32_t> tokens, targets, row_tokens;
   fill_rows({s}, 0, 1, 2, 6, 31, tokens, targets, row_tokens);   // the second row is all padding
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{1, 10, 20, 26, 31, 31, 31, 31, 31, 31, 31, 31}));
-  EXPECT_EQ(targets, (std::vector<std::int32_t>{10, 20, 26, kEos, 31, 31, 31, 31, 31, 31, 31, 31}));
+  EXPECT_EQ(targets, (std::vector<std::int32_t>{U, 20, 26, kEos, U, U, U, U, U, U, U, U}));
   EXPECT_EQ(row_tokens, (std::vector<std::int32_t>{4, 0}));
   fill_rows({s}, 0, 1, 1, 6, 258, tokens, targets, row_tokens);
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{1, 10, 20, 26, 258, 258}));
-  EXPECT_EQ(targets, (std::vector<std::int32_t>{10, 20, 26, kEos, 258, 258}));
+  EXPECT_EQ(targets, (std::vector<std::int32_t>{U, 20, 26, kEos, U, U}));
   EXPECT_EQ(row_tokens, (std::vector<std::int32_t>{4}));
 }
 
@@ -127,7 +131,8 @@ TEST(PackRows, FirstFitInOrderWithPositionsRestarting) {
   std::vector<std::int32_t> tokens, targets, positions, row_tokens;
   fill_packed_rows(seqs, p, 1, 2, 99, tokens, targets, positions, row_tokens);   // row 1, then a row of padding
   EXPECT_EQ(tokens, (std::vector<std::int32_t>{20, 21, 22, 23, 40, 41, 42, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
-  EXPECT_EQ(targets, (std::vector<std::int32_t>{21, 22, 23, 24, 41, 42, 43, 99, 99, 99, 99, 99, 99, 99, 99, 99}));
+  constexpr std::int32_t U = kUnscoredTarget;   // padding (the one-id prompts' positions are trained)
+  EXPECT_EQ(targets, (std::vector<std::int32_t>{21, 22, 23, 24, 41, 42, 43, U, U, U, U, U, U, U, U, U}));
   EXPECT_EQ(positions, (std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(row_tokens, (std::vector<std::int32_t>{7, 0}));
   const PackedRows one = pack_rows(seqs, 1, 4, 8, false);

@@ -33,6 +33,7 @@ LogProbs reference_forward(const std::vector<double>& logits, const std::vector<
     double sum = 0;
     for (int c = 0; c < V; ++c) sum += std::exp(row[c] / T - m);
     r.lse[n] = m + std::log(sum);
+    if (targets[n] < 0) continue;   // not scored: logp and entropy 0
     r.logp[n] = row[static_cast<long>(targets[n])] / T - r.lse[n];
     double h = 0;  // terms p * (lse - z) are all >= 0: no cancellation
     for (int c = 0; c < V; ++c) {
@@ -357,12 +358,15 @@ void check_tempered(const Case& c, float temp, bool with_entropy, std::uint64_t 
                (with_entropy ? " with entropy" : " without entropy"));
   std::vector<double> logits, dlogp, dentropy;
   Buffer<T> logits_d = random_buffer<T>(static_cast<long>(c.N) * c.V, seed, &logits, c.lo, c.hi);
-  const std::vector<double> targets = random_targets(c.N, c.V, seed + 1);
+  std::vector<double> targets = random_targets(c.N, c.V, seed + 1);
+  // A masked token: its row must still be written (with zeros); unscored where there are others
+  // (target kUnscoredTarget: logp and entropy 0).
+  if (c.N > 1) targets[c.N / 2] = -1;
   Buffer<std::int32_t> targets_d(c.N);
   targets_d.set(targets);
   Buffer<float> dlogp_d = random_buffer<float>(c.N, seed + 2, &dlogp);
   Buffer<float> dentropy_d = random_buffer<float>(c.N, seed + 3, &dentropy);
-  dlogp[c.N / 2] = 0;  // a masked token: its row must still be written (with zeros)
+  dlogp[c.N / 2] = 0;
   dentropy[c.N / 2] = 0;
   dlogp_d.set(dlogp);
   dentropy_d.set(dentropy);

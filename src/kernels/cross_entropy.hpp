@@ -20,7 +20,7 @@ namespace shardrl::kernels {
 template <class T>
 void token_logprob_forward(const ExecSpace& space,
                            const T* logits,                // (N, V)
-                           const std::int32_t* targets,    // (N)
+                           const std::int32_t* targets,    // (N); negative: not scored, logp and entropy 0
                            float temperature,              // > 0
                            float* logp,                    // (N)
                            float* lse,                     // (N) of z; saved for backward
@@ -34,7 +34,7 @@ void token_logprob_forward(const ExecSpace& space,
 template <class T>
 void token_logprob_backward(const ExecSpace& space,
                             const T* logits,                // (N, V)
-                            const std::int32_t* targets,    // (N)
+                            const std::int32_t* targets,    // (N); negative: no v is the target
                             float temperature,
                             const float* lse,               // (N)
                             const float* dlogp,             // (N)
@@ -173,8 +173,9 @@ void token_logprob_forward(const ExecSpace& space, const T* logits, const std::i
           // H = log(mass) - sum_v e_v s_v / mass.
           const float log_mass = logf(parts.mass);
           lse[n] = parts.max / temperature + log_mass;
-          logp[n] = (static_cast<float>(row[targets[n]]) - parts.max) / temperature - log_mass;
-          if (with_entropy) entropy[n] = log_mass - parts.moment / parts.mass;
+          const std::int32_t target = targets[n];   // negative: not scored (logp 0)
+          logp[n] = target < 0 ? 0.0f : (static_cast<float>(row[target]) - parts.max) / temperature - log_mass;
+          if (with_entropy) entropy[n] = target < 0 ? 0.0f : log_mass - parts.moment / parts.mass;
         });
       });
 }

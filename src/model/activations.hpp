@@ -120,6 +120,15 @@ struct Transformer::Activations {
   // Empty for inference_only models, whose buffers are their own.
   DeviceBytes shared;
   DeviceBytes rstd_f, lse_tok, logp, dlogp, entropy, dentropy;   // fp32 (head_tokens)
+  // A training batch with unscored tokens (Transformer::set_batch): the head runs on the
+  // scored ones, compact. Their positions in the batch and targets (ids, scored_count of them),
+  // and their fp32 logp (then dlogp), entropy and dentropy (head_tokens); hf then holds their
+  // normed rows at the front, and lse_tok their statistics. Empty for inference_only models.
+  LedgerView<std::int32_t> scored, scored_targets;
+  Kokkos::View<std::int32_t*, MemSpace>::HostMirror scored_h, scored_targets_h;
+  DeviceBytes scored_logp, scored_entropy, scored_dentropy;
+  int scored_count = 0;
+  bool compact_head = false;                  // this batch's head runs on the scored tokens only
   std::size_t head_tokens = 0;                // tokens the head buffers hold
   std::size_t logits_tokens = 0;              // tokens `logits` holds
   // Which tokens' logits `logits` holds now: [logits_first, logits_first + logits_count), or

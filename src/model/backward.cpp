@@ -8,6 +8,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/rows.hpp"
 #include "kernels/swiglu.hpp"
 #include "model/activations.hpp"
 #include "model/attention.hpp"
@@ -33,25 +34,48 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
   const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
   float* lm_g = s.tie_embeddings ? tied_g : g + a.head_lm;
   const bool entropy = distribution_.entropy;
+  // The forward's rows (forward.cpp): every token's, or the scored tokens' only, compact, whose
+  // dlogp and dentropy are gathered here and whose dh is scattered back below.
+  const bool compact = a.compact_head;
+  const int rows = compact ? a.scored_count : N;
+  const float* dlogp = a.dlogp.as<float>();
+  const float* dentropy = entropy ? a.dentropy.as<float>() : nullptr;
+  if (compact) {
+    kernels::gather_rows(space_, dlogp, a.scored.data(), a.scored_logp.as<float>(), rows, 1);
+    dlogp = a.scored_logp.as<float>();
+    if (entropy) {
+      kernels::gather_rows(space_, dentropy, a.scored.data(), a.scored_dentropy.as<float>(), rows, 1);
+      dentropy = a.scored_dentropy.as<float>();
+    }
+  }
+  const float* entropy_of = !entropy ? nullptr : compact ? a.scored_entropy.as<float>() : a.entropy.as<float>();
+  const std::int32_t* targets = compact ? a.scored_targets.data() : a.targets.data();
   // Chunk by chunk, last first: the forward's last chunk is still in the buffer, the others are
   // recomputed. Each chunk's logits become their gradient in place, then give the chunk's dh and
   // add to the head's weight gradient.
   const int chunk = static_cast<int>(a.logits_tokens);
-  for (int first = ((N - 1) / chunk) * chunk; first >= 0; first -= chunk) {
-    const int n = std::min(chunk, N - first);
+  for (int first = rows > 0 ? ((rows - 1) / chunk) * chunk : -1; first >= 0; first -= chunk) {
+    const int n = std::min(chunk, rows - first);
     if (a.logits_first != first || a.logits_count != n) head_logits(lm, first, n);
     T* dlogits = a.logits.as<T>();
-    kernels::token_logprob_backward(space_, a.logits.as<T>(), a.targets.data() + first, distribution_.temperature,
-                                    a.lse_tok.as<float>() + first, a.dlogp.as<float>() + first,
-                                    entropy ? a.entropy.as<float>() + first : nullptr,
-                                    entropy ? a.dentropy.as<float>() + first : nullptr, dlogits, n, V);
+    kernels::token_logprob_backward(space_, a.logits.as<T>(), targets + first, distribution_.temperature,
+                                    a.lse_tok.as<float>() + first, dlogp + first,
+                                    entropy ? entropy_of + first : nullptr, entropy ? dentropy + first : nullptr,
+                                    dlogits, n, V);
     a.logits_count = 0;
     gemm_->gemm(Op::N, Op::N, n, D, V, 1.0f, dlogits, V, lm, D, 0.0f, a.dh.as<T>() + static_cast<long>(first) * D, D);
     if (!base_frozen()) wgrad_->add(dlogits, a.hf.as<T>() + static_cast<long>(first) * D, lm_g, V, D, n);
   }
-  kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(),
-                            a.dh.as<T>(), a.dres.as<T>(), frozen(g, a.head_norm), N, D, 0.0f,
-                            a.norm_scratch.as<float>());
+  // Compact: the scored rows' dh go back to their positions in hf (its gathered rows are used up),
+  // zero elsewhere.
+  T* dh = a.dh.as<T>();
+  if (compact) {
+    kernels::fill(space_, a.hf.as<T>(), 0.0f, long(N) * D);
+    kernels::scatter_rows(space_, dh, a.scored.data(), a.hf.as<T>(), rows, D);
+    dh = a.hf.as<T>();
+  }
+  kernels::rmsnorm_backward(space_, residual<T>(s.n_layers), w + a.head_norm, a.rstd_f.as<float>(), dh,
+                            a.dres.as<T>(), frozen(g, a.head_norm), N, D, 0.0f, a.norm_scratch.as<float>());
 }
 
 template <class T>

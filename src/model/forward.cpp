@@ -12,6 +12,7 @@
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/rows.hpp"
 #include "model/rope_frequencies.hpp"
 #include "kernels/swiglu.hpp"
 #include "core/error.hpp"
@@ -223,9 +224,9 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
   Activations& a = *act_;
   const T* lm = s.tie_embeddings ? tied : w + a.head_lm;
   SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.head_tokens, "the head's buffers hold fewer tokens than the batch");
-  const auto final_norm = [&] {
-    kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, a.hf.as<T>(), a.rstd_f.as<float>(), N,
-                             D, s.norm_eps);
+  const auto final_norm = [&](T* out) {
+    kernels::rmsnorm_forward(space_, residual<T>(s.n_layers), w + a.head_norm, out, a.rstd_f.as<float>(), N, D,
+                             s.norm_eps);
   };
   if (!target_logprobs) {   // decoding: every row's logits, for the draw
     SHARDRL_CHECK(static_cast<std::size_t>(N) <= a.logits_tokens, "the logits buffer holds fewer tokens than the batch");
@@ -237,7 +238,7 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
     bool ran = few_rows && kernels::decode_gemv(space_, N, D, residual<T>(s.n_layers), logits,
                                                 {w + a.head_norm, s.norm_eps}, weights);
     if (!ran) {
-      final_norm();
+      final_norm(a.hf.as<T>());
       ran = few_rows && kernels::decode_gemv(space_, N, D, a.hf.as<T>(), logits, {}, weights);
     }
     decode_gemv_calls_ += ran;
@@ -249,15 +250,35 @@ void Transformer::head_forward(const T* w, const T* tied, bool target_logprobs) 
     }
     return;
   }
-  final_norm();
+  // With unscored tokens in the batch (set_batch), the head runs on the scored ones only: their
+  // normed rows gathered to the front of hf (dh, free until backward, holds all of them
+  // meanwhile), their results written compact and then scattered to the batch's positions.
+  const bool compact = a.compact_head;
+  const int rows = compact ? a.scored_count : N;
+  if (compact) {
+    final_norm(a.dh.as<T>());
+    kernels::gather_rows(space_, a.dh.as<T>(), a.scored.data(), a.hf.as<T>(), rows, D);
+  } else {
+    final_norm(a.hf.as<T>());
+  }
+  float* logp = compact ? a.scored_logp.as<float>() : a.logp.as<float>();
+  float* entropy = !distribution_.entropy ? nullptr : compact ? a.scored_entropy.as<float>() : a.entropy.as<float>();
+  const std::int32_t* targets = compact ? a.scored_targets.data() : a.targets.data();
   // Chunk by chunk: the logits of a chunk live only until its log-probabilities are taken.
   const int chunk = static_cast<int>(a.logits_tokens);
-  for (int first = 0; first < N; first += chunk) {
-    const int n = std::min(chunk, N - first);
+  for (int first = 0; first < rows; first += chunk) {
+    const int n = std::min(chunk, rows - first);
     head_logits(lm, first, n);
-    kernels::token_logprob_forward(space_, a.logits.as<T>(), a.targets.data() + first, distribution_.temperature,
-                                   a.logp.as<float>() + first, a.lse_tok.as<float>() + first,
-                                   distribution_.entropy ? a.entropy.as<float>() + first : nullptr, n, V);
+    kernels::token_logprob_forward(space_, a.logits.as<T>(), targets + first, distribution_.temperature, logp + first,
+                                   a.lse_tok.as<float>() + first, entropy ? entropy + first : nullptr, n, V);
+  }
+  head_rows_ = rows;
+  if (!compact) return;
+  kernels::fill(space_, a.logp.as<float>(), 0.0f, N);
+  kernels::scatter_rows(space_, logp, a.scored.data(), a.logp.as<float>(), rows, 1);
+  if (entropy) {
+    kernels::fill(space_, a.entropy.as<float>(), 0.0f, N);
+    kernels::scatter_rows(space_, entropy, a.scored.data(), a.entropy.as<float>(), rows, 1);
   }
 }
 

@@ -185,6 +185,11 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.entropy = make("entropy", H * f4);
   a.dentropy = make("dentropy", H * f4);
   a.head_tokens = H;
+  if (!inference) {
+    a.scored_logp = make("scored_logp", H * f4);
+    a.scored_entropy = make("scored_entropy", H * f4);
+    a.scored_dentropy = make("scored_dentropy", H * f4);
+  }
   if (!inference) {   // backward scratch
     a.dres = make("dres", N * D * es);
     a.dh = make("dh", N * D * es);
@@ -267,6 +272,10 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
     a.token_starts = make.ids("token_starts", N + 2);
     a.token_order_h = Kokkos::create_mirror_view(a.token_order.view());
     a.token_starts_h = Kokkos::create_mirror_view(a.token_starts.view());
+    a.scored = make.ids("scored", N);
+    a.scored_targets = make.ids("scored_targets", N);
+    a.scored_h = Kokkos::create_mirror_view(a.scored.view());
+    a.scored_targets_h = Kokkos::create_mirror_view(a.scored_targets.view());
   }
   a.targets_h = Kokkos::create_mirror_view(a.targets.view());
   a.positions_h = Kokkos::create_mirror_view(a.positions.view());
@@ -357,11 +366,17 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   S_ = S;
   Activations& a = *act_;
   const int V = options_.shape.vocab_size;
+  const bool training = a.scored.size() > 0;
+  a.scored_count = 0;
   for (int i = 0; i < B * S; ++i) {
-    SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
+    SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && ((targets[i] >= 0 && targets[i] < V) || targets[i] == kUnscoredTarget),
                   fmt::format("token id out of range [0, {}) at position {}", V, i));
     a.tokens_h(i) = tokens[i];
     a.targets_h(i) = targets[i];
+    if (training && targets[i] != kUnscoredTarget) {
+      a.scored_h(a.scored_count) = i;
+      a.scored_targets_h(a.scored_count++) = targets[i];
+    }
     const std::int32_t pos = positions ? positions[i] : i % S;
     // A sequence starts at position 0, counts up by one and stays inside its row.
     SHARDRL_CHECK(pos >= 0 && pos <= i % S && (pos == 0 || pos == a.positions_h(i - 1) + 1),
@@ -377,6 +392,11 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);
   Kokkos::deep_copy(space_, a.positions.view(), a.positions_h);
   Kokkos::deep_copy(space_, a.slots.view(), a.slots_h);
+  a.compact_head = training && !score_every_token_ && a.scored_count < B * S;
+  if (a.compact_head) {
+    Kokkos::deep_copy(space_, a.scored.view(), a.scored_h);
+    Kokkos::deep_copy(space_, a.scored_targets.view(), a.scored_targets_h);
+  }
   if (a.token_order.size() > 0) {   // training: the embedding backward's grouping
     const int N = B * S;
     a.token_starts_h(N + 1) = kernels::group_tokens(a.tokens_h.data(), N, a.token_order_h.data(), a.token_starts_h.data());
@@ -411,6 +431,7 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
   B_ = rows;
   S_ = 1;
   Activations& a = *act_;
+  a.compact_head = false;
   const int V = options_.shape.vocab_size;
   for (int r = 0; r < rows; ++r) {
     SHARDRL_CHECK(tokens[r] >= 0 && tokens[r] < V,

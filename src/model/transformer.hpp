@@ -20,6 +20,7 @@
 #include "model/kv_cache.hpp"
 #include "model/model_shape.hpp"
 #include "model/param_spec.hpp"
+#include "model/scored_tokens.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace shardrl {
@@ -114,6 +115,9 @@ class Transformer {
   std::size_t tokens_per_forward() const;  // options().max_tokens resolved
 
   // The batch: B rows of S positions; tokens and next-token targets as (B, S) host arrays.
+  // A target of kUnscoredTarget marks a token whose log-probability nobody reads (a prompt's,
+  // padding): its logp and entropy are 0 and its gradient is none, and in training the head
+  // runs on the other tokens only (their hidden rows gathered; see score_every_token).
   // Without `positions` each row is one right-padded sequence. With them a row may pack
   // several sequences: positions[n] is token n's index in its own sequence (0 starts a new
   // one), so attention and RoPE never cross from one sequence into the next. With `row_tokens`
@@ -122,6 +126,11 @@ class Transformer {
   // device buffers (nothing allocated).
   void set_batch(const std::int32_t* tokens, const std::int32_t* targets, int B, int S,
                  const std::int32_t* positions = nullptr, const std::int32_t* row_tokens = nullptr);
+  // The head on every token, those marked unscored included (their results as above): what a
+  // captured train step needs, whose shapes cannot follow each batch's count of scored tokens.
+  void score_every_token(bool every) { score_every_token_ = every; }
+  // Tokens the head ran on in the last forward with target log-probabilities (a test's counter).
+  int head_rows() const { return head_rows_; }
   int tokens_in_batch() const { return B_ * S_; }
   int batch_rows() const { return B_; }
   int batch_seq_len() const { return S_; }
@@ -272,6 +281,8 @@ class Transformer {
   TokenDistribution distribution_;
   bool adapters_on_ = true;
   long decode_gemv_calls_ = 0;
+  bool score_every_token_ = false;
+  int head_rows_ = 0;
 };
 
 }  // namespace shardrl

@@ -211,6 +211,8 @@ GrpoLoop::GrpoLoop(const GrpoLoopOptions& options, Transformer& model, ShardedTr
   const std::size_t reduced = std::max<std::size_t>(8, 5 + 2 * static_cast<std::size_t>(minibatches_));
   staging_ = std::make_unique<Staging>(std::size_t(micro_rows_) * seq_len_, reduced);
   if (options.train_graph) {
+    // A captured step's shapes are fixed: the head runs on every token, not on the scored ones.
+    model.score_every_token(true);
     if (trainer.profiling())
       throw InputError("train.cuda_graph = \"full\" and --profile: the profile fences between the phases of a "
                        "step, which a captured step cannot do (profile with train.cuda_graph = \"none\")");

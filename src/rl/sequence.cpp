@@ -5,14 +5,22 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/scored_tokens.hpp"
 
 namespace shardrl {
+
+namespace {
+// The target of position t of sequence s: the next id where it is trained, else none.
+std::int32_t scored_target(const Sequence& s, std::size_t t) {
+  return static_cast<int>(t) >= s.position_of(0) ? s.ids[t + 1] : kUnscoredTarget;
+}
+}  // namespace
 
 void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int count, int S, std::int32_t pad,
                std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets,
                std::vector<std::int32_t>& row_tokens) {
   tokens.assign(std::size_t(count) * S, pad);
-  targets.assign(tokens.size(), pad);
+  targets.assign(tokens.size(), kUnscoredTarget);
   row_tokens.assign(count, 0);
   for (int r = 0; r < count; ++r) {
     const int i = first + r;
@@ -23,7 +31,7 @@ void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int c
     row_tokens[r] = static_cast<std::int32_t>(ids.size()) - 1;
     for (std::size_t t = 0; t + 1 < ids.size(); ++t) {
       tokens[std::size_t(r) * S + t] = ids[t];
-      targets[std::size_t(r) * S + t] = ids[t + 1];
+      targets[std::size_t(r) * S + t] = scored_target(sequences[i], t);
     }
   }
 }
@@ -66,7 +74,7 @@ void fill_packed_rows(const std::vector<Sequence>& sequences, const PackedRows& 
                       std::vector<std::int32_t>& positions, std::vector<std::int32_t>& row_tokens) {
   const int S = packed.row_len;
   tokens.assign(std::size_t(count) * S, pad);
-  targets.assign(tokens.size(), pad);
+  targets.assign(tokens.size(), kUnscoredTarget);
   positions.resize(tokens.size());
   row_tokens.resize(count);
   for (int r = 0; r < count; ++r) {
@@ -77,7 +85,7 @@ void fill_packed_rows(const std::vector<Sequence>& sequences, const PackedRows& 
         const auto& ids = sequences[i].ids;
         for (std::size_t t = 0; t + 1 < ids.size(); ++t, ++at) {
           tokens[row + at] = ids[t];
-          targets[row + at] = ids[t + 1];
+          targets[row + at] = scored_target(sequences[i], t);
           positions[row + at] = static_cast<std::int32_t>(t);
         }
       }

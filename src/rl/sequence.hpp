@@ -19,9 +19,10 @@ struct Sequence {
 
 // tokens/targets of `count` rows of S positions: row r holds sequences[first + r] while
 // first + r < end, else only `pad` (a rank with fewer sequences still takes part in every
-// collective of the step). `pad` must be an id of the model's vocabulary (it is embedded and
-// is a target, though every padded position is masked). row_tokens[r]: the positions before
-// row r's padding (Transformer::set_batch's row_tokens).
+// collective of the step). `pad` must be an id of the model's vocabulary (it is embedded).
+// Only the trained positions have targets: the prompt's and the padding's are kUnscoredTarget,
+// so the head skips them. row_tokens[r]: the positions before row r's padding
+// (Transformer::set_batch's row_tokens).
 void fill_rows(const std::vector<Sequence>& sequences, int first, int end, int count, int S, std::int32_t pad,
                std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets,
                std::vector<std::int32_t>& row_tokens);
@@ -47,9 +48,9 @@ PackedRows pack_rows(const std::vector<Sequence>& sequences, int first, int end,
 int row_length(const std::vector<Sequence>& sequences, int first, int end, int granule, int max_len);
 
 // tokens/targets/positions of rows [first_row, first_row + count) of `packed` (rows past its last
-// are all padding). Positions restart at 0 for each sequence; a row's unused tail is padding that
-// starts a sequence of its own (masked, and after every real token, so nothing attends to it);
-// row_tokens[r] counts the positions before it.
+// are all padding; targets as fill_rows'). Positions restart at 0 for each sequence; a row's
+// unused tail is padding that starts a sequence of its own (masked, and after every real token,
+// so nothing attends to it); row_tokens[r] counts the positions before it.
 void fill_packed_rows(const std::vector<Sequence>& sequences, const PackedRows& packed, int first_row, int count,
                       std::int32_t pad, std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets,
                       std::vector<std::int32_t>& positions, std::vector<std::int32_t>& row_tokens);
