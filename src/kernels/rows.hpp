@@ -13,17 +13,20 @@
 namespace shardrl::kernels {
 
 namespace detail {
-// Moves each of `count` rows (row r's elements at r * width) from the row place(j, from, to)
-// names in `in` to the one it names in `out`, a pack (or an element) per work item.
-template <class T, class Place>
-void move_rows(const char* label, const ExecSpace& space, const T* in, T* out, int count, long width, Place place) {
+// Moves `count` rows (row r's elements at r * width) by the index: row index[j] of `in` to row j
+// of `out` (gather), or row j of `in` to row index[j] of `out`; a pack (or an element) per work
+// item. (A flag, not a lambda naming the rows: in the GPU build an nvcc extended lambda passed
+// into the kernel's lambda made the launch call a null pointer on the host, from the model
+// library, though not from the kernel test.)
+template <class T>
+void move_rows(const char* label, const ExecSpace& space, const T* in, const std::int32_t* index, T* out, int count,
+               long width, bool gather) {
   const bool packed = width % Packed<T>::width == 0 && packs_aligned(in, out);
   const long step = packed ? Packed<T>::width : 1, per_row = width / step;
   Kokkos::parallel_for(
       label, Kokkos::RangePolicy<ExecSpace>(space, 0, long(count) * per_row), KOKKOS_LAMBDA(const long item) {
         const long j = item / per_row, k = (item - j * per_row) * step;
-        long from = 0, to = 0;
-        place(j, from, to);
+        const long from = gather ? index[j] : j, to = gather ? j : index[j];
         if (packed) store_packed(out + to * width + k, load_packed(in + from * width + k));
         else out[to * width + k] = in[from * width + k];
       });
@@ -33,20 +36,14 @@ void move_rows(const char* label, const ExecSpace& space, const T* in, T* out, i
 // out row j = in row index[j], for j < count. out and in are distinct.
 template <class T>
 void gather_rows(const ExecSpace& space, const T* in, const std::int32_t* index, T* out, int count, long width) {
-  detail::move_rows("gather_rows", space, in, out, count, width, KOKKOS_LAMBDA(long j, long& from, long& to) {
-    from = index[j];
-    to = j;
-  });
+  detail::move_rows("gather_rows", space, in, index, out, count, width, true);
 }
 
 // out row index[j] = in row j, for j < count; out's other rows are left as they are. The indices
 // are distinct; out and in are distinct.
 template <class T>
 void scatter_rows(const ExecSpace& space, const T* in, const std::int32_t* index, T* out, int count, long width) {
-  detail::move_rows("scatter_rows", space, in, out, count, width, KOKKOS_LAMBDA(long j, long& from, long& to) {
-    from = j;
-    to = index[j];
-  });
+  detail::move_rows("scatter_rows", space, in, index, out, count, width, false);
 }
 
 }  // namespace shardrl::kernels
