@@ -580,6 +580,21 @@ TEST(ConfigLoad, NamedPresetFixesTheShape) {
   EXPECT_NE(table.find("model.d_model"), std::string::npos);
   EXPECT_NE(table.find("1024"), std::string::npos) << table;
   EXPECT_NE(table.find("(preset \"qwen3-0.6b\")"), std::string::npos) << table;
+  // The shape's float reals as their shortest decimals, not the floats' exact values
+  // (9.999999974752427e-07), in the table and in the saved config's comments.
+  const auto row = [&](const std::string& key) {
+    const std::size_t at = table.find("  " + key + " ");
+    return at == std::string::npos ? std::string() : table.substr(at, table.find('\n', at) - at);
+  };
+  EXPECT_NE(row("model.norm_eps").find(" 1e-06 "), std::string::npos) << table;
+  EXPECT_NE(row("model.rope_theta").find(" 1000000.0 "), std::string::npos) << table;
+  EXPECT_NE(to_toml(l.config).find("# norm_eps = 1e-06   (from preset"), std::string::npos) << to_toml(l.config);
+  LoadedConfig llama = load_config("[model]\npreset = \"llama-1b\"\n", "f", {}, kCpu);
+  ASSERT_TRUE(llama.ok());
+  const std::string llama_toml = to_toml(llama.config);
+  for (const char* line : {"# norm_eps = 1e-05 ", "# rope_scaling_factor = 32.0 ", "# rope_high_freq_factor = 4.0 "})
+    EXPECT_NE(llama_toml.find(line), std::string::npos) << line << "\n" << llama_toml;
+  EXPECT_EQ(llama_toml.find("e-07"), std::string::npos) << llama_toml;
 }
 
 TEST(ConfigLoad, StringsAreEscapedInTomlOutput) {

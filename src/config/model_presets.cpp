@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string>
+
 namespace shardrl {
 namespace {
 
@@ -71,6 +73,14 @@ ModelShape llama_1b() {
   return s;
 }
 
+// A real the shape holds as float, as the double of the float's shortest decimal: "1e-06", as a
+// reader wrote it, not its float's exact 9.999999974752427e-07 (which reads back to the same
+// float, as the decimal does; the check keeps it where a decimal would not).
+double shape_real(float f) {
+  const double d = std::stod(fmt::format("{}", f));
+  return static_cast<float>(d) == f ? d : static_cast<double>(f);
+}
+
 }  // namespace
 
 const std::vector<std::string>& model_preset_names() {
@@ -116,12 +126,12 @@ ModelConfig with_resolved_shape(const ModelConfig& model) {
   m.n_kv_heads = s.n_kv_heads;
   m.head_dim = s.head_dim;
   m.d_ff = s.d_ff;
-  m.rope_theta = s.rope_theta;
-  m.rope_scaling_factor = s.rope_scaling_factor;
-  m.rope_low_freq_factor = s.rope_low_freq_factor;
-  m.rope_high_freq_factor = s.rope_high_freq_factor;
+  m.rope_theta = shape_real(s.rope_theta);
+  m.rope_scaling_factor = shape_real(s.rope_scaling_factor);
+  m.rope_low_freq_factor = shape_real(s.rope_low_freq_factor);
+  m.rope_high_freq_factor = shape_real(s.rope_high_freq_factor);
   m.rope_original_max_position = s.rope_original_max_position;
-  m.norm_eps = s.norm_eps;
+  m.norm_eps = shape_real(s.norm_eps);
   m.qk_norm = s.qk_norm;
   m.tie_embeddings = s.tie_embeddings;
   m.max_seq_len = s.max_seq_len;
