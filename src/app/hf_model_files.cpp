@@ -4,13 +4,10 @@
 #include <array>
 #include <string_view>
 
+#include "core/string_affix.hpp"
+
 namespace shardrl {
 namespace {
-
-bool starts_with(std::string_view s, std::string_view head) { return s.substr(0, head.size()) == head; }
-bool ends_with(std::string_view s, std::string_view tail) {
-  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
-}
 
 bool is_hf_model_file(std::string_view name) {
   static constexpr std::array<std::string_view, 18> kNames = {

@@ -5,13 +5,10 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/string_affix.hpp"
 
 namespace shardrl {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 void add(UnitSpec& unit, std::string name, std::vector<std::int64_t> shape, Init init, bool no_decay,
          float init_std = 0) {

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/string_affix.hpp"
+
 namespace shardrl::math_text {
 
 constexpr std::size_t npos = std::string_view::npos;
@@ -36,11 +38,6 @@ inline std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-inline bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
-inline bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
 inline std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
