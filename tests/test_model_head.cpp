@@ -113,10 +113,13 @@ TEST(Model, TheHeadRunsOnTheScoredTokensOnly) {
           Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(to, N),
                             Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                                 from->data(), N));
-        for (int u = head; u >= 0; --u)
-          rig.model.backward_unit(u, rig.params.compute_weights(u), rig.params.grads(u),
-                                  u == head && tied ? embed : nullptr, u == head && tied ? rig.params.grads(0) : nullptr);
-        for (int u = 0; u < rig.model.unit_count(); ++u) r.grads.push_back(rig.host(rig.params.grads(u), rig.params.numel(u)));
+        for (int u = head; u >= 0; --u) {
+          const bool tied_head = u == head && tied;
+          rig.model.backward_unit(u, rig.params.compute_weights(u), rig.params.grads(u), tied_head ? embed : nullptr,
+                                  tied_head ? rig.params.grads(0) : nullptr);
+        }
+        for (int u = 0; u < rig.model.unit_count(); ++u)
+          r.grads.push_back(rig.host(rig.params.grads(u), rig.params.numel(u)));
         return r;
       };
       const Result every = run(true, targets), compact = run(false, targets);

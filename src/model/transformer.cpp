@@ -185,12 +185,10 @@ Transformer::Transformer(const ModelOptions& options, const ExecSpace& space)
   a.entropy = make("entropy", H * f4);
   a.dentropy = make("dentropy", H * f4);
   a.head_tokens = H;
-  if (!inference) {
+  if (!inference) {   // the scored tokens' head values (Activations::scored), backward scratch
     a.scored_logp = make("scored_logp", H * f4);
     a.scored_entropy = make("scored_entropy", H * f4);
     a.scored_dentropy = make("scored_dentropy", H * f4);
-  }
-  if (!inference) {   // backward scratch
     a.dres = make("dres", N * D * es);
     a.dh = make("dh", N * D * es);
     share(a.dq, "dq", N * Hq * es);
@@ -369,7 +367,8 @@ void Transformer::set_batch(const std::int32_t* tokens, const std::int32_t* targ
   const bool training = a.scored.size() > 0;
   a.scored_count = 0;
   for (int i = 0; i < B * S; ++i) {
-    SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && ((targets[i] >= 0 && targets[i] < V) || targets[i] == kUnscoredTarget),
+    const bool target_ok = (targets[i] >= 0 && targets[i] < V) || targets[i] == kUnscoredTarget;
+    SHARDRL_CHECK(tokens[i] >= 0 && tokens[i] < V && target_ok,
                   fmt::format("token id out of range [0, {}) at position {}", V, i));
     a.tokens_h(i) = tokens[i];
     a.targets_h(i) = targets[i];
