@@ -106,6 +106,9 @@ class TrackedStorage final : public DeviceAllocation {
 };
 
 TEST(PhaseArena, GivenStorageHoldsTheBuffers) {
+  // The death test below allocates device memory: in a child that re-runs the test (a forked one
+  // cannot initialise CUDA again).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::int64_t before = MemoryLedger::instance().total();
   bool alive = false;
   {
