@@ -45,6 +45,23 @@ TEST(ConfigChanges, EvaluationTimeoutsAndInitFromAreFree) {
   for (const ConfigChange& c : changes) EXPECT_TRUE(c.keeps_trajectory) << c.key;
 }
 
+// The rollout's graphs draw the same tokens as its eager steps: free. A captured train step runs
+// the head on every token, an eager one on the scored tokens only (different rounding): a
+// trajectory change.
+TEST(ConfigChanges, TheTrainStepsGraphsChangeTheTrajectoryTheRolloutsDoNot) {
+  Config before, after;
+  after.train.cuda_graph = TrainGraph::full;
+  after.rollout.cuda_graph = RolloutGraph::decode;
+  const std::vector<ConfigChange> changes = config_changes(before, after);
+  ASSERT_EQ(changes.size(), 2u);
+  const ConfigChange* train = find_change(changes, "train.cuda_graph");
+  ASSERT_NE(train, nullptr);
+  EXPECT_FALSE(train->keeps_trajectory);
+  const ConfigChange* rollout = find_change(changes, "rollout.cuda_graph");
+  ASSERT_NE(rollout, nullptr);
+  EXPECT_TRUE(rollout->keeps_trajectory);
+}
+
 // rl.difficulty is read by generated tasks only: with a dataset task on both sides its removal
 // changes nothing; on a generated task, or where the task itself changes, it does.
 TEST(ConfigChanges, AKeyBothConfigurationsLeaveUnreadIsReadByNeither) {
