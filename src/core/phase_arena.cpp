@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
-#include <new>
 
 #include "core/error.hpp"
 
@@ -61,17 +59,7 @@ void PhaseArena::commit(std::unique_ptr<DeviceAllocation> storage) {
     // A Kokkos allocation starts past its header, on a 128-byte boundary only: the base is
     // rounded up, so that every buffer starts where the offsets say, whoever allocated the arena
     // (cuBLAS picks its kernels by the operands' alignment, so results depend on it).
-    const std::size_t bytes = required_bytes() + kAlign;
-    if constexpr (kDeviceIsGpu) {
-      storage_ = DeviceView<char>("phase_arena", bytes);
-    } else {
-      // Host builds: calloc's pages come zeroed from the system and are touched only where a
-      // buffer is used (a text job's arena is mostly logits rows that its scored tokens never
-      // fill); Kokkos' zeroing wrote all of it, half a second of a rank's start for 300 MiB.
-      host_storage_.reset(static_cast<char*>(std::calloc(bytes, 1)));
-      if (!host_storage_) throw std::bad_alloc();
-      storage_ = DeviceView<char>(host_storage_.get(), bytes);
-    }
+    storage_ = DeviceView<char>("phase_arena", required_bytes() + kAlign);
     const auto at = reinterpret_cast<std::uintptr_t>(storage_.data());
     base_ = storage_.data() + (kAlign - at % kAlign) % kAlign;
   }

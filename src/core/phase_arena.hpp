@@ -11,7 +11,6 @@
 #pragma once
 
 #include <array>
-#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,8 +70,6 @@ class PhaseArena {
   std::uint64_t fingerprint_ = 14695981039346656037ull;   // FNV-1a's offset basis
   std::array<std::array<std::int64_t, kMemoryCategories>, kPhases> by_category_{};
   std::array<std::int64_t, kMemoryCategories> counted_{};   // what commit() added to the ledger
-  // Host builds: the arena's own allocation (calloc'd), which storage_ views.
-  std::unique_ptr<char, decltype(&std::free)> host_storage_{nullptr, &std::free};
   DeviceView<char> storage_;
   std::unique_ptr<DeviceAllocation> external_;
   char* base_ = nullptr;   // where offset 0 is: the allocation's first 256-byte boundary
