@@ -8,23 +8,18 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "kernels/rows.hpp"
 
 namespace shardrl::kernels {
 
-// out(n, :) = W(tokens(n), :)
+// out(n, :) = W(tokens(n), :): a row gather (kernels/rows.hpp).
 template <class T>
 void embedding_forward(const ExecSpace& space,
                        const std::int32_t* tokens,   // (N)
                        const T* W,                   // (V, D)
                        T* out,                       // (N, D)
                        int N, int D) {
-  const long count = static_cast<long>(N) * D;
-  Kokkos::parallel_for(
-      "embedding_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(const long i) {
-        const long n = i / D;
-        const long d = i - n * D;
-        out[i] = W[static_cast<long>(tokens[n]) * D + d];
-      });
+  gather_rows(space, W, tokens, out, N, D);
 }
 
 // out(n, :) = the part of W(tokens(n), :) in a rank's slice of the table: the elements of (V, D),

@@ -1,7 +1,8 @@
 // Rows of a (rows, width) matrix moved by an index: gathered to the front of another matrix, or
-// scattered back to where they came from. The head uses them to run on the tokens it scores only
-// (model/forward.cpp): their hidden rows gathered, their log-probabilities and gradients
-// scattered back to the batch's positions. Values are copied, never combined, so the results
+// scattered back to where they came from. The embedding's lookup is a gather
+// (kernels/embedding.hpp); the head runs on the tokens it scores only (model/forward.cpp): their
+// hidden rows gathered, their log-probabilities and gradients scattered back to the batch's
+// positions. Values are copied, never combined, so the results
 // are the same bits on CPU and GPU; 16-byte packs where the width and pointers allow.
 #pragma once
 

@@ -60,7 +60,7 @@ void Transformer::head_backward(const T* w, float* g, const T* tied, float* tied
     T* dlogits = a.logits.as<T>();
     kernels::token_logprob_backward(space_, a.logits.as<T>(), targets + first, distribution_.temperature,
                                     a.lse_tok.as<float>() + first, dlogp + first,
-                                    entropy ? entropy_of + first : nullptr, entropy ? dentropy + first : nullptr,
+                                    entropy_of ? entropy_of + first : nullptr, dentropy ? dentropy + first : nullptr,
                                     dlogits, n, V);
     a.logits_count = 0;
     gemm_->gemm(Op::N, Op::N, n, D, V, 1.0f, dlogits, V, lm, D, 0.0f, a.dh.as<T>() + static_cast<long>(first) * D, D);
