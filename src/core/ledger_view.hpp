@@ -9,6 +9,7 @@
 #include "core/kokkos.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/phase_arena.hpp"
+#include "core/zeroed_view.hpp"
 
 namespace shardrl {
 
@@ -22,7 +23,7 @@ class LedgerView {
     if (at_.arena) {
       offset_ = at_.arena->reserve(at_.phase, category, n * sizeof(T));
     } else {
-      view_ = DeviceView<T>(label, n);
+      view_ = zeroed_view<T>(label, n);
       MemoryLedger::instance().add(category_, allocated_bytes());
     }
   }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.hpp"
+#include "core/zeroed_view.hpp"
 
 namespace shardrl {
 namespace {
@@ -59,7 +60,7 @@ void PhaseArena::commit(std::unique_ptr<DeviceAllocation> storage) {
     // A Kokkos allocation starts past its header, on a 128-byte boundary only: the base is
     // rounded up, so that every buffer starts where the offsets say, whoever allocated the arena
     // (cuBLAS picks its kernels by the operands' alignment, so results depend on it).
-    storage_ = DeviceView<char>("phase_arena", required_bytes() + kAlign);
+    storage_ = zeroed_view<char>("phase_arena", required_bytes() + kAlign);
     const auto at = reinterpret_cast<std::uintptr_t>(storage_.data());
     base_ = storage_.data() + (kAlign - at % kAlign) % kAlign;
   }
