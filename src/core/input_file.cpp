@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -33,10 +35,16 @@ std::string read_input_file(const std::filesystem::path& path, const std::string
   require_input_file(path, what);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("cannot read {} '{}': {}", what, path.string(), std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Read in large blocks into room for the whole file (a tokenizer.json is 10 MB or more: a
+  // string stream grew by doubling and then copied it once more).
+  std::string text;
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec) text.reserve(size);
+  std::vector<char> block(1 << 20);
+  while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0)
+    text.append(block.data(), static_cast<std::size_t>(in.gcount()));
   if (in.bad()) throw InputError(fmt::format("cannot read {} '{}': read failed", what, path.string()));
-  return text.str();
+  return text;
 }
 
 }  // namespace shardrl

@@ -17,12 +17,12 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
 
 }  // namespace
 
-std::int32_t token_id_from_json(const nlohmann::json& id, const std::string& what) {
+std::int32_t token_id_from_json(const nlohmann::json& id, const std::function<std::string()>& what) {
   if (!id.is_number_integer())
-    throw InputError(fmt::format("{} has id {}, not an integer", what, excerpt(id.dump())));
+    throw InputError(fmt::format("{} has id {}, not an integer", what(), excerpt(id.dump())));
   if (id.is_number_unsigned() ? id.get<std::uint64_t>() >= static_cast<std::uint64_t>(kMaxTokenId)
                               : id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxTokenId)
-    throw InputError(fmt::format("{} has id {}, outside [0, {})", what, id.dump(), kMaxTokenId));
+    throw InputError(fmt::format("{} has id {}, outside [0, {})", what(), id.dump(), kMaxTokenId));
   return static_cast<std::int32_t>(id.get<std::int64_t>());
 }
 
@@ -37,7 +37,9 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
   const auto& vocab = spec.at("vocab");
   if (!vocab.is_object()) throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
   std::int32_t largest = -1;
-  const auto vocab_id = [&](const auto& it) { return token_id_from_json(it.value(), at + ": token " + excerpt(it.key())); };
+  const auto vocab_id = [&](const auto& it) {
+    return token_id_from_json(it.value(), [&] { return at + ": token " + excerpt(it.key()); });
+  };
   for (auto it = vocab.begin(); it != vocab.end(); ++it) largest = std::max(largest, vocab_id(it));
   tokens_.assign(static_cast<std::size_t>(largest + 1), std::string());
   vocab_.reserve(vocab.size());
@@ -90,8 +92,10 @@ const std::string* BpeModel::token_of(std::int32_t id) const {
   return &tokens_[static_cast<std::size_t>(id)];
 }
 
-std::int32_t BpeModel::id_of(std::string_view token) const {
-  const auto it = vocab_.find(std::string(token));
+std::int32_t BpeModel::id_of(std::string_view token) const { return id_of(std::string(token)); }
+
+std::int32_t BpeModel::id_of(const std::string& token) const {
+  const auto it = vocab_.find(token);
   return it == vocab_.end() ? -1 : it->second;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -18,10 +19,10 @@ namespace shardrl::text {
 
 // The most ids a tokenizer may name (2^24; the largest vocabularies have under 300K): ids index
 // tables here, so an id of 2^31 - 1 in a malformed file overflowed one (a crash) or asked for
-// gigabytes. `what` names the token in the InputError for an id that is not an integer in
-// [0, kMaxTokenId).
+// gigabytes. `what()` names the token in the InputError for an id that is not an integer in
+// [0, kMaxTokenId); it is called for that error only (a vocabulary has 150K tokens to check).
 inline constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
-std::int32_t token_id_from_json(const nlohmann::json& id, const std::string& what);
+std::int32_t token_id_from_json(const nlohmann::json& id, const std::function<std::string()>& what);
 
 class BpeModel {
  public:
@@ -34,6 +35,7 @@ class BpeModel {
   const std::string* token_of(std::int32_t id) const;
   // The id of a token of the vocabulary, or -1.
   std::int32_t id_of(std::string_view token) const;
+  std::int32_t id_of(const std::string& token) const;   // without a copy of the token
   std::int32_t size() const { return static_cast<std::int32_t>(tokens_.size()); }
 
  private:

@@ -80,7 +80,7 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
       const std::int32_t in_vocab = model_->id_of(content);
       AddedToken t{content,
                    in_vocab >= 0 ? in_vocab
-                                 : text::token_id_from_json(a.at("id"), origin + ": added token " + excerpt(content)),
+                                 : text::token_id_from_json(a.at("id"), [&] { return origin + ": added token " + excerpt(content); }),
                    a.value("special", false), a.value("normalized", false), a.value("lstrip", false),
                    a.value("rstrip", false), std::string()};
       if (a.value("single_word", false))
