@@ -10,15 +10,10 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/host_name.hpp"
 
 namespace shardrl {
 namespace {
-
-std::string host_name() {
-  char name[256] = {0};
-  if (::gethostname(name, sizeof name - 1) != 0) return "unknown host";
-  return name;
-}
 
 // What the holder wrote: "host pid", at most a short line (the file is ours, but may be damaged).
 std::string holder_of(int fd) {

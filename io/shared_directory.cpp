@@ -11,18 +11,13 @@
 
 #include <fmt/format.h>
 
+#include "core/host_name.hpp"
 #include "mpi/host_exchange.hpp"
 
 namespace shardrl {
 namespace {
 
 // One word (the token's first): a host whose name cannot be read is "unknown-host".
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "unknown-host";
-  return name;
-}
-
 std::string read_all(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::ostringstream text;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/host_name.hpp"
 
 namespace shardrl {
 namespace {
@@ -126,12 +127,6 @@ double wall_time_of(const MetricsRecord& fields) {
   for (const auto& [name, value] : fields)
     if (name == TensorBoardLog::kWallTime && std::isfinite(value)) return value;
   return now_seconds();
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "host";
-  return name;
 }
 
 }  // namespace

@@ -6,12 +6,11 @@
 #include <string>
 #include <system_error>
 
+#include "core/errno_message.hpp"
 #include "core/error.hpp"
 
 namespace shardrl {
 namespace {
-
-std::string errno_message(int err) { return std::generic_category().message(err); }
 
 // dup2 onto 0, 1 or 2 keeps FD_CLOEXEC when the source already is that number (a parent started
 // with closed stdio), which would close the child's stdio at exec: keep pipe ends above 2.

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/errno_message.hpp"
 #include "core/error.hpp"
 #include "core/running_time.hpp"
 #include "io/bounded_json.hpp"
@@ -58,8 +59,6 @@ constexpr auto kStderrWindow = std::chrono::seconds(60);
 constexpr std::size_t kStderrTailLines = 50;
 constexpr std::size_t kWriteChunkBytes = std::size_t{1} << 16;
 constexpr std::size_t kReadChunkBytes = std::size_t{1} << 16;
-
-std::string errno_message(int err) { return std::generic_category().message(err); }
 
 // The command for messages, as a shell would take it back: arguments quoted where they need it,
 // each cut to an escaped excerpt (an argument may be a whole prompt template).
