@@ -6,11 +6,10 @@
 #include <vector>
 
 #include "config/load.hpp"
+#include "config_test_builds.hpp"
 
 namespace shardrl {
 namespace {
-
-const BuildInfo kCpu{false};
 
 TEST(ConfigJobChecks, DebugRankWithinTheJob) {
   LoadedConfig l = load_config("[debug]\nfail_rank = 1\n", "f", {}, kCpu);

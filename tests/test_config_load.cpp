@@ -15,12 +15,11 @@
 #include "config/model_presets.hpp"
 #include "config/print.hpp"
 #include "config/schema.hpp"
+#include "config_test_builds.hpp"
 
 namespace shardrl {
 namespace {
 
-const BuildInfo kCpu{false};
-const BuildInfo kGpu{true};
 const BuildInfo kGpuCudnn{true, true};
 
 TEST(ConfigLoad, EmptyFileGivesDefaults) {

@@ -9,11 +9,10 @@
 #include "config/model_presets.hpp"
 #include "config/print.hpp"
 #include "config/schema.hpp"
+#include "config_test_builds.hpp"
 
 namespace shardrl {
 namespace {
-
-const BuildInfo kCpu{false};
 
 TEST(ConfigPrint, ResolvedTomlReadsBackIdentically) {
   LoadedConfig l = load_config("[run]\nname = \"a-b\"\nseed = 3\n[comm]\ntimeout_s = 1.5\n", "f",

@@ -5,11 +5,10 @@
 #include <vector>
 
 #include "config/load.hpp"
+#include "config_test_builds.hpp"
 
 namespace shardrl {
 namespace {
-
-const BuildInfo kCpu{false};
 
 // --set reads a number as the file does: TOML's integers (+5, 1_024, 0x10), and a value beyond
 // the type's range is named as such (1e-400 read as 0 turned a key off silently).
