@@ -78,9 +78,8 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
       // A token the model's vocabulary already has keeps the vocabulary's id, whatever the entry
       // says (Hugging Face's AddedVocabulary takes model.token_to_id first).
       const std::int32_t in_vocab = model_->id_of(content);
-      AddedToken t{content,
-                   in_vocab >= 0 ? in_vocab
-                                 : text::token_id_from_json(a.at("id"), [&] { return origin + ": added token " + excerpt(content); }),
+      const auto what = [&] { return origin + ": added token " + excerpt(content); };
+      AddedToken t{content, in_vocab >= 0 ? in_vocab : text::token_id_from_json(a.at("id"), what),
                    a.value("special", false), a.value("normalized", false), a.value("lstrip", false),
                    a.value("rstrip", false), std::string()};
       if (a.value("single_word", false))
