@@ -214,6 +214,19 @@ TEST(Cli, LoraOverAPretrainedBase) {
                                     "--merged --dtype fp32 --base moved_again");
   ASSERT_EQ(with_base.exit_code, 0) << with_base.err;
   EXPECT_EQ(slurp(dir / "merged2" / "model.safetensors"), slurp(dir / "merged" / "model.safetensors"));
+  // generate, the same: the checkpoint under its own config names --base, and samples with it.
+  const std::string sample = shardrl_binary() + " generate --checkpoint " + ckpt + " --prompt-ids \"256 97 98\" --n 1 "
+                                                "--max-new-tokens 8 --temperature 0 --set model.precision=fp32";
+  RunResult gen_gone = run_in(dir, sample);
+  EXPECT_EQ(gen_gone.exit_code, 2) << gen_gone.out;
+  EXPECT_NE(gen_gone.err.find("the run's base, model.init_from = 'moved', is not a directory here: pass --base DIR"),
+            std::string::npos)
+      << gen_gone.err;
+  RunResult gen_base = run_in(dir, sample + " --base moved_again");
+  ASSERT_EQ(gen_base.exit_code, 0) << gen_base.err;
+  RunResult gen_no_ckpt = run_in(dir, shardrl_binary() + " generate --config lora.toml --prompt-ids 256 --base moved_again");
+  EXPECT_EQ(gen_no_ckpt.exit_code, 2) << gen_no_ckpt.out;
+  EXPECT_NE(gen_no_ckpt.err.find("--base"), std::string::npos) << gen_no_ckpt.err;
   fs::rename(dir / "moved_again", dir / "moved");
   const shardrl::SafetensorsFile m(dir / "merged" / "model.safetensors"), b(dir / "base_fp32" / "model.safetensors"),
       adapters(dir / "peft" / "adapter_model.safetensors");
@@ -250,6 +263,7 @@ TEST(Cli, LoraOverAPretrainedBase) {
   ASSERT_EQ(adapted_run.exit_code, 0) << adapted_run.err;
   ASSERT_EQ(merged_run.exit_code, 0) << merged_run.err;
   EXPECT_EQ(adapted_run.out, merged_run.out);
+  EXPECT_EQ(gen_base.out, adapted_run.out) << "generate --base: the run's model over its base where it is now";
   RunResult base_run = run_in(dir, gen + "--config job.toml --set model.init_from=" + base);
   ASSERT_EQ(base_run.exit_code, 0) << base_run.err;
   EXPECT_NE(base_run.out, adapted_run.out) << "the adapters change what is drawn: otherwise the comparison is blind";

@@ -180,7 +180,13 @@ int run_cli(int argc, char** argv) {
 
   CLI::App* gen = app.add_subcommand("generate", "Print completions of a prompt, one per line");
   gen->add_option("--config", gen_args.config_path, "TOML configuration file (default: the checkpoint's)")->type_name("PATH");
-  gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
+  CLI::Option* gen_checkpoint =
+      gen->add_option("--checkpoint", gen_args.checkpoint, "Sample from this checkpoint's policy")->type_name("PATH");
+  gen->add_option("--base", gen_args.base,
+                  "With --checkpoint of a LoRA run: its base model directory where it is now (default: the run's "
+                  "model.init_from; the adapters' check compares its tensors' checksum with the run's record)")
+      ->type_name("DIR")
+      ->needs(gen_checkpoint);
   gen->add_option("--set", gen_args.overrides, "Override one key (repeatable; later ones win)")
       ->type_name("SECTION.KEY=VALUE");
   CLI::Option* text =

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -99,6 +100,20 @@ int run_generate(const GenerateArgs& args) {
   }
   if (!loaded.ok()) {
     report_config_errors(loaded, layout.world_rank);
+    return kExitUsage;
+  }
+  // A LoRA checkpoint's adapters go over its run's base, model.init_from, which may have moved
+  // since (a relative path was relative to where the run ran): --base names it where it is now,
+  // and the adapters' check below compares its tensors' checksum with the run's record.
+  if (!args.base.empty()) loaded.config.model.init_from = args.base;
+  if (const std::string& base = loaded.config.model.init_from;
+      checkpoint && loaded.config.lora.rank > 0 && !base.empty() && !std::filesystem::is_directory(base)) {
+    if (layout.world_rank == 0)
+      print_error(args.base.empty()
+                      ? fmt::format("{}: the run's base, model.init_from = '{}', is not a directory here: pass --base "
+                                    "DIR, the base where it is now",
+                                    args.checkpoint, base)
+                      : fmt::format("--base {}: not a directory", base));
     return kExitUsage;
   }
   const Config& cfg = loaded.config;

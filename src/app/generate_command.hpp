@@ -17,6 +17,7 @@ struct GenerateArgs {
   std::string config_path;              // the config; without it, the checkpoint's own
   std::string checkpoint;               // weights from this checkpoint (else a fresh model)
   std::vector<std::string> overrides;   // --set and the sampling flags, as section.key=value
+  std::string base;                     // a LoRA checkpoint's base where it is now (else its run's model.init_from)
   std::string prompt;      // text (may be empty: a byte-tokenizer model's prompt is then [BOS]), or
   bool prompt_given = false;
   std::string prompt_ids;  // token ids separated by spaces or commas, or
