@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "core/error.hpp"
+#include "text/tokenizer_json.hpp"
 #include "text/utf8.hpp"
 
 namespace shardrl::text {
@@ -13,6 +14,30 @@ namespace {
 
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b);
+}
+
+// model.vocab and model.merges from the DOM, where the reader left them there: the same lists
+// it streams, or the error for a value of another type.
+std::vector<VocabEntry> vocab_entries(const nlohmann::json& vocab, const std::string& at) {
+  if (!vocab.is_object()) throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
+  std::vector<VocabEntry> entries;
+  entries.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) entries.push_back({it.key(), it.value()});
+  return entries;
+}
+
+std::vector<BpeMerge> bpe_merges(const nlohmann::json& merges, const std::string& at) {
+  if (!merges.is_array())
+    throw InputError(fmt::format("{}: \"merges\" must be an array, got {}", at, merges.type_name()));
+  std::vector<BpeMerge> out;
+  out.reserve(merges.size());
+  for (const auto& m : merges) {
+    if (m.is_string()) out.push_back({BpeMerge::Form::text, m.get<std::string>(), {}});
+    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+      out.push_back({BpeMerge::Form::pair, m[0].get<std::string>(), m[1].get<std::string>()});
+    else out.push_back({});
+  }
+  return out;
 }
 
 }  // namespace
@@ -26,7 +51,7 @@ std::int32_t token_id_from_json(const nlohmann::json& id, const std::function<st
   return static_cast<std::int32_t>(id.get<std::int64_t>());
 }
 
-BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
+BpeModel::BpeModel(const nlohmann::json& spec, BpeTables tables, const std::string& origin) {
   const std::string at = origin + ": model";
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (spec.contains(key) && spec[key].is_string() && !spec[key].get<std::string>().empty())
@@ -34,47 +59,44 @@ BpeModel::BpeModel(const nlohmann::json& spec, const std::string& origin) {
   }
   if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"].get<double>() > 0)
     throw InputError(fmt::format("{}: BPE dropout is not supported (it makes encoding random)", at));
-  const auto& vocab = spec.at("vocab");
-  if (!vocab.is_object()) throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
+  if (!tables.vocab) tables.vocab = vocab_entries(spec.at("vocab"), at);
+  if (!tables.merges) tables.merges = bpe_merges(spec.at("merges"), at);
+
+  // A token listed twice keeps its last id, and an id listed for several tokens is the token of
+  // the greatest of them, as from json::parse's map of the vocabulary (which Hugging Face's
+  // tokenizers read into a hash map: the file's order was never the rule).
+  vocab_.reserve(tables.vocab->size());
+  for (VocabEntry& e : *tables.vocab) {
+    const std::int32_t id = token_id_from_json(e.id, [&] { return at + ": token " + excerpt(e.token); });
+    vocab_.insert_or_assign(std::move(e.token), id);
+  }
   std::int32_t largest = -1;
-  const auto vocab_id = [&](const auto& it) {
-    return token_id_from_json(it.value(), [&] { return at + ": token " + excerpt(it.key()); });
-  };
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) largest = std::max(largest, vocab_id(it));
+  for (const auto& [token, id] : vocab_) largest = std::max(largest, id);
   tokens_.assign(static_cast<std::size_t>(largest + 1), std::string());
-  vocab_.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const std::int32_t id = vocab_id(it);
-    vocab_.emplace(it.key(), id);
-    tokens_[static_cast<std::size_t>(id)] = it.key();
+  for (const auto& [token, id] : vocab_) {
+    std::string& slot = tokens_[static_cast<std::size_t>(id)];
+    if (slot.empty() || token > slot) slot = token;
   }
   // Merges are "a b" strings (older files) or ["a", "b"] pairs; their order is their rank.
-  const auto& merges = spec.at("merges");
-  if (!merges.is_array())
-    throw InputError(fmt::format("{}: \"merges\" must be an array, got {}", at, merges.type_name()));
-  merges_.reserve(merges.size());
+  merges_.reserve(tables.merges->size());
   std::int32_t rank = 0;
-  for (const auto& m : merges) {
-    std::string a, b;
-    if (m.is_array() && m.size() == 2) {
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
-    } else if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const auto space = s.find(' ', 1);
-      if (space == std::string::npos)
-        throw InputError(fmt::format("{}: merge {} is not two tokens", at, rank));
-      a = s.substr(0, space);
-      b = s.substr(space + 1);
-    } else {
+  std::string merged;
+  for (BpeMerge& m : *tables.merges) {
+    if (m.form == BpeMerge::Form::text) {
+      const auto space = m.first.find(' ', 1);
+      if (space == std::string::npos) throw InputError(fmt::format("{}: merge {} is not two tokens", at, rank));
+      m.second = m.first.substr(space + 1);
+      m.first.resize(space);
+    } else if (m.form != BpeMerge::Form::pair) {
       throw InputError(fmt::format("{}: merge {} is neither \"a b\" nor [\"a\", \"b\"]", at, rank));
     }
-    const std::int32_t ia = id_of(a), ib = id_of(b), merged = id_of(a + b);
-    if (ia < 0 || ib < 0 || merged < 0)
+    merged.assign(m.first).append(m.second);
+    const std::int32_t ia = id_of(m.first), ib = id_of(m.second), im = id_of(merged);
+    if (ia < 0 || ib < 0 || im < 0)
       throw InputError(fmt::format("{}: merge {} ({} + {}) names a token the vocabulary does not have", at, rank,
-                                   excerpt(a), excerpt(b)));
+                                   excerpt(m.first), excerpt(m.second)));
     // A pair listed twice takes its last rank, as Hugging Face's map of merges (collected in order) does.
-    merges_.insert_or_assign(pair_key(ia, ib), std::make_pair(rank, merged));
+    merges_.insert_or_assign(pair_key(ia, ib), std::make_pair(rank, im));
     ++rank;
   }
   ignore_merges_ = spec.value("ignore_merges", false);

@@ -24,9 +24,13 @@ namespace shardrl::text {
 inline constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;
 std::int32_t token_id_from_json(const nlohmann::json& id, const std::function<std::string()>& what);
 
+struct BpeTables;   // text/tokenizer_json.hpp
+
 class BpeModel {
  public:
-  BpeModel(const nlohmann::json& spec, const std::string& origin);
+  // `spec`: tokenizer.json's "model"; `tables`: its vocab and merges where the reader streamed
+  // them (read_tokenizer_json), else they are read from `spec`.
+  BpeModel(const nlohmann::json& spec, BpeTables tables, const std::string& origin);
 
   // Appends the ids of one pre-tokenized piece. Thread-safe.
   void encode(const std::string& piece, std::vector<std::int32_t>& ids) const;

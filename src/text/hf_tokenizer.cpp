@@ -13,6 +13,7 @@
 #include "text/normalizer.hpp"
 #include "text/pre_tokenizer.hpp"
 #include "text/token_decoder.hpp"
+#include "text/tokenizer_json.hpp"
 #include "text/utf8.hpp"
 
 namespace shardrl {
@@ -50,7 +51,8 @@ std::pair<char32_t, std::size_t> code_point_at(const std::string& text, std::siz
 
 HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
   const fs::path file = dir / "tokenizer.json";
-  const json spec = read_json(file, "tokenizer file");
+  text::TokenizerJson parsed = text::read_tokenizer_json(read_input_file(file, "tokenizer file"), file.string());
+  const json& spec = parsed.rest;
   files_.push_back(file);
   const std::string origin = file.string();
   // The part being read, for a value of the wrong type found inside it (nlohmann's message alone
@@ -67,7 +69,7 @@ HfTokenizer::HfTokenizer(const fs::path& dir) : dir_(dir) {
     const std::string type = model.value("type", "BPE");   // older files leave out the BPE type
     if (type != "BPE")
       throw InputError(fmt::format("{}: unsupported model type \"{}\" (supported: BPE)", origin, type));
-    model_ = std::make_unique<text::BpeModel>(model, origin);
+    model_ = std::make_unique<text::BpeModel>(model, std::move(parsed.tables), origin);
     part = "decoder";
     decoder_ = text::make_token_decoder(spec.value("decoder", json()), origin);
     vocab_size_ = model_->size();
