@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include "app/evaluate_command.hpp"
 #include "app/generate_command.hpp"
 #include "app/convert_command.hpp"
 #include "app/inspect_command.hpp"
@@ -208,6 +209,29 @@ int run_cli(int argc, char** argv) {
   gen->add_option("--top-p", top_p_flag, "Same as --set rollout.top_p=P")->type_name("FLOAT");
   gen->add_option("--max-new-tokens", max_new_flag, "Same as --set rollout.max_new_tokens=M")->type_name("INT");
 
+  EvaluateArgs eval_args;
+  CLI::App* evaluate = app.add_subcommand(
+      "evaluate", "Score the text task's held-out split once, as a training job's evaluation does, with a "
+                  "checkpoint's policy or the config's model: pass@1, pass@k, mean rewards");
+  evaluate->add_option("--config", eval_args.config_path, "TOML configuration file (default: the checkpoint's)")
+      ->type_name("PATH");
+  CLI::Option* eval_checkpoint =
+      evaluate->add_option("--checkpoint", eval_args.checkpoint, "Evaluate this checkpoint's policy (else the "
+                                                                 "config's model: model.init_from's weights)")
+          ->type_name("PATH");
+  evaluate->add_option("--set", eval_args.overrides, "Override one key (repeatable; later ones win)")
+      ->type_name("SECTION.KEY=VALUE");
+  evaluate->add_option("--base", eval_args.base,
+                       "With --checkpoint of a LoRA run: its base model directory where it is now (default: the "
+                       "run's model.init_from)")
+      ->type_name("DIR")
+      ->needs(eval_checkpoint);
+  evaluate->add_option("--dataset", eval_args.dataset,
+                       "The split to score, a JSONL file as rl.eval_dataset takes (default: the config's "
+                       "rl.eval_dataset)")
+      ->type_name("FILE.jsonl");
+  evaluate->add_option("--out", eval_args.out, "Also write the numbers to this JSON file")->type_name("FILE.json");
+
   TokenizeArgs tok_args;
   CLI::App* tok = app.add_subcommand("tokenize", "A model's tokenizer and chat template: ids of text, text of ids");
   tok->add_option("--tokenizer", tok_args.tokenizer, "Directory with tokenizer.json (and tokenizer_config.json)")
@@ -308,6 +332,7 @@ int run_cli(int argc, char** argv) {
       return run_tokenize(tok_args);
     }
     if (convert->parsed()) return run_convert(convert_args);
+    if (evaluate->parsed()) return run_evaluate(eval_args);
     if (gen->parsed()) {
       // The sampling flags are overrides like any other: one validation, one set of messages.
       for (auto [flag, key] : {std::pair{&seed_flag, "run.seed"}, std::pair{&temperature_flag, "rollout.temperature"},

@@ -5,10 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "app/checkpoint_run.hpp"
 #include "app/cli.hpp"
 #include "app/job_config.hpp"
 #include "app/printable_line.hpp"
@@ -18,7 +18,6 @@
 #include "config/model_presets.hpp"
 #include "core/log.hpp"
 #include "io/sharded_file.hpp"
-#include "job/checkpoint_format.hpp"
 #include "job/job_checkpoint.hpp"
 #include "job/options.hpp"
 #include "job/policy.hpp"
@@ -73,78 +72,24 @@ int run_generate(const GenerateArgs& args) {
     if (layout.world_rank == 0) std::cerr << "shardrl: generate needs --config or --checkpoint (or both)\n";
     return kExitUsage;
   }
-  std::unique_ptr<ShardedFileReader> checkpoint;
-  LoadedConfig loaded;
+  // Checked as a sampling job, not a training one: generate decodes the whole model on each rank
+  // (a run trained with rollout.tensor_parallel = 2 samples on one process), and --temperature 0
+  // looks greedily at a policy whose config samples with top_k or top_p.
+  CheckpointRun run;
   try {
-    if (!args.checkpoint.empty()) checkpoint = open_checkpoint(args.checkpoint, mpi.world());
-    if (!args.config_path.empty()) {
-      TrainArgs job;
-      job.config_path = args.config_path;
-      job.overrides = args.overrides;
-      // Checked as a sampling job, not a training one: generate decodes the whole model on each
-      // rank (a run trained with rollout.tensor_parallel = 2 samples on one process), and
-      // --temperature 0 looks greedily at a policy whose config samples with top_k or top_p.
-      loaded = read_job_config(mpi.world(), job, layout.world_size, this_build(), /*trains=*/false);
-    } else {
-      // A checkpoint's config, which its run took: this build's rules, not the refusal of
-      // settings without effect added since (an older run's would be refused).
-      BuildInfo build = this_build();
-      build.saved_run = true;
-      loaded = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig),
-                                args.checkpoint + ":" + checkpoint_format::kConfig, args.overrides, layout.world_size,
-                                build, /*trains=*/false);
-    }
+    run = open_checkpoint_run(mpi.world(), layout.world_size,
+                              {"generate", args.config_path, args.checkpoint, args.overrides, args.base, false});
   } catch (const InputError& e) {
     if (layout.world_rank == 0) print_error(e.what());
     return kExitUsage;
   }
-  if (!loaded.ok()) {
-    report_config_errors(loaded, layout.world_rank);
+  if (!run.loaded.ok()) {
+    report_config_errors(run.loaded, layout.world_rank);
     return kExitUsage;
   }
-  // A LoRA checkpoint's adapters go over its run's base, model.init_from, which may have moved
-  // since (a relative path was relative to where the run ran): --base names it where it is now,
-  // and the adapters' check below compares its tensors' checksum with the run's record.
-  if (!args.base.empty()) loaded.config.model.init_from = args.base;
-  if (const std::string& base = loaded.config.model.init_from;
-      checkpoint && loaded.config.lora.rank > 0 && !base.empty() && !std::filesystem::is_directory(base)) {
-    if (layout.world_rank == 0)
-      print_error(args.base.empty()
-                      ? fmt::format("{}: the run's base, model.init_from = '{}', is not a directory here: pass --base "
-                                    "DIR, the base where it is now",
-                                    args.checkpoint, base)
-                      : fmt::format("--base {}: not a directory", base));
-    return kExitUsage;
-  }
-  const Config& cfg = loaded.config;
-  // A checkpoint is sampled as its run's model: a --config or --set describing another (a shape,
-  // the adapters' rank, alpha or targets) is refused; it read the checkpoint's tensors into that
-  // model silently (the adapters of dropped targets left out, another scale, fewer layers). A
-  // LoRA run's random base (no model.init_from) is drawn again from its run's seed; --seed seeds
-  // the draws only (it drew another base, which the adapters' check then refused).
-  std::int64_t base_seed = cfg.run.seed;
-  if (checkpoint) {
-    BuildInfo build = this_build();
-    build.saved_run = true;
-    try {
-      const std::string where = args.checkpoint + ":" + checkpoint_format::kConfig;
-      const LoadedConfig saved = parse_job_config(checkpoint->read_string(checkpoint_format::kConfig), where, {},
-                                                  layout.world_size, build, /*trains=*/false);
-      if (saved.ok()) {
-        const ModelShape theirs = job_model_shape(saved.config), ours = job_model_shape(cfg);
-        std::string d = shape_difference(theirs, ours, "in the checkpoint's run", "here");
-        if (d.empty()) d = lora_difference(theirs.lora, ours.lora, "in the checkpoint's run", "here");
-        if (!d.empty())
-          throw InputError(fmt::format("{}: the checkpoint's model is not this job's: {}; generate samples the "
-                                       "model its run trained (leave its [model] and [lora] keys as that run set them)",
-                                       args.checkpoint, d));
-        base_seed = saved.config.run.seed;
-      }
-    } catch (const InputError& e) {
-      if (layout.world_rank == 0) print_error(e.what());
-      return kExitUsage;
-    }
-  }
+  std::unique_ptr<ShardedFileReader>& checkpoint = run.checkpoint;
+  const Config& cfg = run.loaded.config;
+  const std::int64_t base_seed = run.base_seed;
   DeviceBinding device;
   try {
     device = bind_device(layout);

@@ -2,12 +2,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
@@ -39,30 +34,6 @@ void write_trace_file(MPI_Comm comm, const std::string& host, const std::filesys
     write_text_atomically(path, nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump());
     spdlog::info("trace of {} ranks in {} (open it in https://ui.perfetto.dev)", parts.size(), path.string());
   });
-}
-
-std::string trace_path_problem(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  std::error_code ec;
-  if (!path.has_filename() || std::filesystem::is_directory(path, ec))
-    return fmt::format("--trace {}: names a directory, not a file", name);
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return fmt::format("--trace {}: cannot create directory '{}': {}", name, dir.string(), ec.message());
-  // The writer's own temporary, created and removed: the directory takes new files.
-  const std::string probe = name + ".partial";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fmt::format("--trace {}: cannot create '{}': {}", name, probe, std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
-  // An existing file is replaced by a rename, which a sticky directory (/tmp) allows only the
-  // file's owner, the directory's, or root.
-  struct stat file {}, parent {};
-  const uid_t me = ::geteuid();
-  if (::stat(name.c_str(), &file) == 0 && ::stat(dir.c_str(), &parent) == 0 && (parent.st_mode & S_ISVTX) != 0 &&
-      me != 0 && file.st_uid != me && parent.st_uid != me)
-    return fmt::format("--trace {}: another user's file in a sticky directory, which this job cannot replace", name);
-  return "";
 }
 
 }  // namespace shardrl

@@ -13,10 +13,4 @@ namespace shardrl {
 // Rank 0 writes the file; a failure there stops every rank alike (an InputError with its cause).
 void write_trace_file(MPI_Comm comm, const std::string& host, const std::filesystem::path& path);
 
-// Whether `path` can take the trace, checked at the job's start (rank 0) so that a bad --trace
-// stops the job before it trains rather than at its end: "" or the problem, naming the path. Its
-// directory is created; a probe file beside it (`path`.partial, the writer's own temporary) is
-// created and removed; an existing file must be one the job may replace.
-std::string trace_path_problem(const std::filesystem::path& path);
-
 }  // namespace shardrl

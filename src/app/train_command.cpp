@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "app/collective_smoke.hpp"
+#include "app/output_file.hpp"
 #include "app/job_config.hpp"
 #include "app/progress.hpp"
 #include "app/resume_choice.hpp"
@@ -175,7 +176,7 @@ int run_train(const TrainArgs& args) {
     }
   }
   if (!args.trace.empty()) {   // written at the end: a path that cannot take it stops the job now
-    std::string problem = rank == 0 ? trace_path_problem(args.trace) : std::string();
+    std::string problem = rank == 0 ? output_file_problem(args.trace, "--trace") : std::string();
     broadcast_string(mpi.world(), problem, 0);
     if (!problem.empty()) {
       if (rank == 0) print_error(problem);
