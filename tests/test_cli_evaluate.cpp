@@ -96,9 +96,14 @@ TEST(Cli, EvaluateScoresACheckpointAsItsRunsEvaluationDid) {
   EXPECT_EQ(to_dir.exit_code, 2) << to_dir.out << to_dir.err;
   EXPECT_NE(to_dir.err.find("--out out: names a directory, not a file"), std::string::npos) << to_dir.err;
   EXPECT_EQ(to_dir.out.find("eval "), std::string::npos) << "refused before evaluating";
+  // --base: a LoRA checkpoint's, so with --checkpoint, and not for a run that trained the whole model.
   RunResult base = run_in(dir, shardrl_binary() + " evaluate --config job.toml --base elsewhere");
   EXPECT_NE(base.exit_code, 0);
   EXPECT_NE(base.err.find("--checkpoint"), std::string::npos) << base.err;
+  RunResult whole = run_in(dir, mpirun(1) + " evaluate --checkpoint " + ckpt + " --base data");
+  EXPECT_EQ(whole.exit_code, 2) << whole.out << whole.err;
+  EXPECT_NE(whole.err.find("--base data: " + ckpt + " is not a LoRA run's (lora.rank = 0)"), std::string::npos)
+      << whole.err;
 }
 
 }  // namespace

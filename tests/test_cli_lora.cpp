@@ -224,7 +224,8 @@ TEST(Cli, LoraOverAPretrainedBase) {
       << gen_gone.err;
   RunResult gen_base = run_in(dir, sample + " --base moved_again");
   ASSERT_EQ(gen_base.exit_code, 0) << gen_base.err;
-  RunResult gen_no_ckpt = run_in(dir, shardrl_binary() + " generate --config lora.toml --prompt-ids 256 --base moved_again");
+  RunResult gen_no_ckpt =
+      run_in(dir, shardrl_binary() + " generate --config lora.toml --prompt-ids 256 --base moved_again");
   EXPECT_EQ(gen_no_ckpt.exit_code, 2) << gen_no_ckpt.out;
   EXPECT_NE(gen_no_ckpt.err.find("--base"), std::string::npos) << gen_no_ckpt.err;
   fs::rename(dir / "moved_again", dir / "moved");

@@ -78,6 +78,15 @@ TEST(TokenizerJson, KeysGivenTwiceAndTablesOfOtherTypesAreAsJsonParseHasThem) {
     EXPECT_FALSE(got.tables.vocab.has_value()) << text;
     EXPECT_FALSE(got.tables.merges.has_value()) << text;
   }
+  // A DOM value first, then a streamed one for the same key: the streamed one is kept, and the
+  // DOM has neither.
+  const std::string dom_then_streamed = R"({"model": {"vocab": 3, "merges": 4, "vocab": {"a": 0}, "merges": ["a a"]}})";
+  const text::TokenizerJson replaced = read_tokenizer_json(dom_then_streamed, "t.json");
+  EXPECT_EQ(replaced.rest, without_tables(dom_then_streamed));
+  ASSERT_TRUE(replaced.tables.vocab.has_value());
+  EXPECT_EQ(replaced.tables.vocab->size(), 1u);
+  ASSERT_TRUE(replaced.tables.merges.has_value());
+  EXPECT_EQ(replaced.tables.merges->size(), 1u);
   // The last "vocab" of a model, and the last "model" of the file.
   const std::string twice = R"({"model": {"vocab": {"x": 9}, "merges": ["x y"]}, "k": 1, "k": 2,
                                 "model": {"vocab": {"a": 0, "a": 1}, "type": "BPE", "vocab": {"b": 2}}})";
@@ -124,19 +133,31 @@ TEST(TokenizerJson, ParseErrorsAreJsonParsesNamedWithTheFile) {
 }
 
 TEST(TokenizerJson, ATokenGivenTwiceKeepsItsLastIdAndAnIdOfSeveralTokensIsTheGreatests) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("shardrl_tokenizer_json_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("shardrl_tokenizer_json_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
   std::filesystem::create_directories(dir);
-  // "c" listed with 5, then 1; ids 0 and 1 each given to two tokens.
-  std::ofstream(dir / "tokenizer.json") << R"({"normalizer": null, "pre_tokenizer": null, "decoder": null,
-    "added_tokens": [], "post_processor": null,
-    "model": {"type": "BPE", "vocab": {"c": 5, "b": 0, "a": 0, "d": 1, "c": 1, "e": 2}, "merges": []}})";
+  // "c" listed with 5, then 1; "b" first with a bad id, then 0; ids 0 and 1 each given to two tokens.
+  const auto with_vocab = [&](const std::string& vocab) {
+    std::ofstream(dir / "tokenizer.json") << R"({"normalizer": null, "pre_tokenizer": null, "decoder": null,
+      "added_tokens": [], "post_processor": null, "model": {"type": "BPE", "merges": [], "vocab": )" + vocab + "}}";
+  };
+  with_vocab(R"({"c": 5, "b": "x", "b": 0, "a": 0, "d": 1, "c": 1, "e": 2})");
   const HfTokenizer t(dir);
   EXPECT_EQ(t.token_id("c"), 1);
+  EXPECT_EQ(t.token_id("b"), 0);
   EXPECT_EQ(t.token_id("a"), 0);
   EXPECT_EQ(t.decode({0}), "b");
   EXPECT_EQ(t.decode({1}), "d");
   EXPECT_EQ(t.vocab_size(), 3) << "the id 5 of the first \"c\" is gone";
+  // Of several bad ids, the smallest token's is named (json::parse's map order), whatever the file's.
+  with_vocab(R"({"z": -1, "m": "7", "q": 2.5, "a": 0})");
+  try {
+    const HfTokenizer bad(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("token m has id \"7\", not an integer"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

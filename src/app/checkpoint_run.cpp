@@ -9,13 +9,21 @@
 #include "config/model_presets.hpp"
 #include "core/error.hpp"
 #include "job/checkpoint_format.hpp"
+#include "mpi/host_exchange.hpp"
 #include "model/model_shape.hpp"
 
 namespace shardrl {
 
 CheckpointRun open_checkpoint_run(MPI_Comm world, int world_size, const CheckpointRunArgs& args) {
+  SHARDRL_CHECK(!args.config_path.empty() || !args.checkpoint.empty(), "a config or a checkpoint to read it from");
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
   CheckpointRun run;
   if (!args.checkpoint.empty()) run.checkpoint = open_checkpoint(args.checkpoint, world);
+  // --base is model.init_from, given last: the shape of a "custom" model is read from its
+  // config.json as the config is loaded, where the run's path may name nothing now.
+  std::vector<std::string> overrides = args.overrides;
+  if (!args.base.empty()) overrides.push_back("model.init_from=" + args.base);
   // A checkpoint's config, which its run took: this build's rules, not the refusal of settings
   // without effect added since (an older run's would be refused).
   BuildInfo saved_build = this_build();
@@ -24,30 +32,40 @@ CheckpointRun open_checkpoint_run(MPI_Comm world, int world_size, const Checkpoi
   if (!args.config_path.empty()) {
     TrainArgs job;
     job.config_path = args.config_path;
-    job.overrides = args.overrides;
+    job.overrides = overrides;
     run.loaded = read_job_config(world, job, world_size, this_build(), args.trains);
   } else {
-    run.loaded = parse_job_config(run.checkpoint->read_string(checkpoint_format::kConfig), saved_where,
-                                  args.overrides, world_size, saved_build, args.trains);
+    run.loaded = parse_job_config(run.checkpoint->read_string(checkpoint_format::kConfig), saved_where, overrides,
+                                  world_size, saved_build, args.trains);
   }
   if (!run.loaded.ok()) return run;
-  Config& cfg = run.loaded.config;
+  const Config& cfg = run.loaded.config;
+  // Only a LoRA run's checkpoint lacks its base: a whole model's weights are all in it, and a
+  // --base would only have brought another model's tokenizer.
+  if (!args.base.empty() && cfg.lora.rank <= 0)
+    throw InputError(fmt::format("--base {}: {} is not a LoRA run's (lora.rank = 0): its weights are all in the "
+                                 "checkpoint, with no base to name",
+                                 args.base, args.checkpoint));
   // A LoRA checkpoint's adapters go over its run's base, model.init_from, which may have moved
   // since (a relative path was relative to where the run ran): --base names it where it is now,
-  // and the adapters' check compares its tensors' checksum with the run's record.
-  if (!args.base.empty()) cfg.model.init_from = args.base;
+  // and the adapters' check compares its tensors' checksum with the run's record. Rank 0 looks,
+  // so that every rank stops alike whatever its node sees.
+  std::string problem;
   if (const std::string& base = cfg.model.init_from;
-      run.checkpoint && cfg.lora.rank > 0 && !base.empty() && !std::filesystem::is_directory(base))
-    throw InputError(args.base.empty()
-                         ? fmt::format("{}: the run's base, model.init_from = '{}', is not a directory here: pass "
-                                       "--base DIR, the base where it is now",
-                                       args.checkpoint, base)
-                         : fmt::format("--base {}: not a directory", base));
+      rank == 0 && run.checkpoint && cfg.lora.rank > 0 && !base.empty() && !std::filesystem::is_directory(base))
+    problem = args.base.empty() ? fmt::format("{}: the run's base, model.init_from = '{}', is not a directory here: "
+                                              "pass --base DIR, the base where it is now",
+                                              args.checkpoint, base)
+                                : fmt::format("--base {}: not a directory", base);
+  broadcast_string(world, problem, 0);
+  if (!problem.empty()) throw InputError(problem);
   run.base_seed = cfg.run.seed;
   if (!run.checkpoint) return run;
   // A checkpoint is used as its run's model: a --config or --set describing another is refused.
-  const LoadedConfig saved = parse_job_config(run.checkpoint->read_string(checkpoint_format::kConfig), saved_where, {},
-                                              world_size, saved_build, /*trains=*/false);
+  const std::vector<std::string> moved_base =
+      args.base.empty() ? std::vector<std::string>{} : std::vector<std::string>{"model.init_from=" + args.base};
+  const LoadedConfig saved = parse_job_config(run.checkpoint->read_string(checkpoint_format::kConfig), saved_where,
+                                              moved_base, world_size, saved_build, /*trains=*/false);
   if (saved.ok()) {
     const ModelShape theirs = job_model_shape(saved.config), ours = job_model_shape(cfg);
     std::string d = shape_difference(theirs, ours, "in the checkpoint's run", "here");

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/kokkos.hpp"
 #include "core/log.hpp"
+#include "core/progress_meter.hpp"
 #include "core/watchdog.hpp"
 #include "io/text_file.hpp"
 #include "job/job_checkpoint.hpp"
@@ -97,9 +98,20 @@ int run_evaluate(const EvaluateArgs& args) {
       derived.comm_backend == CommBackend::nccl ? CommBackendKind::nccl : CommBackendKind::mpi, mpi.world(),
       cfg.comm.timeout_s);
   run.checkpoint.reset();   // the policy's reader opens the file again, collectively
+  // A blocked rank ends the command, as it ends a job: the weights' load is bounded tensor by
+  // tensor (checkpoint.timeout_s, else comm.timeout_s), the evaluation decode step by decode step
+  // and scored batch by scored batch (comm.timeout_s).
+  Watchdog watchdog;
+  ProgressMeter::on_advance([&watchdog] { watchdog.progress(); });
+  struct ProgressHookRemoval {
+    ~ProgressHookRemoval() { ProgressMeter::on_advance({}); }
+  } remove_progress_hook;
   std::unique_ptr<Policy> built;
   try {
     built = std::make_unique<Policy>(cfg, *comm, PolicyUse{true, false, {}});
+    const bool own = cfg.checkpoint.timeout_s > 0;
+    watchdog.arm(own ? cfg.checkpoint.timeout_s : cfg.comm.timeout_s, "loading the weights", {},
+                 own ? "checkpoint.timeout_s" : "comm.timeout_s");
     // A LoRA checkpoint's base is model.init_from's, loaded first.
     if (!cfg.model.init_from.empty() && (args.checkpoint.empty() || built->base_from_init_from()))
       built->load_init_from(mpi.world(), /*adapters=*/args.checkpoint.empty());
@@ -109,9 +121,12 @@ int run_evaluate(const EvaluateArgs& args) {
     return kExitUsage;
   }
   GrpoLoop& loop = built->loop();
-  // Each decode step and scored batch is progress: comm.timeout_s bounds a step, not the whole.
-  Watchdog watchdog;
-  loop.progress_with([&watchdog] { watchdog.progress(); });
+  // The loop asks its abandon check before every decode step and while scoring waits: here only
+  // as a sign of progress (a signal ends the command, which keeps nothing).
+  loop.abandon_rollouts_when([&watchdog] {
+    watchdog.progress();
+    return false;
+  });
   watchdog.arm(cfg.comm.timeout_s, "evaluation");
   const EvalStats e = loop.evaluate();
   watchdog.disarm();

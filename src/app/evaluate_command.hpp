@@ -3,7 +3,9 @@
 // reward and draws, a function of the seed and the prompt alone, at any world size), of a
 // checkpoint's policy (--checkpoint, with its run's config unless --config is given) or of the
 // config's model (model.init_from's weights: a base before any training). Rank 0 prints the
-// evaluation's line and, with --out, writes its numbers as a JSON object.
+// evaluation's line and, with --out, writes its numbers as a JSON object. The config is checked
+// and the policy built as a training job's (the loop that evaluates is the one that trains), so
+// its rl.dataset must be readable here too, and its world size one the job could train on.
 #pragma once
 
 #include <string>

@@ -34,5 +34,4 @@ std::string output_file_problem(const std::filesystem::path& path, const std::st
   return "";
 }
 
-
 }  // namespace shardrl

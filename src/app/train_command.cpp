@@ -17,8 +17,8 @@
 #include <utility>
 
 #include "app/collective_smoke.hpp"
-#include "app/output_file.hpp"
 #include "app/job_config.hpp"
+#include "app/output_file.hpp"
 #include "app/progress.hpp"
 #include "app/resume_choice.hpp"
 #include "app/trace_file.hpp"

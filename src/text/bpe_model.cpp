@@ -19,7 +19,8 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
 // model.vocab and model.merges from the DOM, where the reader left them there: the same lists
 // it streams, or the error for a value of another type.
 std::vector<VocabEntry> vocab_entries(const nlohmann::json& vocab, const std::string& at) {
-  if (!vocab.is_object()) throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
+  if (!vocab.is_object())
+    throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
   std::vector<VocabEntry> entries;
   entries.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) entries.push_back({it.key(), it.value()});
@@ -62,14 +63,25 @@ BpeModel::BpeModel(const nlohmann::json& spec, BpeTables tables, const std::stri
   if (!tables.vocab) tables.vocab = vocab_entries(spec.at("vocab"), at);
   if (!tables.merges) tables.merges = bpe_merges(spec.at("merges"), at);
 
-  // A token listed twice keeps its last id, and an id listed for several tokens is the token of
-  // the greatest of them, as from json::parse's map of the vocabulary (which Hugging Face's
-  // tokenizers read into a hash map: the file's order was never the rule).
+  // As from json::parse's map of the vocabulary (which Hugging Face's tokenizers read into a hash
+  // map: the file's order was never the rule): a token listed twice keeps its last id (an earlier
+  // one is not even checked), an id listed for several tokens is the greatest token's, and of
+  // several bad ids the smallest token's is named.
   vocab_.reserve(tables.vocab->size());
-  for (VocabEntry& e : *tables.vocab) {
-    const std::int32_t id = token_id_from_json(e.id, [&] { return at + ": token " + excerpt(e.token); });
-    vocab_.insert_or_assign(std::move(e.token), id);
+  std::string bad_token;
+  const nlohmann::json* bad_id = nullptr;
+  const auto named = [&at](const std::string& token) { return [&] { return at + ": token " + excerpt(token); }; };
+  for (auto e = tables.vocab->rbegin(); e != tables.vocab->rend(); ++e) {
+    if (vocab_.count(e->token) != 0) continue;   // a later entry of the token took its place
+    std::int32_t id = -1;
+    try {
+      id = token_id_from_json(e->id, named(e->token));
+    } catch (const InputError&) {
+      if (bad_id == nullptr || e->token < bad_token) bad_token = e->token, bad_id = &e->id;
+    }
+    vocab_.emplace(std::move(e->token), id);
   }
+  if (bad_id != nullptr) token_id_from_json(*bad_id, named(bad_token));   // throws, naming it
   std::int32_t largest = -1;
   for (const auto& [token, id] : vocab_) largest = std::max(largest, id);
   tokens_.assign(static_cast<std::size_t>(largest + 1), std::string());

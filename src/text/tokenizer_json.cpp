@@ -126,12 +126,15 @@ class Reader final : public nlohmann::json_sax<json> {
       case Frame::dom: {
         // model.vocab (an object) and model.merges (an array) are streamed; any other type
         // stays in the DOM, where the model names it.
+        // (A value the DOM took for the key before, given twice, goes: the last is kept.)
         if (top.model && object && top.key == "vocab") {
+          top.node->erase(top.key);
           out_.tables.vocab.emplace();
           stack_.emplace_back(Frame::vocab);
           return true;
         }
         if (top.model && !object && top.key == "merges") {
+          top.node->erase(top.key);
           out_.tables.merges.emplace();
           stack_.emplace_back(Frame::merges);
           return true;
