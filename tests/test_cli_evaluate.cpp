@@ -96,6 +96,12 @@ TEST(Cli, EvaluateScoresACheckpointAsItsRunsEvaluationDid) {
   EXPECT_EQ(to_dir.exit_code, 2) << to_dir.out << to_dir.err;
   EXPECT_NE(to_dir.err.find("--out out: names a directory, not a file"), std::string::npos) << to_dir.err;
   EXPECT_EQ(to_dir.out.find("eval "), std::string::npos) << "refused before evaluating";
+  // A reward command that fails while scoring the evaluation: named, exit 2, every rank stopped.
+  const std::string exits_early = std::string(SHARDRL_SOURCE_DIR) + "/tests/reward_commands/exits_early.sh";
+  RunResult failing = run_in(dir, mpirun(2) + " evaluate --checkpoint " + ckpt +
+                                      " --set 'rl.reward_command=[\"/bin/sh\", \"" + exits_early + "\"]'");
+  EXPECT_EQ(failing.exit_code, 2) << failing.out << failing.err;
+  EXPECT_NE(failing.err.find("exited with status 0 before replying"), std::string::npos) << failing.err;
   // --base: a LoRA checkpoint's, so with --checkpoint, and not for a run that trained the whole model.
   RunResult base = run_in(dir, shardrl_binary() + " evaluate --config job.toml --base elsewhere");
   EXPECT_NE(base.exit_code, 0);

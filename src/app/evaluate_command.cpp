@@ -128,7 +128,14 @@ int run_evaluate(const EvaluateArgs& args) {
     return false;
   });
   watchdog.arm(cfg.comm.timeout_s, "evaluation");
-  const EvalStats e = loop.evaluate();
+  EvalStats e;
+  try {
+    e = loop.evaluate();
+  } catch (const InputError& err) {   // a reward command's failure or bad reply, agreed by every rank
+    watchdog.disarm();
+    if (rank == 0) print_error(err.what());
+    return kExitUsage;
+  }
   watchdog.disarm();
   if (rank == 0) {
     std::cout << eval_line(e) << "\n";
