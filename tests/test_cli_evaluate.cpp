@@ -75,7 +75,8 @@ TEST(Cli, EvaluateScoresACheckpointAsItsRunsEvaluationDid) {
   EXPECT_TRUE(fresh_json["checkpoint"].is_null());
 
   // Another split: --dataset, in a config that names none and has no interval.
-  write(dir / "plain.toml", slurp(dir / "job.toml").replace(slurp(dir / "job.toml").find("eval_dataset"), 0, "# "));
+  std::string plain = slurp(dir / "job.toml");
+  write(dir / "plain.toml", plain.insert(plain.find("eval_dataset"), "# "));
   RunResult other = run_in(dir, mpirun(1) + " evaluate --config plain.toml --checkpoint " + ckpt +
                                     " --set rl.eval_interval=0 --dataset data/train.jsonl");
   ASSERT_EQ(other.exit_code, 0) << other.out << other.err;

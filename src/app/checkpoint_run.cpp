@@ -16,14 +16,14 @@ namespace shardrl {
 
 CheckpointRun open_checkpoint_run(MPI_Comm world, int world_size, const CheckpointRunArgs& args) {
   SHARDRL_CHECK(!args.config_path.empty() || !args.checkpoint.empty(), "a config or a checkpoint to read it from");
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
   CheckpointRun run;
   if (!args.checkpoint.empty()) run.checkpoint = open_checkpoint(args.checkpoint, world);
   // --base is model.init_from, given last: the shape of a "custom" model is read from its
   // config.json as the config is loaded, where the run's path may name nothing now.
+  const std::vector<std::string> moved_base =
+      args.base.empty() ? std::vector<std::string>{} : std::vector<std::string>{"model.init_from=" + args.base};
   std::vector<std::string> overrides = args.overrides;
-  if (!args.base.empty()) overrides.push_back("model.init_from=" + args.base);
+  overrides.insert(overrides.end(), moved_base.begin(), moved_base.end());
   // A checkpoint's config, which its run took: this build's rules, not the refusal of settings
   // without effect added since (an older run's would be refused).
   BuildInfo saved_build = this_build();
@@ -50,20 +50,17 @@ CheckpointRun open_checkpoint_run(MPI_Comm world, int world_size, const Checkpoi
   // since (a relative path was relative to where the run ran): --base names it where it is now,
   // and the adapters' check compares its tensors' checksum with the run's record. Rank 0 looks,
   // so that every rank stops alike whatever its node sees.
-  std::string problem;
-  if (const std::string& base = cfg.model.init_from;
-      rank == 0 && run.checkpoint && cfg.lora.rank > 0 && !base.empty() && !std::filesystem::is_directory(base))
-    problem = args.base.empty() ? fmt::format("{}: the run's base, model.init_from = '{}', is not a directory here: "
-                                              "pass --base DIR, the base where it is now",
-                                              args.checkpoint, base)
-                                : fmt::format("--base {}: not a directory", base);
-  broadcast_string(world, problem, 0);
-  if (!problem.empty()) throw InputError(problem);
+  if (const std::string& base = cfg.model.init_from; run.checkpoint && cfg.lora.rank > 0 && !base.empty())
+    run_on_root(world, 0, [&] {
+      if (std::filesystem::is_directory(base)) return;
+      throw InputError(args.base.empty() ? fmt::format("{}: the run's base, model.init_from = '{}', is not a directory "
+                                                       "here: pass --base DIR, the base where it is now",
+                                                       args.checkpoint, base)
+                                         : fmt::format("--base {}: not a directory", base));
+    });
   run.base_seed = cfg.run.seed;
   if (!run.checkpoint) return run;
   // A checkpoint is used as its run's model: a --config or --set describing another is refused.
-  const std::vector<std::string> moved_base =
-      args.base.empty() ? std::vector<std::string>{} : std::vector<std::string>{"model.init_from=" + args.base};
   const LoadedConfig saved = parse_job_config(run.checkpoint->read_string(checkpoint_format::kConfig), saved_where,
                                               moved_base, world_size, saved_build, /*trains=*/false);
   if (saved.ok()) {

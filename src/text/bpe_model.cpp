@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "text/tokenizer_json.hpp"
@@ -14,31 +15,6 @@ namespace {
 
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b);
-}
-
-// model.vocab and model.merges from the DOM, where the reader left them there: the same lists
-// it streams, or the error for a value of another type.
-std::vector<VocabEntry> vocab_entries(const nlohmann::json& vocab, const std::string& at) {
-  if (!vocab.is_object())
-    throw InputError(fmt::format("{}: \"vocab\" must be an object, got {}", at, vocab.type_name()));
-  std::vector<VocabEntry> entries;
-  entries.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) entries.push_back({it.key(), it.value()});
-  return entries;
-}
-
-std::vector<BpeMerge> bpe_merges(const nlohmann::json& merges, const std::string& at) {
-  if (!merges.is_array())
-    throw InputError(fmt::format("{}: \"merges\" must be an array, got {}", at, merges.type_name()));
-  std::vector<BpeMerge> out;
-  out.reserve(merges.size());
-  for (const auto& m : merges) {
-    if (m.is_string()) out.push_back({BpeMerge::Form::text, m.get<std::string>(), {}});
-    else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-      out.push_back({BpeMerge::Form::pair, m[0].get<std::string>(), m[1].get<std::string>()});
-    else out.push_back({});
-  }
-  return out;
 }
 
 }  // namespace
@@ -60,8 +36,12 @@ BpeModel::BpeModel(const nlohmann::json& spec, BpeTables tables, const std::stri
   }
   if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"].get<double>() > 0)
     throw InputError(fmt::format("{}: BPE dropout is not supported (it makes encoding random)", at));
-  if (!tables.vocab) tables.vocab = vocab_entries(spec.at("vocab"), at);
-  if (!tables.merges) tables.merges = bpe_merges(spec.at("merges"), at);
+  // The reader streams a vocab object and a merges array: what it left in `spec` is absent (the
+  // key's error) or of another type.
+  for (const auto& [key, streamed, wanted] : {std::tuple{"vocab", tables.vocab.has_value(), "an object"},
+                                              std::tuple{"merges", tables.merges.has_value(), "an array"}})
+    if (!streamed)
+      throw InputError(fmt::format("{}: \"{}\" must be {}, got {}", at, key, wanted, spec.at(key).type_name()));
 
   // As from json::parse's map of the vocabulary (which Hugging Face's tokenizers read into a hash
   // map: the file's order was never the rule): a token listed twice keeps its last id (an earlier

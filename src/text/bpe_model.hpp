@@ -28,8 +28,8 @@ struct BpeTables;   // text/tokenizer_json.hpp
 
 class BpeModel {
  public:
-  // `spec`: tokenizer.json's "model"; `tables`: its vocab and merges where the reader streamed
-  // them (read_tokenizer_json), else they are read from `spec`.
+  // `spec`: tokenizer.json's "model"; `tables`: its vocab and merges as read_tokenizer_json
+  // streams them (where it did not, `spec` holds the value of another type that is the error).
   BpeModel(const nlohmann::json& spec, BpeTables tables, const std::string& origin);
 
   // Appends the ids of one pre-tokenized piece. Thread-safe.

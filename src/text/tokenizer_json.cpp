@@ -80,7 +80,6 @@ class Reader final : public nlohmann::json_sax<json> {
   const std::string& error() const { return error_; }
 
  private:
-
   // A value's place: the DOM's root, a DOM container, a vocabulary entry or a merge.
   bool scalar(json v) {
     if (stack_.empty()) {
@@ -89,10 +88,13 @@ class Reader final : public nlohmann::json_sax<json> {
     }
     Open& top = stack_.back();
     switch (top.frame) {
-      case Frame::dom: insert(dom_place(top), std::move(v)); break;
+      case Frame::dom:
+        forget_streamed(top);
+        insert(top, std::move(v));
+        break;
       case Frame::vocab: out_.tables.vocab->push_back({std::move(top.key), std::move(v)}); break;
       case Frame::merges: out_.tables.merges->push_back({}); break;   // neither a pair nor text
-      case Frame::merge_pair: pair_items_ = 3; break;                 // a non-string item
+      case Frame::merge_pair: out_.tables.merges->back().form = BpeMerge::Form::other; break;
       case Frame::skipped: break;
     }
     return true;
@@ -101,11 +103,10 @@ class Reader final : public nlohmann::json_sax<json> {
   // A DOM value about to take the place of model.vocab or model.merges, or of the root's
   // "model" itself (a key given twice): the streamed one it replaces goes, as json::parse keeps
   // the last.
-  Open& dom_place(Open& top) {
+  void forget_streamed(const Open& top) {
     if (top.model && top.key == "vocab") out_.tables.vocab.reset();
     if (top.model && top.key == "merges") out_.tables.merges.reset();
     if (stack_.size() == 1 && top.key == "model") out_.tables = BpeTables{};
-    return top;
   }
 
   static json& insert(Open& into, json v) {
@@ -140,7 +141,8 @@ class Reader final : public nlohmann::json_sax<json> {
           return true;
         }
         const bool model = stack_.size() == 1 && object && top.key == "model";
-        json& node = insert(dom_place(top), std::move(empty));
+        forget_streamed(top);
+        json& node = insert(top, std::move(empty));
         stack_.emplace_back(Frame::dom, &node, model);
         return true;
       }
@@ -160,8 +162,8 @@ class Reader final : public nlohmann::json_sax<json> {
           stack_.emplace_back(Frame::merge_pair);
         }
         return true;
-      case Frame::merge_pair:
-        pair_items_ = 3;   // a container inside the pair
+      case Frame::merge_pair:   // a container inside the pair
+        out_.tables.merges->back().form = BpeMerge::Form::other;
         stack_.emplace_back(Frame::skipped);
         return true;
       case Frame::skipped: stack_.emplace_back(Frame::skipped); return true;
@@ -172,16 +174,13 @@ class Reader final : public nlohmann::json_sax<json> {
   bool close() {
     const Frame frame = stack_.back().frame;
     stack_.pop_back();
-    if (frame == Frame::merge_pair && pair_items_ != 2) {
-      BpeMerge& m = out_.tables.merges->back();
-      m = BpeMerge{};   // not two strings
-    }
+    if (frame == Frame::merge_pair && pair_items_ != 2) out_.tables.merges->back().form = BpeMerge::Form::other;
     return true;
   }
 
   TokenizerJson& out_;
   std::vector<Open> stack_;
-  int pair_items_ = 0;   // strings in the open merge pair; 3: something else was in it
+  int pair_items_ = 0;   // strings in the open merge pair (anything else made it `other` already)
   std::string error_;
 };
 
