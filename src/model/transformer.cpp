@@ -440,16 +440,17 @@ void Transformer::set_decode_step(const std::int32_t* tokens, const std::int32_t
                                               : ""));
     SHARDRL_CHECK(positions[r] >= 0, "negative position");
     a.tokens_h(r) = tokens[r];
-    a.targets_h(r) = 0;   // unused: a decode step computes no target log-probabilities
     a.positions_h(r) = positions[r];
     a.slots_h(r) = slots ? slots[r] : r;
   }
   a.decode_slots = slots != nullptr;
   a.decode_in_place = options_.inference_only && options_.tensor_parallel == nullptr;
-  Kokkos::deep_copy(space_, a.tokens.view(), a.tokens_h);
-  Kokkos::deep_copy(space_, a.targets.view(), a.targets_h);
-  Kokkos::deep_copy(space_, a.positions.view(), a.positions_h);
-  Kokkos::deep_copy(space_, a.slots.view(), a.slots_h);
+  // The step's rows only (the buffers hold a prefill call's or a batch's tokens); a decode step
+  // computes no target log-probabilities, so the targets stay as they are.
+  const auto step = std::make_pair(std::size_t(0), std::size_t(rows));
+  Kokkos::deep_copy(space_, Kokkos::subview(a.tokens.view(), step), Kokkos::subview(a.tokens_h, step));
+  Kokkos::deep_copy(space_, Kokkos::subview(a.positions.view(), step), Kokkos::subview(a.positions_h, step));
+  Kokkos::deep_copy(space_, Kokkos::subview(a.slots.view(), step), Kokkos::subview(a.slots_h, step));
 }
 
 void Transformer::decode_unit(int u, const void* weights, KvCache& cache, const void* tied_embedding) {

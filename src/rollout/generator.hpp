@@ -137,14 +137,20 @@ class Generator {
   GenerationStats stats_;
   std::function<bool()> abandon_;
   LedgerView<std::uint64_t> keys_;   // (rows): each row's draw key of the step
-  LedgerView<std::int32_t> drawn_;   // (rows): the token drawn
-  LedgerView<float> drawn_logp_;     // (rows): its log-probability
-  LedgerView<float> drawn_entropy_;  // (rows): the entropy of the distribution it was drawn from
+  // (3 rows) words: each row's draw (the token drawn, its log-probability, the entropy of the
+  // distribution it was drawn from; rows of each at drawn(), drawn_logp(), drawn_entropy()), in
+  // one buffer so that a step reads them back in one copy.
+  LedgerView<std::uint32_t> draws_;
   LedgerView<float> draw_scratch_;   // sample_scratch_floats(rows, vocab): the draw's per-chunk sums
-  // Host copies of the four above (plain vectors: nothing that Kokkos allocates outside the ledger).
+  // Host copies of keys_ and draws_ (plain vectors: nothing that Kokkos allocates outside the
+  // ledger); the draws unpacked into drawn_h_, logp_h_, entropy_h_.
   std::vector<std::uint64_t> keys_h_;
+  std::vector<std::uint32_t> draws_h_;
   std::vector<std::int32_t> drawn_h_;
   std::vector<float> logp_h_, entropy_h_;
+  std::int32_t* drawn() const { return reinterpret_cast<std::int32_t*>(draws_.data()); }
+  float* drawn_logp() const { return reinterpret_cast<float*>(draws_.data() + max_rows_); }
+  float* drawn_entropy() const { return reinterpret_cast<float*>(draws_.data() + 2 * std::size_t(max_rows_)); }
   bool graphs_on_ = false;
   std::map<std::string, std::unique_ptr<CapturedGraph>> graphs_;   // per bucket, weights and sampling
   // What a host replay of a decode graph runs with (the current call's).
