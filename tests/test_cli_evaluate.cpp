@@ -1,7 +1,8 @@
 // `shardrl evaluate` against the run's own evaluations: a checkpoint scores what the run's final
 // evaluation scored and the config's fresh model what its first one did (the draws are the seed's
-// and the prompt's alone), at 1 and 2 ranks; another split through --dataset; refusals before
-// any work (no split, another task, an --out that cannot be written).
+// and the prompt's alone), at 1 and 2 ranks, also with the training split gone; another split
+// through --dataset; refusals before any work (no split, another task, an --out that cannot be
+// written).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -111,6 +112,12 @@ TEST(Cli, EvaluateScoresACheckpointAsItsRunsEvaluationDid) {
   EXPECT_EQ(whole.exit_code, 2) << whole.out << whole.err;
   EXPECT_NE(whole.err.find("--base data: " + ckpt + " is not a LoRA run's (lora.rank = 0)"), std::string::npos)
       << whole.err;
+
+  // The training split is not read: gone, the checkpoint scores as before.
+  fs::rename(dir / "data" / "train.jsonl", dir / "data" / "train.moved");
+  RunResult without_train = run_in(dir, mpirun(1) + " evaluate --checkpoint " + ckpt + " --out without_train.json");
+  ASSERT_EQ(without_train.exit_code, 0) << without_train.out << without_train.err;
+  EXPECT_EQ(eval_fields_of(nlohmann::json::parse(slurp(dir / "without_train.json"))), eval_fields_of(last));
 }
 
 }  // namespace

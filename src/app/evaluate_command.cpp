@@ -75,7 +75,8 @@ int evaluate(MPI_Comm world, const ProcessLayout& layout, const EvaluateArgs& ar
   struct ProgressHookRemoval {
     ~ProgressHookRemoval() { ProgressMeter::on_advance({}); }
   } remove_progress_hook;
-  Policy policy(cfg, *comm, PolicyUse{true, false, {}});   // the task's dataset and the memory plan checked
+  // The task's eval split checked (not rl.dataset: the training split is not read), and the memory plan.
+  Policy policy(cfg, *comm, PolicyUse{true, false, {}, /*evaluation_only=*/true});
   const bool own = cfg.checkpoint.timeout_s > 0;
   watchdog.arm(own ? cfg.checkpoint.timeout_s : cfg.comm.timeout_s, "loading the weights", {},
                own ? "checkpoint.timeout_s" : "comm.timeout_s");

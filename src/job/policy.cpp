@@ -59,9 +59,11 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
         return f;
       }(), optimizer_options(config_)) {
   // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
-  if (use.rl_loop)
-    loop_ = std::make_unique<GrpoLoop>(grpo_loop_options(config_), model_, trainer_, comm_, arena_,
-                                       tensor_parallel_group());
+  if (use.rl_loop) {
+    GrpoLoopOptions loop_options = grpo_loop_options(config_);
+    loop_options.task.training_split = !use.evaluation_only;
+    loop_ = std::make_unique<GrpoLoop>(loop_options, model_, trainer_, comm_, arena_, tensor_parallel_group());
+  }
   arena_.commit(arena_storage());
   arena_.enter(Phase::train);
   trainer_.initialize(static_cast<std::uint64_t>(config_.run.seed), static_cast<float>(config_.model.init_std));

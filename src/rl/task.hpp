@@ -140,6 +140,9 @@ struct TaskOptions {
   std::string dataset_path;     // jsonl and text
   std::int64_t eos_id = -1;     // rl.eos_id: ends a pre-tokenized completion; -1: unset
   TextTaskOptions text;         // text only
+  // False for a task that is only evaluated (shardrl evaluate): text reads its eval split and
+  // not the training split, whose file need not be there; example() then has nothing to draw.
+  bool training_split = true;
 };
 
 // Unknown name, difficulty out of range, a dataset that cannot be read or parsed, or an option

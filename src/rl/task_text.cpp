@@ -73,7 +73,8 @@ std::string answer_text(const json& v, const std::string& where, const std::stri
 class TextTask final : public Task {
  public:
   explicit TextTask(const TaskOptions& o)
-      : options_(o.text), dataset_path_(o.dataset_path), tokenizer_(o.text.tokenizer_dir), chat_(tokenizer_, o.text) {
+      : options_(o.text), dataset_path_(o.training_split ? o.dataset_path : std::string()),
+        tokenizer_(o.text.tokenizer_dir), chat_(tokenizer_, o.text) {
     const TextTaskOptions& t = options_;
     const std::int32_t eos = o.eos_id >= 0 ? static_cast<std::int32_t>(o.eos_id) : tokenizer_.end_of_completion_id();
     // rl.eos_id given: that id alone; else the tokenizer's and the generation config's (the
@@ -83,7 +84,7 @@ class TextTask final : public Task {
       throw InputError(fmt::format("the tokenizer in {} names no eos token (tokenizer_config.json eos_token, "
                                    "generation_config.json eos_token_id); set rl.eos_id",
                                    t.tokenizer_dir));
-    train_ = load(o.dataset_path, "dataset");
+    if (o.training_split) train_ = load(o.dataset_path, "dataset");
     if (!t.eval_path.empty()) eval_ = load(t.eval_path, "eval dataset");
     if (t.reward == "command") {
       command_ = std::make_unique<RewardCommand>(t.reward_command, t.reward_timeout_s);
@@ -102,6 +103,7 @@ class TextTask final : public Task {
   std::vector<std::int32_t> end_ids() const override { return stop_.ids(); }
 
   TaskExample example(std::uint64_t seed, std::int64_t iteration, std::int64_t index) const override {
+    SHARDRL_CHECK(!train_.empty(), "a training example drawn from a task built without its training split");
     std::mt19937_64 engine = example_engine(kTextSalt, seed, iteration, index);
     return as_example(train_[uniform_below(engine, train_.size())]);
   }
@@ -112,7 +114,8 @@ class TextTask final : public Task {
   // The lines (their other fields, which a reward command reads, too) and what renders and
   // encodes them: not the prompts as rendered, which a template may date (strftime_now).
   std::vector<InputFile> input_files() const override {
-    std::vector<InputFile> files{{"dataset", dataset_path_}};
+    std::vector<InputFile> files;
+    if (!dataset_path_.empty()) files.push_back({"dataset", dataset_path_});
     for (const auto& f : tokenizer_.files()) files.push_back({f.filename().string(), f.string()});
     return files;
   }
