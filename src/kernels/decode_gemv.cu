@@ -54,11 +54,14 @@ struct GemvParams {
 };
 
 // One 16-byte piece of a weight row, read once in the step: around L1 (no line allocated), so
-// that the weights streaming through do not evict x's rows, which every warp of the SM reads
-// there. Against __ldg on one H200 (session 36, bench_decode, three alternating runs): decode
-// steps 2-5% faster at 1, 2 and 4 rows on qwen3-0.6b and llama-1b; marking the lines evict-first
-// in L2 as well gained nothing more. A plain (not volatile) asm: the compiler schedules it as it
-// would __ldg's load.
+// that the weights streaming through leave L1 to what is read again (x's rows in the products
+// without a folded norm, whose warps all read them from global memory). Against __ldg on one
+// H200 (session 36, bench_decode, three alternating runs): decode steps 1-5% faster at 1, 2 and 4
+// rows (qwen3-0.6b 5% at one row, llama-1b 4% at four); marking the lines evict-first in L2 as
+// well gained nothing more. A plain asm with no memory operand: the compiler may move these loads
+// across griddepcontrol.wait and barriers, which is sound because nothing writes the weights while
+// the kernel can run (a launch that may start early has GemvWeights::fixed; any other starts
+// after the kernel before it has finished).
 __device__ inline uint4 load_once(const uint4* at) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   uint4 v;
