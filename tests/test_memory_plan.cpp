@@ -102,6 +102,52 @@ TEST(MemoryPlan, IsALowerBoundOfTheLedgerThatSeesMostOfIt) {
   }
 }
 
+// `evaluate` and `generate` sample a policy and never train it (PolicyUse::sampled_only): it keeps
+// no gradients, no Adam moments and no reference slices, its plan drops them too and stays a lower
+// bound of what it allocates, and it still gathers the weights the trained build gathers.
+TEST(MemoryPlan, ASampledOnlyPolicyKeepsNoGradientsOrMoments) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (const bool lora : {false, true}) {
+    Config c = small_config();
+    c.model.precision = Precision::bf16;
+    c.rl.kl_coef = 0.1;   // the reference slices: the KL term's, kept only to train
+    if (lora) c.lora.rank = 4;
+    const std::string name = lora ? "LoRA" : "dense";
+    MemoryLedger& ledger = MemoryLedger::instance();
+    double total[2], state[2], weights[2];
+    std::vector<std::vector<float>> gathered[2];
+    for (const bool sampled : {false, true}) {
+      const std::int64_t before = ledger.total(), grads_before = ledger.bytes(MemoryCategory::grads),
+                         optimizer_before = ledger.bytes(MemoryCategory::optimizer),
+                         weights_before = ledger.bytes(MemoryCategory::weights);
+      auto comm = make_communicator(backend(), MPI_COMM_WORLD, 120.0);
+      Policy policy(c, *comm, PolicyUse{true, false, {}, sampled});
+      total[sampled] = double(ledger.total() - before);
+      state[sampled] = double(ledger.bytes(MemoryCategory::grads) - grads_before +
+                              ledger.bytes(MemoryCategory::optimizer) - optimizer_before);
+      weights[sampled] = double(ledger.bytes(MemoryCategory::weights) - weights_before);
+      for (int u = 0; u < policy.model().unit_count(); ++u)
+        gathered[sampled].push_back(policy.trainer().gather_main_weights(u));
+      const MemoryPlan plan = plan_memory(c, size, /*rl_loop=*/true, device_memory_is_separate(), {}, !sampled);
+      std::string parts = fmt::format("{}{}: the ledger:", name, sampled ? ", sampled only" : ", trained");
+      for (int k = 0; k < kMemoryCategories; ++k)
+        parts += fmt::format(" {} {}", category_name(MemoryCategory(k)), ledger.bytes(MemoryCategory(k)));
+      parts += "; the plan:";
+      for (const auto& t : plan.device) parts += fmt::format("\n  {} {}", t.bytes, t.what);
+      EXPECT_LE(plan.device_bytes(), total[sampled]) << parts;
+      EXPECT_GE(plan.device_bytes(), 0.6 * total[sampled]) << parts;
+    }
+    EXPECT_GT(state[false], 0) << name;
+    EXPECT_EQ(state[true], 0) << name << ": gradients or Adam moments in a policy that is only sampled";
+    if (!lora) {
+      EXPECT_LT(weights[true], weights[false]) << name << ": the reference slices kept";
+    }
+    EXPECT_LE(total[true] + state[false], total[false]) << name;
+    EXPECT_EQ(gathered[true], gathered[false]) << name << ": the same seed's weights";
+  }
+}
+
 // What storing every layer adds to the train phase (activation recompute off against on): the
 // plan's terms and the arena's grow alike. With MoE layers each keeps its router's buffers and
 // its routed rows (the plan had only the shared ones, and said "fits" for a job that ran out of

@@ -75,8 +75,9 @@ int evaluate(MPI_Comm world, const ProcessLayout& layout, const EvaluateArgs& ar
   struct ProgressHookRemoval {
     ~ProgressHookRemoval() { ProgressMeter::on_advance({}); }
   } remove_progress_hook;
-  // The task's eval split checked (not rl.dataset: the training split is not read), and the memory plan.
-  Policy policy(cfg, *comm, PolicyUse{true, false, {}, /*evaluation_only=*/true});
+  // Sampled only: no gradients or optimizer state, and the task's eval split checked (rl.dataset,
+  // the training split, is not read); the memory plan checked for that.
+  Policy policy(cfg, *comm, PolicyUse{true, false, {}, /*sampled_only=*/true});
   const bool own = cfg.checkpoint.timeout_s > 0;
   watchdog.arm(own ? cfg.checkpoint.timeout_s : cfg.comm.timeout_s, "loading the weights", {},
                own ? "checkpoint.timeout_s" : "comm.timeout_s");

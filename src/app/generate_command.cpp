@@ -194,13 +194,15 @@ int run_generate(const GenerateArgs& args) {
   std::unique_ptr<Policy> built;
   try {
     // The memory plan's refusal (with the generator below) is every rank's. Generate never
-    // trains: the trainer's buffers, which the policy always has, are sized for one sequence
-    // rather than the job's micro-batch.
+    // trains: the policy keeps no gradients or optimizer state (sampled_only), and the model's
+    // training buffers, which it always has, are sized for one sequence rather than the job's
+    // micro-batch.
     Config policy_cfg = cfg;
     policy_cfg.train.micro_batch_size = 1;
     policy_cfg.run.seed = base_seed;
     PolicyUse use;
     use.generator = {args.samples, max_len};
+    use.sampled_only = true;
     built = std::make_unique<Policy>(policy_cfg, *comm, use);
   } catch (const InputError& e) {
     if (layout.world_rank == 0) print_error(e.what());

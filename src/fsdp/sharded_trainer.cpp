@@ -27,10 +27,12 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   main_ = UnitSlices(layout_, GradDtype::fp32, MemoryCategory::weights, "main_weights", Extent::trainable);
   if (compute_type == GradDtype::bf16 || lora())
     compute_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "compute_slice");
-  grad_ = UnitSlices(layout_, options_.main_grad_dtype, MemoryCategory::grads, "main_grads", Extent::trainable);
+  if (options_.trains) {
+    grad_ = UnitSlices(layout_, options_.main_grad_dtype, MemoryCategory::grads, "main_grads", Extent::trainable);
+    m_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_m", Extent::trainable);
+    v_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_v", Extent::trainable);
+  }
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);   // nothing accumulated yet
-  m_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_m", Extent::trainable);
-  v_ = UnitSlices(layout_, options_.state_dtype, MemoryCategory::optimizer, "adam_v", Extent::trainable);
   // With LoRA the reference policy is the frozen base: the same slices with the adapters off.
   if (options_.keep_reference && !lora())
     reference_ = UnitSlices(layout_, compute_type, MemoryCategory::weights, "reference_slice");
@@ -86,13 +88,13 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
   const UnitShard& embedding = layout_.unit(0);   // the table alone, from its slices' offset 0
   const bool as_rows = lookup_as_rows(layout_.world_size(), tokens, shape.vocab_size);
   lookup_forward_ = as_rows && !embedding.adapters() && !embedding.expert_parallel();
-  lookup_rows_ = as_rows && embedding.trainable > 0;
+  lookup_rows_ = as_rows && embedding.trainable > 0 && options_.trains;
   if (lookup_forward_ || lookup_rows_) {
     const auto rows = static_cast<std::size_t>(layout_.world_size()) * static_cast<std::size_t>(tokens);
     lookup_ids_ = LedgerView<std::int32_t>(at, MemoryCategory::workspace, "lookup_ids", rows);
     lookup_row_sums_ = LedgerView<float>(at, MemoryCategory::workspace, "lookup_row_sums", rows * shape.d_model);
   }
-  for (int b = 0; b < 2; ++b) {
+  for (int b = 0; b < 2 && options_.trains; ++b) {
     const auto padded = static_cast<std::size_t>(grads_in_place_ ? 0 : capacity_[b]);
     const auto shard = static_cast<std::size_t>(reduce_in_place_ ? 0 : slice[b]);
     grad_full_[b] = LedgerView<float>(at, MemoryCategory::workspace, "grad_full", padded);
@@ -108,6 +110,8 @@ ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const Fsd
 ShardedTrainer::~ShardedTrainer() = default;
 
 const UnitSlices& ShardedTrainer::slices(SliceState state) const {
+  SHARDRL_CHECK(options_.trains || state == SliceState::main || state == SliceState::reference,
+                "the Adam moments of a trainer that only samples (FsdpOptions::trains = false)");
   switch (state) {
     case SliceState::main: return main_;
     case SliceState::exp_avg: return m_;
@@ -159,7 +163,7 @@ void ShardedTrainer::initialize(std::uint64_t seed, float std) {
       kernels::cast(space_, main_.as<float>(u), compute_.as<bf16>(u), s.shard);
     }
     for (const UnitSlices* zeroed : {&grad_, &m_, &v_})
-      zeroed->visit(u, [&](auto* p) { kernels::fill(space_, p, 0.0f, s.trainable); });
+      if (!zeroed->empty()) zeroed->visit(u, [&](auto* p) { kernels::fill(space_, p, 0.0f, s.trainable); });
   }
   grad_empty_.assign(static_cast<std::size_t>(layout_.unit_count()), 1);
   optimizer_.set_counters(0, 0);
@@ -297,6 +301,7 @@ void ShardedTrainer::snapshot_reference() {
 }
 
 void ShardedTrainer::forward_backward(const TokenObjective& objective) {
+  SHARDRL_CHECK(options_.trains, "forward_backward of a trainer that only samples (FsdpOptions::trains = false)");
   const int units = model_.unit_count(), head = model_.head_unit();
   const bool reshard = options_.reshard_after_forward;
   model_.set_token_distribution(objective.distribution());
@@ -358,6 +363,7 @@ void ShardedTrainer::forward_backward(const TokenObjective& objective) {
 }
 
 void ShardedTrainer::optimizer_step() {
+  SHARDRL_CHECK(options_.trains, "optimizer_step of a trainer that only samples (FsdpOptions::trains = false)");
   const TraceSpan span("optimizer");
   const double t = now();
   for (int u = 0; u < layout_.unit_count(); ++u)   // no gradient since the last step: zero

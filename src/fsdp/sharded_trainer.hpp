@@ -41,6 +41,10 @@ struct FsdpOptions {
   // (ShardLayout); the model must have been built with an ExpertExchange, and without one this
   // is refused rather than ignored.
   bool expert_parallel = false;
+  // False for a policy that is only sampled (`evaluate`, `generate`): no gradients, no Adam
+  // moments and no gradient buffers (12 of a trained parameter's 16 bytes of state and more);
+  // forward_backward and optimizer_step refuse to run.
+  bool trains = true;
 };
 
 // Whose weights a forward-only pass gathers: the policy's, or the frozen reference's.

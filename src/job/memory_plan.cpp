@@ -11,6 +11,7 @@
 #include "kernels/attention_decode_cuda.hpp"
 #include "kernels/cudnn_attention.hpp"
 #include "kernels/flash_attention.hpp"
+#include "kernels/rmsnorm.hpp"
 #include "model/param_spec.hpp"
 #include "model/tensor_parallel.hpp"
 #include "mpi/host_exchange.hpp"
@@ -133,7 +134,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop) {
   return plan_memory(config, world_size, rl_loop, device_memory_is_separate());
 }
 
-MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build, GenerateShape generate) {
+MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build, GenerateShape generate,
+                       bool trains) {
   ModelOptions m = model_options(config);
   // model_options resolves "auto" for this build. A GPU build planned on a CPU build (`plan
   // --gpu-memory` on a login node) takes cuDNN and the flash kernels where they run, planned as a
@@ -144,9 +146,11 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const Dims d = dims_of(m.shape);
   const double N = world_size;
   const double es = m.precision == Precision::bf16 ? 2 : 4;
-  const double grad = config.fsdp.main_grad_dtype == GradDtype::fp32 ? 4 : 2;
-  const double state = config.optim.state_dtype == GradDtype::fp32 ? 4 : 2;
-  const double reference = config.rl.kl_coef > 0 ? es : 0;
+  // A policy that is only sampled keeps its weights alone (FsdpOptions::trains).
+  const double grad = !trains ? 0 : config.fsdp.main_grad_dtype == GradDtype::fp32 ? 4 : 2;
+  const double state = !trains ? 0 : config.optim.state_dtype == GradDtype::fp32 ? 4 : 2;
+  const double reference = trains && config.rl.kl_coef > 0 ? es : 0;
+  const char* sampled_only = "(sampled only: no gradients, no Adam moments)";
   const double P = d.V * d.D * (m.shape.tie_embeddings ? 1 : 2) + d.D + d.L * d.layer_attention +
                    d.moe_layers * (d.moe_router + d.moe_experts + d.shared_expert) + (d.L - d.moe_layers) * d.dense_mlp;
   MemoryPlan plan;
@@ -160,12 +164,14 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                            P / N * es});
     const double per_adapter = es + 4 + grad + 2 * state;
     plan.device.push_back(
-        {fmt::format("LoRA adapters with gradients and Adam moments: {:.4g} parameters / {} ranks x {} bytes", A,
-                     world_size, per_adapter),
+        {fmt::format("LoRA adapters {}: {:.4g} parameters / {} ranks x {} bytes",
+                     trains ? "with gradients and Adam moments" : sampled_only, A, world_size, per_adapter),
          A / N * per_adapter});
   } else {
     const double per_param = 4 + (es == 2 ? 2 : 0) + grad + 2 * state + reference;
-    plan.device.push_back({fmt::format("weights, gradients and Adam moments: {:.4g} parameters / {} ranks x {} bytes",
+    plan.device.push_back({fmt::format("{}: {:.4g} parameters / {} ranks x {} bytes",
+                                       trains ? "weights, gradients and Adam moments"
+                                              : fmt::format("weights {}", sampled_only),
                                        P, world_size, per_param),
                            P / N * per_param});
   }
@@ -186,8 +192,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double second_unit = largest_layer;
   const bool reduce_bf16 = config.fsdp.reduce_dtype == GradDtype::bf16;
   const bool receives = world_size > 1 || (config.fsdp.expert_parallel && d.moe_layers > 0);
-  const double reduce_staging =
-      (largest_unit + second_unit) * ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
+  const double reduce_staging = !trains ? 0.0
+                                        : (largest_unit + second_unit) *
+                                              ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
   // The embedding's lookup as rows (fsdp/lookup_rows.hpp), its forward's and (unless frozen,
   // with LoRA) its gradient's, in one pair of buffers: every rank's ids and fp32 rows.
@@ -205,7 +212,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const bool grads_in_place = world_size == 1 && !(config.fsdp.expert_parallel && d.moe_layers > 0) &&
                               config.fsdp.reduce_dtype == GradDtype::fp32 &&
                               config.fsdp.main_grad_dtype == GradDtype::fp32 && !m.shape.lora.on();
-  const double grad_buffer = grads_in_place ? 0.0 : 4.0;
+  // Where a unit's gradient has a buffer of its own (none in a policy that is only sampled).
+  const bool unit_gradient = trains && !grads_in_place;
+  const double grad_buffer = unit_gradient ? 4.0 : 0.0;
   // Two gather slots, or with fsdp.reshard_after_forward = false one per unit (every unit stays
   // gathered from forward to backward), each of the largest unit's size (fsdp/sharded_trainer.cpp).
   // (The embedding, the layers, the head: model/param_spec.cpp. Counted, not listed: a plan is
@@ -218,16 +227,18 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   std::vector<MemoryTerm> train{
       {fmt::format("the largest gathered unit ({:.4g} elements; the embedding is model.vocab_size x d_model): {}",
                    largest_unit,
-                   !slot_views && !grads_in_place ? slots_text + " and its fp32 gradient"
-                   : !slot_views                  ? slots_text + " (its gradient is written into the slices)"
-                   : !grads_in_place              ? std::string("its fp32 gradient (one rank: no slots)")
-                                                  : std::string("nothing (one rank: no slots, its gradient written into "
-                                                                "the slices)")),
+                   !slot_views && unit_gradient ? slots_text + " and its fp32 gradient"
+                   : !slot_views && trains      ? slots_text + " (its gradient is written into the slices)"
+                   : !slot_views                ? slots_text
+                   : unit_gradient              ? std::string("its fp32 gradient (one rank: no slots)")
+                   : trains ? std::string("nothing (one rank: no slots, its gradient written into the slices)")
+                            : std::string("nothing (one rank: no slots)")),
        largest_unit * ((slot_views ? 0 : slots * es) + grad_buffer)},
       {fmt::format("the second gradient buffer (the reduce-scatter of one unit overlaps the next's backward): "
                    "the largest decoder layer ({:.4g} elements) in fp32, and both buffers' reduce-scatter staging "
                    "(fsdp.reduce_dtype){}",
-                   second_unit, grads_in_place ? ": none at one rank with fp32 gradients" : ""),
+                   second_unit, !trains ? ": none (sampled only)"
+                                : grads_in_place ? ": none at one rank with fp32 gradients" : ""),
        second_unit * grad_buffer + reduce_staging},
       {fmt::format("training activations: {:.4g} layers (model.n_layers) x train.micro_batch_size x train.seq_len = {:.4g} tokens",
                    d.L, T),
@@ -235,6 +246,9 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
       // Backward's gradients of the residual and of the head's input, which the head's backward
       // writes: one layer's worth for the micro-batch.
       {fmt::format("backward scratch: the residual's gradients for {:.4g} tokens", T), T * 2 * d.D * es},
+      // The norms' weight gradients sum row chunks into a fixed scratch (1 MiB), whatever the batch.
+      {fmt::format("the RMSNorm weight gradients' scratch: {} floats", kernels::kRmsnormDwScratch),
+       double(kernels::kRmsnormDwScratch) * 4},
       // The logits and the scratch only a layer's forward or backward uses share one buffer
       // (model/activations.hpp, Activations::shared): the larger of the two.
       {fmt::format("training logits (their gradient in place), {:.4g} tokens (train.logits_chunk_tokens, at most "
@@ -469,7 +483,7 @@ std::string memory_plan_problem(const MemoryPlan& plan, const MemoryCapacity& ca
   return out;
 }
 
-void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, GenerateShape generate) {
+void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, GenerateShape generate, bool trains) {
   int size = 1;
   SHARDRL_CHECK_MPI(MPI_Comm_size(comm, &size));
   MemoryCapacity capacity;
@@ -482,8 +496,8 @@ void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, Genera
     MpiComm owned(node);
     SHARDRL_CHECK_MPI(MPI_Comm_size(node, &capacity.ranks_on_host));
   }
-  agree_on_error(comm, memory_plan_problem(plan_memory(config, size, rl_loop, device_memory_is_separate(), generate),
-                                           capacity));
+  agree_on_error(comm, memory_plan_problem(
+                           plan_memory(config, size, rl_loop, device_memory_is_separate(), generate, trains), capacity));
 }
 
 }  // namespace shardrl

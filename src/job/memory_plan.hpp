@@ -52,8 +52,10 @@ struct GenerateShape {
 // login node): cuBLAS's fixed GEMM workspace instead of the CPU's bf16 conversion buffers, and
 // the flash attention kernels where model.attention = "auto" would take them.
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop);
+// `trains`: false for a policy that is only sampled (`evaluate`, `generate`; FsdpOptions::trains):
+// no gradients, Adam moments or gradient buffers.
 MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool gpu_build,
-                       GenerateShape generate = {});
+                       GenerateShape generate = {}, bool trains = true);
 
 // What this rank can get, and how many ranks of the job share its host's memory.
 struct MemoryCapacity {
@@ -68,6 +70,7 @@ std::string memory_plan_problem(const MemoryPlan& plan, const MemoryCapacity& ca
 
 // Plans the job's memory and refuses it on every rank (InputError, the message of the lowest
 // rank that cannot fit) when any rank cannot. Collective over `comm`.
-void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, GenerateShape generate = {});
+void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, GenerateShape generate = {},
+                       bool trains = true);
 
 }  // namespace shardrl

@@ -20,7 +20,7 @@ const char* name_of(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : 
 // `config`, once every rank agrees that its memory plan fits (job/memory_plan.hpp): checked
 // before the first member allocates anything.
 const Config& fitting(const Config& config, Communicator& comm, const PolicyUse& use) {
-  check_memory_plan(config, use.rl_loop, comm.host_comm(), use.generator);
+  check_memory_plan(config, use.rl_loop, comm.host_comm(), use.generator, !use.sampled_only);
   return config;
 }
 
@@ -56,12 +56,14 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
       model_(placed_model_options(), ExecSpace()), trainer_(model_, comm_, [&] {
         FsdpOptions f = fsdp_options(config_);
         f.profile = use.profile;
+        f.trains = !use.sampled_only;
+        f.keep_reference = f.keep_reference && f.trains;   // the KL term's, in training only
         return f;
       }(), optimizer_options(config_)) {
   // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
   if (use.rl_loop) {
     GrpoLoopOptions loop_options = grpo_loop_options(config_);
-    loop_options.task.training_split = !use.evaluation_only;
+    loop_options.task.training_split = !use.sampled_only;
     loop_ = std::make_unique<GrpoLoop>(loop_options, model_, trainer_, comm_, arena_, tensor_parallel_group());
   }
   arena_.commit(arena_storage());

@@ -38,7 +38,9 @@ struct PolicyUse {
   bool rl_loop = false;   // the train command: the RL loop's generator and staging in the arena
   bool profile = false;   // --profile: the trainer fences between phases and times them
   GenerateShape generator;   // generate: the generator it builds beside the policy, planned with it
-  bool evaluation_only = false;   // evaluate: the RL loop's task reads its eval split, not rl.dataset
+  // evaluate and generate: the policy is sampled, never trained (FsdpOptions::trains = false: no
+  // gradients or Adam moments), and the RL loop's task reads its eval split, not rl.dataset.
+  bool sampled_only = false;
 };
 
 class Policy {
