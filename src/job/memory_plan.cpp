@@ -192,9 +192,8 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
   const double second_unit = largest_layer;
   const bool reduce_bf16 = config.fsdp.reduce_dtype == GradDtype::bf16;
   const bool receives = world_size > 1 || (config.fsdp.expert_parallel && d.moe_layers > 0);
-  const double reduce_staging = !trains ? 0.0
-                                        : (largest_unit + second_unit) *
-                                              ((reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0));
+  const double staging_per_element = (reduce_bf16 ? 2.0 : 0.0) + (receives ? (reduce_bf16 ? 2.0 : 4.0) / N : 0.0);
+  const double reduce_staging = trains ? (largest_unit + second_unit) * staging_per_element : 0.0;
   const double T = double(config.train.micro_batch_size) * double(config.train.seq_len);
   // The embedding's lookup as rows (fsdp/lookup_rows.hpp), its forward's and (unless frozen,
   // with LoRA) its gradient's, in one pair of buffers: every rank's ids and fp32 rows.
@@ -419,19 +418,21 @@ MemoryPlan plan_memory(const Config& config, int world_size, bool rl_loop, bool 
                              gemm_workspace_bytes(part, act_tokens, es, gpu_build)});
     plan.device.push_back({fmt::format("the rollout's ids: a prefill call's {:.4g} positions", act_tokens),
                            act_tokens * 4 * 4});
-    // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations.
-    if (rl_loop)
+    // Host: the rollout's sequences with their log-probabilities; the warm-up's demonstrations
+    // (a training job's: a policy that is only sampled holds neither).
+    if (rl_loop && trains)
       plan.host.push_back({fmt::format("the rollout batch: {:.4g} rows x {:.4g} positions", rows, len),
                            rows * (sizeof(Sequence) + len * 4 + double(config.rollout.max_new_tokens) * 4)});
     const double demos = std::ceil(double(config.rl.sft_batch_size) / N);
-    if (rl_loop && config.rl.sft_steps > 0)
+    if (rl_loop && trains && config.rl.sft_steps > 0)
       // Each keeps its ids on the heap: at least a prompt token and EOS, in malloc's smallest
       // chunk (32 bytes on 64-bit glibc).
       plan.host.push_back({fmt::format("the warm-up batch: rl.sft_batch_size / ranks = {:.4g} demonstrations", demos),
                            demos * (sizeof(Sequence) + 32)});
   }
-  if (config.checkpoint.async) {
-    // The snapshot an asynchronous save writes from: every state slice of a checkpoint in fp32.
+  if (config.checkpoint.async && trains) {
+    // The snapshot an asynchronous save writes from: every state slice of a checkpoint in fp32
+    // (a training job's; evaluate and generate save nothing).
     const bool lora = m.shape.lora.on();
     const double trained = lora ? double(m.shape.adapter_count()) : P;
     const double per = 3 * 4 + (!lora && config.rl.kl_coef > 0 ? 4 : 0);
@@ -496,8 +497,8 @@ void check_memory_plan(const Config& config, bool rl_loop, MPI_Comm comm, Genera
     MpiComm owned(node);
     SHARDRL_CHECK_MPI(MPI_Comm_size(node, &capacity.ranks_on_host));
   }
-  agree_on_error(comm, memory_plan_problem(
-                           plan_memory(config, size, rl_loop, device_memory_is_separate(), generate, trains), capacity));
+  const MemoryPlan plan = plan_memory(config, size, rl_loop, device_memory_is_separate(), generate, trains);
+  agree_on_error(comm, memory_plan_problem(plan, capacity));
 }
 
 }  // namespace shardrl
