@@ -129,7 +129,9 @@ TEST(MemoryPlan, ASampledOnlyPolicyKeepsNoGradientsOrMoments) {
       weights[sampled] = double(ledger.bytes(MemoryCategory::weights) - weights_before);
       for (int u = 0; u < policy.model().unit_count(); ++u)
         gathered[sampled].push_back(policy.trainer().gather_main_weights(u));
-      const MemoryPlan plan = plan_memory(c, size, /*rl_loop=*/true, device_memory_is_separate(), {}, !sampled);
+      // The plan of what was built (a sampled-only policy's training buffers hold one sequence).
+      const MemoryPlan plan =
+          plan_memory(policy.config(), size, /*rl_loop=*/true, device_memory_is_separate(), {}, !sampled);
       std::string parts = fmt::format("{}{}: the ledger:", name, sampled ? ", sampled only" : ", trained");
       for (int k = 0; k < kMemoryCategories; ++k)
         parts += fmt::format(" {} {}", category_name(MemoryCategory(k)), ledger.bytes(MemoryCategory(k)));
@@ -194,16 +196,22 @@ TEST(MemoryPlan, GeneratePlansItsGeneratorBesideThePolicy) {
     for (const int rows : {1, 64}) {
       const int len = 8 + static_cast<int>(c.rollout.max_new_tokens);
       const GenerateShape shape{rows, len};
-      const MemoryPlan plan = plan_memory(c, size, false, device_memory_is_separate(), shape);
-      EXPECT_GT(plan.device_bytes(), plan_memory(c, size, false).device_bytes() + bytes_of(plan.rollout) - 1);
       const std::int64_t before = MemoryLedger::instance().total();
       const std::int64_t kv_before = MemoryLedger::instance().bytes(MemoryCategory::kv_cache);
       double counted = 0, counted_kv = 0;
+      MemoryPlan plan;
       {
         auto comm = make_communicator(backend(), MPI_COMM_WORLD, 120.0);
-        PolicyUse use;
+        PolicyUse use;   // as generate builds it
         use.generator = shape;
+        use.sampled_only = true;
         Policy policy(c, *comm, use);
+        // The plan of what was built (a sampled-only policy's training buffers hold one sequence).
+        const Config& built = policy.config();
+        plan = plan_memory(built, size, false, device_memory_is_separate(), shape, /*trains=*/false);
+        EXPECT_GT(plan.device_bytes(),
+                  plan_memory(built, size, false, device_memory_is_separate(), {}, false).device_bytes() +
+                      bytes_of(plan.rollout) - 1);
         const EngineOptions engine = engine_options(policy.config());
         WeightSet weights(policy.trainer().layout(), policy.model().compute_type_size());
         Generator generator(policy.model().options(), rows, len, ExecSpace(), nullptr, engine);

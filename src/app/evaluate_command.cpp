@@ -75,13 +75,10 @@ int evaluate(MPI_Comm world, const ProcessLayout& layout, const EvaluateArgs& ar
   struct ProgressHookRemoval {
     ~ProgressHookRemoval() { ProgressMeter::on_advance({}); }
   } remove_progress_hook;
-  // Sampled only: no gradients or optimizer state, and the task's eval split checked (rl.dataset,
-  // the training split, is not read); the memory plan checked for that. As in generate, the
-  // model's training buffers, which the policy always has, are sized for one sequence: the
-  // evaluation never trains, and its completions do not depend on the micro-batch.
-  Config policy_cfg = cfg;
-  policy_cfg.train.micro_batch_size = 1;
-  Policy policy(policy_cfg, *comm, PolicyUse{true, false, {}, /*sampled_only=*/true});
+  // Sampled only: no gradients or optimizer state, training buffers for one sequence, and the
+  // task's eval split checked (rl.dataset, the training split, is not read); the memory plan
+  // checked for that.
+  Policy policy(cfg, *comm, PolicyUse{true, false, {}, /*sampled_only=*/true});
   const bool own = cfg.checkpoint.timeout_s > 0;
   watchdog.arm(own ? cfg.checkpoint.timeout_s : cfg.comm.timeout_s, "loading the weights", {},
                own ? "checkpoint.timeout_s" : "comm.timeout_s");

@@ -4,8 +4,9 @@
 // checkpoint's policy (--checkpoint, with its run's config unless --config is given) or of the
 // config's model (model.init_from's weights: a base before any training). Rank 0 prints the
 // evaluation's line and, with --out, writes its numbers as a JSON object. The config is checked
-// and the policy built as a training job's (the loop that evaluates is the one that trains), so
-// its rl.dataset must be readable here too, and its world size one the job could train on.
+// as a training job's (the loop that evaluates is the one that trains), so its world size must be
+// one the job could train on; the policy is only sampled (no optimizer state), and the training
+// split (rl.dataset) is not read.
 #pragma once
 
 #include <string>

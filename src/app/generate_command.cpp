@@ -194,11 +194,9 @@ int run_generate(const GenerateArgs& args) {
   std::unique_ptr<Policy> built;
   try {
     // The memory plan's refusal (with the generator below) is every rank's. Generate never
-    // trains: the policy keeps no gradients or optimizer state (sampled_only), and the model's
-    // training buffers, which it always has, are sized for one sequence rather than the job's
-    // micro-batch.
+    // trains: the policy is only sampled (no gradients or optimizer state, training buffers for
+    // one sequence).
     Config policy_cfg = cfg;
-    policy_cfg.train.micro_batch_size = 1;
     policy_cfg.run.seed = base_seed;
     PolicyUse use;
     use.generator = {args.samples, max_len};

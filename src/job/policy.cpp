@@ -17,11 +17,15 @@ const char* name_of(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"
 const char* name_of(GradDtype d) { return d == GradDtype::bf16 ? "bf16" : "fp32"; }
 const char* name_of(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : "constant"; }
 
-// `config`, once every rank agrees that its memory plan fits (job/memory_plan.hpp): checked
-// before the first member allocates anything.
-const Config& fitting(const Config& config, Communicator& comm, const PolicyUse& use) {
-  check_memory_plan(config, use.rl_loop, comm.host_comm(), use.generator, !use.sampled_only);
-  return config;
+// `config` as the policy is built from it, once every rank agrees that its memory plan fits
+// (job/memory_plan.hpp): checked before the first member allocates anything. A policy that is
+// only sampled never trains: the model's training buffers, which it always has, are sized for a
+// micro-batch of one sequence (no completion depends on the micro-batch).
+Config fitting(const Config& config, Communicator& comm, const PolicyUse& use) {
+  Config built = config;
+  if (use.sampled_only) built.train.micro_batch_size = 1;
+  check_memory_plan(built, use.rl_loop, comm.host_comm(), use.generator, !use.sampled_only);
+  return built;
 }
 
 }  // namespace

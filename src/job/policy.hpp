@@ -39,7 +39,8 @@ struct PolicyUse {
   bool profile = false;   // --profile: the trainer fences between phases and times them
   GenerateShape generator;   // generate: the generator it builds beside the policy, planned with it
   // evaluate and generate: the policy is sampled, never trained (FsdpOptions::trains = false: no
-  // gradients or Adam moments), and the RL loop's task reads its eval split, not rl.dataset.
+  // gradients or Adam moments; training buffers for one sequence), and the RL loop's task reads
+  // its eval split, not rl.dataset.
   bool sampled_only = false;
 };
 
