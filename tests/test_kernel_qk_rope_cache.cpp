@@ -3,7 +3,8 @@
 // addressing cache slots out of order; and against the separate kernels it replaces
 // (rmsnorm_forward, rope_forward, kv_cache_write): bit for bit without the norms, within a
 // rounding with them (the sum of squares is reduced in another order). Then the head work and
-// the attention in one launch (kernels/attention_decode_heads.hpp) against the two launches.
+// the attention in one launch (kernels/attention_decode_heads.hpp) against the two launches, and
+// started early behind the product it reads.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/attention_decode.hpp"
 #include "kernels/attention_decode_heads.hpp"
+#include "kernels/decode_gemv.hpp"
 #include "kernels/qk_rope_cache.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
@@ -289,6 +291,64 @@ TEST(QkRopeCacheAttentionDecode, OneLaunchMatchesTwoAndTheReference) {
       EXPECT_EQ(run(true).out, one.out) << what << ": a second launch";
     }
   }
+}
+
+// On GPU builds the one launch may start while the product before it runs (a dependent launch,
+// kernels/dependent_launch.cuh) and load its first tile of the cache meanwhile, yet it reads the
+// product's raw heads and the rotations only once that has finished: q | k | v written by a long
+// matrix-vector product with fixed weights (64 MiB; itself a dependent launch, its output
+// poisoned before it) give the attention and the cache the bits of the same launches with a
+// fence between them. Paged, rows split over ranges of positions, Qwen3's head norms.
+TEST(QkRopeCacheAttentionDecode, StartsEarlyYetReadsTheHeadsOnceTheProductBeforeIsDone) {
+#if !defined(KOKKOS_ENABLE_CUDA)
+  GTEST_SKIP() << "dependent launches exist only in GPU builds (SHARDRL_ENABLE_CUDA)";
+#else
+  using T = bf16;
+  const int R = kernels::kDecodeGemvMaxRows, H = 16, G = 8, hd = 128, k1 = 8192;
+  const int L = 1200, shift = 4, bps = (L + 15) >> shift;
+  const int Hq = H * hd, Hkv = G * hd, width = Hq + 2 * Hkv;
+  const std::vector<int> pos = {1199, 0, 700, 33}, slot = {3, 1, 0, 2};
+  std::vector<std::int32_t> table(std::size_t(R) * bps);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  const auto table_d = device_ints(table), pos_d = device_ints(pos), slot_d = device_ints(slot);
+  kernels::CacheShape s{R, L, H, G, hd};
+  s.block_table = table_d.data();
+  s.blocks_per_sequence = bps;
+  s.block_shift = shift;
+  const long cache_n = (long(R) * bps << shift) * Hkv;
+  auto x = random_buffer<T>(long(R) * k1, 51);
+  auto w = random_buffer<T>(long(width) * k1, 52, nullptr, -0.05, 0.05);
+  auto wq = random_buffer<T>(hd, 53, nullptr, 0.5, 1.5), wk = random_buffer<T>(hd, 54, nullptr, 0.5, 1.5);
+  Buffer<float> rope(long(R) * hd);
+  kernels::rope_table(ExecSpace(), pos_d.data(), R, hd, kernels::RopeFrequencies{}, rope.data());
+  const kernels::DecodeSplitSizes sizes = kernels::attention_decode_split_sizes<T>(s);
+  Kokkos::View<float*, MemSpace> partials("partials", sizes.partials);
+  Kokkos::View<std::uint32_t*, MemSpace> arrivals("arrivals", sizes.arrivals);
+  const kernels::DecodeSplitWorkspace split{partials.data(), arrivals.data()};
+  struct Result { std::vector<double> out, k_cache, v_cache; };
+  const auto run = [&](bool fence_between, Result& got) {
+    auto kc = random_buffer<T>(cache_n, 55), vc = random_buffer<T>(cache_n, 56);
+    Buffer<T> qkv(long(R) * width), q(long(R) * Hq), out(long(R) * Hq);
+    qkv.poison();
+    out.poison();
+    ASSERT_TRUE(kernels::decode_gemv<T>(ExecSpace(), R, k1, x.data(), {{w.data(), qkv.data(), nullptr, width}}, {},
+                                        kernels::GemvWeights::fixed));
+    if (fence_between) Kokkos::fence();
+    kernels::qk_rope_cache_attention_decode(ExecSpace(), s, slot_d.data(), pos_d.data(), qkv.data(),
+                                            qkv.data() + Hq, qkv.data() + Hq + Hkv, wq.data(), wk.data(), 1e-6f,
+                                            rope.data(), q.data(), kc.data(), vc.data(), width, out.data(), split);
+    Kokkos::fence();
+    got = Result{out.host(), kc.host(), vc.host()};
+  };
+  Result fenced, chained;
+  run(true, fenced);
+  run(false, chained);
+  for (double v : chained.out) ASSERT_TRUE(std::isfinite(v)) << "a poisoned head was read";
+  test::expect_same_bits(chained.out, fenced.out, "output");
+  EXPECT_EQ(chained.k_cache, fenced.k_cache) << "key cache";
+  EXPECT_EQ(chained.v_cache, fenced.v_cache) << "value cache";
+#endif
 }
 
 }  // namespace

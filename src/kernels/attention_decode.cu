@@ -13,7 +13,9 @@
 // The HEADS form (attention_decode_heads_cuda) first forms the CTA's query heads from the raw
 // products (norm, rotation) into shared memory, and where the CTA takes the row's last range,
 // the new key and value too; it reads them from there, and one CTA of the (row, KV head) writes
-// them into the cache for the steps after. No other CTA reads that entry in this launch.
+// them into the cache for the steps after. No other CTA reads that entry in this launch. That form
+// is a dependent launch: its CTAs may start, and load their first tile of the cache, while the
+// product of q, k and v before it still runs.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -163,6 +165,14 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
     load_positions(p, seq, head_offset, static_cast<long>(blockIdx.z) * span + stream, STREAMS,
                    min(static_cast<int>(blockIdx.z) * span + span, length), no_skip, kraw, vraw);
   bool tile_loaded = true;
+  // The HEADS form is a dependent launch (kernels/dependent_launch.cuh): it may start while the
+  // product of q, k and v before it runs. What it has read so far no kernel of the step writes: the
+  // step's slots and positions and the block table (copied in before the step), and the row's
+  // cached positions before the last (written by earlier steps; the new entry is skipped, and the
+  // block a sample writes is its own). Everything after this reads what the kernels before it
+  // wrote: their raw heads, the rotations, and the split's workspace the previous layer's launch
+  // leaves zeroed. (A no-op for the ordinary launch of the other form.)
+  wait_for_prerequisites();
 
   // HEADS: the CTA's query heads, and where it takes the row's last range (each CTA takes the
   // ranges blockIdx.z, + gridDim.z, ...), the new key and value.
@@ -376,8 +386,11 @@ void launch(cudaStream_t stream, const DecodeParams& p) {
   }
   const int z = static_cast<int>(ranges);
   const dim3 grid(static_cast<unsigned>(p.s.rows), static_cast<unsigned>(per_row), static_cast<unsigned>(z));
-  decode_attention_kernel<HD, GROUP, HEADS><<<grid, kWarps * 32, 0, stream>>>(p);
-  SHARDRL_CHECK_CUDA(cudaGetLastError());
+  // Only the HEADS form starts early: the other reads the new entry, which the launch before it
+  // writes, in its first tile.
+  static const bool early =
+      HEADS && dependent_launch_compiled(reinterpret_cast<const void*>(decode_attention_kernel<HD, GROUP, HEADS>));
+  launch_maybe_early(decode_attention_kernel<HD, GROUP, HEADS>, early, grid, dim3(kWarps * 32), 0, stream, p);
 }
 
 // The widest chunk of query heads (4, 2 or 1) that divides the group: the chunk's queries and

@@ -296,17 +296,8 @@ void for_rows(int rows, cudaStream_t stream, const GemvParams& p, GemvWeights we
 // (`early_compiled`: dependent_launch_compiled, kernels/dependent_launch.cuh).
 void launch(void (*kernel)(GemvParams), bool early_compiled, int blocks, cudaStream_t stream, const GemvParams& p,
             GemvWeights weights) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kWarps * 32);
-  config.dynamicSmemBytes = staged_bytes(p);
-  config.stream = stream;
-  cudaLaunchAttribute early{};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = weights == GemvWeights::fixed && early_compiled ? 1 : 0;
-  SHARDRL_CHECK_CUDA(cudaLaunchKernelEx(&config, kernel, p));
+  launch_maybe_early(kernel, weights == GemvWeights::fixed && early_compiled, dim3(static_cast<unsigned>(blocks)),
+                     dim3(kWarps * 32), staged_bytes(p), stream, p);
 }
 
 template <int R>

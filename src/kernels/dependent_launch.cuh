@@ -12,6 +12,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
+#include "core/cuda_check.hpp"
+
 namespace shardrl::kernels {
 
 // Whether `kernel` as this device runs it was compiled from code for sm_90 or later (its PTX
@@ -32,6 +36,24 @@ __device__ inline void wait_for_prerequisites() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(params), as a dependent launch where `early` (the
+// kernel keeps the rule above and was compiled for it: dependent_launch_compiled).
+template <class Params>
+void launch_maybe_early(void (*kernel)(Params), bool early, dim3 grid, dim3 block, std::size_t shared_bytes,
+                        cudaStream_t stream, const Params& params) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = early ? 1 : 0;
+  SHARDRL_CHECK_CUDA(cudaLaunchKernelEx(&config, kernel, params));
 }
 
 }  // namespace shardrl::kernels

@@ -192,9 +192,7 @@ void Generator::decode(const std::vector<const void*>& weights, const SamplingOp
   Kokkos::deep_copy(model_.space(), Kokkos::subview(keys_.view(), step_rows),
                     HostUnmanaged<std::uint64_t>(keys_h_.data(), std::size_t(rows_in_step)));
   if (graphs_on_) {
-    std::string graph_key = fmt::format("{} rows | sampling {} {} {}", rows_in_step, sampling.temperature,
-                                        sampling.top_k, sampling.top_p);
-    for (const void* w : weights) graph_key += fmt::format(" {}", w);
+    GraphKey graph_key{rows_in_step, sampling.temperature, sampling.top_p, sampling.top_k, weights};
     replay_weights_ = &weights;
     replay_sampling_ = sampling;
     replay_rows_ = rows_in_step;
@@ -204,7 +202,7 @@ void Generator::decode(const std::vector<const void*>& weights, const SamplingOp
       // A new bucket's first step runs eagerly: first launches do things once (loading
       // kernels, Kokkos' lock arrays, scratch) that capture must not see.
       decode_step(weights, sampling, rows_in_step);
-      graphs_[graph_key] = std::make_unique<CapturedGraph>();
+      graphs_.emplace(std::move(graph_key), std::make_unique<CapturedGraph>());
     } else {
       CapturedGraph& g = *found->second;
       if (!g.captured()) g.capture(stream, [this] { decode_step(*replay_weights_, replay_sampling_, replay_rows_); });

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/captured_graph.hpp"
@@ -152,7 +153,19 @@ class Generator {
   float* drawn_logp() const { return reinterpret_cast<float*>(draws_.data() + max_rows_); }
   float* drawn_entropy() const { return reinterpret_cast<float*>(draws_.data() + 2 * std::size_t(max_rows_)); }
   bool graphs_on_ = false;
-  std::map<std::string, std::unique_ptr<CapturedGraph>> graphs_;   // per bucket, weights and sampling
+  // What a decode graph was captured for: its bucket of rows, the sampling it draws with and the
+  // weights it reads (their addresses are in the graph). Compared, not formatted, each step.
+  struct GraphKey {
+    int rows = 0;
+    float temperature = 0.0f, top_p = 0.0f;
+    int top_k = 0;
+    std::vector<const void*> weights;
+    bool operator<(const GraphKey& o) const {
+      return std::tie(rows, temperature, top_p, top_k, weights) <
+             std::tie(o.rows, o.temperature, o.top_p, o.top_k, o.weights);
+    }
+  };
+  std::map<GraphKey, std::unique_ptr<CapturedGraph>> graphs_;
   // What a host replay of a decode graph runs with (the current call's).
   const std::vector<const void*>* replay_weights_ = nullptr;
   SamplingOptions replay_sampling_;
