@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -195,14 +196,15 @@ TEST(AttentionDecodeModelShapes, ContiguousAndPagedCachesMatchTheReference) {
 }
 
 // Long caches: on GPU builds, with the split workspace, steps of up to kDecodeSplitMaxRows rows
-// run each row's positions in ranges (kDecodeSplitPositions, doubled past kDecodeSplitMaxRanges
-// of them) merged by the CTA that finishes the last one. Rows ending just before, at and past a
+// run each row's positions in ranges (kDecodeSplitPositions, or kDecodeFewRowsSplitPositions in
+// steps of up to kDecodeFewRows rows, doubled past kDecodeSplitMaxRanges of them) merged by the
+// CTA that finishes the last one. Rows ending just before, at and past a
 // range's end and where the ranges double, and rows of more ranges than the launch has CTAs per
 // row (a CTA then takes several); sequences of a paged cache sharing one sequence's blocks keep
 // the cache small. Checked: against fp64 and the portable kernel; the same bits on a second
-// launch (deterministic merge, counters back at zero); a row's bits the same alone as in the
-// step; a row of one range, and every row of a step past the row threshold, bit for bit the
-// unsplit kernel's.
+// launch (deterministic merge, counters back at zero); a row's bits the same in any step of its
+// row class (up to kDecodeFewRows rows, whose ranges are finer, or more); a row of one range, and
+// every row of a step past the row threshold, bit for bit the unsplit kernel's.
 TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) {
   using T = bf16;
   struct Shape { int H, G, hd; };
@@ -255,17 +257,57 @@ TEST(AttentionDecodeModelShapes, LongCachesSplitOverPositionsMatchTheReference) 
     auto arrived = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), arrivals);
     for (std::size_t i = 0; i < counters; ++i) ASSERT_EQ(arrived(i), 0u) << what << ": counter " << i;
 
-    // Rows as steps of one row: 11 (18 ranges of 512), 9 (32 of 256), 7 (8) and 1 (one range).
     const std::vector<double> unsplit = decode(s, slot_d.data(), pos_d.data(), qb.data(), {});
-    for (const int r : {11, 9, 7, 1}) {
-      Buffer<T> q1(per_row);
-      q1.set(std::vector<double>(q.begin() + r * per_row, q.begin() + (r + 1) * per_row));
-      auto p1 = device_ints(std::vector<int>{pos[r]}), s1 = device_ints(std::vector<int>{slot[r]});
-      kernels::CacheShape one = s;
-      one.rows = 1;
-      const std::vector<double> alone = decode(one, s1.data(), p1.data(), q1.data(), split);
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + r * per_row)) << what << ": row " << r << " alone";
+    // The rows `which` as a step of their own (their queries, positions and slots gathered), and
+    // row i of a step's output.
+    const auto step_of = [&](const std::vector<int>& which) {
+      std::vector<double> qs;
+      std::vector<int> ps, ss;
+      for (const int r : which) {
+        qs.insert(qs.end(), q.begin() + r * per_row, q.begin() + (r + 1) * per_row);
+        ps.push_back(pos[r]);
+        ss.push_back(slot[r]);
+      }
+      Buffer<T> qd(long(which.size()) * per_row);
+      qd.set(qs);
+      const auto pd = device_ints(ps), sd = device_ints(ss);
+      kernels::CacheShape shape = s;
+      shape.rows = static_cast<int>(which.size());
+      return decode(shape, sd.data(), pd.data(), qd.data(), split);
+    };
+    const auto row_of = [&](const std::vector<double>& out, int i) {
+      return std::vector<double>(out.begin() + i * per_row, out.begin() + (i + 1) * per_row);
+    };
+    // Within a row class a row's bits do not depend on its step: rows 11 (18 ranges of 512), 9 (32
+    // of 256), 7 (8) and 3 (2) in a step of five rows as in the step above; the same rows as a step
+    // of kDecodeFewRows (ranges of 64 doubled: 11 and 9 as before, 7 in 32 of 64, 3 in 5) as each
+    // alone, and against fp64.
+    const std::vector<int> four = {11, 9, 7, 3};
+    static_assert(kernels::kDecodeFewRows == 4, "four rows are a step of the few-row class");
+    const std::vector<double> five = step_of({11, 9, 7, 3, 0}), few = step_of(four);
+    for (int i = 0; i < 4; ++i) {
+      const int r = four[i];
+      EXPECT_TRUE(row_of(five, i) == row_of(got, r)) << what << ": row " << r << " in a step of five";
+      EXPECT_TRUE(step_of({r}) == row_of(few, i)) << what << ": row " << r << " alone";
+      expect_close(row_of(few, i), row_of(want, r), 2 * unit_roundoff<T>(), 64 * unit_roundoff<float>(),
+                   what + ": row " + std::to_string(r) + " in a step of four");
     }
+    // Where the build splits, row 3 (258 positions) runs in 5 ranges of 64 alone and in 2 of 256 in
+    // a step of five: the ranges' partial results the workspace holds (row, head, range) say so (a
+    // comparison of bits would not: one row's fp32 differences rarely reach a bf16 rounding).
+    if (sizes.partials > 0) {
+      const auto range_written = [&](const std::vector<int>& step, int range) {
+        Kokkos::deep_copy(partials, std::numeric_limits<float>::quiet_NaN());
+        step_of(step);
+        float first = 0.0f;   // the running max of row 0's head 0 in that range
+        Kokkos::deep_copy(first, Kokkos::subview(partials, std::size_t(range) * (2 + sh.hd)));
+        return std::isfinite(first);
+      };
+      EXPECT_TRUE(range_written({3}, 4)) << what << ": row 3 alone in 5 ranges";
+      EXPECT_TRUE(range_written({3, 0, 1, 2, 4}, 1)) << what << ": row 3 in a step of five, in 2 ranges";
+      EXPECT_FALSE(range_written({3, 0, 1, 2, 4}, 2)) << what << ": row 3 in a step of five, in 2 ranges";
+    }
+    EXPECT_TRUE(step_of({1}) == row_of(unsplit, 1)) << what << ": row 1 alone, one range";
     EXPECT_TRUE(std::equal(unsplit.begin() + 1 * per_row, unsplit.begin() + 2 * per_row, got.begin() + 1 * per_row))
         << what << ": a row of one range, split and not";
     // Where the build splits (a workspace to split into), the long rows did split: their sums ran

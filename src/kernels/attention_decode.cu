@@ -100,11 +100,14 @@ __device__ inline void form_head(const __nv_bfloat16* x, const __nv_bfloat16* w,
   }
 }
 
-// The positions of each range of a row of `length` positions: kDecodeSplitPositions, doubled
-// until at most kDecodeSplitMaxRanges ranges cover the row. The kernel splits each row by it; the
-// launcher sizes the grid by it for the longest row the cache holds.
-__host__ __device__ inline long split_span(long length) {
-  long span = kDecodeSplitPositions;
+// The positions of each range of a row of `length` positions in a step of `rows` rows:
+// kDecodeSplitPositions (kDecodeFewRowsSplitPositions for a longer row in a step of up to
+// kDecodeFewRows rows), doubled until at most kDecodeSplitMaxRanges ranges cover the row. The
+// kernel splits each row by it; the launcher sizes the grid by it for the longest row the cache
+// holds (a CTA takes several ranges where a shorter row has more).
+__host__ __device__ inline long split_span(long length, int rows) {
+  long span = rows <= kDecodeFewRows && length > kDecodeSplitPositions ? kDecodeFewRowsSplitPositions
+                                                                       : kDecodeSplitPositions;
   while ((length + span - 1) / span > kDecodeSplitMaxRanges) span *= 2;
   return span;
 }
@@ -137,7 +140,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   constexpr int PER_LOAD = 32 / LANES;       // positions a warp reads per load
   constexpr int STREAMS = kWarps * PER_LOAD;  // online softmaxes of the CTA
   constexpr int TILE = STREAMS * kUnroll;    // positions the CTA reads per iteration
-  static_assert(kDecodeSplitPositions % TILE == 0, "a split is whole tiles");
+  static_assert(kDecodeSplitPositions % TILE == 0 && kDecodeFewRowsSplitPositions % TILE == 0,
+                "a range is whole tiles");
 
   const int r = blockIdx.x;
   const int G = p.s.n_kv_heads, H = p.s.n_heads, group = H / G;
@@ -150,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   // The row's ranges (one without a workspace): their bounds depend on the row's length alone,
   // never on the grid or the cache's capacity.
   const int length = p.positions[r] + 1;
-  const int span = p.partials ? static_cast<int>(split_span(length)) : length;
+  const int span = p.partials ? static_cast<int>(split_span(length, p.s.rows)) : length;
   const int splits = (length + span - 1) / span;
   const int last = length - 1;
   const long head_offset = static_cast<long>(g) * HD + piece * 8;
@@ -381,7 +385,7 @@ void launch(cudaStream_t stream, const DecodeParams& p) {
   const long base_ctas = static_cast<long>(p.s.rows) * per_row;
   long ranges = 1;
   if (p.partials) {
-    const long span = split_span(p.s.max_len);
+    const long span = split_span(p.s.max_len, p.s.rows);
     ranges = std::min<long>((p.s.max_len + span - 1) / span, (wanted_ctas() + base_ctas - 1) / base_ctas);
   }
   const int z = static_cast<int>(ranges);

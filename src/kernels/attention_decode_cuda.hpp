@@ -30,14 +30,27 @@ namespace shardrl::kernels {
 // 8: 7% of the bandwidth bound at 16 384 positions). So with a workspace, steps of up to
 // kDecodeSplitMaxRows rows split each row's positions into ranges of kDecodeSplitPositions,
 // doubled until at most kDecodeSplitMaxRanges cover the row, one CTA each, and the CTA that
-// finishes a row's last range merges them in range order (no second launch). The ranges depend
-// on the row's length alone, and the row threshold is a power of two, on which eager steps and
-// the decode graphs' power-of-two buckets agree: a row's result does not depend on the grid, the
-// cache's capacity or whether its step was captured. A row of up to kDecodeSplitPositions
-// positions is one range, bit for bit the unsplit kernel's. Past kDecodeSplitMaxRows rows the
-// unsplit grid fills the GPU, and the ranges' merges cost more than they win (measured on an
-// H100: 5-16% slower at 256 rows of 512-576 positions).
+// finishes a row's last range merges them in range order (no second launch). In steps of up to
+// kDecodeFewRows rows, rows longer than kDecodeSplitPositions start from ranges of
+// kDecodeFewRowsSplitPositions instead. The ranges depend on the row's length and on which of
+// those row classes its step is in, and the thresholds are powers of two, on which eager steps
+// and the decode graphs' power-of-two buckets agree: a row's result does not depend on the grid,
+// the cache's capacity, whether its step was captured, or its step's other rows within a class.
+// A row of up to kDecodeSplitPositions positions is one range, bit for bit the unsplit kernel's.
+// Past kDecodeSplitMaxRows rows the unsplit grid fills the GPU, and the ranges' merges cost more
+// than they win (measured on an H100: 5-16% slower at 256 rows of 512-576 positions).
+//
+// Why finer ranges for long rows at up to 4 rows: a range's positions are read tile after tile
+// (32 or 64 positions), each a trip to memory, and at a few rows the ranges' CTAs are all the GPU
+// runs. On an H200 (qwen3-0.6b, 1 024-token prompts, bench_decode) decode steps went from 1.13 to
+// 0.94 ms at batch 1, 1.27 to 1.07 at 2 and 1.62 to 1.43 at 4. Ranges of 64 for every step were
+// slower at batch 16 (2.04 -> 2.35 ms: its 128 (row, KV head) pairs already fill the GPU, and its
+// merges read 4x the ranges), and rows of at most 160 positions gained nothing from them. At 4
+// rows and fewer the decode products' results do not depend on the step's other rows either
+// (decode_gemv_cuda.hpp).
 constexpr int kDecodeSplitPositions = 256;
+constexpr int kDecodeFewRows = 4;
+constexpr int kDecodeFewRowsSplitPositions = 64;
 constexpr int kDecodeSplitMaxRanges = 32;
 constexpr int kDecodeSplitMaxRows = 16;
 
