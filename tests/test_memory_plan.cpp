@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "core/captured_graph.hpp"
 #include "core/memory_ledger.hpp"
 #include "core/kokkos.hpp"
 #include "core/memory_capacity.hpp"
@@ -147,6 +148,21 @@ TEST(MemoryPlan, ASampledOnlyPolicyKeepsNoGradientsOrMoments) {
     }
     EXPECT_LE(total[true] + state[false], total[false]) << name;
     EXPECT_EQ(gathered[true], gathered[false]) << name << ": the same seed's weights";
+  }
+}
+
+// A policy that is only sampled captures no train step: with train.cuda_graph = "full" (GPU
+// builds) the trained policy's loop has its step graphs, the sampled-only one's none.
+TEST(MemoryPlan, ASampledOnlyPolicyCapturesNoTrainStep) {
+  if (!CapturedGraph::native()) GTEST_SKIP() << "train.cuda_graph = \"full\" needs a GPU build";
+  Config c = small_config();
+  c.model.precision = Precision::bf16;
+  c.train.cuda_graph = TrainGraph::full;
+  auto comm = make_communicator(backend(), MPI_COMM_WORLD, 120.0);
+  for (const bool sampled : {false, true}) {
+    Policy policy(c, *comm, PolicyUse{true, false, {}, sampled});
+    EXPECT_EQ(policy.loop().step_graphs() != nullptr, !sampled) << (sampled ? "sampled only" : "trained");
+    EXPECT_EQ(policy.config().train.cuda_graph, sampled ? TrainGraph::none : TrainGraph::full);
   }
 }
 

@@ -20,10 +20,14 @@ const char* name_of(LrSchedule s) { return s == LrSchedule::cosine ? "cosine" : 
 // `config` as the policy is built from it, once every rank agrees that its memory plan fits
 // (job/memory_plan.hpp): checked before the first member allocates anything. A policy that is
 // only sampled never trains: the model's training buffers, which it always has, are sized for a
-// micro-batch of one sequence (no completion depends on the micro-batch).
+// micro-batch of one sequence (no completion depends on the micro-batch), and no train step is
+// captured (train.cuda_graph's input slots and its head on every token are the train phase's).
 Config fitting(const Config& config, Communicator& comm, const PolicyUse& use) {
   Config built = config;
-  if (use.sampled_only) built.train.micro_batch_size = 1;
+  if (use.sampled_only) {
+    built.train.micro_batch_size = 1;
+    built.train.cuda_graph = TrainGraph::none;
+  }
   check_memory_plan(built, use.rl_loop, comm.host_comm(), use.generator, !use.sampled_only);
   return built;
 }
