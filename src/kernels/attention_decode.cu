@@ -13,9 +13,9 @@
 // The HEADS form (attention_decode_heads_cuda) first forms the CTA's query heads from the raw
 // products (norm, rotation) into shared memory, and where the CTA takes the row's last range,
 // the new key and value too; it reads them from there, and one CTA of the (row, KV head) writes
-// them into the cache for the steps after. No other CTA reads that entry in this launch. That form
-// is a dependent launch: its CTAs may start, and load their first tile of the cache, while the
-// product of q, k and v before it still runs.
+// them into the cache for the steps after. No other CTA reads that entry in this launch. In steps
+// of a few rows that form is a dependent launch: its CTAs may start, and load their first tile of
+// the cache, while the product of q, k and v before it still runs.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
   const int sub = lane / LANES, piece = lane % LANES;
   const int stream = warp * PER_LOAD + sub;
   const long seq = p.slots ? p.slots[r] : r;
-  // The row's ranges (one without a workspace): their bounds depend on the row's length alone,
-  // never on the grid or the cache's capacity.
+  // The row's ranges (one without a workspace): their bounds depend on the row's length and its
+  // step's row class (split_span), never on the grid or the cache's capacity.
   const int length = p.positions[r] + 1;
   const int span = p.partials ? static_cast<int>(split_span(length, p.s.rows)) : length;
   const int splits = (length + span - 1) / span;
@@ -169,13 +169,13 @@ __global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(DecodePar
     load_positions(p, seq, head_offset, static_cast<long>(blockIdx.z) * span + stream, STREAMS,
                    min(static_cast<int>(blockIdx.z) * span + span, length), no_skip, kraw, vraw);
   bool tile_loaded = true;
-  // The HEADS form is a dependent launch (kernels/dependent_launch.cuh): it may start while the
-  // product of q, k and v before it runs. What it has read so far no kernel of the step writes: the
-  // step's slots and positions and the block table (copied in before the step), and the row's
-  // cached positions before the last (written by earlier steps; the new entry is skipped, and the
-  // block a sample writes is its own). Everything after this reads what the kernels before it
-  // wrote: their raw heads, the rotations, and the split's workspace the previous layer's launch
-  // leaves zeroed. (A no-op for the ordinary launch of the other form.)
+  // The HEADS form of a few rows is a dependent launch (kernels/dependent_launch.cuh): it may
+  // start while the product of q, k and v before it runs. What it has read so far no kernel of the
+  // step writes: the step's slots and positions and the block table (copied in before the step),
+  // and the row's cached positions before the last (written by earlier steps; the new entry is
+  // skipped, and the block a sample writes is its own). Everything after this reads what the
+  // kernels before it wrote: their raw heads, the rotations, and the split's workspace the
+  // previous layer's launch leaves zeroed. (A no-op for an ordinary launch.)
   wait_for_prerequisites();
 
   // HEADS: the CTA's query heads, and where it takes the row's last range (each CTA takes the
@@ -390,10 +390,15 @@ void launch(cudaStream_t stream, const DecodeParams& p) {
   }
   const int z = static_cast<int>(ranges);
   const dim3 grid(static_cast<unsigned>(p.s.rows), static_cast<unsigned>(per_row), static_cast<unsigned>(z));
-  // Only the HEADS form starts early: the other reads the new entry, which the launch before it
-  // writes, in its first tile.
-  static const bool early =
-      HEADS && dependent_launch_compiled(reinterpret_cast<const void*>(decode_attention_kernel<HD, GROUP, HEADS>));
+  // Only the HEADS form starts early (the other reads the new entry, which the launch before it
+  // writes, in its first tile), and only in steps of up to kDecodeFewRows rows, whose q/k/v
+  // product is the matrix-vector kernel that lets it start at once. On an H200 (session 37,
+  // bench_decode, three runs each) that took qwen3-0.6b's decode steps at batch 1 from 0.804-0.820
+  // to 0.790-0.792 ms; behind cuBLAS's product at 8 and 64 rows it gained nothing (qwen3-0.6b
+  // 1.319-1.341 -> 1.345-1.354 ms at 8, 1.590-1.595 -> 1.598-1.613 at 64; llama-1b 1% either way).
+  static const bool compiled =
+      dependent_launch_compiled(reinterpret_cast<const void*>(decode_attention_kernel<HD, GROUP, HEADS>));
+  const bool early = HEADS && compiled && p.s.rows <= kDecodeFewRows;
   launch_maybe_early(decode_attention_kernel<HD, GROUP, HEADS>, early, grid, dim3(kWarps * 32), 0, stream, p);
 }
 
