@@ -12,9 +12,20 @@
 
 namespace shardrl {
 
+namespace {
+
+// The options as the trainer keeps them: one that only samples keeps no KL reference either
+// (the reference is the KL term's, which only training computes).
+FsdpOptions as_kept(FsdpOptions options) {
+  options.keep_reference = options.keep_reference && options.trains;
+  return options;
+}
+
+}  // namespace
+
 ShardedTrainer::ShardedTrainer(Transformer& model, Communicator& comm, const FsdpOptions& options,
                                const OptimizerOptions& optimizer)
-    : model_(model), comm_(comm), options_(options), space_(model.space()),
+    : model_(model), comm_(comm), options_(as_kept(options)), space_(model.space()),
       layout_(model.units(), comm.size(), comm.rank(), options.expert_parallel, model.options().shape.lora.on()),
       optimizer_(optimizer, model.space()) {
   SHARDRL_CHECK(options.expert_parallel == (model.options().expert_exchange != nullptr),

@@ -42,7 +42,8 @@ struct FsdpOptions {
   // is refused rather than ignored.
   bool expert_parallel = false;
   // False for a policy that is only sampled (`evaluate`, `generate`): no gradients, no Adam
-  // moments and no gradient buffers (12 of a trained parameter's 16 bytes of state and more);
+  // moments, no gradient buffers and no KL reference (keep_reference is then ignored; 12 of a
+  // trained parameter's 16 bytes of state and more);
   // forward_backward and optimizer_step refuse to run.
   bool trains = true;
 };

@@ -65,7 +65,6 @@ Policy::Policy(const Config& config, Communicator& comm, const PolicyUse& use)
         FsdpOptions f = fsdp_options(config_);
         f.profile = use.profile;
         f.trains = !use.sampled_only;
-        f.keep_reference = f.keep_reference && f.trains;   // the KL term's, in training only
         return f;
       }(), optimizer_options(config_)) {
   // The rollout's generator and weight set take the arena's rollout region; then it is allocated.
