@@ -4,11 +4,10 @@
 // (temperature 1 when greedy), and a key always draws the same token.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <limits>
-
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -25,9 +24,11 @@ struct Draws {
   std::vector<float> logp, entropy;
 };
 
-// `rows` copies of one row of logits, each with its own key (sample index = row).
+// `rows` copies of one row of logits, each with its own key (sample index = row); with the given
+// scratch (sample_scratch_floats of at least `rows` rows) or a fresh one.
 template <class T>
-Draws draw(const std::vector<float>& row, const SamplingOptions& opt, int rows, std::uint64_t seed = 1) {
+Draws draw(const std::vector<float>& row, const SamplingOptions& opt, int rows, std::uint64_t seed = 1,
+           float* scratch_in = nullptr) {
   const int V = static_cast<int>(row.size());
   DeviceView<T> logits("logits", std::size_t(rows) * V);
   Kokkos::View<std::uint64_t*, MemSpace> keys("keys", rows);
@@ -41,9 +42,9 @@ Draws draw(const std::vector<float>& row, const SamplingOptions& opt, int rows, 
   }
   Kokkos::deep_copy(logits, hl);
   Kokkos::deep_copy(keys, hk);
-  DeviceView<float> scratch("scratch", sample_scratch_floats(rows, V));
+  DeviceView<float> scratch("scratch", scratch_in ? 0 : sample_scratch_floats(rows, V));
   sample_tokens(ExecSpace(), logits.data(), keys.data(), opt, token.data(), logp.data(), entropy.data(), rows, V,
-                scratch.data());
+                scratch_in ? scratch_in : scratch.data());
   auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), token);
   auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logp);
   auto he = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), entropy);
@@ -254,6 +255,29 @@ TEST(Sampling, SameKeySameTokenAnyBatch) {
       for (int r = 0; r < 16; ++r) EXPECT_EQ(a.tokens[r], b.tokens[r]) << "V " << V << " row " << r;
       Draws c = draw<float>(row, o, 64, 6);
       EXPECT_NE(a.tokens, c.tokens) << "another seed draws other tokens";
+    }
+  }
+}
+
+// A plain draw's teams count a row's chunks done in the scratch, and the row's last team to
+// finish picks. One scratch used by draws of 64, 1, 8 and 64 rows (as the generator's is, its
+// steps' rows changing) draws what a fresh one does, and each draw leaves the counts at zero.
+TEST(Sampling, PlainDrawsReuseTheirScratchAtAnyRows) {
+  const int V = 3 * kSampleChunkTokens + 77, most = 64;
+  const std::vector<float> row = random_row(V, 8, 1.0f);
+  DeviceView<float> scratch("scratch", sample_scratch_floats(most, V));
+  const long per_row = static_cast<long>(sample_scratch_floats(1, V));
+  for (int rows : {64, 1, 8, 64}) {
+    const Draws fresh = draw<float>(row, SamplingOptions{}, rows, 9);
+    const Draws reused = draw<float>(row, SamplingOptions{}, rows, 9, scratch.data());
+    EXPECT_EQ(reused.tokens, fresh.tokens) << rows << " rows";
+    EXPECT_EQ(reused.logp, fresh.logp) << rows << " rows";
+    EXPECT_EQ(reused.entropy, fresh.entropy) << rows << " rows";
+    auto hs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), scratch);
+    for (int r = 0; r < most; ++r) {
+      std::uint32_t count = 0;
+      std::memcpy(&count, &hs(r * per_row + per_row - 1), sizeof count);
+      EXPECT_EQ(count, 0u) << "row " << r << "'s count after a draw of " << rows << " rows";
     }
   }
 }

@@ -142,7 +142,7 @@ class Generator {
   // distribution it was drawn from; rows of each at drawn(), drawn_logp(), drawn_entropy()), in
   // one buffer so that a step reads them back in one copy.
   LedgerView<std::uint32_t> draws_;
-  LedgerView<float> draw_scratch_;   // sample_scratch_floats(rows, vocab): the draw's per-chunk sums
+  LedgerView<float> draw_scratch_;   // sample_scratch_floats(rows, vocab): the draw's chunk sums and counts
   // Host copies of keys_ and draws_ (plain vectors: nothing that Kokkos allocates outside the
   // ledger); the draws unpacked into drawn_h_, logp_h_, entropy_h_.
   std::vector<std::uint64_t> keys_h_;

@@ -15,6 +15,7 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos.hpp"
+#include "kernels/sample_plain.hpp"
 
 namespace shardrl {
 
@@ -28,12 +29,11 @@ struct SamplingOptions {
 // phase scores the same tokens under): greedy draws record the model's own, temperature 1.
 inline float sampling_temperature(const SamplingOptions& opt) { return opt.temperature > 0.0f ? opt.temperature : 1.0f; }
 
-KOKKOS_INLINE_FUNCTION std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// The chunks, the scratch's size, a key's uniform number: kernels/sample_plain.hpp.
+using kernels::kSampleChunkTokens;
+using kernels::mix64;
+using kernels::sample_scratch_floats;
+using kernels::uniform01;
 
 // The key of one draw.
 KOKKOS_INLINE_FUNCTION std::uint64_t draw_key(std::uint64_t seed, std::int64_t iteration, std::int64_t prompt,
@@ -45,30 +45,11 @@ KOKKOS_INLINE_FUNCTION std::uint64_t draw_key(std::uint64_t seed, std::int64_t i
   return mix64(k ^ static_cast<std::uint64_t>(position));
 }
 
-// A uniform number in [0, 1) from a key (24 random bits: exact in fp32).
-KOKKOS_INLINE_FUNCTION float uniform01(std::uint64_t key) {
-  return static_cast<float>(mix64(key) >> 40) * (1.0f / 16777216.0f);
-}
-
-// Plain sampling (a temperature, no top-k or top-p: what RL rollouts draw with) splits each row's
-// vocabulary into chunks of this many tokens, each reduced by its own team, so that a draw from a
-// 152K vocabulary is not one team's three passes over it (a latency-bound 0.23 ms at any batch
-// up to the GPU's SM count, 1 ms at 512 rows). The chunks depend on V only: a row's draw is the
-// same whatever the batch.
-constexpr int kSampleChunkTokens = 2048;
-
-// Device floats sample_tokens needs as scratch for R rows of V logits: each chunk's maximum,
-// mass and first moment.
-inline std::size_t sample_scratch_floats(int R, int V) {
-  const std::size_t chunks = (static_cast<std::size_t>(V) + kSampleChunkTokens - 1) / kSampleChunkTokens;
-  return 3 * static_cast<std::size_t>(R) * chunks;
-}
-
 // For each row r < R: token[r] drawn from logits(r, :) (V entries, T = float or bf16) with the
 // uniform number of keys[r]; with t = the temperature (1 when greedy) and p = softmax(logits(r, :) / t):
 // logp[r] = log p[token[r]] and entropy[r] = -sum_v p_v log p_v. `scratch` holds
-// sample_scratch_floats(R, V) floats on the device (nothing is allocated here, so a decode step
-// can be captured as a CUDA graph).
+// sample_scratch_floats(R, V) floats on the device, zero before the first draw (nothing is
+// allocated here, so a decode step can be captured as a CUDA graph).
 template <class T>
 void sample_tokens(const ExecSpace& space, const T* logits, const std::uint64_t* keys, const SamplingOptions& opt,
                    std::int32_t* token, float* logp, float* entropy, int R, int V, float* scratch);
