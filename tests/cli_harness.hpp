@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#if defined(SHARDRL_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 namespace cli_test {
 
 namespace fs = std::filesystem;
@@ -93,6 +97,24 @@ inline std::string launcher() {
   return "env OPENBLAS_NUM_THREADS=1 " + std::string(SHARDRL_MPIEXEC) +
          " --oversubscribe --allow-run-as-root --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
 }
+// Why a job of `ranks` ranks cannot run here, or "" when it can: a GPU build runs a rank per GPU
+// (the job refuses two ranks that see the same GPU), so a test whose job runs more ranks than
+// the machine has GPUs skips, saying so, instead of failing on that refusal.
+inline std::string ranks_unavailable([[maybe_unused]] int ranks) {
+#if defined(SHARDRL_ENABLE_CUDA)
+  static const int gpus = [] {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  }();
+  if (gpus < ranks)
+    return "its job runs " + std::to_string(ranks) + " ranks, and a GPU build needs a GPU per rank: this machine has " +
+           std::to_string(gpus);
+#endif
+  return {};
+}
+#define SKIP_WITHOUT_A_GPU_PER_RANK(ranks) \
+  if (const std::string why = cli_test::ranks_unavailable(ranks); !why.empty()) GTEST_SKIP() << why
+
 inline std::string mpirun(int np) { return launcher() + " -np " + std::to_string(np) + " " + shardrl_binary(); }
 // `shardrl ARGS` on two ranks started in different working directories, rank 0 in `first` and
 // rank 1 in `second`: a relative path that one rank can read and the other cannot.

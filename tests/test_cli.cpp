@@ -205,6 +205,7 @@ TEST(Cli, MissingConfigFileNamesIt) {
 // A directory as --config used to run the job with defaults, and a FIFO as the dataset blocked
 // every rank forever: both are refused by name at once.
 TEST(Cli, InputPathsMustBeRegularFiles) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   fs::create_directories(dir / "conf.d");
   write(dir / "conf.toml", "[run]\niterations = 1\n");
@@ -261,6 +262,7 @@ TEST(Cli, HelpAndVersion) {
 
 // At np 2 every rank reaches the same verdict: one message, exit code 2, no hang.
 TEST(Cli, InvalidConfigStopsEveryRankWithOneMessage) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "bad.toml", "[run]\nseed = \"x\"\n");
   RunResult r = run_in(dir, mpirun(2) + " train --config bad.toml");

@@ -24,6 +24,7 @@ using namespace cli_test;
 // finishes its iteration, saves, exits 3; the same command continues where it stopped, and the
 // metrics hold every iteration once. `inspect` describes the checkpoint and verifies it.
 TEST(Cli, SignalSavesAndTheSameCommandContinues) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   // Its own config name, so that the signal reaches this test's ranks only.
   write(dir / "signalled.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
@@ -78,6 +79,7 @@ TEST(Cli, SignalSavesAndTheSameCommandContinues) {
 // the learning rate was skipped; found by review.) A resume that turns the KL term on over a run
 // without it is refused, naming the key (it named a missing tensor).
 TEST(Cli, AWarmUpCutShortOnResumeEndsThere) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "warm.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
   const std::string train = " train --config warm.toml --set run.name=ck --set run.iterations=1";
@@ -125,6 +127,7 @@ TEST(Cli, AWarmUpCutShortOnResumeEndsThere) {
 // A checkpoint with one flipped byte in a tensor: resume and `inspect --verify` name the file
 // and the tensor, and exit 2 on every rank; --no-resume --overwrite starts afresh regardless.
 TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");
@@ -175,6 +178,7 @@ TEST(Cli, CorruptCheckpointIsNamedAndRefused) {
 // --overwrite; an uncommitted `.partial` file is never loaded, named by --resume-from or by
 // `latest`.
 TEST(Cli, AnExistingRunIsNeverOverwritten) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
   RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");
@@ -282,6 +286,7 @@ TEST(Cli, AnExistingRunIsNeverOverwritten) {
 // against the reader's world size: a checkpoint saved by 2 ranks with debug.fail_rank = 1 is
 // inspected, verified and exported by one process.
 TEST(Cli, SavedConfigsAreReadAsTheirJobWroteThem) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   RunResult saved = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=0 --set debug.fail_rank=1");
@@ -304,6 +309,7 @@ TEST(Cli, SavedConfigsAreReadAsTheirJobWroteThem) {
 // last lines need not reach mpirun's output), and with each rank's output in a file of its own,
 // where every rank's warning is found.
 TEST(Cli, SignalsToMpirunReachTheRanks) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
   struct Case {
@@ -343,6 +349,7 @@ TEST(Cli, SignalsToMpirunReachTheRanks) {
 // the run computes (the seed, the batch) is refused unless --allow-config-change, a change to how
 // long or where it runs is not.
 TEST(Cli, ConfigChangesOnResumeAreListedAndTrajectoryChangesRefused) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
@@ -372,6 +379,7 @@ TEST(Cli, ConfigChangesOnResumeAreListedAndTrajectoryChangesRefused) {
 // second is refused at once, naming the holder's host and pid, and touches nothing; after the
 // first ends (even killed) the directory is free again.
 TEST(Cli, ASecondJobOnTheSameRunIsRefused) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 0\n");
   write(dir / "second.sh",
@@ -405,6 +413,7 @@ void set_int64(const fs::path& file, const char* name, std::int64_t value) {
 // not the one saved (the metadata's checksum) is refused by both, naming the file and what is
 // wrong (inspect --verify passed such files before; the last one resumed with its warm-up cut).
 TEST(Cli, IncompleteCheckpointsAreRefusedByResumeAndInspectAlike) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   RunResult first = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
@@ -530,8 +539,12 @@ void killed_while_saving_always_resumes(const std::string& name, bool async, int
       << finish.out;
 }
 
-TEST(Cli, KilledWhileSavingAlwaysResumes) { killed_while_saving_always_resumes("killed", false, 10); }
+TEST(Cli, KilledWhileSavingAlwaysResumes) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
+  killed_while_saving_always_resumes("killed", false, 10);
+}
 TEST(Cli, KilledWhileSavingInTheBackgroundAlwaysResumes) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   killed_while_saving_always_resumes("killed_async", true, 6);
 }
 
@@ -539,6 +552,7 @@ TEST(Cli, KilledWhileSavingInTheBackgroundAlwaysResumes) {
 // iteration, waits for the save in flight (committed, reported), then saves its last iteration
 // and exits 3; every checkpoint left verifies, and `latest` names the last iteration.
 TEST(Cli, SignalWaitsForTheBackgroundSaveThenSaves) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "signalled_async.toml",
         std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\nkeep_last = 5\nasync = true\n[debug]\nsave_pause_ms = 10\n");

@@ -15,6 +15,7 @@ using namespace cli_test;
 // bit for bit in fp32 and rounded once to bf16, with a config.json naming the architecture;
 // a missing checkpoint is refused.
 TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
@@ -188,6 +189,7 @@ TEST(Cli, ConvertExportsAndInitFromImportsSafetensors) {
 // it has no tokenizer files; a checkpoint that took no step has learned no end id (257 is a real
 // vocabulary's token).
 TEST(Cli, ConvertCarriesTheTokenizerAndTheSpecialTokenIds) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kCheckpointJob);
   const std::string one_step = " --set run.iterations=0 --set rl.sft_steps=1";
@@ -312,6 +314,7 @@ TEST(Cli, AnExportKeepsTheRunsPrecisionAndNoOtherModelsFiles) {
 }
 
 TEST(Cli, InitFromTakesTheShapeFromConfigJson) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "a.toml",
         "[run]\nname = \"a\"\ndir = \"runs\"\niterations = 0\n[rl]\nsft_steps = 0\n"

@@ -11,6 +11,7 @@ using namespace cli_test;
 
 // A user's prompt file with a bad line stops every rank with the file and line, exit 2.
 TEST(Cli, MalformedDatasetNamesFileAndLine) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[rl]\ntask = \"jsonl\"\ndataset = \"data.jsonl\"\n");
   write(dir / "data.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": 3}\n");
@@ -33,6 +34,7 @@ TEST(Cli, MalformedDatasetNamesFileAndLine) {
 // beyond model.vocab_size stops every rank at the job's start with the line, and rl.eos_id is
 // required; each exits 2.
 TEST(Cli, PreTokenizedDatasetErrorsNameTheLine) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   // The job refused, exit 2, its stderr starting with `message` (every rank stops; rank 0 says why).
   const auto refused = [&](const std::string& message) {
@@ -62,6 +64,7 @@ TEST(Cli, PreTokenizedDatasetErrorsNameTheLine) {
 // the failing rank returned silently and the others waited in the set-up's collectives until
 // comm.timeout_s (with comm.gather_engine = "sm": for ever, before the watchdog is armed).
 TEST(Cli, ADatasetOneRankCannotReadStopsEveryRankWithItsCause) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   fs::create_directories(dir / "a");
   fs::create_directories(dir / "b");
@@ -84,6 +87,7 @@ TEST(Cli, ADatasetOneRankCannotReadStopsEveryRankWithItsCause) {
 // resume though rl.dataset changed (a path change was refused); --allow-config-change takes the
 // edited file. Ranks whose copies differ stop at the start.
 TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   const std::string lines = "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"cd\", \"answer\": \"dc\"}\n";
   write(dir / "job.toml", "[run]\nname = \"ds\"\n[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n[rl]\n"
@@ -137,6 +141,7 @@ TEST(Cli, AResumeComparesTheDatasetsExamplesNotItsPath) {
 // drew it, maybe far into the run); a generated task's longest likewise, with a warning that
 // completions cannot hold its answers. Without a warm-up nothing reads them.
 TEST(Cli, ALongDemonstrationStopsTheJobBeforeTheWarmUp) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[train]\nseq_len = 32\n[rollout]\nmax_new_tokens = 8\n[rl]\ntask = \"jsonl\"\n"
                           "dataset = \"data.jsonl\"\nprompts_per_iteration = 4\nsamples_per_prompt = 2\n"

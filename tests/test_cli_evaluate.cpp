@@ -31,6 +31,7 @@ nlohmann::json eval_record(const fs::path& metrics, std::int64_t iteration) {
 }
 
 TEST(Cli, EvaluateScoresACheckpointAsItsRunsEvaluationDid) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   fs::path dir = test_dir();

@@ -65,6 +65,7 @@ std::int64_t iterations_of(const std::string& checkpoint) {
 }
 
 TEST(Cli, FaultSoakAlwaysResumesWithEachIterationOnce) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   const char* env = std::getenv("SHARDRL_SOAK_SEED");
   const unsigned seed = env ? static_cast<unsigned>(std::strtoul(env, nullptr, 10)) : 20261123u;
   SCOPED_TRACE("SHARDRL_SOAK_SEED=" + std::to_string(seed));

@@ -8,6 +8,7 @@ using namespace cli_test;
 
 // A fatal error on one rank aborts the whole job, fast, naming rank, host and cause.
 TEST(Cli, FailingRankStopsWholeJobWithin30Seconds) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 100000000\n");
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set debug.fail_rank=1");
@@ -22,6 +23,7 @@ TEST(Cli, FailingRankStopsWholeJobWithin30Seconds) {
 // the policy's communicators and device memory first, which on a GPU may wait on peers and hang
 // the rank that knew the cause until its peers' watchdogs fired, blaming it as stuck).
 TEST(Cli, AnUnhandledExceptionStopsTheJobWithItsCause) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 100000000\n[comm]\ntimeout_s = 60\n");
   RunResult r =
@@ -36,6 +38,7 @@ TEST(Cli, AnUnhandledExceptionStopsTheJobWithItsCause) {
 
 // A rank that stops taking part (alive, stuck) makes its peers abort after comm.timeout_s.
 TEST(Cli, HangingRankIsDetectedByTimeout) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 100000000\n[comm]\ntimeout_s = 3\n");
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --set debug.fail_rank=1 --set debug.fail_mode=hang");
@@ -56,6 +59,7 @@ TEST(Cli, HangingRankIsDetectedByTimeout) {
 // runs/: the job stops at start, every rank, naming the rank (it trained until its first save,
 // then every rank hung in the collective create of the checkpoint).
 TEST(Cli, ARankThatSeesAnotherRunDirectoryStopsTheJobAtStart) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   fs::create_directories(dir / "a");
   fs::create_directories(dir / "b");

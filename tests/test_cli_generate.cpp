@@ -56,6 +56,7 @@ TEST(Cli, GenerateIsDeterministicOneLinePerCompletion) {
 // spread over 2 ranks (rollout.expert_parallel, the ranks in lockstep) and its prompt prefilled in
 // calls of one row draws what whole-expert decoding draws (fp32).
 TEST(Cli, GenerateDecodesWithTheRolloutsExpertParallelism) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "moe.toml",
         "[run]\nseed = 3\n[model]\npreset = \"custom\"\nprecision = \"fp32\"\nvocab_size = 259\nd_model = 32\n"

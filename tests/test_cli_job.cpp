@@ -27,6 +27,7 @@ std::vector<double> warmup_losses(const std::string& out) {
 }
 
 TEST(Cli, JobTrainsAndWritesResolvedConfig) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml",
         "[run]\nname = \"smoke\"\niterations = 3\n[model]\nprecision = \"fp32\"\n"
@@ -99,6 +100,7 @@ std::vector<double> reward_means(const fs::path& file) {
 class ShortQuickstart : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ShortQuickstart, RaisesTheRewardByRl) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   const std::string estimator = GetParam();
   fs::path dir = test_dir();
   std::string sets = " --set run.dir=runs --set rl.sft_steps=60 --set run.iterations=120 --set "
@@ -126,6 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Cli, ShortQuickstart,
 // learn faster than full weights, as with PEFT: the warm-up and RL rates are raised. 120
 // iterations, not the quickstart's 200: the last 20 averaged 0.94 at 120 and 0.93 at 200.
 TEST(Cli, LoraQuickstartReachesTheTargetReward) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   RunResult r = run_in(dir, mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
                                 "/configs/quickstart.toml --set run.dir=runs --set lora.rank=8 --set model.init_std=0.5 "
@@ -144,6 +147,7 @@ TEST(Cli, LoraQuickstartReachesTheTargetReward) {
 // when the python3 first on PATH has no matplotlib (pyenv, conda, a virtualenv; here a shim without
 // site-packages): the script runs itself again with Debian's python3 and the PNG exists.
 TEST(Cli, QuickstartCurvesDrawUnderAPython3WithoutMatplotlib) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") != 0)
     GTEST_SKIP() << "/usr/bin/python3 has no matplotlib (apt-get install python3-matplotlib)";
   fs::path dir = test_dir();
@@ -166,6 +170,7 @@ TEST(Cli, QuickstartCurvesDrawUnderAPython3WithoutMatplotlib) {
 }
 
 TEST(Cli, ProfilePrintsThePerStepBreakdown) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 2\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n");
   RunResult r = run_in(dir, mpirun(2) + " train --config job.toml --profile");
@@ -184,6 +189,7 @@ TEST(Cli, ProfilePrintsThePerStepBreakdown) {
 // The binary reports the paths its built objects took (the job layer's build report), so a key
 // that did not reach them shows: here the flipped weight-gradient path and state dtypes.
 TEST(Cli, StartUpReportShowsThePathsTheBuildTook) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 0\n");
   RunResult plain = run_in(dir, mpirun(2) + " train --config job.toml --set run.name=plain");
@@ -203,6 +209,7 @@ TEST(Cli, StartUpReportShowsThePathsTheBuildTook) {
 // of a checkpoint. Every rank stops within seconds with rank 0's message (not after the watchdog's
 // comm.timeout_s, blaming a peer), exit 2, and the run keeps what was committed before.
 TEST(Cli, RankZeroIoFailureStopsEveryRankWithItsCause) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 5\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
                           "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 20\n");
@@ -256,6 +263,7 @@ TEST(Cli, RlStartsItsOwnLearningRateScheduleAfterTheWarmUp) {
 // in the foreground (it exited 2 there, losing what the job did since its last committed
 // checkpoint, a stop's save included), and only a failure of that one stops the job.
 TEST(Cli, AFailedBackgroundSaveIsFollowedByAForegroundSaveOfTheNewerState) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 4\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
                           "[checkpoint]\ninterval = 1\nasync = true\n[comm]\ntimeout_s = 20\n");
@@ -279,6 +287,7 @@ TEST(Cli, AFailedBackgroundSaveIsFollowedByAForegroundSaveOfTheNewerState) {
 // by crashing in HDF5 at exit; the checkpoints committed before stay, and the same command without
 // the fault resumes from the last of them.
 TEST(Cli, TensorWriteFailureStopsEveryRankAtOnce) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", "[run]\niterations = 4\n[rl]\nprompts_per_iteration = 2\nsamples_per_prompt = 2\n"
                           "[checkpoint]\ninterval = 1\n[comm]\ntimeout_s = 20\n");
@@ -305,6 +314,7 @@ TEST(Cli, TensorWriteFailureStopsEveryRankAtOnce) {
 // (job/memory_plan.hpp) refuses each before allocating: exit 2 on every rank, the plan's numbers,
 // the key behind the largest part, and nothing of the run written.
 TEST(Cli, AJobThatCannotFitIsRefusedBeforeAllocating) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   struct Probe {
     std::string sets, key;
   };

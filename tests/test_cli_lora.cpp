@@ -27,6 +27,7 @@ std::string with_lora(const std::string& job) {
 // adapter config naming rank, alpha and the targeted modules); --to-safetensors is refused with
 // the reason, as is --to-peft of a run without adapters.
 TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kJob) + "[lora]\nrank = 4\nalpha = 8.0\ntargets = [\"q\", \"v\", \"down\"]\n");
   RunResult train = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=1");
@@ -143,6 +144,7 @@ TEST(Cli, ConvertExportsALoraRunsAdaptersAsPeft) {
 // the base's other tensors unchanged, and greedy decoding of the merged model draws what the
 // adapters over the base draw. lora.init_from's config is checked against the job's.
 TEST(Cli, LoraOverAPretrainedBase) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", kJob);
   write(dir / "lora.toml", with_lora(kJob));

@@ -12,6 +12,7 @@ namespace {
 using namespace cli_test;
 
 TEST(Cli, ProgressBarOnATerminalOnly) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (std::system("command -v script > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "util-linux's `script` (a pseudo-terminal for the job) is not installed";
   const fs::path dir = test_dir();

@@ -11,6 +11,7 @@ namespace {
 using namespace cli_test;
 
 TEST(Cli, ReportSummarisesARun) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   const fs::path dir = test_dir();
   RunResult job = run_in(dir, mpirun(2) + " train --config " + std::string(SHARDRL_SOURCE_DIR) +
                                   "/configs/quickstart.toml --set run.dir=runs --set run.name=r --set run.iterations=3 "

@@ -13,6 +13,7 @@ using namespace cli_test;
 // which `report` and TensorBoard drew as one run), so it is refused, and --overwrite deletes the
 // run's checkpoints and metrics first.
 TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
   for (const char* name : {"ck", "other"}) {
@@ -60,6 +61,7 @@ TEST(Cli, ResumingAnotherRunsCheckpointNeverReplacesTheRunsOwnAtThatIteration) {
 // did: from the --resume-from checkpoint, not from its initial weights or from an older course's
 // checkpoints the run directory holds.
 TEST(Cli, ARequeuedRunTakesItsOwnCheckpointsElseTheFirstRunsStart) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   write(dir / "job.toml", std::string(kCheckpointJob) + "[checkpoint]\ninterval = 1\n");
   RunResult base = run_in(dir, mpirun(2) + " train --config job.toml --set run.iterations=2");

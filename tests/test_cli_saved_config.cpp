@@ -88,6 +88,7 @@ fs::path trained_checkpoint(const fs::path& dir) {
 }
 
 TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   const fs::path saved = trained_checkpoint(dir);
   ASSERT_FALSE(saved.empty());
@@ -122,6 +123,7 @@ TEST(Cli, AnUnreadableSavedConfigStillRefusesAnotherSeedTaskOrModel) {
 // (a rule newer than the run, here cuDNN's workspace with gemm attention): generate --checkpoint
 // samples from it (it read the saved config as a new job's and refused it).
 TEST(Cli, GenerateFromACheckpointTakesASettingItsRunTook) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   const fs::path saved = trained_checkpoint(dir);
   ASSERT_FALSE(saved.empty());

@@ -119,6 +119,7 @@ TEST(Cli, ScorePrintsTheRewardAndTheAnswerRead) {
 // node-local path, the ranks in different directories) stops them all with its cause, exit 2
 // (before, it returned silently and rank 0 waited in a collective for ever).
 TEST(Cli, GenerateAndConvertStopEveryRankWhenOneCannotReadItsFiles) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   fs::path dir = test_dir();
   fs::create_directories(dir / "a" / "tok");
@@ -145,6 +146,7 @@ TEST(Cli, GenerateAndConvertStopEveryRankWhenOneCannotReadItsFiles) {
 
 // The whole text path on 2 ranks with a tiny Qwen3-shaped model (the real 151,936-id vocabulary).
 TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   fs::path dir = test_dir();
@@ -253,6 +255,7 @@ TEST(Cli, TextTaskTrainsAndEvaluatesOnTheMathDataset) {
 // exactly 1 only, and were 0). The command passes only requests that carry the question as the
 // model saw it and as the dataset wrote it (metadata held neither the prompt nor messages).
 TEST(Cli, AReplysPassIsWhatPassRateAndPassAtKCount) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   fs::path dir = test_dir();
@@ -285,6 +288,7 @@ TEST(Cli, AReplysPassIsWhatPassRateAndPassAtKCount) {
 // evaluation scores its rows in batches no larger (here 2 requests a rank; a rank's 6 eval prompts
 // x 2 samples were one batch, 1.2 s of a command replying every 0.1 s, past the 0.7 s allowed).
 TEST(Cli, AnEvaluationIsScoredInBatchesOfTheRollouts) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   fs::path dir = test_dir();
@@ -320,6 +324,7 @@ TEST(Cli, AnEvaluationIsScoredInBatchesOfTheRollouts) {
 // the rank's own SIGTERM gives up the generation in progress, an evaluation's included (in the
 // final one, the trained state is saved, and the next job runs that evaluation alone).
 TEST(Cli, AStopMidRolloutSavesTheIterationsStartAndTheJobContinues) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   if (std::system("python3 --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not installed";
   if (std::system("h5diff --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "h5diff (hdf5-tools) is not installed";

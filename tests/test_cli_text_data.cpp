@@ -16,6 +16,7 @@ using namespace cli_test;
 // its dataset line and part (the tokenizer's message alone named no file). A tokenizer of its
 // own: BPE over a few characters, no pre-tokenizer.
 TEST(Cli, ACharacterTheTokenizerCannotEncodeIsNamedByItsLine) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   fs::path dir = test_dir();
   std::string vocab;
   const std::string chars = "abcdefghijklmnopqrstuvwxyz0123456789 +?";
@@ -49,6 +50,7 @@ TEST(Cli, ACharacterTheTokenizerCannotEncodeIsNamedByItsLine) {
 // Bad text data is named by file, line and field, on every rank, before anything runs; prompts
 // too long for the sequence are dropped and counted.
 TEST(Cli, TextTaskDataErrorsNameFileLineAndField) {
+  SKIP_WITHOUT_A_GPU_PER_RANK(2);
   if (const std::string why = missing_reference(); !why.empty()) GTEST_SKIP() << why;
   fs::path dir = test_dir();
   const std::string job = "[run]\niterations = 1\n" + tiny_qwen3_model() +
