@@ -247,6 +247,20 @@ TEST(Sampling, AllNanLogitsDrawTheMarkNotAnIndexPastTheRow) {
   }
 }
 
+// One chunk of NaN logits among finite ones (a NaN slice of a diverged model's head): a plain
+// draw records a NaN log-probability (as the whole row's sums carry it), not a finite one that
+// passed the chunk over, and draws a token of the row; bf16 and float alike.
+TEST(Sampling, ANanChunkAmongFiniteOnesLeavesANanLogProbability) {
+  const int V = 3 * kSampleChunkTokens;
+  std::vector<float> row = random_row(V, 5, 1.0f);
+  for (int v = kSampleChunkTokens; v < 2 * kSampleChunkTokens; ++v) row[v] = std::nanf("");
+  for (const Draws& d : {draw<float>(row, SamplingOptions{}, 4), draw<bf16>(row, SamplingOptions{}, 4)})
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(d.tokens[r] >= 0 && d.tokens[r] < V) << d.tokens[r];
+      EXPECT_TRUE(std::isnan(d.logp[r])) << "row " << r << ": logp " << d.logp[r];
+    }
+}
+
 TEST(Sampling, SameKeySameTokenAnyBatch) {
   for (int V : {259, 2 * kSampleChunkTokens + 300}) {
     std::vector<float> row = random_row(V, 8, 1.0f);
@@ -257,6 +271,44 @@ TEST(Sampling, SameKeySameTokenAnyBatch) {
       EXPECT_NE(a.tokens, c.tokens) << "another seed draws other tokens";
     }
   }
+}
+
+// Behind a dominant token (logit 0) every other token of a 131 072-token row sits at -17 (t = 1):
+// weights of 4.1e-8, under half an ulp of the running sum past the dominant one, 0.54% of the
+// mass together. The walk used to sum them onto its block's lower bound, where they never moved
+// it: a draw in that tail went to a chunk's last token (the fallback) or, in the first CUDA
+// kernel, past its block. 1 024 draws (fixed keys): every token in range with the fp64
+// log-probability of its token, the tail drawn, and its draws not piled on chunks' last tokens.
+TEST(Sampling, PlainDrawsReachTokensFarBelowTheMaximum) {
+  const int C = kSampleChunkTokens, V = 64 * C, rows = 32, rounds = 32;
+  const float tail = -17.0f;
+  DeviceView<float> logits("logits", std::size_t(rows) * V);
+  auto hl = Kokkos::create_mirror_view(logits);
+  for (std::size_t i = 0; i < hl.size(); ++i) hl(i) = i % V == 0 ? 0.0f : tail;
+  Kokkos::deep_copy(logits, hl);
+  const double log_z = std::log1p((V - 1) * std::exp(double(tail)));
+  Kokkos::View<std::uint64_t*, MemSpace> keys("keys", rows);
+  auto hk = Kokkos::create_mirror_view(keys);
+  Kokkos::View<std::int32_t*, MemSpace> token("token", rows);
+  DeviceView<float> logp("logp", rows), entropy("entropy", rows), scratch("scratch", sample_scratch_floats(rows, V));
+  int tail_draws = 0, at_chunk_ends = 0;
+  for (int round = 0; round < rounds; ++round) {
+    for (int r = 0; r < rows; ++r) hk(r) = draw_key(11, round, r, 0, 0);
+    Kokkos::deep_copy(keys, hk);
+    sample_tokens(ExecSpace(), logits.data(), keys.data(), SamplingOptions{1.0f, 0, 1.0f}, token.data(), logp.data(),
+                  entropy.data(), rows, V, scratch.data());
+    auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), token);
+    auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), logp);
+    for (int r = 0; r < rows; ++r) {
+      const int t = ht(r);
+      ASSERT_TRUE(t >= 0 && t < V) << "round " << round << " row " << r << " drew " << t;
+      EXPECT_NEAR(hp(r), (t == 0 ? 0.0 : double(tail)) - log_z, 1e-4) << "token " << t;
+      tail_draws += t != 0;
+      at_chunk_ends += t % C == C - 1;
+    }
+  }
+  EXPECT_GE(tail_draws, 2) << "of " << rows * rounds << " draws (0.54% of the mass)";
+  EXPECT_LE(at_chunk_ends, 1) << "of " << tail_draws << " tail draws at a chunk's last token (1 in 2 048 of the tail)";
 }
 
 // A plain draw's teams count a row's chunks done in the scratch, and the row's last team to

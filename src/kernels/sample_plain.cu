@@ -30,8 +30,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPer = kSampleChunkTokens / kThreads;   // tokens a thread: one 16-byte load of bf16
 static_assert(kPer == 8, "a thread's tokens are one 16-byte load of bf16");
 // The row's chunks in shared memory (maximum, mass, moment, scale: 16 bytes a chunk), within the
-// 48 KiB a launch may ask for without opting in: vocabularies up to 6M tokens.
-constexpr int kMaxChunks = 48 * 1024 / 16;
+// 48 KiB a launch may ask for without opting in, less the kernel's own 1 KiB at most:
+// vocabularies up to 6M tokens.
+constexpr int kMaxChunks = (48 * 1024 - 1024) / 16;
 
 template <class T>
 struct DrawParams {
@@ -68,7 +69,7 @@ __device__ inline void load_tokens(const float* p, int n, float (&x)[kPer]) {
   for (int i = 0; i < kPer; ++i) x[i] = first + i < n ? p[first + i] : -INFINITY;
 }
 
-// The CTA's maximum (fmaxf: NaN only where every value is NaN), the same on every thread.
+// The CTA's maximum (fmaxf: NaN values are passed over), the same on every thread.
 __device__ inline float block_max(float v, float* shared) {
   for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
@@ -145,11 +146,15 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
   float x[kPer];
   load_tokens(row_logits + static_cast<long>(c) * kSampleChunkTokens, n, x);
   float m = -INFINITY;
+  int nan = 0;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) m = fmaxf(m, x[i]);
+  for (int i = 0; i < kPer; ++i) m = fmaxf(m, x[i]), nan |= x[i] != x[i];
   m = block_max(m, reduce);
-  float mass = 0.0f, moment = 0.0f;
-  if (m > -INFINITY) {   // a chunk with no maximum (every logit NaN, or -inf) has no mass
+  // A chunk with a NaN logit (a diverged model) has NaN for its maximum and sums, which the row's
+  // then carry into the recorded log-probability; one whose logits are all -inf has no mass.
+  if (__syncthreads_or(nan)) m = NAN;
+  float mass = m != m ? NAN : 0.0f, moment = mass;
+  if (m > -INFINITY) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const float s = (x[i] - m) / t;
@@ -210,28 +215,37 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
   const int n_at = min(kSampleChunkTokens, p.V - at * kSampleChunkTokens);
   const int first = threadIdx.x * kPer;
   load_tokens(row_logits + static_cast<long>(at) * kSampleChunkTokens, n_at, x);
+  // A token's weight as its chunk's mass summed it, scaled as the chunk was: the walk's sums and
+  // the chunk's weight differ by rounding only.
+  const float at_max = chunk[3 * at], at_scale = scale[at];
   float w[kPer], block = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    w[i] = x[i] > -INFINITY ? expf((x[i] - M) / t) : 0.0f;
+    w[i] = x[i] > -INFINITY ? at_scale * expf((x[i] - at_max) / t) : 0.0f;
     block += w[i];
   }
   const float lower = before + exclusive_prefix(block, reduce);
   const int chosen_block = block_max_int(block > 0.0f && lower <= target ? static_cast<int>(threadIdx.x) : -1,
                                          reduce_int);
   if (static_cast<int>(threadIdx.x) == chosen_block) {
-    float run = lower, logit = 0.0f, kept_logit = 0.0f;
-    int pick = -1, last_kept = -1;   // last_kept: if rounding leaves the target past the block's tokens
+    // The walk sums the block's weights from 0 against the target's distance past its lower
+    // bound: summed onto the bound, a weight under half its ulp never moved the sum (behind a
+    // dominant token, every token 16.6 or more below it at t = 1), and such a block had no pick.
+    const float rest = target - lower;
+    float run = 0.0f, logit = 0.0f, kept_logit = 0.0f, any_logit = 0.0f;
+    int pick = -1, last_kept = -1, any = -1;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       if (pick >= 0 || w[i] <= 0.0f) continue;
-      // The fallback past the block's end is the last token whose weight still moves the
-      // running sum: not a token of weight e^-60 at the chunk's end.
-      if (run + w[i] > run) last_kept = i, kept_logit = x[i];
-      if (run <= target && target < run + w[i]) pick = i, logit = x[i];
+      any = i, any_logit = x[i];
+      // The fallback past the block's end (rounding) is the last token whose weight still moves
+      // the running sum: not a token of weight e^-60 at the chunk's end.
+      if (lower + (run + w[i]) > lower + run) last_kept = i, kept_logit = x[i];
+      if (rest < run + w[i]) pick = i, logit = x[i];
       run += w[i];
     }
-    if (pick < 0) pick = last_kept, logit = kept_logit;   // the block has weight: last_kept is one
+    if (pick < 0) pick = last_kept, logit = kept_logit;
+    if (pick < 0) pick = any, logit = any_logit;   // the block has weight: some token has
     p.token[r] = at * kSampleChunkTokens + first + pick;
     record_draw(logit, M, t, total, picked[2], p.logp[r], p.entropy[r]);
   }

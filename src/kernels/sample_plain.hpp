@@ -58,9 +58,10 @@ SHARDRL_HOST_DEVICE void record_draw(float logit, float max, float t, float mass
   entropy = log_mass - moment / mass;
 }
 
-// A chunk's scale to its row's maximum, e^((m_c - max) / t); 0 for a chunk without a maximum
-// (every logit NaN, or -inf), which has no mass.
+// A chunk's scale to its row's maximum, e^((m_c - max) / t): 0 for a chunk whose logits are all
+// -inf (no mass), NaN for one with a NaN logit (its maximum NaN), which the row's sums carry.
 SHARDRL_HOST_DEVICE float chunk_scale(float chunk_max, float max, float t) {
+  if (chunk_max != chunk_max) return chunk_max;
   return chunk_max > -INFINITY ? expf((chunk_max - max) / t) : 0.0f;
 }
 

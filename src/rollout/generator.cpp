@@ -72,8 +72,8 @@ Generator::Generator(const ModelOptions& model, int rows, int max_len, const Exe
       draw_scratch_(MemoryCategory::workspace, "draw_scratch", sample_scratch_floats(rows, model.shape.vocab_size)),
       keys_h_(rows), draws_h_(3 * std::size_t(rows)), drawn_h_(rows), logp_h_(rows), entropy_h_(rows) {
   SHARDRL_CHECK(max_len <= model.shape.max_seq_len, "generation length beyond the model's max_seq_len");
-  // The draw counts each row's chunks done in its scratch from zero (rollout/sampling.hpp): zero
-  // it here, whatever memory it was placed in.
+  // The draw counts each row's chunks done in its scratch from zero (rollout/sampling.hpp). A
+  // fresh buffer is zero; zeroed here too, so that the draw does not depend on where it lies.
   Kokkos::deep_copy(model_.space(), draw_scratch_.view(), 0.0f);
 }
 

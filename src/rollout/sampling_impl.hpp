@@ -118,6 +118,11 @@ KOKKOS_INLINE_FUNCTION void record_draw(float logit, float max, float t, const M
 // b + 1 is not prefix_b + w_b, and (start + P) + w is not start + (P + w)): a target in a gap
 // fell to the chunk's last token (any token, however unlikely), one in an overlap to the wrong
 // block's first; about one draw in 10^4 on a GPU.
+//
+// The walk sums the block's weights from 0 against the target's distance past the block's lower
+// bound. Summed onto the lower bound itself, a weight below half its ulp never moved the sum:
+// behind a dominant token (weight 1), every token of weight under 6e-8 (a logit 16.6 below it at
+// t = 1) was unreachable, and a target in their block fell to the fallback, one token.
 template <class Weight>
 KOKKOS_INLINE_FUNCTION int inverse_cdf(const Member& team, int n, const Weight& weight, float target, float start) {
   const int blocks = team.team_size();
@@ -145,15 +150,16 @@ KOKKOS_INLINE_FUNCTION int inverse_cdf(const Member& team, int n, const Weight& 
       [&](int& found) {
         found = n;
         if (block < 0) return;
-        float run = before;
+        const float rest = target - before;
+        float run = 0.0f;
         int last_kept = n;   // if rounding leaves the target past the block's tokens
         for (int v = block * per; v < n && v < (block + 1) * per; ++v) {
           const float w = weight(v);
           if (w <= 0.0f) continue;
           // The fallback past the block's end (rounding) is the last token whose weight still
           // moves the running sum: not a token of weight e^-60 at the chunk's end.
-          if (run + w > run) last_kept = v;
-          if (run <= target && target < run + w) {
+          if (before + (run + w) > before + run) last_kept = v;
+          if (rest < run + w) {
             found = v;
             return;
           }
@@ -174,12 +180,14 @@ KOKKOS_INLINE_FUNCTION long chunk_start(int V, int C, int rc) {
 }
 
 // Plain sampling (temperature > 0, no top-k or top-p) by chunks of kSampleChunkTokens
-// (kernels/sample_plain.hpp), in one launch of a team per chunk: each team reduces its chunk's maximum m, then its mass
-// sum e^((l - m) / t) and first moment under m, and counts itself done; the row's last team to
-// finish rescales the chunks to the row's maximum, sums them in chunk order, finds the chunk where
-// the row's uniform number falls and walks it. Any backend: the
-// count is an atomic, the chunks' sums are written before it (a fence) and read after it. The
-// result of a row depends on V, not on R or on the order the teams ran in.
+// (kernels/sample_plain.hpp), in one launch of a team per chunk: each team reduces its chunk's
+// maximum m, then its mass sum e^((l - m) / t) and first moment under m, and counts itself done;
+// the row's last team to finish rescales the chunks to the row's maximum, sums them in chunk
+// order, finds the chunk where the row's uniform number falls and walks it. The count is an
+// atomic, the chunks' sums are written before it (a fence) and read after it, so it holds on any
+// backend; GPU builds take the CUDA kernel instead (sample_plain_by_chunks below), so this one
+// runs on the host backends. The result of a row depends on V, not on R or on the order the
+// teams ran in.
 template <class T>
 void sample_plain_by_teams(const ExecSpace& space, const T* logits, const std::uint64_t* keys, float temperature,
                            std::int32_t* token, float* logp, float* entropy, int R, int V, float* scratch) {
@@ -194,9 +202,17 @@ void sample_plain_by_teams(const ExecSpace& space, const T* logits, const std::u
         auto* done = reinterpret_cast<unsigned int*>(row + 3L * C);
         const int n = chunk_tokens(V, c);
         const T* l = logits + chunk_start(V, C, rc);
-        const float m = row_max(team, l, n);
-        // A chunk with no maximum (every logit NaN, or -inf) has no mass.
-        const MassMoment own = m > -INFINITY ? mass_and_moment(team, l, n, m, temperature) : MassMoment{};
+        // A chunk with a NaN logit (a diverged model) has NaN for its maximum and sums, which the
+        // row's then carry into the recorded log-probability; one whose logits are all -inf has
+        // no mass.
+        int nans = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, n),
+            [&](const int v, int& acc) { acc += std::isnan(static_cast<float>(l[v])) ? 1 : 0; }, nans);
+        const float m = nans > 0 ? NAN : row_max(team, l, n);
+        const MassMoment own = nans > 0       ? MassMoment{NAN, NAN}
+                               : m > -INFINITY ? mass_and_moment(team, l, n, m, temperature)
+                                               : MassMoment{};
         int last_done = 0;
         Kokkos::single(
             Kokkos::PerTeam(team),
@@ -239,7 +255,12 @@ void sample_plain_by_teams(const ExecSpace& space, const T* logits, const std::u
         const float before = chosen_chunk.before;
         const int n_at = chunk_tokens(V, at);
         const T* la = lr + static_cast<long>(at) * kSampleChunkTokens;
-        auto token_weight = [&](const int v) { return expf((static_cast<float>(la[v]) - max) / temperature); };
+        // A token's weight as its chunk's mass summed it, scaled as the chunk was: the walk's sums
+        // and the chunk's weight differ by rounding only.
+        const float at_max = chunk(3 * at), at_scale = scale(at);
+        auto token_weight = [&](const int v) {
+          return at_scale * expf((static_cast<float>(la[v]) - at_max) / temperature);
+        };
         int pick = inverse_cdf(team, n_at, token_weight, target, before);
         if (pick == n_at) {   // no token of the chunk has weight (a guard: its mass says otherwise)
           int last_kept = -1;
