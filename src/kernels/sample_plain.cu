@@ -238,10 +238,12 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
     for (int i = 0; i < kPer; ++i) {
       if (pick >= 0 || w[i] <= 0.0f) continue;
       any = i, any_logit = x[i];
-      // The fallback past the block's end (rounding) is the last token whose weight still moves
-      // the running sum: not a token of weight e^-60 at the chunk's end.
-      if (lower + (run + w[i]) > lower + run) last_kept = i, kept_logit = x[i];
-      if (rest < run + w[i]) pick = i, logit = x[i];
+      // Only a token whose weight still moves the running sum from the bound is taken: not one of
+      // weight e^-60 at the chunk's end (the fallback past the block's end, rounding) nor at the
+      // block's start (a target on the bound itself).
+      const bool moves = lower + (run + w[i]) > lower + run;
+      if (moves) last_kept = i, kept_logit = x[i];
+      if (moves && rest < run + w[i]) pick = i, logit = x[i];
       run += w[i];
     }
     if (pick < 0) pick = last_kept, logit = kept_logit;

@@ -156,10 +156,12 @@ KOKKOS_INLINE_FUNCTION int inverse_cdf(const Member& team, int n, const Weight& 
         for (int v = block * per; v < n && v < (block + 1) * per; ++v) {
           const float w = weight(v);
           if (w <= 0.0f) continue;
-          // The fallback past the block's end (rounding) is the last token whose weight still
-          // moves the running sum: not a token of weight e^-60 at the chunk's end.
-          if (before + (run + w) > before + run) last_kept = v;
-          if (rest < run + w) {
+          // Only a token whose weight still moves the running sum from the bound is taken: not
+          // one of weight e^-60 at the chunk's end (the fallback past the block's end, rounding)
+          // nor at the block's start (a target on the bound itself).
+          const bool moves = before + (run + w) > before + run;
+          if (moves) last_kept = v;
+          if (moves && rest < run + w) {
             found = v;
             return;
           }
