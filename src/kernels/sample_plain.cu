@@ -69,13 +69,17 @@ __device__ inline void load_tokens(const float* p, int n, float (&x)[kPer]) {
   for (int i = 0; i < kPer; ++i) x[i] = first + i < n ? p[first + i] : -INFINITY;
 }
 
-// The CTA's maximum (fmaxf: NaN values are passed over), the same on every thread.
-__device__ inline float block_max(float v, float* shared) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+__device__ inline float larger(float a, float b) { return fmaxf(a, b); }   // NaN values are passed over
+__device__ inline int larger(int a, int b) { return max(a, b); }
+
+// The CTA's largest v, the same on every thread.
+template <class T>
+__device__ inline T block_max(T v, T* shared) {
+  for (int o = 16; o > 0; o /= 2) v = larger(v, __shfl_xor_sync(0xffffffffu, v, o));
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
   __syncthreads();
   v = shared[0];
-  for (int w = 1; w < kWarps; ++w) v = fmaxf(v, shared[w]);
+  for (int w = 1; w < kWarps; ++w) v = larger(v, shared[w]);
   __syncthreads();   // before `shared` is written again
   return v;
 }
@@ -95,17 +99,6 @@ __device__ inline void block_sum2(float& a, float& b, float* shared) {
   a = 0.0f, b = 0.0f;
   for (int w = 0; w < kWarps; ++w) a += shared[2 * w], b += shared[2 * w + 1];
   __syncthreads();
-}
-
-// The CTA's largest v, the same on every thread.
-__device__ inline int block_max_int(int v, int* shared) {
-  for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = shared[0];
-  for (int w = 1; w < kWarps; ++w) v = max(v, shared[w]);
-  __syncthreads();
-  return v;
 }
 
 // The sum of v over the threads before this one (in thread order), the same bits whichever
@@ -132,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
   __shared__ float reduce[2 * kWarps];
   __shared__ int reduce_int[kWarps];
   __shared__ int last_done;
-  __shared__ float picked[4];   // the row's maximum, mass, moment, and the chosen chunk's lower bound
+  __shared__ float picked[3];   // the row's mass and moment, and the chosen chunk's lower bound
   __shared__ int picked_chunk;
   extern __shared__ float row_chunks[];   // 4 C: the chunks' maximum, mass, moment; their scales
   const int C = p.C, r = blockIdx.x / C, c = blockIdx.x % C;
@@ -195,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
     float total = 0.0f, total_moment = 0.0f;
     row_mass_moment(C, chunk, scale, M, t, total, total_moment);
     const ChunkPick pick = pick_chunk(C, chunk, scale, uniform01(p.keys[r]) * total);
-    picked[0] = M, picked[1] = total, picked[2] = total_moment, picked[3] = pick.before;
+    picked[0] = total, picked[1] = total_moment, picked[2] = pick.before;
     picked_chunk = pick.at;
     if (pick.at < 0) {   // no chunk has mass: logits all NaN (a diverged model)
       p.token[r] = -1;
@@ -205,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
   __syncthreads();
   const int at = picked_chunk;
   if (at < 0) return;
-  const float total = picked[1], before = picked[3];
+  const float total = picked[0], before = picked[2];
   const float target = uniform01(p.keys[r]) * total;
 
   // The inverse CDF within the chunk (kernels' inverse_cdf in rollout/sampling_impl.hpp): each
@@ -225,8 +218,8 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
     block += w[i];
   }
   const float lower = before + exclusive_prefix(block, reduce);
-  const int chosen_block = block_max_int(block > 0.0f && lower <= target ? static_cast<int>(threadIdx.x) : -1,
-                                         reduce_int);
+  const int chosen_block =
+      block_max(block > 0.0f && lower <= target ? static_cast<int>(threadIdx.x) : -1, reduce_int);
   if (static_cast<int>(threadIdx.x) == chosen_block) {
     // The walk sums the block's weights from 0 against the target's distance past its lower
     // bound: summed onto the bound, a weight under half its ulp never moved the sum (behind a
@@ -249,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
     if (pick < 0) pick = last_kept, logit = kept_logit;
     if (pick < 0) pick = any, logit = any_logit;   // the block has weight: some token has
     p.token[r] = at * kSampleChunkTokens + first + pick;
-    record_draw(logit, M, t, total, picked[2], p.logp[r], p.entropy[r]);
+    record_draw(logit, M, t, total, picked[1], p.logp[r], p.entropy[r]);
   }
   if (chosen_block >= 0) return;
   // No block of the chunk has weight (a guard: its maximum's token has the chunk's scale as its
@@ -258,13 +251,13 @@ __global__ void __launch_bounds__(kThreads) sample_plain_kernel(DrawParams<T> p)
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
     if (w[i] > 0.0f) mine = first + i;
-  const int last_token = block_max_int(mine, reduce_int);
+  const int last_token = block_max(mine, reduce_int);
   const int v = last_token >= 0 ? last_token : n_at - 1;
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
     if (first + i == v) {
       p.token[r] = at * kSampleChunkTokens + v;
-      record_draw(x[i], M, t, total, picked[2], p.logp[r], p.entropy[r]);
+      record_draw(x[i], M, t, total, picked[1], p.logp[r], p.entropy[r]);
     }
 }
 
